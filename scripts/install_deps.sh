@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian packages ferry needs to build and test, when any are missing.
+set -euo pipefail
+pkgs=(cmake ninja-build ccache g++ pkg-config make
+      libdnnl-dev libboost-dev nlohmann-json3-dev libsentencepiece-dev sentencepiece libpcre2-dev
+      libfmt-dev libspdlog-dev libcli11-dev libyaml-cpp-dev
+      libgtest-dev libgmock-dev libbenchmark-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  sudo_cmd=""
+  [[ $(id -u) -eq 0 ]] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y --no-install-recommends "${missing[@]}"
+fi

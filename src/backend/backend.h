@@ -1,0 +1,129 @@
+// The op set that model code is written against. One implementation per device
+// (CpuBackend now, CudaBackend later); models never see oneDNN or CUDA.
+//
+// Conventions: activations are contiguous row-major 2-D tensors [tokens, features] in the
+// backend's activation dtype (f32 on the CPU). Tokens of several sequences are packed
+// back to back (a ragged batch); `SeqSpan`s say which rows belong to which sequence.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace ferry::backend {
+
+// A linear layer's weight in the layout the kernels consume: `weight` is [out, in]
+// (Hugging Face layout), dtype f32, bf16 or f16. `bias` is [out] f32 or undefined.
+// Backends may attach a pre-packed form in `packed` at load (PrepareLinear).
+struct LinearWeight {
+  Tensor weight;
+  Tensor bias;
+  std::shared_ptr<void> packed;
+  int64_t out_features() const { return weight.dim(0); }
+  int64_t in_features() const { return weight.dim(1); }
+};
+
+// Rotary embedding: inverse frequencies per pair (head_dim / 2 of them), already scaled
+// (linear / llama3). HF "rotate_half" convention: element i pairs with i + head_dim/2.
+struct RopeTable {
+  int head_dim = 0;
+  std::vector<float> inv_freq;
+};
+
+// One sequence's part of a ragged batch.
+struct SeqSpan {
+  int32_t q_begin = 0;      // first row of this sequence in the packed activations
+  int32_t q_len = 0;        // rows (new tokens) this step
+  int32_t context_len = 0;  // tokens in the KV cache after this step's writes (>= q_len);
+                            // the new tokens sit at positions [context_len - q_len, context_len)
+  const int32_t* block_table = nullptr;  // KV block ids, ceil(context_len / block_tokens) of them
+};
+
+// One layer of a paged KV cache. k and v are [num_blocks, num_kv_heads, block_tokens,
+// head_dim] (f32, bf16 or f16), so one head's keys in a block are contiguous.
+struct KvLayer {
+  Tensor k;
+  Tensor v;
+  int block_tokens = 0;
+};
+
+struct AttentionParams {
+  int num_heads = 0;
+  int num_kv_heads = 0;  // divides num_heads (GQA/MQA)
+  int head_dim = 0;
+  float scale = 0.0f;    // usually 1/sqrt(head_dim)
+  bool causal = true;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  virtual std::string Name() const = 0;
+  // Activation buffers live on the backend's device.
+  virtual Tensor Allocate(const Shape& shape, DType dtype) = 0;
+
+  // Called once per weight at load; may pre-pack for the GEMM library.
+  virtual Status PrepareLinear(LinearWeight& w) = 0;
+  // y[M, N] = x[M, K] · W[N, K]^T (+ bias).
+  virtual Status Linear(const Tensor& x, const LinearWeight& w, Tensor& y) = 0;
+
+  // out[i, :] = table[ids[i], :] (table any float dtype, out activation dtype).
+  virtual Status Embedding(const Tensor& table, const int32_t* ids, int64_t n, Tensor& out) = 0;
+  // out = x * rsqrt(mean(x^2) + eps) * gamma.
+  virtual Status RmsNorm(const Tensor& x, const Tensor& gamma, float eps, Tensor& out) = 0;
+  // residual += delta; out = RmsNorm(residual). Fused so the sum is read once.
+  virtual Status AddRmsNorm(Tensor& residual, const Tensor& delta, const Tensor& gamma, float eps,
+                            Tensor& out) = 0;
+  // out = LayerNorm(x (+ delta when defined)) * gamma + beta, over the last dim.
+  virtual Status LayerNorm(const Tensor& x, const Tensor& delta, const Tensor& gamma, const Tensor& beta,
+                           float eps, Tensor& out) = 0;
+  // In place on q [T, num_heads*head_dim] and k [T, num_kv_heads*head_dim] at `positions`.
+  virtual Status Rope(Tensor& q, Tensor& k, int num_heads, int num_kv_heads, const int32_t* positions,
+                      const RopeTable& table) = 0;
+  // out[M, I] = silu(gate_up[:, :I]) * gate_up[:, I:].
+  virtual Status SiluMul(const Tensor& gate_up, Tensor& out) = 0;
+  // In place, exact (erf) GELU.
+  virtual Status Gelu(Tensor& x) = 0;
+  // In place, tanh.
+  virtual Status Tanh(Tensor& x) = 0;
+  // x += y (same shape).
+  virtual Status Add(Tensor& x, const Tensor& y) = 0;
+
+  // Writes k/v rows [T, num_kv_heads*head_dim] into the cache at slots
+  // (slot = block_id * block_tokens + offset in block).
+  virtual Status WriteKv(const Tensor& k, const Tensor& v, const int32_t* slots, KvLayer& layer) = 0;
+  // out[T, num_heads*head_dim]: each span's queries attend over its first context_len
+  // cached tokens (causal: query at position p sees positions <= p).
+  virtual Status PagedAttention(const Tensor& q, const KvLayer& layer, const std::vector<SeqSpan>& spans,
+                                const AttentionParams& params, Tensor& out) = 0;
+  // Attention without a cache: q, k, v packed [T, heads*head_dim] (k/v with num_kv_heads);
+  // each span attends only within itself (q_begin/q_len; context_len ignored).
+  virtual Status DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                const std::vector<SeqSpan>& spans, const AttentionParams& params,
+                                Tensor& out) = 0;
+
+  // Copies a device tensor to host memory (f32 contiguous); identity-ish on the CPU.
+  virtual Result<Tensor> ToHost(const Tensor& t) = 0;
+  virtual Status Synchronize() = 0;
+};
+
+// The CPU backend (oneDNN + ferry's vectorized kernels).
+std::unique_ptr<Backend> MakeCpuBackend();
+
+// Scaled inverse frequencies for RoPE (default, linear, llama3), as transformers computes them.
+struct RopeScalingParams {
+  enum class Type { kNone, kLinear, kLlama3 } type = Type::kNone;
+  float factor = 1.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int original_max_position = 8192;
+};
+RopeTable MakeRopeTable(int head_dim, float theta, const RopeScalingParams& scaling);
+
+}  // namespace ferry::backend

@@ -1,0 +1,80 @@
+#include "core/allocator.h"
+
+#include <cstdlib>
+#include <new>
+
+namespace ferry {
+
+void* AlignedAlloc(size_t bytes) {
+  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+
+void AlignedFree(void* p) { std::free(p); }
+
+namespace {
+PinnedAllocFn g_pinned_alloc = nullptr;
+PinnedFreeFn g_pinned_free = nullptr;
+}  // namespace
+
+void SetPinnedAllocator(PinnedAllocFn alloc, PinnedFreeFn free) {
+  g_pinned_alloc = alloc;
+  g_pinned_free = free;
+}
+
+std::shared_ptr<void> PinnedAlloc(size_t bytes) {
+  if (g_pinned_alloc != nullptr) return std::shared_ptr<void>(g_pinned_alloc(bytes), g_pinned_free);
+  return std::shared_ptr<void>(AlignedAlloc(bytes), AlignedFree);
+}
+
+Arena::Arena(size_t initial_bytes) {
+  if (initial_bytes > 0) blocks_.push_back({static_cast<char*>(AlignedAlloc(initial_bytes)), initial_bytes});
+}
+
+Arena::~Arena() {
+  for (Block& b : blocks_) AlignedFree(b.data);
+}
+
+void* Arena::Allocate(size_t bytes) {
+  bytes = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  while (block_index_ < blocks_.size()) {
+    Block& b = blocks_[block_index_];
+    if (offset_ + bytes <= b.size) {
+      void* p = b.data + offset_;
+      offset_ += bytes;
+      return p;
+    }
+    ++block_index_;
+    offset_ = 0;
+  }
+  const size_t size = std::max(bytes, blocks_.empty() ? size_t{1} << 20 : blocks_.back().size * 2);
+  blocks_.push_back({static_cast<char*>(AlignedAlloc(size)), size});
+  block_index_ = blocks_.size() - 1;
+  offset_ = bytes;
+  return blocks_.back().data;
+}
+
+void Arena::Reset() {
+  // Merge into one block of the total size once fragmentation appears, so later steps fit.
+  if (blocks_.size() > 1) {
+    size_t total = 0;
+    for (Block& b : blocks_) {
+      total += b.size;
+      AlignedFree(b.data);
+    }
+    blocks_.clear();
+    blocks_.push_back({static_cast<char*>(AlignedAlloc(total)), total});
+  }
+  block_index_ = 0;
+  offset_ = 0;
+}
+
+size_t Arena::capacity() const {
+  size_t total = 0;
+  for (const Block& b : blocks_) total += b.size;
+  return total;
+}
+
+}  // namespace ferry

@@ -1,0 +1,49 @@
+// Host allocators: 64-byte aligned memory (cache lines, AVX-512 loads) and an arena for
+// per-step scratch that is reset, not freed, between steps.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+namespace ferry {
+
+inline constexpr size_t kAlignment = 64;
+
+// Aborts on out-of-memory only through std::bad_alloc (caught at module edges).
+void* AlignedAlloc(size_t bytes);
+void AlignedFree(void* p);
+
+// Pinned host memory for fast device copies. Without a CUDA runtime it is ordinary aligned
+// memory; the CUDA backend registers its own pinned allocator (cudaHostAlloc).
+using PinnedAllocFn = void* (*)(size_t);
+using PinnedFreeFn = void (*)(void*);
+void SetPinnedAllocator(PinnedAllocFn alloc, PinnedFreeFn free);
+std::shared_ptr<void> PinnedAlloc(size_t bytes);
+
+// Thread-compatible bump allocator. Reset() recycles everything handed out; memory grows
+// to the high-water mark once and is then reused, so steady-state steps never allocate.
+class Arena {
+ public:
+  explicit Arena(size_t initial_bytes = 0);
+  ~Arena();
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  void* Allocate(size_t bytes);
+  template <typename T>
+  T* AllocateArray(size_t n) { return static_cast<T*>(Allocate(n * sizeof(T))); }
+  void Reset();
+  size_t capacity() const;
+
+ private:
+  struct Block {
+    char* data;
+    size_t size;
+  };
+  std::vector<Block> blocks_;
+  size_t block_index_ = 0;
+  size_t offset_ = 0;
+};
+
+}  // namespace ferry

@@ -1,0 +1,81 @@
+#include "core/thread_pool.h"
+
+#include <omp.h>
+#include <pthread.h>
+
+#include <algorithm>
+
+namespace ferry {
+
+void SetComputeThreads(int n) {
+  if (n <= 0) n = omp_get_num_procs();
+  omp_set_num_threads(n);
+}
+
+int ComputeThreads() { return omp_get_max_threads(); }
+
+void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int64_t chunks = (n + grain - 1) / grain;
+  const int64_t workers = std::min<int64_t>(threads, chunks);
+  if (workers <= 1) {
+    fn(0, n);
+    return;
+  }
+#pragma omp parallel num_threads(static_cast<int>(workers))
+  {
+    const int64_t t = omp_get_thread_num();
+    const int64_t per = (chunks + workers - 1) / workers;
+    const int64_t begin = std::min(n, t * per * grain);
+    const int64_t end = std::min(n, (t + 1) * per * grain);
+    if (begin < end) fn(begin, end);
+  }
+}
+
+ThreadPool::ThreadPool(int threads, std::string name) {
+  for (int i = 0; i < threads; ++i) {
+    workers_.emplace_back([this, name, i] {
+      SetCurrentThreadName(name + "-" + std::to_string(i));
+      WorkerLoop();
+    });
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void ThreadPool::Submit(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+}
+
+void ThreadPool::WorkerLoop() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;  // stopping and drained
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    task();
+  }
+}
+
+void SetCurrentThreadName(const std::string& name) {
+  pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+}
+
+}  // namespace ferry
