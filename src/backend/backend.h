@@ -108,6 +108,10 @@ class Backend {
                                 const std::vector<SeqSpan>& spans, const AttentionParams& params,
                                 Tensor& out) = 0;
 
+  // dst[r, :] = src[r, col_begin : col_begin + dst.cols] for every row (splits a fused
+  // QKV result into contiguous Q, K and V). The default works on host memory.
+  virtual Status CopyColumns(const Tensor& src, int64_t col_begin, Tensor& dst);
+
   // Copies a device tensor to host memory (f32 contiguous); identity-ish on the CPU.
   virtual Result<Tensor> ToHost(const Tensor& t) = 0;
   virtual Status Synchronize() = 0;

@@ -1,0 +1,23 @@
+#include "backend/backend.h"
+
+#include <cstring>
+
+namespace ferry::backend {
+
+Status Backend::CopyColumns(const Tensor& src, int64_t col_begin, Tensor& dst) {
+  if (src.rank() != 2 || dst.rank() != 2 || src.dim(0) != dst.dim(0) || src.dtype() != dst.dtype() ||
+      col_begin < 0 || col_begin + dst.dim(1) > src.dim(1)) {
+    return InvalidArgument("CopyColumns: cannot copy columns [" + std::to_string(col_begin) + ", +" +
+                           std::to_string(dst.dim(1)) + ") of " + src.DebugString() + " into " + dst.DebugString());
+  }
+  const size_t elem = DTypeSize(src.dtype());
+  const size_t row_bytes = static_cast<size_t>(dst.dim(1)) * elem;
+  const char* s = static_cast<const char*>(src.raw()) + col_begin * elem;
+  char* d = static_cast<char*>(dst.raw());
+  for (int64_t r = 0; r < src.dim(0); ++r) {
+    std::memcpy(d + r * row_bytes, s + r * src.strides()[0] * elem, row_bytes);
+  }
+  return Status::Ok();
+}
+
+}  // namespace ferry::backend

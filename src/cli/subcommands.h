@@ -1,0 +1,21 @@
+// Registration of each `ferry` subcommand. A subcommand's callback runs its command and
+// stores the process exit code in `exit_code`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "core/status.h"
+
+namespace ferry::cli {
+
+void RegisterGenerate(CLI::App& app, int& exit_code);
+void RegisterTokenize(CLI::App& app, int& exit_code);
+void RegisterClassify(CLI::App& app, int& exit_code);
+void RegisterEmbed(CLI::App& app, int& exit_code);
+void RegisterMakeCheckpoint(CLI::App& app, int& exit_code);
+void RegisterBench(CLI::App& app, int& exit_code);
+
+// Prints "error: <message>" on one line to stderr and returns exit code 1.
+int Fail(const Status& status);
+
+}  // namespace ferry::cli

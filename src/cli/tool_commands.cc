@@ -1,0 +1,126 @@
+// make-checkpoint and bench: tools for measuring ferry.
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+
+#include "cli/subcommands.h"
+#include "core/thread_pool.h"
+#include "engine/engine.h"
+#include "engine/model_bench.h"
+#include "model/checkpoint_maker.h"
+
+namespace ferry::cli {
+
+namespace {
+
+struct MakeCheckpointOptions {
+  std::string arch;
+  std::string preset;
+  std::string dtype = "bf16";
+  std::string out;
+  uint64_t seed = 0;
+};
+
+int RunMakeCheckpoint(const MakeCheckpointOptions& o) {
+  auto dtype = ParseDType(o.dtype);
+  if (!dtype.ok()) return Fail(dtype.status());
+  model::CheckpointSpec spec;
+  spec.preset = o.preset;
+  spec.dtype = *dtype;
+  spec.seed = o.seed;
+  // --arch is accepted for readability; the preset decides the architecture.
+  if (!o.arch.empty() && o.preset.rfind(o.arch, 0) != 0 && !(o.arch == "bert" && o.preset.rfind("bert", 0) == 0)) {
+    return Fail(InvalidArgument("preset '" + o.preset + "' is not a '" + o.arch + "' model"));
+  }
+  Status st = model::MakeCheckpoint(spec, o.out);
+  if (!st.ok()) return Fail(st);
+  std::printf("wrote %s checkpoint (%s) to %s\n", o.preset.c_str(), o.dtype.c_str(), o.out.c_str());
+  return 0;
+}
+
+struct BenchModelOptions {
+  std::string model;
+  std::vector<int> threads{1, 2};
+  int prompt_len = 512;
+  std::vector<int> batches{1, 8};
+  int decode_steps = 32;
+  int repeats = 3;
+  bool json = false;
+};
+
+int RunBenchModel(const BenchModelOptions& o) {
+  auto engine_or = engine::Engine::Load(o.model);
+  if (!engine_or.ok()) return Fail(engine_or.status());
+  std::shared_ptr<engine::Engine> engine = std::move(engine_or).value();
+  engine::ModelBenchOptions mo;
+  mo.prompt_len = o.prompt_len;
+  mo.decode_batches = o.batches;
+  mo.decode_steps = o.decode_steps;
+  mo.repeats = o.repeats;
+  nlohmann::json all = nlohmann::json::array();
+  for (int t : o.threads) {
+    SetComputeThreads(t);
+    auto r = engine::BenchModel(engine, mo);
+    if (!r.ok()) return Fail(r.status());
+    nlohmann::json j;
+    j["threads"] = t;
+    if (engine->is_decoder()) {
+      j["prefill_tokens"] = o.prompt_len;
+      j["prefill_tokens_per_s"] = r->prefill_tokens_per_s;
+      for (size_t i = 0; i < r->decode_tokens_per_s.size(); ++i) {
+        j["decode"].push_back({{"batch", r->decode_tokens_per_s[i].first},
+                               {"tokens_per_s", r->decode_tokens_per_s[i].second},
+                               {"step_ms", r->decode_step_ms[i].second}});
+      }
+      j["weight_gb"] = r->weight_gb;
+      if (!o.json) {
+        std::printf("threads=%d  prefill(%d tok): %.1f tok/s", t, o.prompt_len, r->prefill_tokens_per_s);
+        for (auto& [b, tps] : r->decode_tokens_per_s) std::printf("  decode(batch %d): %.2f tok/s", b, tps);
+        std::printf("\n");
+      }
+    } else {
+      j["encoder_batch"] = mo.encoder_batch;
+      j["encoder_seq_len"] = mo.encoder_seq_len;
+      j["sequences_per_s"] = r->encoder_sequences_per_s;
+      if (!o.json) {
+        std::printf("threads=%d  encoder(%dx%d): %.1f seq/s\n", t, mo.encoder_batch, mo.encoder_seq_len,
+                    r->encoder_sequences_per_s);
+      }
+    }
+    all.push_back(j);
+  }
+  if (o.json) std::printf("%s\n", all.dump(2).c_str());
+  return 0;
+}
+
+}  // namespace
+
+void RegisterMakeCheckpoint(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<MakeCheckpointOptions>();
+  CLI::App* sub = app.add_subcommand("make-checkpoint", "Write a random-weight checkpoint of a real model's shape");
+  sub->add_option("--arch", o->arch, "llama, mistral, qwen2 or bert (checked against the preset)");
+  std::string presets;
+  for (const std::string& p : model::CheckpointPresets()) presets += (presets.empty() ? "" : ", ") + p;
+  sub->add_option("--preset", o->preset, "One of: " + presets)->required();
+  sub->add_option("--dtype", o->dtype, "fp32, bf16 or fp16");
+  sub->add_option("--seed", o->seed, "Random seed");
+  sub->add_option("-o,--output", o->out, "Output directory")->required();
+  sub->callback([o, &exit_code] { exit_code = RunMakeCheckpoint(*o); });
+}
+
+void RegisterBench(CLI::App& app, int& exit_code) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+  auto o = std::make_shared<BenchModelOptions>();
+  CLI::App* sub = bench->add_subcommand("model", "Prefill and decode throughput of a model");
+  sub->add_option("--model", o->model, "Checkpoint directory")->required();
+  sub->add_option("--threads", o->threads, "Thread counts to measure")->delimiter(',');
+  sub->add_option("--prompt-len", o->prompt_len, "Prefill prompt length");
+  sub->add_option("--batch", o->batches, "Decode batch sizes")->delimiter(',');
+  sub->add_option("--decode-steps", o->decode_steps, "Decode steps timed");
+  sub->add_option("--repeats", o->repeats, "Best of N");
+  sub->add_flag("--json", o->json, "JSON output");
+  sub->callback([o, &exit_code] { exit_code = RunBenchModel(*o); });
+}
+
+}  // namespace ferry::cli

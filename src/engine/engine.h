@@ -1,0 +1,51 @@
+// Engine: a loaded model (config, tokenizer, weights prepared for one backend). Immutable
+// after Load and shareable; per-sequence state (KV cache) lives in a DecoderRunner.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "io/model_config.h"
+#include "model/decoder.h"
+#include "model/encoder.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ferry::engine {
+
+struct EngineOptions {
+  int threads = 0;  // compute threads; 0 = all cores
+};
+
+class Engine {
+ public:
+  // `path`: a Hugging Face checkpoint directory (config.json + safetensors + tokenizer files).
+  static Result<std::shared_ptr<Engine>> Load(const std::string& path, const EngineOptions& options = {});
+
+  const io::ModelConfig& config() const { return config_; }
+  bool is_decoder() const { return decoder_ != nullptr; }
+  // Null when the folder has no tokenizer files (token ids only).
+  const tokenizer::Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  model::DecoderModel* decoder() const { return decoder_.get(); }
+  model::EncoderModel* encoder() const { return encoder_.get(); }
+  backend::Backend& backend() const { return *backend_; }
+  const std::string& path() const { return path_; }
+
+  // The ids that end generation: config/generation_config eos ids, else the tokenizer's.
+  std::vector<int32_t> StopIds() const;
+  // BOS to prepend to a text prompt, when the tokenizer's settings ask for one.
+  Result<std::vector<int32_t>> EncodePrompt(std::string_view text) const;
+
+ private:
+  Engine() = default;
+
+  std::string path_;
+  io::ModelConfig config_;
+  std::unique_ptr<backend::Backend> backend_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::shared_ptr<const void> weights_keepalive_;
+  std::unique_ptr<model::DecoderModel> decoder_;
+  std::unique_ptr<model::EncoderModel> encoder_;
+};
+
+}  // namespace ferry::engine

@@ -1,0 +1,263 @@
+#include "model/checkpoint_maker.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "core/mapped_file.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "io/safetensors.h"
+
+namespace ferry::model {
+
+namespace {
+
+struct Preset {
+  std::string arch;  // llama, mistral, qwen2, bert
+  int vocab, hidden, inter, layers, heads, kv_heads, max_pos;
+  double theta = 10000.0;
+  bool tied = false;
+  bool llama3_rope = false;
+  double rope_factor = 8.0;
+  int type_vocab = 2, labels = 2;
+};
+
+const std::map<std::string, Preset>& Presets() {
+  static const std::map<std::string, Preset> presets = {
+      {"llama-3.2-1b", {"llama", 128256, 2048, 8192, 16, 32, 8, 131072, 500000.0, true, true, 32.0}},
+      {"llama-3.2-3b", {"llama", 128256, 3072, 8192, 28, 24, 8, 131072, 500000.0, true, true, 32.0}},
+      {"llama-3-8b", {"llama", 128256, 4096, 14336, 32, 32, 8, 8192, 500000.0, false}},
+      {"llama-2-7b", {"llama", 32000, 4096, 11008, 32, 32, 32, 4096, 10000.0, false}},
+      {"mistral-7b", {"mistral", 32000, 4096, 14336, 32, 32, 8, 32768, 1000000.0, false}},
+      {"qwen2-0.5b", {"qwen2", 151936, 896, 4864, 24, 14, 2, 32768, 1000000.0, true}},
+      {"bert-base", {"bert", 30522, 768, 3072, 12, 12, 12, 512}},
+      {"bert-large", {"bert", 30522, 1024, 4096, 24, 16, 16, 512}},
+      // Small shapes for tests.
+      {"llama-test", {"llama", 512, 64, 160, 2, 4, 2, 256, 10000.0, false}},
+      {"bert-test", {"bert", 512, 64, 128, 2, 4, 4, 128}},
+  };
+  return presets;
+}
+
+// Counter-based generator: each element's value depends only on (seed, tensor, index), so
+// filling in parallel is deterministic.
+inline uint64_t SplitMix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Approximately N(0, 1): sum of four uniforms (Irwin-Hall), rescaled. Plenty for benchmarks.
+inline float Gaussianish(uint64_t key) {
+  const uint64_t r = SplitMix(key);
+  float s = 0.0f;
+  for (int i = 0; i < 4; ++i) s += static_cast<float>((r >> (16 * i)) & 0xffff) / 65535.0f;
+  return (s - 2.0f) * 1.7320508f;
+}
+
+Tensor RandomTensor(const Shape& shape, DType dtype, uint64_t seed, float std_dev, float mean) {
+  Tensor t = Tensor::Empty(shape, dtype);
+  const int64_t n = t.numel();
+  const size_t esize = DTypeSize(dtype);
+  ParallelFor(n, 1 << 16, [&](int64_t begin, int64_t end) {
+    float buf[1024];
+    for (int64_t i = begin; i < end; i += 1024) {
+      const int64_t m = std::min<int64_t>(1024, end - i);
+      for (int64_t j = 0; j < m; ++j) buf[j] = mean + std_dev * Gaussianish(seed * 0x100000001b3ull + i + j);
+      ConvertFromF32(dtype, buf, t.data<char>() + i * esize, static_cast<size_t>(m));
+    }
+  });
+  return t;
+}
+
+struct TensorSpec {
+  std::string name;
+  Shape shape;
+  float std_dev;
+  float mean;
+};
+
+std::vector<TensorSpec> DecoderTensors(const Preset& p) {
+  const int64_t hd = p.hidden / p.heads;
+  std::vector<TensorSpec> t;
+  const float w = 0.02f;
+  t.push_back({"model.embed_tokens.weight", {p.vocab, p.hidden}, w, 0});
+  for (int l = 0; l < p.layers; ++l) {
+    const std::string pre = "model.layers." + std::to_string(l) + ".";
+    t.push_back({pre + "input_layernorm.weight", {p.hidden}, 0.0f, 1.0f});
+    t.push_back({pre + "self_attn.q_proj.weight", {p.heads * hd, p.hidden}, w, 0});
+    t.push_back({pre + "self_attn.k_proj.weight", {p.kv_heads * hd, p.hidden}, w, 0});
+    t.push_back({pre + "self_attn.v_proj.weight", {p.kv_heads * hd, p.hidden}, w, 0});
+    if (p.arch == "qwen2") {
+      t.push_back({pre + "self_attn.q_proj.bias", {p.heads * hd}, w, 0});
+      t.push_back({pre + "self_attn.k_proj.bias", {p.kv_heads * hd}, w, 0});
+      t.push_back({pre + "self_attn.v_proj.bias", {p.kv_heads * hd}, w, 0});
+    }
+    t.push_back({pre + "self_attn.o_proj.weight", {p.hidden, p.heads * hd}, w, 0});
+    t.push_back({pre + "post_attention_layernorm.weight", {p.hidden}, 0.0f, 1.0f});
+    t.push_back({pre + "mlp.gate_proj.weight", {p.inter, p.hidden}, w, 0});
+    t.push_back({pre + "mlp.up_proj.weight", {p.inter, p.hidden}, w, 0});
+    t.push_back({pre + "mlp.down_proj.weight", {p.hidden, p.inter}, w, 0});
+  }
+  t.push_back({"model.norm.weight", {p.hidden}, 0.0f, 1.0f});
+  if (!p.tied) t.push_back({"lm_head.weight", {p.vocab, p.hidden}, w, 0});
+  return t;
+}
+
+std::vector<TensorSpec> EncoderTensors(const Preset& p) {
+  std::vector<TensorSpec> t;
+  const float w = 0.02f;
+  const std::string e = "bert.embeddings.";
+  t.push_back({e + "word_embeddings.weight", {p.vocab, p.hidden}, w, 0});
+  t.push_back({e + "position_embeddings.weight", {p.max_pos, p.hidden}, w, 0});
+  t.push_back({e + "token_type_embeddings.weight", {p.type_vocab, p.hidden}, w, 0});
+  t.push_back({e + "LayerNorm.weight", {p.hidden}, 0.0f, 1.0f});
+  t.push_back({e + "LayerNorm.bias", {p.hidden}, 0.0f, 0.0f});
+  for (int l = 0; l < p.layers; ++l) {
+    const std::string pre = "bert.encoder.layer." + std::to_string(l) + ".";
+    for (const char* n : {"query", "key", "value"}) {
+      t.push_back({pre + "attention.self." + n + ".weight", {p.hidden, p.hidden}, w, 0});
+      t.push_back({pre + "attention.self." + n + ".bias", {p.hidden}, w, 0});
+    }
+    t.push_back({pre + "attention.output.dense.weight", {p.hidden, p.hidden}, w, 0});
+    t.push_back({pre + "attention.output.dense.bias", {p.hidden}, w, 0});
+    t.push_back({pre + "attention.output.LayerNorm.weight", {p.hidden}, 0.0f, 1.0f});
+    t.push_back({pre + "attention.output.LayerNorm.bias", {p.hidden}, 0.0f, 0.0f});
+    t.push_back({pre + "intermediate.dense.weight", {p.inter, p.hidden}, w, 0});
+    t.push_back({pre + "intermediate.dense.bias", {p.inter}, w, 0});
+    t.push_back({pre + "output.dense.weight", {p.hidden, p.inter}, w, 0});
+    t.push_back({pre + "output.dense.bias", {p.hidden}, w, 0});
+    t.push_back({pre + "output.LayerNorm.weight", {p.hidden}, 0.0f, 1.0f});
+    t.push_back({pre + "output.LayerNorm.bias", {p.hidden}, 0.0f, 0.0f});
+  }
+  t.push_back({"bert.pooler.dense.weight", {p.hidden, p.hidden}, w, 0});
+  t.push_back({"bert.pooler.dense.bias", {p.hidden}, w, 0});
+  t.push_back({"classifier.weight", {p.labels, p.hidden}, w, 0});
+  t.push_back({"classifier.bias", {p.labels}, w, 0});
+  return t;
+}
+
+std::string TorchDtypeName(DType d) {
+  switch (d) {
+    case DType::kBF16: return "bfloat16";
+    case DType::kF16: return "float16";
+    default: return "float32";
+  }
+}
+
+nlohmann::json ConfigJson(const Preset& p, DType dtype) {
+  nlohmann::json c;
+  c["model_type"] = p.arch;
+  c["vocab_size"] = p.vocab;
+  c["hidden_size"] = p.hidden;
+  c["intermediate_size"] = p.inter;
+  c["num_hidden_layers"] = p.layers;
+  c["num_attention_heads"] = p.heads;
+  c["max_position_embeddings"] = p.max_pos;
+  c["torch_dtype"] = TorchDtypeName(dtype);
+  if (p.arch == "bert") {
+    c["architectures"] = {"BertForSequenceClassification"};
+    c["hidden_act"] = "gelu";
+    c["type_vocab_size"] = p.type_vocab;
+    c["layer_norm_eps"] = 1e-12;
+    c["pad_token_id"] = 0;
+    nlohmann::json id2label, label2id;
+    for (int i = 0; i < p.labels; ++i) {
+      id2label[std::to_string(i)] = "LABEL_" + std::to_string(i);
+      label2id["LABEL_" + std::to_string(i)] = i;
+    }
+    c["id2label"] = id2label;
+    c["label2id"] = label2id;
+    return c;
+  }
+  c["architectures"] = {p.arch == "llama" ? "LlamaForCausalLM" : p.arch == "mistral" ? "MistralForCausalLM"
+                                                                                      : "Qwen2ForCausalLM"};
+  c["num_key_value_heads"] = p.kv_heads;
+  c["head_dim"] = p.hidden / p.heads;
+  c["hidden_act"] = "silu";
+  c["rms_norm_eps"] = 1e-5;
+  c["rope_theta"] = p.theta;
+  c["tie_word_embeddings"] = p.tied;
+  c["attention_bias"] = p.arch == "qwen2";
+  c["bos_token_id"] = 1;
+  c["eos_token_id"] = 2;
+  if (p.llama3_rope) {
+    c["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", p.rope_factor},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 8192}};
+  } else {
+    c["rope_scaling"] = nullptr;
+  }
+  if (p.arch == "mistral") c["sliding_window"] = nullptr;
+  return c;
+}
+
+}  // namespace
+
+std::vector<std::string> CheckpointPresets() {
+  std::vector<std::string> names;
+  for (const auto& [name, _] : Presets()) names.push_back(name);
+  return names;
+}
+
+Status MakeCheckpoint(const CheckpointSpec& spec, const std::string& dir) {
+  auto it = Presets().find(spec.preset);
+  if (it == Presets().end()) {
+    std::string known;
+    for (const std::string& n : CheckpointPresets()) known += (known.empty() ? "" : ", ") + n;
+    return InvalidArgument("unknown preset '" + spec.preset + "' (known: " + known + ")");
+  }
+  if (spec.dtype != DType::kF32 && spec.dtype != DType::kBF16 && spec.dtype != DType::kF16) {
+    return InvalidArgument("checkpoint dtype must be fp32, bf16 or fp16");
+  }
+  const Preset& p = it->second;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return InvalidArgument("cannot create '" + dir + "': " + ec.message());
+
+  const std::vector<TensorSpec> specs = p.arch == "bert" ? EncoderTensors(p) : DecoderTensors(p);
+  // Group tensors into shards of about spec.shard_bytes.
+  std::vector<std::vector<const TensorSpec*>> shards(1);
+  double bytes = 0;
+  for (const TensorSpec& t : specs) {
+    const double tb = static_cast<double>(NumElements(t.shape) * DTypeSize(spec.dtype));
+    if (bytes > 0 && bytes + tb > spec.shard_bytes) {
+      shards.emplace_back();
+      bytes = 0;
+    }
+    shards.back().push_back(&t);
+    bytes += tb;
+  }
+  nlohmann::json weight_map = nlohmann::json::object();
+  double total = 0;
+  uint64_t tensor_index = 0;
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string file = shards.size() == 1 ? "model.safetensors"
+                                                : "model-" + std::string(5 - std::to_string(s + 1).size(), '0') +
+                                                      std::to_string(s + 1) + "-of-" +
+                                                      std::string(5 - std::to_string(shards.size()).size(), '0') +
+                                                      std::to_string(shards.size()) + ".safetensors";
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (const TensorSpec* t : shards[s]) {
+      const uint64_t seed = SplitMix(spec.seed * 7919 + (++tensor_index));
+      tensors.emplace_back(t->name, RandomTensor(t->shape, spec.dtype, seed, t->std_dev, t->mean));
+      weight_map[t->name] = file;
+      total += static_cast<double>(tensors.back().second.nbytes());
+    }
+    FERRY_RETURN_IF_ERROR(io::WriteSafetensors(dir + "/" + file, tensors, {{"format", "pt"}}));
+  }
+  if (shards.size() > 1) {
+    nlohmann::json index = {{"metadata", {{"total_size", static_cast<int64_t>(total)}}}, {"weight_map", weight_map}};
+    FERRY_RETURN_IF_ERROR(WriteStringToFile(dir + "/model.safetensors.index.json", index.dump(2)));
+  }
+  FERRY_RETURN_IF_ERROR(WriteStringToFile(dir + "/config.json", ConfigJson(p, spec.dtype).dump(2)));
+  return Status::Ok();
+}
+
+}  // namespace ferry::model

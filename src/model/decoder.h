@@ -1,0 +1,59 @@
+// Decoder-only transformers (LLaMA, Mistral, Qwen2): written once against backend::Backend.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "io/model_config.h"
+#include "model/weights.h"
+
+namespace ferry::model {
+
+// One ragged step: tokens of several sequences packed back to back.
+struct DecoderBatch {
+  std::vector<int32_t> token_ids;        // [T]
+  std::vector<int32_t> positions;        // [T] absolute position of each token
+  std::vector<int32_t> slots;            // [T] KV cache slot each token's K/V is written to
+  std::vector<backend::SeqSpan> spans;   // one per sequence
+  std::vector<int32_t> logit_rows;       // packed rows whose logits are wanted (often each span's last)
+};
+
+// Immutable after Load; Forward is thread-compatible (one caller at a time per KV cache).
+class DecoderModel {
+ public:
+  static Result<std::unique_ptr<DecoderModel>> Load(const io::ModelConfig& config, const WeightSource& weights,
+                                                    backend::Backend& backend);
+
+  // Runs the batch, writes K/V for every token into `kv` (one KvLayer per layer), and
+  // fills `logits` with [logit_rows.size(), vocab] f32 on the backend's device.
+  Status Forward(const DecoderBatch& batch, std::vector<backend::KvLayer>& kv, Tensor& logits);
+
+  const io::ModelConfig& config() const { return config_; }
+  backend::Backend& backend() const { return backend_; }
+  // Bytes of weights read by one decode step (for bandwidth accounting in benchmarks).
+  size_t weight_bytes() const { return weight_bytes_; }
+
+ private:
+  struct Layer {
+    Tensor attn_norm;  // f32 [H]
+    backend::LinearWeight qkv;       // [(nh + 2 nkv) hd, H]
+    backend::LinearWeight o;         // [H, nh hd]
+    Tensor mlp_norm;   // f32 [H]
+    backend::LinearWeight gate_up;   // [2 I, H]
+    backend::LinearWeight down;      // [H, I]
+  };
+
+  DecoderModel(io::ModelConfig config, backend::Backend& backend) : config_(std::move(config)), backend_(backend) {}
+
+  io::ModelConfig config_;
+  backend::Backend& backend_;
+  Tensor embed_;                  // [V, H]
+  std::vector<Layer> layers_;
+  Tensor final_norm_;             // f32 [H]
+  backend::LinearWeight lm_head_; // [V, H] (the embedding table when tied)
+  backend::RopeTable rope_;
+  size_t weight_bytes_ = 0;
+};
+
+}  // namespace ferry::model

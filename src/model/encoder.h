@@ -1,0 +1,59 @@
+// Encoder transformers (BERT family): post-LN blocks, pooler and sequence-classification
+// head, written once against backend::Backend.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "io/model_config.h"
+#include "model/weights.h"
+
+namespace ferry::model {
+
+// Several sequences packed back to back, no padding: spans[i].q_begin/q_len give rows.
+struct EncoderBatch {
+  std::vector<int32_t> token_ids;       // [T]
+  std::vector<int32_t> type_ids;        // [T] token_type_ids (0 when the model has none)
+  std::vector<int32_t> positions;       // [T] position within its sequence
+  std::vector<backend::SeqSpan> spans;  // one per sequence
+};
+
+struct EncoderOutput {
+  Tensor hidden;  // [T, H] last hidden state
+  Tensor pooled;  // [S, H] pooler output (tanh(dense(CLS))); undefined when the model has no pooler
+  Tensor logits;  // [S, num_labels]; undefined without a classification head
+};
+
+// Immutable after Load; Forward is thread-compatible.
+class EncoderModel {
+ public:
+  static Result<std::unique_ptr<EncoderModel>> Load(const io::ModelConfig& config, const WeightSource& weights,
+                                                    backend::Backend& backend);
+  Status Forward(const EncoderBatch& batch, EncoderOutput& out);
+
+  const io::ModelConfig& config() const { return config_; }
+  bool has_pooler() const { return pooler_.weight.defined(); }
+  bool has_classifier() const { return classifier_.weight.defined(); }
+
+ private:
+  struct Layer {
+    backend::LinearWeight qkv;  // [3H, H] + bias
+    backend::LinearWeight attn_out;
+    Tensor attn_ln_gamma, attn_ln_beta;
+    backend::LinearWeight inter;
+    backend::LinearWeight out;
+    Tensor out_ln_gamma, out_ln_beta;
+  };
+  EncoderModel(io::ModelConfig config, backend::Backend& backend) : config_(std::move(config)), backend_(backend) {}
+
+  io::ModelConfig config_;
+  backend::Backend& backend_;
+  Tensor word_, position_, token_type_;
+  Tensor emb_ln_gamma_, emb_ln_beta_;
+  std::vector<Layer> layers_;
+  backend::LinearWeight pooler_;
+  backend::LinearWeight classifier_;
+};
+
+}  // namespace ferry::model

@@ -1,0 +1,270 @@
+// The `ferry` binary end to end: the documented outputs, and bad input of every kind
+// answered with one clear error line and exit code 1, never a crash or a hang.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "io/safetensors.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Run {
+  int exit_code = -1;  // -1: killed by a signal
+  std::string out;
+  std::string err;
+};
+
+std::string Quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\'') q += "'\\''";
+    else q += c;
+  }
+  return q + "'";
+}
+
+Run RunFerry(const std::vector<std::string>& args) {
+  static int counter = 0;
+  const std::string err_path = "/tmp/ferry_cli_test_err_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
+  std::string cmd = "timeout 120 " + Quote(testing::FerryBinary());
+  for (const std::string& a : args) cmd += " " + Quote(a);
+  cmd += " 2>" + err_path;
+  Run r;
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(err_path);
+  r.err.assign(std::istreambuf_iterator<char>(e), {});
+  fs::remove(err_path);
+  return r;
+}
+
+// Bad input: exit code 1 (not a signal, not the timeout's 124) and exactly one error line.
+void ExpectCleanError(const Run& r, const std::string& fragment) {
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  ASSERT_FALSE(r.err.empty());
+  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(fragment), std::string::npos) << "expected '" << fragment << "' in: " << r.err;
+}
+
+// A writable copy of a fixture model in a fresh temporary directory.
+std::string CopyFixture(const std::string& name) {
+  std::string tmpl = "/tmp/ferry_cli_model_XXXXXX";
+  const std::string dir = mkdtemp(tmpl.data());
+  for (const auto& entry : fs::directory_iterator(testing::FixturePath("models/" + name))) {
+    fs::copy_file(entry.path(), dir + "/" + entry.path().filename().string());
+    fs::permissions(dir + "/" + entry.path().filename().string(), fs::perms::owner_read | fs::perms::owner_write);
+  }
+  return dir;
+}
+
+TEST(CliTest, GenerateGreedyPrintsFixtureText) {
+  const std::string model = testing::FixturePath("models/llama3-tiny");
+  std::ifstream in(model + "/reference.json");
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  const Run r = RunFerry({"generate", "--model", model, "--prompt", "Once upon a time", "--max-tokens", "24",
+                          "--temperature", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, ref["prompts"][0]["greedy_text"].get<std::string>() + "\n");
+}
+
+TEST(CliTest, GenerateJsonWithLogits) {
+  const std::string model = testing::FixturePath("models/llama-tiny");
+  const Run r = RunFerry({"generate", "--model", model, "--prompt", "Hello", "--max-tokens", "3", "--temperature",
+                          "0", "--json", "--dump-logits"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["prompt_token_ids"][0], 1);  // BOS from the tokenizer's post-processor
+  EXPECT_EQ(j["token_ids"].size(), 3u);
+  EXPECT_EQ(j["finish_reason"], "length");
+  EXPECT_EQ(j["first_logits"].size(), 32000u);
+  EXPECT_TRUE(j["text"].is_string());
+}
+
+TEST(CliTest, GeneratePromptIdsAreUsedExactly) {
+  const Run r = RunFerry({"generate", "--model", testing::FixturePath("models/qwen2-tiny"), "--prompt-ids",
+                          "5,17,300", "--max-tokens", "4", "--temperature", "0", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["prompt_token_ids"], nlohmann::json({5, 17, 300}));
+  EXPECT_EQ(j["token_ids"].size(), 4u);
+}
+
+TEST(CliTest, TokenizeWorksOnATokenizerOnlyFolder) {
+  const Run r = RunFerry({"tokenize", "--model", testing::FixturePath("tokenizers/gpt2"), "--text", "Hello world"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["ids"], nlohmann::json({15496, 995}));
+  const Run s = RunFerry({"tokenize", "--model", testing::FixturePath("tokenizers/bert"), "--text", "Hello", "--special"});
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  const nlohmann::json ids = nlohmann::json::parse(s.out)["ids"];
+  EXPECT_EQ(ids.front(), 101);
+  EXPECT_EQ(ids.back(), 102);
+}
+
+TEST(CliTest, ClassifyAndEmbed) {
+  const std::string model = testing::FixturePath("models/bert-tiny");
+  const Run c = RunFerry({"classify", "--model", model, "--text", "The movie was wonderful!"});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  const nlohmann::json j = nlohmann::json::parse(c.out);
+  EXPECT_EQ(j["logits"].size(), 3u);
+  EXPECT_EQ(j["scores"].size(), 3u);
+  EXPECT_TRUE(j["label"].get<std::string>().rfind("LABEL_", 0) == 0);
+  double sum = 0;
+  for (auto& [k, v] : j["scores"].items()) sum += v.get<double>();
+  EXPECT_NEAR(sum, 1.0, 1e-5);
+
+  const Run e = RunFerry({"embed", "--model", model, "--text", "hello there", "--pooling", "mean", "--normalize"});
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  const nlohmann::json emb = nlohmann::json::parse(e.out)["embedding"];
+  ASSERT_EQ(emb.size(), 64u);
+  double norm = 0;
+  for (const auto& v : emb) norm += v.get<double>() * v.get<double>();
+  EXPECT_NEAR(norm, 1.0, 1e-4);
+}
+
+TEST(CliBadInputTest, MissingModelDirectory) {
+  ExpectCleanError(RunFerry({"generate", "--model", "/nonexistent/model", "--prompt", "hi"}), "does not exist");
+}
+
+TEST(CliBadInputTest, MissingWeightsFile) {
+  const std::string dir = CopyFixture("qwen2-tiny");
+  fs::remove(dir + "/model.safetensors");
+  ExpectCleanError(RunFerry({"generate", "--model", dir, "--prompt-ids", "1,2"}), "safetensors");
+  fs::remove_all(dir);
+}
+
+TEST(CliBadInputTest, TruncatedWeights) {
+  const std::string dir = CopyFixture("qwen2-tiny");
+  fs::resize_file(dir + "/model.safetensors", fs::file_size(dir + "/model.safetensors") / 2);
+  ExpectCleanError(RunFerry({"generate", "--model", dir, "--prompt-ids", "1,2"}), "model.safetensors");
+  fs::remove_all(dir);
+}
+
+TEST(CliBadInputTest, CorruptSafetensorsHeader) {
+  const std::string dir = CopyFixture("qwen2-tiny");
+  {
+    std::fstream f(dir + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(8);
+    f.write("#garbage#", 9);
+  }
+  ExpectCleanError(RunFerry({"generate", "--model", dir, "--prompt-ids", "1,2"}), "model.safetensors");
+  fs::remove_all(dir);
+}
+
+TEST(CliBadInputTest, CorruptConfig) {
+  const std::string dir = CopyFixture("qwen2-tiny");
+  std::ofstream(dir + "/config.json") << "{\"model_type\": \"qwen2\", \"hidden_size\": ";
+  ExpectCleanError(RunFerry({"generate", "--model", dir, "--prompt-ids", "1,2"}), "config");
+  fs::remove_all(dir);
+}
+
+TEST(CliBadInputTest, UnsupportedArchitecture) {
+  const std::string dir = CopyFixture("qwen2-tiny");
+  std::ifstream in(dir + "/config.json");
+  nlohmann::json c = nlohmann::json::parse(in);
+  c["model_type"] = "gpt_neox";
+  std::ofstream(dir + "/config.json") << c.dump();
+  ExpectCleanError(RunFerry({"generate", "--model", dir, "--prompt-ids", "1,2"}), "gpt_neox");
+  fs::remove_all(dir);
+}
+
+TEST(CliBadInputTest, TensorWithWrongShape) {
+  const std::string dir = CopyFixture("bert-tiny");
+  std::ifstream in(dir + "/config.json");
+  nlohmann::json c = nlohmann::json::parse(in);
+  c["intermediate_size"] = 256;
+  std::ofstream(dir + "/config.json") << c.dump();
+  ExpectCleanError(RunFerry({"classify", "--model", dir, "--text", "hello"}), "expected shape");
+  fs::remove_all(dir);
+}
+
+TEST(CliBadInputTest, TensorWithWrongDtype) {
+  const std::string dir = CopyFixture("qwen2-tiny");
+  {
+    auto file = io::SafetensorsFile::Open(dir + "/model.safetensors");
+    ASSERT_TRUE(file.ok());
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (const std::string& name : (*file)->Names()) {
+      Tensor t = (*file)->Get(name).value().Clone();
+      if (name == "model.layers.0.mlp.up_proj.weight") {
+        Tensor i = Tensor::Empty(t.shape(), DType::kI32);
+        tensors.emplace_back(name, i);
+      } else {
+        tensors.emplace_back(name, t);
+      }
+    }
+    file->reset();
+    ASSERT_TRUE(io::WriteSafetensors(dir + "/model.safetensors", tensors).ok());
+  }
+  ExpectCleanError(RunFerry({"generate", "--model", dir, "--prompt-ids", "1,2"}), "dtype");
+  fs::remove_all(dir);
+}
+
+TEST(CliBadInputTest, InvalidUtf8Prompt) {
+  ExpectCleanError(RunFerry({"generate", "--model", testing::FixturePath("models/llama3-tiny"), "--prompt",
+                             "abc\xff\xfe"}),
+                   "UTF-8");
+}
+
+TEST(CliBadInputTest, EmptyPrompt) {
+  ExpectCleanError(RunFerry({"generate", "--model", testing::FixturePath("models/llama3-tiny"), "--prompt", ""}),
+                   "prompt");
+}
+
+TEST(CliBadInputTest, PromptIdsOutsideVocabulary) {
+  ExpectCleanError(RunFerry({"generate", "--model", testing::FixturePath("models/qwen2-tiny"), "--prompt-ids",
+                             "1,99999"}),
+                   "vocabulary");
+  ExpectCleanError(RunFerry({"generate", "--model", testing::FixturePath("models/qwen2-tiny"), "--prompt-ids",
+                             "1,x"}),
+                   "prompt-ids");
+}
+
+TEST(CliBadInputTest, TextPromptWithoutTokenizer) {
+  ExpectCleanError(RunFerry({"generate", "--model", testing::FixturePath("models/qwen2-tiny"), "--prompt", "hi"}),
+                   "tokenizer");
+}
+
+TEST(CliBadInputTest, WrongModelKindForCommand) {
+  ExpectCleanError(RunFerry({"classify", "--model", testing::FixturePath("models/llama3-tiny"), "--text", "hi"}),
+                   "not an encoder");
+  ExpectCleanError(RunFerry({"generate", "--model", testing::FixturePath("models/bert-tiny"), "--prompt", "hi"}),
+                   "not a decoder");
+}
+
+TEST(CliBadInputTest, UnknownCheckpointPreset) {
+  ExpectCleanError(RunFerry({"make-checkpoint", "--preset", "gpt-5", "-o", "/tmp/ferry_never_written"}),
+                   "unknown preset");
+}
+
+TEST(CliTest, MakeCheckpointRoundTrips) {
+  std::string tmpl = "/tmp/ferry_ckpt_XXXXXX";
+  const std::string dir = mkdtemp(tmpl.data());
+  const Run w = RunFerry({"make-checkpoint", "--arch", "llama", "--preset", "llama-test", "--dtype", "bf16", "-o", dir});
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  const Run g = RunFerry({"generate", "--model", dir, "--prompt-ids", "1,2,3", "--max-tokens", "5", "--temperature",
+                          "0", "--json"});
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_EQ(nlohmann::json::parse(g.out)["token_ids"].size(), 5u);
+  const Run b = RunFerry({"make-checkpoint", "--arch", "bert", "--preset", "bert-test", "--dtype", "fp32", "-o",
+                          dir + "/bert"});
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_TRUE(fs::exists(dir + "/bert/config.json"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,139 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <numeric>
+
+#include "core/allocator.h"
+#include "core/dtype.h"
+#include "core/mapped_file.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+namespace ferry {
+namespace {
+
+Result<int> Half(int x) {
+  if (x % 2) return InvalidArgument("odd");
+  return x / 2;
+}
+
+Result<int> Quarter(int x) {
+  FERRY_ASSIGN_OR_RETURN(int h, Half(x));
+  FERRY_ASSIGN_OR_RETURN(int q, Half(h));
+  return q;
+}
+
+TEST(StatusTest, ResultPropagatesErrorsAndValues) {
+  EXPECT_EQ(*Quarter(8), 2);
+  const Result<int> r = Quarter(6);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().ToString(), "INVALID_ARGUMENT: odd");
+  EXPECT_EQ(NotFound("x").WithContext("loading").message(), "loading: x");
+  EXPECT_TRUE(Status::Ok().WithContext("ctx").ok());
+}
+
+TEST(DTypeTest, Bf16AndF16RoundTripAndRound) {
+  for (float v : {0.0f, 1.0f, -2.5f, 3.140625f, 65504.0f, 1e-3f}) {
+    EXPECT_EQ(Bf16ToF32(F32ToBf16(Bf16ToF32(F32ToBf16(v)))), Bf16ToF32(F32ToBf16(v)));
+    EXPECT_NEAR(Bf16ToF32(F32ToBf16(v)), v, std::fabs(v) / 128);
+    EXPECT_NEAR(F16ToF32(F32ToF16(v)), v, std::fabs(v) / 1024);
+  }
+  // Round to nearest even: 1 + 2^-8 is halfway between two bf16 values; even is 1.0.
+  EXPECT_EQ(Bf16ToF32(F32ToBf16(1.0f + std::ldexp(1.0f, -8))), 1.0f);
+  EXPECT_TRUE(std::isnan(Bf16ToF32(F32ToBf16(NAN))));
+}
+
+TEST(DTypeTest, Fp8E4M3) {
+  EXPECT_EQ(F8E4M3ToF32(F32ToF8E4M3(1.0f)), 1.0f);
+  EXPECT_EQ(F8E4M3ToF32(F32ToF8E4M3(-0.5f)), -0.5f);
+  EXPECT_EQ(F8E4M3ToF32(F32ToF8E4M3(1000.0f)), 448.0f);  // saturates
+  EXPECT_EQ(F8E4M3ToF32(F32ToF8E4M3(0.1f)), 0.1015625f);
+  EXPECT_EQ(F8E4M3ToF32(1), std::ldexp(1.0f, -9));  // smallest subnormal
+}
+
+TEST(DTypeTest, BulkConversionsMatchScalar) {
+  std::vector<float> src(37);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = std::sin(static_cast<float>(i)) * 10;
+  for (DType d : {DType::kBF16, DType::kF16, DType::kF32}) {
+    std::vector<uint8_t> buf(src.size() * DTypeSize(d));
+    ConvertFromF32(d, src.data(), buf.data(), src.size());
+    std::vector<float> back(src.size());
+    ConvertToF32(d, buf.data(), back.data(), src.size());
+    for (size_t i = 0; i < src.size(); ++i) {
+      const float expect = d == DType::kBF16 ? Bf16ToF32(F32ToBf16(src[i]))
+                           : d == DType::kF16 ? F16ToF32(F32ToF16(src[i])) : src[i];
+      EXPECT_EQ(back[i], expect) << DTypeName(d) << " " << i;
+    }
+  }
+  EXPECT_FALSE(ParseDType("q4").ok());
+  EXPECT_EQ(*ParseDType("BF16"), DType::kBF16);
+}
+
+TEST(TensorTest, ShapesViewsAndClone) {
+  Tensor t = Tensor::Zeros({4, 3}, DType::kF32);
+  EXPECT_EQ(t.numel(), 12);
+  EXPECT_EQ(t.strides(), (Shape{3, 1}));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw()) % kAlignment, 0u);
+  std::iota(t.data<float>(), t.data<float>() + 12, 0.0f);
+  Tensor s = t.Slice(1, 3);
+  EXPECT_EQ(s.shape(), (Shape{2, 3}));
+  EXPECT_EQ(s.data<float>()[0], 3.0f);
+  Tensor c = s.Clone();
+  c.data<float>()[0] = 100;
+  EXPECT_EQ(t.data<float>()[3], 3.0f);
+  EXPECT_TRUE(t.Reshape({2, 6}).ok());
+  EXPECT_FALSE(t.Reshape({5, 2}).ok());
+  EXPECT_FALSE(Tensor().defined());
+}
+
+TEST(ArenaTest, ReusesMemoryAfterReset) {
+  Arena arena;
+  void* a = arena.Allocate(100);
+  arena.Allocate(3 << 20);  // forces a second block
+  arena.Reset();
+  const size_t cap = arena.capacity();
+  void* b = arena.Allocate(100);
+  arena.Allocate(3 << 20);
+  EXPECT_EQ(arena.capacity(), cap);  // no growth on the second round
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b) % kAlignment, 0u);
+  (void)a;
+}
+
+TEST(ThreadingTest, ParallelForCoversRangeOnce) {
+  SetComputeThreads(2);
+  std::vector<std::atomic<int>> hits(1000);
+  ParallelFor(1000, 7, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) hits[i]++;
+  });
+  for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+}
+
+TEST(ThreadingTest, ThreadPoolRunsAllTasksBeforeDestruction) {
+  std::atomic<int> done{0};
+  {
+    ThreadPool pool(3, "test");
+    for (int i = 0; i < 100; ++i) pool.Submit([&] { done++; });
+  }
+  EXPECT_EQ(done.load(), 100);
+}
+
+TEST(MappedFileTest, MapsAndReportsErrors) {
+  const std::string path = "/tmp/ferry_core_test_" + std::to_string(getpid());
+  ASSERT_TRUE(WriteStringToFile(path, "hello").ok());
+  auto f = MappedFile::Open(path);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ((*f)->view(), "hello");
+  EXPECT_EQ(*ReadFileToString(path), "hello");
+  std::remove(path.c_str());
+  EXPECT_EQ(MappedFile::Open("/nonexistent/x").status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(MappedFile::Open("/tmp").ok());
+}
+
+}  // namespace
+}  // namespace ferry

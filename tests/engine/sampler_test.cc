@@ -1,0 +1,135 @@
+// Sampler statistics with fixed seeds: the empirical distribution follows the processed
+// probabilities, and each processor restricts the support as specified.
+#include "engine/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace ferry::engine {
+namespace {
+
+const std::vector<float> kLogits = {2.0f, 1.0f, 0.5f, 0.0f, -1.0f, -3.0f};
+
+std::vector<double> Softmax(const std::vector<float>& l, float t) {
+  std::vector<double> p(l.size());
+  double sum = 0;
+  for (size_t i = 0; i < l.size(); ++i) sum += p[i] = std::exp(l[i] / t);
+  for (double& x : p) x /= sum;
+  return p;
+}
+
+std::map<int32_t, int> Histogram(const SamplingParams& params, int n, uint64_t seed,
+                                 const std::vector<int32_t>& history = {}) {
+  Sampler s(seed);
+  std::map<int32_t, int> h;
+  for (int i = 0; i < n; ++i) ++h[s.Sample(kLogits, params, history)];
+  return h;
+}
+
+TEST(SamplerTest, GreedyIsArgmax) {
+  Sampler s(1);
+  SamplingParams p;
+  p.temperature = 0;
+  EXPECT_EQ(s.Sample(kLogits, p, {}), 0);
+  EXPECT_EQ(Argmax(std::vector<float>{1, 3, 3, 2}), 1);  // ties go to the lowest id
+}
+
+TEST(SamplerTest, EmpiricalFrequenciesFollowSoftmax) {
+  for (float t : {0.7f, 1.0f, 1.5f}) {
+    SamplingParams p;
+    p.temperature = t;
+    const int n = 40000;
+    auto h = Histogram(p, n, 42);
+    const auto probs = Softmax(kLogits, t);
+    for (size_t i = 0; i < probs.size(); ++i) {
+      const double freq = static_cast<double>(h[static_cast<int32_t>(i)]) / n;
+      const double sigma = std::sqrt(probs[i] * (1 - probs[i]) / n);
+      EXPECT_NEAR(freq, probs[i], 5 * sigma + 1e-4) << "temperature " << t << " token " << i;
+    }
+  }
+}
+
+TEST(SamplerTest, TopKRestrictsSupportAndRenormalises) {
+  SamplingParams p;
+  p.top_k = 2;
+  const int n = 20000;
+  auto h = Histogram(p, n, 7);
+  EXPECT_EQ(h.size(), 2u);
+  const double expected = std::exp(2.0) / (std::exp(2.0) + std::exp(1.0));
+  EXPECT_NEAR(static_cast<double>(h[0]) / n, expected, 0.015);
+}
+
+TEST(SamplerTest, TopPKeepsSmallestPrefixReachingMass) {
+  const auto probs = Softmax(kLogits, 1.0f);
+  SamplingParams p;
+  p.top_p = static_cast<float>(probs[0] + probs[1] * 0.5);  // needs tokens 0 and 1
+  auto h = Histogram(p, 5000, 9);
+  EXPECT_EQ(h.size(), 2u);
+  EXPECT_TRUE(h.count(0) && h.count(1));
+  p.top_p = static_cast<float>(probs[0] * 0.9);  // token 0 alone suffices
+  h = Histogram(p, 1000, 9);
+  EXPECT_EQ(h.size(), 1u);
+}
+
+TEST(SamplerTest, MinPDropsUnlikelyTokens) {
+  const auto probs = Softmax(kLogits, 1.0f);
+  SamplingParams p;
+  p.min_p = static_cast<float>(probs[2] / probs[0] * 0.99);  // keeps 0, 1, 2
+  auto h = Histogram(p, 20000, 11);
+  std::set<int32_t> support;
+  for (auto& [id, c] : h) support.insert(id);
+  EXPECT_EQ(support, (std::set<int32_t>{0, 1, 2}));
+}
+
+TEST(SamplerTest, RepetitionPenaltyIsAppliedOncePerDistinctToken) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.repetition_penalty = 2.5f;  // 2.0 / 2.5 = 0.8 < 1.0: token 1 wins
+  Sampler s(3);
+  EXPECT_EQ(s.Sample(kLogits, p, std::vector<int32_t>{0, 0, 0}), 1);
+  p.repetition_penalty = 1.5f;  // 2.0 / 1.5 = 1.33 > 1.0 even though 0 repeats (penalised once)
+  EXPECT_EQ(s.Sample(kLogits, p, std::vector<int32_t>{0, 0, 0, 0}), 0);
+  // Negative logits are multiplied: token 4 (-1) becomes -1.5 and stays below token 3.
+  std::vector<float> l = {-1.0f, -1.2f};
+  p.repetition_penalty = 1.5f;
+  EXPECT_EQ(s.Sample(l, p, std::vector<int32_t>{0}), 1);
+}
+
+TEST(SamplerTest, SameSeedSameSequenceDifferentSeedDiffers) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  Sampler a(123), b(123), c(124);
+  std::vector<int32_t> sa, sb, sc;
+  for (int i = 0; i < 64; ++i) {
+    sa.push_back(a.Sample(kLogits, p, {}));
+    sb.push_back(b.Sample(kLogits, p, {}));
+    sc.push_back(c.Sample(kLogits, p, {}));
+  }
+  EXPECT_EQ(sa, sb);
+  EXPECT_NE(sa, sc);
+}
+
+TEST(SamplerTest, ValidateRejectsBadParameters) {
+  SamplingParams p;
+  p.temperature = -0.5f;
+  EXPECT_FALSE(p.Validate().ok());
+  p = {};
+  p.top_p = 0.0f;
+  EXPECT_FALSE(p.Validate().ok());
+  p = {};
+  p.top_k = -1;
+  EXPECT_FALSE(p.Validate().ok());
+  p = {};
+  p.min_p = 1.5f;
+  EXPECT_FALSE(p.Validate().ok());
+  p = {};
+  p.repetition_penalty = 0.0f;
+  EXPECT_FALSE(p.Validate().ok());
+  EXPECT_TRUE(SamplingParams{}.Validate().ok());
+}
+
+}  // namespace
+}  // namespace ferry::engine
