@@ -1,0 +1,451 @@
+#include "io/model_config.h"
+
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+#include "core/mapped_file.h"
+#include "io/json_error.h"
+
+namespace ferry::io {
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr const char* kSupported = "llama, mistral, qwen2, bert";
+
+// Typed, checked access to the fields of one JSON object. Absent and null fields read as
+// "not set", as transformers treats them; a field of the wrong type is an error naming
+// it, never a silent default.
+class Fields {
+ public:
+  // `prefix` names the enclosing object in messages, e.g. "rope_scaling.".
+  Fields(const json& obj, std::string prefix) : obj_(obj), prefix_(std::move(prefix)) {}
+
+  std::string Label(const std::string& key) const { return "'" + prefix_ + key + "'"; }
+
+  bool Has(const std::string& key) const { return Find(key) != nullptr; }
+
+  const json* Find(const std::string& key) const {
+    const auto it = obj_.find(key);
+    return it == obj_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  Result<std::optional<int64_t>> OptionalInt64(const std::string& key) const {
+    const json* v = Find(key);
+    if (v == nullptr) return std::optional<int64_t>();
+    if (v->is_number_integer()) {
+      if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return InvalidArgument("field " + Label(key) + " is out of range: " + v->dump());
+      }
+      return std::optional<int64_t>(v->get<int64_t>());
+    }
+    // Some exporters write integral values as floats (4096.0).
+    if (v->is_number_float()) {
+      const double d = v->get<double>();
+      if (std::isfinite(d) && std::trunc(d) == d && std::fabs(d) < 9.0e15) {
+        return std::optional<int64_t>(static_cast<int64_t>(d));
+      }
+    }
+    return InvalidArgument("field " + Label(key) + " must be an integer, got " + v->dump());
+  }
+
+  Result<std::optional<int>> OptionalInt(const std::string& key) const {
+    FERRY_ASSIGN_OR_RETURN(std::optional<int64_t> v, OptionalInt64(key));
+    if (!v) return std::optional<int>();
+    if (*v < std::numeric_limits<int>::min() || *v > std::numeric_limits<int>::max()) {
+      return InvalidArgument("field " + Label(key) + " is out of range: " + std::to_string(*v));
+    }
+    return std::optional<int>(static_cast<int>(*v));
+  }
+
+  Result<int> RequiredInt(const std::string& key) const {
+    FERRY_ASSIGN_OR_RETURN(std::optional<int> v, OptionalInt(key));
+    if (!v) return InvalidArgument("missing required field " + Label(key));
+    return *v;
+  }
+
+  Result<int> Int(const std::string& key, int default_value) const {
+    FERRY_ASSIGN_OR_RETURN(std::optional<int> v, OptionalInt(key));
+    return v.value_or(default_value);
+  }
+
+  Result<std::optional<double>> OptionalFloat(const std::string& key) const {
+    const json* v = Find(key);
+    if (v == nullptr) return std::optional<double>();
+    if (!v->is_number()) return InvalidArgument("field " + Label(key) + " must be a number, got " + v->dump());
+    return std::optional<double>(v->get<double>());
+  }
+
+  Result<float> RequiredFloat(const std::string& key) const {
+    FERRY_ASSIGN_OR_RETURN(std::optional<double> v, OptionalFloat(key));
+    if (!v) return InvalidArgument("missing required field " + Label(key));
+    return static_cast<float>(*v);
+  }
+
+  Result<float> Float(const std::string& key, float default_value) const {
+    FERRY_ASSIGN_OR_RETURN(std::optional<double> v, OptionalFloat(key));
+    return v ? static_cast<float>(*v) : default_value;
+  }
+
+  Result<bool> Bool(const std::string& key, bool default_value) const {
+    const json* v = Find(key);
+    if (v == nullptr) return default_value;
+    if (!v->is_boolean()) return InvalidArgument("field " + Label(key) + " must be true or false, got " + v->dump());
+    return v->get<bool>();
+  }
+
+  Result<std::optional<std::string>> OptionalString(const std::string& key) const {
+    const json* v = Find(key);
+    if (v == nullptr) return std::optional<std::string>();
+    if (!v->is_string()) return InvalidArgument("field " + Label(key) + " must be a string, got " + v->dump());
+    return std::optional<std::string>(v->get<std::string>());
+  }
+
+  // bos/eos ids are an int or a list of ints (Llama 3.1 lists several eos ids).
+  Result<std::optional<std::vector<int>>> OptionalTokenIds(const std::string& key) const {
+    const json* v = Find(key);
+    if (v == nullptr) return std::optional<std::vector<int>>();
+    std::vector<int> ids;
+    const auto add = [&](const json& id) -> Status {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > std::numeric_limits<int>::max()) {
+        return InvalidArgument("field " + Label(key) + " must hold non-negative token ids, got " + v->dump());
+      }
+      ids.push_back(static_cast<int>(id.get<int64_t>()));
+      return Status::Ok();
+    };
+    if (v->is_array()) {
+      for (const json& id : *v) FERRY_RETURN_IF_ERROR(add(id));
+    } else {
+      FERRY_RETURN_IF_ERROR(add(*v));
+    }
+    return std::optional<std::vector<int>>(std::move(ids));
+  }
+
+ private:
+  const json& obj_;
+  std::string prefix_;
+};
+
+Result<ModelFamily> FamilyOf(const std::string& model_type) {
+  if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2") return ModelFamily::kDecoder;
+  if (model_type == "bert") return ModelFamily::kEncoder;
+  // These load like BERT but offset position ids by padding_idx + 1; until the encoder
+  // handles that, running them would silently give wrong outputs.
+  if (model_type == "roberta" || model_type == "xlm-roberta" || model_type == "camembert") {
+    return Unimplemented("model type '" + model_type +
+                         "' is not implemented yet: RoBERTa-style encoders offset position ids by padding_idx + 1 "
+                         "(supported: " +
+                         kSupported + ")");
+  }
+  return InvalidArgument("unsupported architecture '" + model_type + "' (supported: " + kSupported + ")");
+}
+
+// One RoPE scaling object: "rope_scaling" (transformers 4) or "rope_parameters"
+// (transformers 5, which also carries rope_theta there).
+Status ParseRopeScaling(const json& obj, const std::string& field, RopeScaling* out) {
+  *out = RopeScaling();
+  if (obj.is_null()) return Status::Ok();
+  if (!obj.is_object()) return InvalidArgument("field '" + field + "' must be an object or null, got " + obj.dump());
+  const Fields f(obj, field + ".");
+  // Older configs spell the key "type"; transformers 5 always writes "rope_type".
+  FERRY_ASSIGN_OR_RETURN(std::optional<std::string> type, f.OptionalString("rope_type"));
+  if (!type) {
+    FERRY_ASSIGN_OR_RETURN(type, f.OptionalString("type"));
+  }
+  if (!type) {
+    // rope_parameters may hold only rope_theta; a rope_scaling object without a type
+    // would have its factor silently ignored, so that is an error.
+    if (field == "rope_parameters") return Status::Ok();
+    return InvalidArgument("field '" + field + "' has no 'rope_type' (or 'type')");
+  }
+  if (*type == "default") return Status::Ok();
+  if (*type == "linear") {
+    out->type = RopeScaling::Type::kLinear;
+    FERRY_ASSIGN_OR_RETURN(out->factor, f.RequiredFloat("factor"));
+  } else if (*type == "llama3") {
+    out->type = RopeScaling::Type::kLlama3;
+    FERRY_ASSIGN_OR_RETURN(out->factor, f.RequiredFloat("factor"));
+    FERRY_ASSIGN_OR_RETURN(out->low_freq_factor, f.RequiredFloat("low_freq_factor"));
+    FERRY_ASSIGN_OR_RETURN(out->high_freq_factor, f.RequiredFloat("high_freq_factor"));
+    FERRY_ASSIGN_OR_RETURN(out->original_max_position, f.RequiredInt("original_max_position_embeddings"));
+    if (out->low_freq_factor <= 0.0f || out->high_freq_factor <= out->low_freq_factor) {
+      return InvalidArgument(field + ": llama3 rope scaling needs 0 < low_freq_factor < high_freq_factor, got " +
+                             std::to_string(out->low_freq_factor) + " and " + std::to_string(out->high_freq_factor));
+    }
+    if (out->original_max_position <= 0) {
+      return InvalidArgument(field + ": 'original_max_position_embeddings' must be positive");
+    }
+  } else {
+    return Unimplemented("rope scaling type '" + *type + "' in '" + field +
+                         "' is not supported (supported: default, linear, llama3)");
+  }
+  if (!(out->factor > 0.0f)) {
+    return InvalidArgument(field + ": 'factor' must be positive, got " + std::to_string(out->factor));
+  }
+  return Status::Ok();
+}
+
+Status ParseRope(const Fields& f, ModelConfig* c) {
+  FERRY_ASSIGN_OR_RETURN(c->rope_theta, f.Float("rope_theta", 10000.0f));
+  // Transformers 5 moves rope_theta and the scaling into rope_parameters and may leave a
+  // stale rope_scaling beside it; rope_parameters wins.
+  if (const json* params = f.Find("rope_parameters")) {
+    FERRY_RETURN_IF_ERROR(ParseRopeScaling(*params, "rope_parameters", &c->rope_scaling));
+    if (params->is_object()) {
+      FERRY_ASSIGN_OR_RETURN(c->rope_theta, Fields(*params, "rope_parameters.").Float("rope_theta", c->rope_theta));
+    }
+  } else if (const json* scaling = f.Find("rope_scaling")) {
+    FERRY_RETURN_IF_ERROR(ParseRopeScaling(*scaling, "rope_scaling", &c->rope_scaling));
+  }
+  if (!(c->rope_theta > 0.0f)) {
+    return InvalidArgument("'rope_theta' must be positive, got " + std::to_string(c->rope_theta));
+  }
+  return Status::Ok();
+}
+
+Status ParseLabels(const Fields& f, ModelConfig* c) {
+  if (const json* labels = f.Find("id2label")) {
+    if (!labels->is_object()) return InvalidArgument("field 'id2label' must be an object, got " + labels->dump());
+    for (const auto& [key, value] : labels->items()) {
+      int id = -1;
+      const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+      if (ec != std::errc() || end != key.data() + key.size() || id < 0) {
+        return InvalidArgument("field 'id2label' has key '" + key + "', expected a non-negative integer");
+      }
+      if (!value.is_string()) {
+        return InvalidArgument("field 'id2label' maps " + key + " to " + value.dump() + ", expected a string");
+      }
+      c->id2label[id] = value.get<std::string>();
+    }
+    // The classifier's outputs are indexed by id, so the ids must be exactly 0..n-1.
+    if (!c->id2label.empty() && c->id2label.rbegin()->first != static_cast<int>(c->id2label.size()) - 1) {
+      return InvalidArgument("field 'id2label' ids must be 0.." + std::to_string(c->id2label.size() - 1) +
+                             ", got up to " + std::to_string(c->id2label.rbegin()->first));
+    }
+  } else {
+    FERRY_ASSIGN_OR_RETURN(std::optional<int> num_labels, f.OptionalInt("num_labels"));
+    // Transformers omits id2label from config.json when it equals its default of two
+    // labels, so a classifier without either field has two.
+    if (!num_labels && c->architecture.ends_with("ForSequenceClassification")) num_labels = 2;
+    if (num_labels && *num_labels < 0) return InvalidArgument("field 'num_labels' must not be negative");
+    for (int i = 0; num_labels && i < *num_labels; ++i) c->id2label[i] = "LABEL_" + std::to_string(i);
+  }
+  c->num_labels = static_cast<int>(c->id2label.size());
+  return Status::Ok();
+}
+
+Status ParseTokenIds(const Fields& f, ModelConfig* c) {
+  FERRY_ASSIGN_OR_RETURN(auto bos, f.OptionalTokenIds("bos_token_id"));
+  FERRY_ASSIGN_OR_RETURN(auto eos, f.OptionalTokenIds("eos_token_id"));
+  if (bos) c->bos_token_ids = std::move(*bos);
+  if (eos) c->eos_token_ids = std::move(*eos);
+  // Some configs write -1 for "no pad token".
+  FERRY_ASSIGN_OR_RETURN(std::optional<int> pad, f.OptionalInt("pad_token_id"));
+  if (pad && *pad >= 0) c->pad_token_id = pad;
+  return Status::Ok();
+}
+
+Status ParseDecoder(const Fields& f, const json& root, ModelConfig* c) {
+  const std::string& type = c->model_type;
+  // Defaults are those of the transformers config classes, which fill absent fields.
+  const int default_max_positions = type == "llama" ? 2048 : type == "mistral" ? 4096 * 32 : 32768;
+  FERRY_ASSIGN_OR_RETURN(c->max_position_embeddings, f.Int("max_position_embeddings", default_max_positions));
+  FERRY_ASSIGN_OR_RETURN(c->rms_norm_eps, f.Float("rms_norm_eps", 1e-6f));
+  FERRY_ASSIGN_OR_RETURN(c->tie_word_embeddings, f.Bool("tie_word_embeddings", false));
+  FERRY_ASSIGN_OR_RETURN(std::optional<std::string> act, f.OptionalString("hidden_act"));
+  c->hidden_act = act.value_or("silu");
+  FERRY_RETURN_IF_ERROR(ParseRope(f, c));
+
+  if (type == "llama") {
+    FERRY_ASSIGN_OR_RETURN(c->attention_bias, f.Bool("attention_bias", false));
+    FERRY_ASSIGN_OR_RETURN(c->mlp_bias, f.Bool("mlp_bias", false));
+  } else if (type == "qwen2") {
+    // Qwen2 has q/k/v biases unconditionally; its config has no field for them.
+    c->attention_bias = true;
+    FERRY_ASSIGN_OR_RETURN(bool use_sliding_window, f.Bool("use_sliding_window", false));
+    // Qwen2 configs carry a sliding_window value even when it is switched off.
+    if (use_sliding_window) {
+      FERRY_ASSIGN_OR_RETURN(c->sliding_window, f.OptionalInt("sliding_window"));
+    }
+  } else if (type == "mistral") {
+    // Mistral v0.1 uses a 4096 window (the config class default when absent); v0.2+
+    // writes null to switch it off.
+    const auto it = root.find("sliding_window");
+    if (it == root.end()) {
+      c->sliding_window = 4096;
+    } else {
+      FERRY_ASSIGN_OR_RETURN(c->sliding_window, f.OptionalInt("sliding_window"));
+    }
+  }
+  if (c->sliding_window && *c->sliding_window <= 0) {
+    return InvalidArgument("field 'sliding_window' must be positive or null, got " +
+                           std::to_string(*c->sliding_window));
+  }
+  if (!(c->rms_norm_eps > 0.0f)) return InvalidArgument("field 'rms_norm_eps' must be positive");
+  if (c->head_dim % 2 != 0) {
+    return InvalidArgument("head_dim " + std::to_string(c->head_dim) + " must be even for rotary embeddings");
+  }
+  return Status::Ok();
+}
+
+Status ParseEncoder(const Fields& f, ModelConfig* c) {
+  FERRY_ASSIGN_OR_RETURN(c->max_position_embeddings, f.Int("max_position_embeddings", 512));
+  FERRY_ASSIGN_OR_RETURN(c->layer_norm_eps, f.Float("layer_norm_eps", 1e-12f));
+  FERRY_ASSIGN_OR_RETURN(c->type_vocab_size, f.Int("type_vocab_size", 2));
+  FERRY_ASSIGN_OR_RETURN(std::optional<std::string> act, f.OptionalString("hidden_act"));
+  c->hidden_act = act.value_or("gelu");
+  // BERT's input embeddings are tied to its (unused here) MLM head by default.
+  FERRY_ASSIGN_OR_RETURN(c->tie_word_embeddings, f.Bool("tie_word_embeddings", true));
+  // BERT has biases on every projection.
+  c->attention_bias = true;
+  c->mlp_bias = true;
+  FERRY_ASSIGN_OR_RETURN(std::optional<std::string> position_type, f.OptionalString("position_embedding_type"));
+  if (position_type && *position_type != "absolute") {
+    return Unimplemented("bert position_embedding_type '" + *position_type +
+                         "' is not supported (supported: absolute)");
+  }
+  if (c->type_vocab_size <= 0) return InvalidArgument("field 'type_vocab_size' must be positive");
+  if (!(c->layer_norm_eps > 0.0f)) return InvalidArgument("field 'layer_norm_eps' must be positive");
+  return Status::Ok();
+}
+
+Status ParseSizes(const Fields& f, ModelConfig* c) {
+  FERRY_ASSIGN_OR_RETURN(c->vocab_size, f.RequiredInt("vocab_size"));
+  FERRY_ASSIGN_OR_RETURN(c->hidden_size, f.RequiredInt("hidden_size"));
+  FERRY_ASSIGN_OR_RETURN(c->intermediate_size, f.RequiredInt("intermediate_size"));
+  FERRY_ASSIGN_OR_RETURN(c->num_layers, f.RequiredInt("num_hidden_layers"));
+  FERRY_ASSIGN_OR_RETURN(c->num_heads, f.RequiredInt("num_attention_heads"));
+  const struct {
+    const char* name;
+    int value;
+  } sizes[] = {{"vocab_size", c->vocab_size},
+               {"hidden_size", c->hidden_size},
+               {"intermediate_size", c->intermediate_size},
+               {"num_hidden_layers", c->num_layers},
+               {"num_attention_heads", c->num_heads}};
+  for (const auto& s : sizes) {
+    if (s.value <= 0) {
+      return InvalidArgument("field '" + std::string(s.name) + "' must be positive, got " + std::to_string(s.value));
+    }
+  }
+
+  // BERT has neither field; its attention is plain multi-head.
+  if (c->family == ModelFamily::kDecoder) {
+    FERRY_ASSIGN_OR_RETURN(c->num_kv_heads, f.Int("num_key_value_heads", c->num_heads));
+    FERRY_ASSIGN_OR_RETURN(std::optional<int> head_dim, f.OptionalInt("head_dim"));
+    if (head_dim) c->head_dim = *head_dim;
+  } else {
+    c->num_kv_heads = c->num_heads;
+  }
+  // An explicit head_dim need not equal hidden/heads (Mistral-Nemo: 5120 / 32 heads, head_dim 128).
+  if (c->head_dim == 0) {
+    if (c->hidden_size % c->num_heads != 0) {
+      return InvalidArgument("'hidden_size' (" + std::to_string(c->hidden_size) +
+                             ") must be divisible by 'num_attention_heads' (" + std::to_string(c->num_heads) + ")");
+    }
+    c->head_dim = c->hidden_size / c->num_heads;
+  }
+  if (c->head_dim <= 0) return InvalidArgument("field 'head_dim' must be positive, got " + std::to_string(c->head_dim));
+  if (c->num_kv_heads <= 0) {
+    return InvalidArgument("field 'num_key_value_heads' must be positive, got " + std::to_string(c->num_kv_heads));
+  }
+  if (c->num_heads % c->num_kv_heads != 0) {
+    return InvalidArgument("'num_attention_heads' (" + std::to_string(c->num_heads) +
+                           ") must be divisible by 'num_key_value_heads' (" + std::to_string(c->num_kv_heads) + ")");
+  }
+  return Status::Ok();
+}
+
+Result<ModelConfig> ParseRoot(const json& root) {
+  const Fields f(root, "");
+  ModelConfig c;
+  FERRY_ASSIGN_OR_RETURN(std::optional<std::string> model_type, f.OptionalString("model_type"));
+  if (!model_type) return InvalidArgument("missing required field 'model_type'");
+  c.model_type = *model_type;
+  FERRY_ASSIGN_OR_RETURN(c.family, FamilyOf(c.model_type));
+
+  if (const json* archs = f.Find("architectures")) {
+    if (!archs->is_array() || (!archs->empty() && !(*archs)[0].is_string())) {
+      return InvalidArgument("field 'architectures' must be a list of strings, got " + archs->dump());
+    }
+    if (!archs->empty()) c.architecture = (*archs)[0].get<std::string>();
+  }
+
+  FERRY_RETURN_IF_ERROR(ParseSizes(f, &c));
+  if (c.family == ModelFamily::kDecoder) {
+    FERRY_RETURN_IF_ERROR(ParseDecoder(f, root, &c));
+  } else {
+    FERRY_RETURN_IF_ERROR(ParseEncoder(f, &c));
+  }
+  if (c.max_position_embeddings <= 0) return InvalidArgument("field 'max_position_embeddings' must be positive");
+  FERRY_RETURN_IF_ERROR(ParseTokenIds(f, &c));
+  FERRY_RETURN_IF_ERROR(ParseLabels(f, &c));
+
+  // Transformers 5 renamed torch_dtype to dtype.
+  FERRY_ASSIGN_OR_RETURN(std::optional<std::string> dtype, f.OptionalString("dtype"));
+  if (!dtype) {
+    FERRY_ASSIGN_OR_RETURN(dtype, f.OptionalString("torch_dtype"));
+  }
+  c.torch_dtype = dtype.value_or("");
+  return c;
+}
+
+Result<json> ParseJsonObject(const std::string& text, const std::string& what) {
+  json root;
+  try {
+    root = json::parse(text);
+  } catch (const json::parse_error& e) {
+    return InvalidArgument(what + " is not valid JSON (" + JsonErrorText(e.what()) + ")");
+  }
+  if (!root.is_object()) return InvalidArgument(what + " is not a JSON object");
+  return root;
+}
+
+}  // namespace
+
+Result<ModelConfig> ParseModelConfig(const std::string& json_text) {
+  FERRY_ASSIGN_OR_RETURN(json root, ParseJsonObject(json_text, "model config"));
+  // Every access above is type-checked first; this only keeps a missed case from
+  // escaping as an exception.
+  try {
+    return ParseRoot(root);
+  } catch (const json::exception& e) {
+    return InvalidArgument(std::string("model config: ") + e.what());
+  }
+}
+
+Result<ModelConfig> LoadModelConfig(const std::string& model_dir) {
+  const std::filesystem::path dir(model_dir);
+  const std::string config_path = (dir / "config.json").string();
+  FERRY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(config_path));
+  Result<ModelConfig> config = ParseModelConfig(text);
+  if (!config.ok()) return config.status().WithContext("'" + config_path + "'");
+
+  // generate() stops on generation_config.json's eos ids (Llama 3 instruct lists more
+  // there than in config.json), so they take precedence.
+  const std::string gen_path = (dir / "generation_config.json").string();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(gen_path, ec)) return config;
+  FERRY_ASSIGN_OR_RETURN(std::string gen_text, ReadFileToString(gen_path));
+  Result<json> gen = ParseJsonObject(gen_text, "'" + gen_path + "'");
+  if (!gen.ok()) return gen.status();
+  try {
+    const Fields f(*gen, "");
+    Result<std::optional<std::vector<int>>> eos = f.OptionalTokenIds("eos_token_id");
+    Result<std::optional<std::vector<int>>> bos = f.OptionalTokenIds("bos_token_id");
+    if (!eos.ok()) return eos.status().WithContext("'" + gen_path + "'");
+    if (!bos.ok()) return bos.status().WithContext("'" + gen_path + "'");
+    if (*eos) config->eos_token_ids = std::move(**eos);
+    if (*bos && config->bos_token_ids.empty()) config->bos_token_ids = std::move(**bos);
+  } catch (const json::exception& e) {
+    return InvalidArgument("'" + gen_path + "': " + e.what());
+  }
+  return config;
+}
+
+}  // namespace ferry::io
