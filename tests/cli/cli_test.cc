@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "io/safetensors.h"
 #include "test_util.h"
@@ -17,7 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Run {
+struct RunResult {
   int exit_code = -1;  // -1: killed by a signal
   std::string out;
   std::string err;
@@ -32,13 +33,19 @@ std::string Quote(const std::string& s) {
   return q + "'";
 }
 
-Run RunFerry(const std::vector<std::string>& args) {
+RunResult RunFerry(const std::vector<std::string>& args) {
   static int counter = 0;
-  const std::string err_path = "/tmp/ferry_cli_test_err_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
+  // Built with a stream: GCC 12's -Wrestrict misfires on chained string concatenation here.
+  std::ostringstream err_name;
+  err_name << "/tmp/ferry_cli_test_err_" << getpid() << "_" << counter++;
+  const std::string err_path = err_name.str();
   std::string cmd = "timeout 120 " + Quote(testing::FerryBinary());
-  for (const std::string& a : args) cmd += " " + Quote(a);
+  for (const std::string& a : args) {
+    cmd += ' ';
+    cmd += Quote(a);
+  }
   cmd += " 2>" + err_path;
-  Run r;
+  RunResult r;
   FILE* p = popen(cmd.c_str(), "r");
   std::array<char, 4096> buf{};
   size_t n;
@@ -52,7 +59,7 @@ Run RunFerry(const std::vector<std::string>& args) {
 }
 
 // Bad input: exit code 1 (not a signal, not the timeout's 124) and exactly one error line.
-void ExpectCleanError(const Run& r, const std::string& fragment) {
+void ExpectCleanError(const RunResult& r, const std::string& fragment) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
   ASSERT_FALSE(r.err.empty());
   EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
@@ -75,7 +82,7 @@ TEST(CliTest, GenerateGreedyPrintsFixtureText) {
   const std::string model = testing::FixturePath("models/llama3-tiny");
   std::ifstream in(model + "/reference.json");
   const nlohmann::json ref = nlohmann::json::parse(in);
-  const Run r = RunFerry({"generate", "--model", model, "--prompt", "Once upon a time", "--max-tokens", "24",
+  const RunResult r = RunFerry({"generate", "--model", model, "--prompt", "Once upon a time", "--max-tokens", "24",
                           "--temperature", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, ref["prompts"][0]["greedy_text"].get<std::string>() + "\n");
@@ -83,7 +90,7 @@ TEST(CliTest, GenerateGreedyPrintsFixtureText) {
 
 TEST(CliTest, GenerateJsonWithLogits) {
   const std::string model = testing::FixturePath("models/llama-tiny");
-  const Run r = RunFerry({"generate", "--model", model, "--prompt", "Hello", "--max-tokens", "3", "--temperature",
+  const RunResult r = RunFerry({"generate", "--model", model, "--prompt", "Hello", "--max-tokens", "3", "--temperature",
                           "0", "--json", "--dump-logits"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
@@ -95,7 +102,7 @@ TEST(CliTest, GenerateJsonWithLogits) {
 }
 
 TEST(CliTest, GeneratePromptIdsAreUsedExactly) {
-  const Run r = RunFerry({"generate", "--model", testing::FixturePath("models/qwen2-tiny"), "--prompt-ids",
+  const RunResult r = RunFerry({"generate", "--model", testing::FixturePath("models/qwen2-tiny"), "--prompt-ids",
                           "5,17,300", "--max-tokens", "4", "--temperature", "0", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
@@ -104,10 +111,10 @@ TEST(CliTest, GeneratePromptIdsAreUsedExactly) {
 }
 
 TEST(CliTest, TokenizeWorksOnATokenizerOnlyFolder) {
-  const Run r = RunFerry({"tokenize", "--model", testing::FixturePath("tokenizers/gpt2"), "--text", "Hello world"});
+  const RunResult r = RunFerry({"tokenize", "--model", testing::FixturePath("tokenizers/gpt2"), "--text", "Hello world"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["ids"], nlohmann::json({15496, 995}));
-  const Run s = RunFerry({"tokenize", "--model", testing::FixturePath("tokenizers/bert"), "--text", "Hello", "--special"});
+  const RunResult s = RunFerry({"tokenize", "--model", testing::FixturePath("tokenizers/bert"), "--text", "Hello", "--special"});
   ASSERT_EQ(s.exit_code, 0) << s.err;
   const nlohmann::json ids = nlohmann::json::parse(s.out)["ids"];
   EXPECT_EQ(ids.front(), 101);
@@ -116,7 +123,7 @@ TEST(CliTest, TokenizeWorksOnATokenizerOnlyFolder) {
 
 TEST(CliTest, ClassifyAndEmbed) {
   const std::string model = testing::FixturePath("models/bert-tiny");
-  const Run c = RunFerry({"classify", "--model", model, "--text", "The movie was wonderful!"});
+  const RunResult c = RunFerry({"classify", "--model", model, "--text", "The movie was wonderful!"});
   ASSERT_EQ(c.exit_code, 0) << c.err;
   const nlohmann::json j = nlohmann::json::parse(c.out);
   EXPECT_EQ(j["logits"].size(), 3u);
@@ -126,7 +133,7 @@ TEST(CliTest, ClassifyAndEmbed) {
   for (auto& [k, v] : j["scores"].items()) sum += v.get<double>();
   EXPECT_NEAR(sum, 1.0, 1e-5);
 
-  const Run e = RunFerry({"embed", "--model", model, "--text", "hello there", "--pooling", "mean", "--normalize"});
+  const RunResult e = RunFerry({"embed", "--model", model, "--text", "hello there", "--pooling", "mean", "--normalize"});
   ASSERT_EQ(e.exit_code, 0) << e.err;
   const nlohmann::json emb = nlohmann::json::parse(e.out)["embedding"];
   ASSERT_EQ(emb.size(), 64u);
@@ -253,13 +260,13 @@ TEST(CliBadInputTest, UnknownCheckpointPreset) {
 TEST(CliTest, MakeCheckpointRoundTrips) {
   std::string tmpl = "/tmp/ferry_ckpt_XXXXXX";
   const std::string dir = mkdtemp(tmpl.data());
-  const Run w = RunFerry({"make-checkpoint", "--arch", "llama", "--preset", "llama-test", "--dtype", "bf16", "-o", dir});
+  const RunResult w = RunFerry({"make-checkpoint", "--arch", "llama", "--preset", "llama-test", "--dtype", "bf16", "-o", dir});
   ASSERT_EQ(w.exit_code, 0) << w.err;
-  const Run g = RunFerry({"generate", "--model", dir, "--prompt-ids", "1,2,3", "--max-tokens", "5", "--temperature",
+  const RunResult g = RunFerry({"generate", "--model", dir, "--prompt-ids", "1,2,3", "--max-tokens", "5", "--temperature",
                           "0", "--json"});
   ASSERT_EQ(g.exit_code, 0) << g.err;
   EXPECT_EQ(nlohmann::json::parse(g.out)["token_ids"].size(), 5u);
-  const Run b = RunFerry({"make-checkpoint", "--arch", "bert", "--preset", "bert-test", "--dtype", "fp32", "-o",
+  const RunResult b = RunFerry({"make-checkpoint", "--arch", "bert", "--preset", "bert-test", "--dtype", "fp32", "-o",
                           dir + "/bert"});
   ASSERT_EQ(b.exit_code, 0) << b.err;
   EXPECT_TRUE(fs::exists(dir + "/bert/config.json"));

@@ -1,0 +1,59 @@
+// The CPU implementation of the backend op set: ferry's AVX2 kernels (GEMV/GEMM over packed
+// weight panels, attention, norms, RoPE, activations) on the OpenMP compute threads.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "kernels/cpu/linear.h"
+
+namespace ferry::backend {
+
+struct CpuBackendOptions {
+  kernels::cpu::LinearConfig linear;
+};
+
+// Thread-compatible: ops on distinct tensors may run from different threads, each op uses
+// the shared compute threads (ferry::SetComputeThreads) internally.
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(CpuBackendOptions options = CpuBackendOptions()) : options_(options) {}
+
+  Device device() const override { return Device::Cpu(); }
+  std::string Name() const override { return "cpu"; }
+  Tensor Allocate(const Shape& shape, DType dtype) override { return Tensor::Empty(shape, dtype); }
+
+  // Packs the weight into column panels (same dtype, same size) for the GEMV/GEMM kernels.
+  Status PrepareLinear(LinearWeight& w) override;
+  Status Linear(const Tensor& x, const LinearWeight& w, Tensor& y) override;
+
+  Status Embedding(const Tensor& table, const int32_t* ids, int64_t n, Tensor& out) override;
+  Status RmsNorm(const Tensor& x, const Tensor& gamma, float eps, Tensor& out) override;
+  Status AddRmsNorm(Tensor& residual, const Tensor& delta, const Tensor& gamma, float eps, Tensor& out) override;
+  Status LayerNorm(const Tensor& x, const Tensor& delta, const Tensor& gamma, const Tensor& beta, float eps,
+                   Tensor& out) override;
+  Status Rope(Tensor& q, Tensor& k, int num_heads, int num_kv_heads, const int32_t* positions,
+              const RopeTable& table) override;
+  Status SiluMul(const Tensor& gate_up, Tensor& out) override;
+  Status Gelu(Tensor& x) override;
+  Status Tanh(Tensor& x) override;
+  Status Add(Tensor& x, const Tensor& y) override;
+
+  Status WriteKv(const Tensor& k, const Tensor& v, const int32_t* slots, KvLayer& layer) override;
+  Status PagedAttention(const Tensor& q, const KvLayer& layer, const std::vector<SeqSpan>& spans,
+                        const AttentionParams& params, Tensor& out) override;
+  Status DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
+                        const AttentionParams& params, Tensor& out) override;
+
+  Result<Tensor> ToHost(const Tensor& t) override;
+  Status Synchronize() override { return Status::Ok(); }
+
+ private:
+  CpuBackendOptions options_;
+};
+
+std::unique_ptr<Backend> MakeCpuBackend(CpuBackendOptions options);
+
+}  // namespace ferry::backend

@@ -1,0 +1,519 @@
+#include "kernels/cpu/attention.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cpu/gemm_microkernel.h"
+#include "kernels/cpu/kv_write.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/tensor_checks.h"
+#include "kernels/cpu/vec_math.h"
+
+namespace ferry::kernels::cpu {
+namespace {
+
+using backend::AttentionParams;
+using backend::SeqSpan;
+
+constexpr int kKeyChunk = 64;    // keys per online-softmax step (S tile = rows x 64)
+// Query rows (tokens x heads of a group) per work item: a multiple of the 6-row register
+// tile for the common group sizes (1, 2, 3, 4, 8 ...), large enough to amortize the key
+// transposes, small enough to leave many items for the threads.
+constexpr int kTargetRows = 96;
+// Up to this many rows, scores are plain dot products (no key transpose); decode lives here.
+constexpr int kDotRows = 8;
+
+int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// A run of keys of one KV head: `count` tokens, rows `stride` elements apart.
+template <typename KT>
+struct KeyRun {
+  const KT* k;
+  const KT* v;
+  int64_t k_stride;
+  int64_t v_stride;
+  int count;
+};
+
+// Keys of a span in the paged cache: chunks never cross a block.
+template <typename KT>
+struct PagedKeys {
+  const KT* k;
+  const KT* v;
+  int64_t kv_heads;
+  int64_t block_tokens;
+  int64_t head_dim;
+
+  // Whether every run starts at a multiple of `m` keys into a chunk.
+  bool RunsAligned(int m) const { return block_tokens % m == 0; }
+
+  KeyRun<KT> Get(const SeqSpan& s, int64_t h, int64_t j0, int64_t end) const {
+    const int64_t block = j0 / block_tokens;
+    const int64_t offset = j0 % block_tokens;
+    const int64_t count = std::min<int64_t>({block_tokens - offset, kKeyChunk, end - j0});
+    const int64_t base = ((static_cast<int64_t>(s.block_table[block]) * kv_heads + h) * block_tokens + offset) *
+                         head_dim;
+    return {k + base, v + base, head_dim, head_dim, static_cast<int>(count)};
+  }
+};
+
+// Keys of a span packed as rows [q_begin, q_begin + q_len) of k/v.
+struct DenseKeys {
+  const float* k;
+  const float* v;
+  int64_t ldk;
+  int64_t ldv;
+  int64_t head_dim;
+
+  bool RunsAligned(int) const { return true; }  // one run per chunk
+
+  KeyRun<float> Get(const SeqSpan& s, int64_t h, int64_t j0, int64_t end) const {
+    const int64_t row = s.q_begin + j0;
+    const int count = static_cast<int>(std::min<int64_t>(kKeyChunk, end - j0));
+    return {k + row * ldk + h * head_dim, v + row * ldv + h * head_dim, ldk, ldv, count};
+  }
+};
+
+struct WorkItem {
+  int32_t span;
+  int32_t kv_head;
+  int32_t t_begin;  // query rows [t_begin, t_end) of the span
+  int32_t t_end;
+  int64_t cost;
+};
+
+struct Geometry {
+  int num_heads;
+  int kv_heads;
+  int group;
+  int head_dim;
+  int64_t head_dim_pad;  // O and padded V rows: a multiple of 16 for the micro-kernel
+  float scale;
+  bool causal;
+};
+
+// Per-thread scratch, grown to the high-water mark and then reused.
+struct Scratch {
+  std::vector<float> q, o, s, kt, v, m, l;
+  std::vector<int64_t> limit;
+};
+
+template <typename T>
+void Grow(std::vector<T>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
+
+// 8x8 transpose of f32 registers (rows r[0..7] -> columns).
+inline void Transpose8x8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+// Transposes a run of keys into columns [first, first + count) of 16-key micro-panels:
+// kt[p][d][c] holds key p*16 + c, so S = Q·K^T is a plain micro-kernel call. `first` is a
+// multiple of 8 whenever head_dim is (see RunsAligned).
+template <typename KT>
+void TransposeKeys(const KeyRun<KT>& run, int head_dim, int first, float* kt) {
+  auto column = [&](int j) {
+    const int c = first + j;
+    return kt + static_cast<int64_t>(c / kPanelCols) * head_dim * kPanelCols + c % kPanelCols;
+  };
+  int j0 = 0;
+  if (head_dim % 8 == 0 && first % 8 == 0) {
+    for (; j0 + 8 <= run.count; j0 += 8) {
+      float* dst = column(j0);
+      for (int d0 = 0; d0 < head_dim; d0 += 8) {
+        __m256 r[8];
+        for (int i = 0; i < 8; ++i) r[i] = Load8(run.k + static_cast<int64_t>(j0 + i) * run.k_stride + d0);
+        Transpose8x8(r);
+        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + (d0 + i) * kPanelCols, r[i]);
+      }
+    }
+  }
+  for (int j = j0; j < run.count; ++j) {
+    float* dst = column(j);
+    const KT* src = run.k + static_cast<int64_t>(j) * run.k_stride;
+    for (int d = 0; d < head_dim; ++d) dst[d * kPanelCols] = ToFloat(src[d]);
+  }
+}
+
+// Zeroes key columns [count, count_pad) so padded scores are finite (they are masked).
+inline void ZeroKeyColumns(int count, int count_pad, int head_dim, float* kt) {
+  for (int c = count; c < count_pad; ++c) {
+    float* dst = kt + static_cast<int64_t>(c / kPanelCols) * head_dim * kPanelCols + c % kPanelCols;
+    for (int d = 0; d < head_dim; ++d) dst[d * kPanelCols] = 0.0f;
+  }
+}
+
+// S[r][j] = q_r · k_j for R <= kDotRows rows by dot products straight from the cache: with
+// so few rows a transpose would cost more than the scores. head_dim % 8 == 0.
+template <int R, typename KT>
+void DotScores(const float* q, int head_dim, const KeyRun<KT>& run, float* s, int64_t lds) {
+  for (int j = 0; j < run.count; ++j) {
+    const KT* k = run.k + static_cast<int64_t>(j) * run.k_stride;
+    __m256 acc[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int d = 0; d < head_dim; d += 8) {
+      const __m256 kv = Load8(k + d);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * head_dim + d), kv, acc[r]);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) s[r * lds + j] = HSum(acc[r]);
+  }
+}
+
+template <typename KT>
+void DotScoresRows(int rows, const float* q, int head_dim, const KeyRun<KT>& run, float* s, int64_t lds) {
+  switch (rows) {
+    case 1: return DotScores<1>(q, head_dim, run, s, lds);
+    case 2: return DotScores<2>(q, head_dim, run, s, lds);
+    case 3: return DotScores<3>(q, head_dim, run, s, lds);
+    case 4: return DotScores<4>(q, head_dim, run, s, lds);
+    case 5: return DotScores<5>(q, head_dim, run, s, lds);
+    case 6: return DotScores<6>(q, head_dim, run, s, lds);
+    case 7: return DotScores<7>(q, head_dim, run, s, lds);
+    default: return DotScores<8>(q, head_dim, run, s, lds);
+  }
+}
+
+// Online-softmax update of one row of S (in place into P) over `width` (a multiple of 8)
+// columns, of which the first `valid` are real scores. Returns the factor the row's running
+// output must be rescaled by.
+inline float SoftmaxRow(float* s, int valid, int width, float& m, float& l) {
+  const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  __m256 vmax = neg_inf;
+  for (int j = 0; j < width; j += 8) {
+    const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(valid - j), lane));
+    const __m256 v = _mm256_blendv_ps(neg_inf, _mm256_loadu_ps(s + j), keep);
+    _mm256_storeu_ps(s + j, v);
+    vmax = _mm256_max_ps(vmax, v);
+  }
+  const float m_new = std::max(m, HMax(vmax));
+  const __m256 vm = _mm256_set1_ps(m_new);
+  __m256 vsum = _mm256_setzero_ps();
+  for (int j = 0; j < width; j += 8) {
+    // Masked lanes are -inf and come out of Exp as exactly 0.
+    const __m256 p = Exp(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+    _mm256_storeu_ps(s + j, p);
+    vsum = _mm256_add_ps(vsum, p);
+  }
+  const float alpha = m == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(m - m_new);
+  l = l * alpha + HSum(vsum);
+  m = m_new;
+  return alpha;
+}
+
+// Up to kKeyChunk consecutive keys of one KV head, as runs of contiguous rows; run i fills
+// columns [first[i], first[i] + runs[i].count) of the score tile.
+template <typename KT>
+struct Chunk {
+  KeyRun<KT> runs[kKeyChunk];
+  int first[kKeyChunk];
+  int num_runs = 0;
+  int count = 0;
+};
+
+template <typename KT, typename Keys>
+void NextChunk(const Keys& keys, const SeqSpan& span, int64_t kv_head, int64_t j0, int64_t key_end, bool merge,
+               Chunk<KT>& chunk) {
+  chunk.num_runs = 0;
+  chunk.count = 0;
+  const int64_t end = std::min<int64_t>(key_end, j0 + kKeyChunk);
+  while (j0 + chunk.count < end) {
+    const KeyRun<KT> run = keys.Get(span, kv_head, j0 + chunk.count, end);
+    chunk.first[chunk.num_runs] = chunk.count;
+    chunk.runs[chunk.num_runs++] = run;
+    chunk.count += run.count;
+    if (!merge) break;
+  }
+}
+
+template <typename KT, typename Keys>
+void RunItem(const WorkItem& item, const RowMajor& qm, const SeqSpan& span, const Keys& keys, const Geometry& g,
+             const RowMajor& om, Scratch& sc) {
+  const int group = g.group;
+  const int hd = g.head_dim;
+  const int64_t hdp = g.head_dim_pad;
+  const int rows = (item.t_end - item.t_begin) * group;
+  Grow(sc.q, static_cast<int64_t>(rows) * hd);
+  Grow(sc.o, rows * hdp);
+  Grow(sc.s, static_cast<int64_t>(rows) * kKeyChunk);
+  Grow(sc.kt, kKeyChunk * static_cast<int64_t>(hd));
+  Grow(sc.v, kKeyChunk * hdp);
+  Grow(sc.m, rows);
+  Grow(sc.l, rows);
+  Grow(sc.limit, rows);
+
+  // Row r is query token t_begin + r / group, head kv_head * group + r % group.
+  const int64_t first_pos = static_cast<int64_t>(span.context_len) - span.q_len;
+  int64_t max_limit = -1;
+  for (int r = 0; r < rows; ++r) {
+    const int64_t t = item.t_begin + r / group;
+    const int64_t h = static_cast<int64_t>(item.kv_head) * group + r % group;
+    const float* src = qm.data + (span.q_begin + t) * qm.ld + h * hd;
+    float* dst = sc.q.data() + static_cast<int64_t>(r) * hd;
+    for (int d = 0; d < hd; ++d) dst[d] = src[d] * g.scale;
+    std::fill(sc.o.data() + r * hdp, sc.o.data() + (r + 1) * hdp, 0.0f);
+    sc.m[r] = -std::numeric_limits<float>::infinity();
+    sc.l[r] = 0.0f;
+    sc.limit[r] = g.causal ? first_pos + t : span.context_len - 1;
+    max_limit = std::max(max_limit, sc.limit[r]);
+  }
+  const int64_t key_end = std::min<int64_t>(span.context_len, max_limit + 1);
+  // V is read in place when its rows can feed the micro-kernel directly; otherwise (a
+  // head_dim that is not a multiple of 16, or 16-bit values reused by several row tiles)
+  // the chunk is widened/padded once into scratch.
+  const bool v_in_place = hd % kPanelCols == 0 && (std::is_same_v<KT, float> || rows <= kMaxTileRows);
+  const bool dot_scores = rows <= kDotRows && hd % 8 == 0;
+
+  // A chunk gathers up to kKeyChunk keys from consecutive runs (cache blocks) so that the
+  // softmax bookkeeping is paid per 64 keys even with small blocks. Runs are merged only
+  // when every run boundary stays 8-aligned, which the vectorized transpose needs.
+  const bool merge_runs = keys.RunsAligned(8);
+  Chunk<KT> chunk;
+  NextChunk(keys, span, item.kv_head, 0, key_end, merge_runs, chunk);
+  for (int64_t j0 = 0; j0 < key_end;) {
+    const int count = chunk.count;
+    const int count_pad = static_cast<int>(RoundUp(count, kPanelCols));
+    if (dot_scores) {
+      for (int i = 0; i < chunk.num_runs; ++i) {
+        DotScoresRows(rows, sc.q.data(), hd, chunk.runs[i], sc.s.data() + chunk.first[i], kKeyChunk);
+      }
+    } else {
+      for (int i = 0; i < chunk.num_runs; ++i) TransposeKeys(chunk.runs[i], hd, chunk.first[i], sc.kt.data());
+      ZeroKeyColumns(count, count_pad, hd, sc.kt.data());
+      // S[rows, count_pad] = Qs · K^T
+      for (int p = 0; p < count_pad / kPanelCols; ++p) {
+        const float* kt = sc.kt.data() + static_cast<int64_t>(p) * hd * kPanelCols;
+        for (int r0 = 0; r0 < rows; r0 += kMaxTileRows) {
+          MicroKernelRows(std::min(kMaxTileRows, rows - r0), hd, sc.q.data() + static_cast<int64_t>(r0) * hd, hd, kt,
+                          kPanelCols, sc.s.data() + static_cast<int64_t>(r0) * kKeyChunk + p * kPanelCols, kKeyChunk,
+                          kPanelCols, false, nullptr);
+        }
+      }
+    }
+    const int width = static_cast<int>(RoundUp(count, 8));
+    for (int r = 0; r < rows; ++r) {
+      float* srow = sc.s.data() + static_cast<int64_t>(r) * kKeyChunk;
+      const int valid = static_cast<int>(std::clamp<int64_t>(sc.limit[r] - j0 + 1, 0, count));
+      if (valid == 0) {
+        std::fill(srow, srow + count, 0.0f);
+        continue;
+      }
+      const float alpha = SoftmaxRow(srow, valid, width, sc.m[r], sc.l[r]);
+      if (alpha != 1.0f) {
+        float* o = sc.o.data() + r * hdp;
+        const __m256 va = _mm256_set1_ps(alpha);
+        for (int64_t d = 0; d < hdp; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(o + d), va));
+      }
+    }
+    // O[rows, hd] += P · V
+    if (v_in_place) {
+      for (int i = 0; i < chunk.num_runs; ++i) {
+        const KeyRun<KT>& run = chunk.runs[i];
+        for (int64_t c0 = 0; c0 < hd; c0 += kPanelCols) {
+          for (int r0 = 0; r0 < rows; r0 += kMaxTileRows) {
+            MicroKernelRows(std::min(kMaxTileRows, rows - r0), run.count,
+                            sc.s.data() + static_cast<int64_t>(r0) * kKeyChunk + chunk.first[i], kKeyChunk, run.v + c0,
+                            run.v_stride, sc.o.data() + r0 * hdp + c0, hdp, kPanelCols, true, nullptr);
+          }
+        }
+      }
+    } else {
+      float* vs = sc.v.data();
+      for (int i = 0; i < chunk.num_runs; ++i) {
+        const KeyRun<KT>& run = chunk.runs[i];
+        for (int j = 0; j < run.count; ++j) {
+          const KT* src = run.v + static_cast<int64_t>(j) * run.v_stride;
+          float* dst = vs + (chunk.first[i] + j) * hdp;
+          for (int d = 0; d < hd; ++d) dst[d] = ToFloat(src[d]);
+          for (int64_t d = hd; d < hdp; ++d) dst[d] = 0.0f;
+        }
+      }
+      for (int64_t c0 = 0; c0 < hdp; c0 += kPanelCols) {
+        for (int r0 = 0; r0 < rows; r0 += kMaxTileRows) {
+          MicroKernelRows(std::min(kMaxTileRows, rows - r0), count, sc.s.data() + static_cast<int64_t>(r0) * kKeyChunk,
+                          kKeyChunk, vs + c0, hdp, sc.o.data() + r0 * hdp + c0, hdp, kPanelCols, true, nullptr);
+        }
+      }
+    }
+    j0 += count;
+    if (j0 < key_end) NextChunk(keys, span, item.kv_head, j0, key_end, merge_runs, chunk);
+  }
+
+  for (int r = 0; r < rows; ++r) {
+    const int64_t t = item.t_begin + r / group;
+    const int64_t h = static_cast<int64_t>(item.kv_head) * group + r % group;
+    float* dst = om.data + (span.q_begin + t) * om.ld + h * hd;
+    const float* o = sc.o.data() + r * hdp;
+    // A row that saw no keys (empty context) outputs zeros rather than 0/0.
+    const float inv = sc.l[r] > 0.0f ? 1.0f / sc.l[r] : 0.0f;
+    for (int d = 0; d < hd; ++d) dst[d] = o[d] * inv;
+  }
+}
+
+Status CheckCommon(const char* op, const RowMajor& qm, const AttentionParams& p, const std::vector<SeqSpan>& spans) {
+  const std::string name(op);
+  if (p.num_heads <= 0 || p.num_kv_heads <= 0 || p.head_dim <= 0) {
+    return InvalidArgument(name + ": num_heads, num_kv_heads and head_dim must be positive");
+  }
+  if (p.num_heads % p.num_kv_heads != 0) {
+    return InvalidArgument(name + ": num_heads " + std::to_string(p.num_heads) + " is not a multiple of num_kv_heads " +
+                           std::to_string(p.num_kv_heads));
+  }
+  if (qm.cols != static_cast<int64_t>(p.num_heads) * p.head_dim) {
+    return InvalidArgument(name + ": q width " + std::to_string(qm.cols) + " != num_heads * head_dim");
+  }
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const SeqSpan& s = spans[i];
+    if (s.q_begin < 0 || s.q_len < 0 || static_cast<int64_t>(s.q_begin) + s.q_len > qm.rows) {
+      return InvalidArgument(name + ": span " + std::to_string(i) + " rows [" + std::to_string(s.q_begin) + ", +" +
+                             std::to_string(s.q_len) + ") exceed q's " + std::to_string(qm.rows) + " rows");
+    }
+  }
+  return Status::Ok();
+}
+
+Geometry MakeGeometry(const AttentionParams& p) {
+  Geometry g;
+  g.num_heads = p.num_heads;
+  g.kv_heads = p.num_kv_heads;
+  g.group = p.num_heads / p.num_kv_heads;
+  g.head_dim = p.head_dim;
+  g.head_dim_pad = RoundUp(p.head_dim, kPanelCols);
+  g.scale = p.scale;
+  g.causal = p.causal;
+  return g;
+}
+
+// One item per (span, KV head, query tile), ordered by decreasing cost for balance.
+std::vector<WorkItem> MakeItems(const std::vector<SeqSpan>& spans, const Geometry& g, bool dense) {
+  const int tile = std::max(1, kTargetRows / g.group);
+  std::vector<WorkItem> items;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const SeqSpan& s = spans[i];
+    const int64_t context = dense ? s.q_len : s.context_len;
+    for (int32_t t0 = 0; t0 < s.q_len; t0 += tile) {
+      const int32_t t1 = std::min(s.q_len, t0 + tile);
+      const int64_t keys = g.causal ? std::min<int64_t>(context, context - s.q_len + t1) : context;
+      for (int32_t h = 0; h < g.kv_heads; ++h) {
+        items.push_back({static_cast<int32_t>(i), h, t0, t1, (t1 - t0) * (keys + kKeyChunk)});
+      }
+    }
+  }
+  std::stable_sort(items.begin(), items.end(), [](const WorkItem& a, const WorkItem& b) { return a.cost > b.cost; });
+  return items;
+}
+
+template <typename KT, typename Keys>
+void RunAll(const std::vector<WorkItem>& items, const std::vector<SeqSpan>& spans, const RowMajor& qm,
+            const Keys& keys, const Geometry& g, const RowMajor& om) {
+  ParallelForDynamic(static_cast<int64_t>(items.size()), [&](int64_t i) {
+    thread_local Scratch scratch;
+    const WorkItem& item = items[static_cast<size_t>(i)];
+    RunItem<KT>(item, qm, spans[static_cast<size_t>(item.span)], keys, g, om, scratch);
+  });
+}
+
+}  // namespace
+
+Status PagedAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int block_tokens,
+                      const std::vector<SeqSpan>& spans, const AttentionParams& params, Tensor& out) {
+  FERRY_ASSIGN_OR_RETURN(const RowMajor qm, CheckRows("PagedAttention: q", q, -1, -1));
+  FERRY_ASSIGN_OR_RETURN(const RowMajor om, CheckRows("PagedAttention: out", out, qm.rows, qm.cols));
+  FERRY_RETURN_IF_ERROR(CheckCommon("PagedAttention", qm, params, spans));
+  FERRY_RETURN_IF_ERROR(CheckKvCache(k_cache, v_cache, block_tokens));
+  if (RowsOverlap(qm, om)) return InvalidArgument("PagedAttention: out must not alias q");
+  if (k_cache.dim(1) != params.num_kv_heads || k_cache.dim(3) != params.head_dim) {
+    return InvalidArgument("PagedAttention: cache " + k_cache.DebugString() + " does not match num_kv_heads " +
+                           std::to_string(params.num_kv_heads) + " / head_dim " + std::to_string(params.head_dim));
+  }
+  const int64_t num_blocks = k_cache.dim(0);
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const SeqSpan& s = spans[i];
+    if (s.context_len < s.q_len) {
+      return InvalidArgument("PagedAttention: span " + std::to_string(i) + " has context_len " +
+                             std::to_string(s.context_len) + " < q_len " + std::to_string(s.q_len));
+    }
+    const int64_t blocks = (static_cast<int64_t>(s.context_len) + block_tokens - 1) / block_tokens;
+    if (blocks > 0 && s.block_table == nullptr) {
+      return InvalidArgument("PagedAttention: span " + std::to_string(i) + " has no block table");
+    }
+    for (int64_t b = 0; b < blocks; ++b) {
+      if (s.block_table[b] < 0 || s.block_table[b] >= num_blocks) {
+        return InvalidArgument("PagedAttention: span " + std::to_string(i) + " block " + std::to_string(b) + " is " +
+                               std::to_string(s.block_table[b]) + ", outside the cache's " +
+                               std::to_string(num_blocks) + " blocks");
+      }
+    }
+  }
+  const Geometry g = MakeGeometry(params);
+  const std::vector<WorkItem> items = MakeItems(spans, g, false);
+  switch (k_cache.dtype()) {
+    case DType::kF32:
+      RunAll<float>(items, spans, qm,
+                    PagedKeys<float>{k_cache.data<float>(), v_cache.data<float>(), g.kv_heads, block_tokens, g.head_dim},
+                    g, om);
+      break;
+    case DType::kBF16:
+      RunAll<Bf16>(items, spans, qm,
+                   PagedKeys<Bf16>{k_cache.data<Bf16>(), v_cache.data<Bf16>(), g.kv_heads, block_tokens, g.head_dim},
+                   g, om);
+      break;
+    default:
+      RunAll<F16>(items, spans, qm,
+                  PagedKeys<F16>{k_cache.data<F16>(), v_cache.data<F16>(), g.kv_heads, block_tokens, g.head_dim}, g,
+                  om);
+      break;
+  }
+  return Status::Ok();
+}
+
+Status DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
+                      const AttentionParams& params, Tensor& out) {
+  FERRY_ASSIGN_OR_RETURN(const RowMajor qm, CheckRows("DenseAttention: q", q, -1, -1));
+  FERRY_ASSIGN_OR_RETURN(const RowMajor om, CheckRows("DenseAttention: out", out, qm.rows, qm.cols));
+  FERRY_RETURN_IF_ERROR(CheckCommon("DenseAttention", qm, params, spans));
+  const int64_t kv_width = static_cast<int64_t>(params.num_kv_heads) * params.head_dim;
+  FERRY_ASSIGN_OR_RETURN(const RowMajor km, CheckRows("DenseAttention: k", k, qm.rows, kv_width));
+  FERRY_ASSIGN_OR_RETURN(const RowMajor vm, CheckRows("DenseAttention: v", v, qm.rows, kv_width));
+  if (RowsOverlap(qm, om) || RowsOverlap(km, om) || RowsOverlap(vm, om)) {
+    return InvalidArgument("DenseAttention: out must not alias q, k or v");
+  }
+  const Geometry g = MakeGeometry(params);
+  // The dense path sees each span as a sequence of its own: context = its rows.
+  std::vector<SeqSpan> dense_spans = spans;
+  for (SeqSpan& s : dense_spans) s.context_len = s.q_len;
+  const std::vector<WorkItem> items = MakeItems(dense_spans, g, true);
+  RunAll<float>(items, dense_spans, qm, DenseKeys{km.data, vm.data, km.ld, vm.ld, g.head_dim}, g, om);
+  return Status::Ok();
+}
+
+}  // namespace ferry::kernels::cpu

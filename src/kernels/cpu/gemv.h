@@ -1,0 +1,20 @@
+// Small-M GEMM for decode: y[M, N] = x[M, K] · W[N, K]^T (+ bias), W read exactly once.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/packed_weight.h"
+
+namespace ferry::kernels::cpu {
+
+// Up to this many rows the weight stream, not the arithmetic, bounds the time, so all
+// rows ride one pass over W (above it the blocked GEMM in gemm.h wins).
+inline constexpr int64_t kGemvMaxRows = 16;
+
+// Panels are split across the compute threads; every weight byte is loaded once from
+// memory and widened in registers (bf16 by a shift, f16 by F16C). x and y rows may be
+// strided (lda, ldy in elements). bias is f32 [N] or null.
+void GemvPacked(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
+                int64_t ldy);
+
+}  // namespace ferry::kernels::cpu

@@ -1,0 +1,60 @@
+#include "kernels/cpu/linear.h"
+
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/packed_weight.h"
+#include "kernels/cpu/tensor_checks.h"
+
+namespace ferry::kernels::cpu {
+
+Status Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const std::shared_ptr<void>& packed,
+              Tensor& y, const LinearConfig& config) {
+  if (weight.rank() != 2) return InvalidArgument("Linear: weight must be [out, in], got " + weight.DebugString());
+  const int64_t n = weight.dim(0);
+  const int64_t k = weight.dim(1);
+  FERRY_ASSIGN_OR_RETURN(const RowMajor xm, CheckRows("Linear: x", x, -1, k));
+  FERRY_ASSIGN_OR_RETURN(const RowMajor ym, CheckRows("Linear: y", y, xm.rows, n));
+  if (RowsOverlap(xm, ym)) return InvalidArgument("Linear: x and y must not overlap");
+  const float* bias_ptr = nullptr;
+  thread_local std::vector<float> bias_f32;
+  if (bias.defined()) {
+    if (bias.numel() != n || !bias.is_contiguous() || !bias.device().is_cpu()) {
+      return InvalidArgument("Linear: bias must be contiguous with " + std::to_string(n) + " elements, got " +
+                             bias.DebugString());
+    }
+    if (bias.dtype() == DType::kF32) {
+      bias_ptr = bias.data<float>();
+    } else if (bias.dtype() == DType::kBF16 || bias.dtype() == DType::kF16) {
+      bias_f32.resize(static_cast<size_t>(n));
+      ConvertToF32(bias.dtype(), bias.raw(), bias_f32.data(), static_cast<size_t>(n));
+      bias_ptr = bias_f32.data();
+    } else {
+      return InvalidArgument("Linear: bias dtype must be a float type, got " + bias.DebugString());
+    }
+  }
+  if (xm.rows == 0 || n == 0) return Status::Ok();
+  if (k == 0) {
+    for (int64_t i = 0; i < xm.rows; ++i) {
+      for (int64_t j = 0; j < n; ++j) ym.data[i * ym.ld + j] = bias_ptr != nullptr ? bias_ptr[j] : 0.0f;
+    }
+    return Status::Ok();
+  }
+
+  const PackedWeight* pw = AsPackedWeight(packed, weight);
+  std::shared_ptr<PackedWeight> temporary;
+  if (pw == nullptr) {
+    FERRY_ASSIGN_OR_RETURN(temporary, PackWeight(weight));
+    pw = temporary.get();
+  }
+  if (xm.rows <= config.gemv_max_rows) {
+    GemvPacked(xm.data, xm.ld, xm.rows, *pw, bias_ptr, ym.data, ym.ld);
+  } else {
+    GemmPacked(xm.data, xm.ld, xm.rows, *pw, bias_ptr, ym.data, ym.ld);
+  }
+  return Status::Ok();
+}
+
+}  // namespace ferry::kernels::cpu

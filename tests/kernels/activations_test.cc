@@ -1,0 +1,96 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "kernel_test_util.h"
+
+namespace ferry {
+namespace {
+
+using testing::ExpectClose;
+using testing::Poisoned;
+using testing::RandomTensor;
+using testing::Values;
+
+// |got - ref| <= abs_tol + rel_tol * |ref| element-wise (activations span many magnitudes).
+void ExpectElementwise(const Tensor& got, const std::vector<double>& ref, double abs_tol, double rel_tol,
+                       const char* what) {
+  const std::vector<double> g = Values(got);
+  ASSERT_EQ(g.size(), ref.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    ASSERT_NEAR(g[i], ref[i], abs_tol + rel_tol * std::abs(ref[i])) << what << " element " << i;
+  }
+}
+
+const std::vector<std::pair<int64_t, int64_t>> kShapes = {{1, 5}, {3, 64}, {17, 1000}, {64, 257}};
+
+TEST(ActivationsTest, SiluMul) {
+  std::mt19937 rng(41);
+  auto be = backend::MakeCpuBackend();
+  for (auto [rows, inter] : kShapes) {
+    const Tensor gu = RandomTensor({rows, 2 * inter}, rng, -12, 12);
+    const std::vector<double> v = Values(gu);
+    std::vector<double> ref(static_cast<size_t>(rows * inter));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < inter; ++i) {
+        const double g = v[r * 2 * inter + i], u = v[r * 2 * inter + inter + i];
+        ref[r * inter + i] = g / (1.0 + std::exp(-g)) * u;
+      }
+    }
+    Tensor out = Poisoned({rows, inter});
+    ASSERT_TRUE(be->SiluMul(gu, out).ok());
+    ExpectElementwise(out, ref, 1e-6, 1e-6, "silu_mul");
+  }
+  Tensor bad = Tensor::Empty({3, 4}, DType::kF32);
+  EXPECT_FALSE(be->SiluMul(RandomTensor({3, 9}, rng), bad).ok()) << "odd width";
+  EXPECT_FALSE(be->SiluMul(RandomTensor({3, 10}, rng), bad).ok()) << "wrong out width";
+}
+
+TEST(ActivationsTest, GeluExactErf) {
+  std::mt19937 rng(42);
+  auto be = backend::MakeCpuBackend();
+  for (auto [rows, cols] : kShapes) {
+    Tensor x = RandomTensor({rows, cols}, rng, -9, 9);
+    x.data<float>()[0] = 0.0f;
+    std::vector<double> ref = Values(x);
+    for (double& v : ref) v = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+    ASSERT_TRUE(be->Gelu(x).ok());
+    ExpectElementwise(x, ref, 1e-7, 2e-6, "gelu");
+  }
+}
+
+TEST(ActivationsTest, Tanh) {
+  std::mt19937 rng(43);
+  auto be = backend::MakeCpuBackend();
+  for (auto [rows, cols] : kShapes) {
+    Tensor x = RandomTensor({rows, cols}, rng, -6, 6);
+    // Small magnitudes exercise the series branch.
+    for (int64_t i = 0; i < x.numel(); i += 3) x.data<float>()[i] *= 0.03f;
+    std::vector<double> ref = Values(x);
+    for (double& v : ref) v = std::tanh(v);
+    ASSERT_TRUE(be->Tanh(x).ok());
+    ExpectElementwise(x, ref, 1e-7, 1e-6, "tanh");
+  }
+}
+
+TEST(ActivationsTest, Add) {
+  std::mt19937 rng(44);
+  auto be = backend::MakeCpuBackend();
+  for (auto [rows, cols] : kShapes) {
+    Tensor x = RandomTensor({rows, cols}, rng);
+    const Tensor y = RandomTensor({rows, cols}, rng);
+    std::vector<double> ref = Values(x);
+    const std::vector<double> yv = Values(y);
+    for (size_t i = 0; i < ref.size(); ++i) ref[i] = static_cast<float>(ref[i] + yv[i]);
+    ASSERT_TRUE(be->Add(x, y).ok());
+    ExpectClose(x, ref, 0.0, "add");
+  }
+  Tensor x = RandomTensor({2, 3}, rng);
+  EXPECT_FALSE(be->Add(x, RandomTensor({3, 2}, rng)).ok());
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,323 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "kernel_test_util.h"
+
+namespace ferry {
+namespace {
+
+using backend::AttentionParams;
+using backend::KvLayer;
+using backend::SeqSpan;
+using testing::ConvertTo;
+using testing::ExpectClose;
+using testing::Poisoned;
+using testing::RandomTensor;
+using testing::Values;
+
+struct SpanSpec {
+  int q_len;
+  int context_len;
+};
+
+struct Scenario {
+  std::string name;
+  int num_heads = 8;
+  int kv_heads = 2;
+  int head_dim = 64;
+  int block_tokens = 16;
+  DType dtype = DType::kF32;
+  bool causal = true;
+  std::vector<SpanSpec> spans;
+};
+
+// The keys/values of one sequence, [context, kv_heads*head_dim], as the cache holds them.
+struct SeqKv {
+  std::vector<double> k, v;
+};
+
+// softmax(scale·q·k^T)·v per (span, row, head) in double.
+std::vector<double> ReferenceAttention(const std::vector<double>& q, const std::vector<SeqKv>& kv,
+                                       const std::vector<SeqSpan>& spans, const AttentionParams& p) {
+  const int64_t width = static_cast<int64_t>(p.num_heads) * p.head_dim;
+  const int64_t kv_width = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
+  const int group = p.num_heads / p.num_kv_heads;
+  std::vector<double> out(q.size(), 0.0);
+  for (size_t s = 0; s < spans.size(); ++s) {
+    const SeqSpan& sp = spans[s];
+    for (int t = 0; t < sp.q_len; ++t) {
+      const int64_t row = sp.q_begin + t;
+      const int64_t last = p.causal ? sp.context_len - sp.q_len + t : sp.context_len - 1;
+      for (int h = 0; h < p.num_heads; ++h) {
+        const int kvh = h / group;
+        std::vector<double> scores(static_cast<size_t>(last + 1));
+        double mx = -1e300;
+        for (int64_t j = 0; j <= last; ++j) {
+          double dot = 0;
+          for (int d = 0; d < p.head_dim; ++d) {
+            dot += q[row * width + h * p.head_dim + d] * kv[s].k[j * kv_width + kvh * p.head_dim + d];
+          }
+          scores[j] = dot * p.scale;
+          mx = std::max(mx, scores[j]);
+        }
+        double sum = 0;
+        for (double& sc : scores) sum += (sc = std::exp(sc - mx));
+        for (int d = 0; d < p.head_dim; ++d) {
+          double acc = 0;
+          for (int64_t j = 0; j <= last; ++j) acc += scores[j] * kv[s].v[j * kv_width + kvh * p.head_dim + d];
+          out[row * width + h * p.head_dim + d] = acc / sum;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+struct PagedSetup {
+  Tensor q;
+  KvLayer layer;
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<SeqSpan> spans;
+  std::vector<SeqKv> kv;
+  std::vector<Tensor> k_rows, v_rows;  // f32 keys/values per span as written
+  AttentionParams params;
+};
+
+// Random q/k/v, a shuffled (non-contiguous) block assignment, keys written with WriteKv.
+PagedSetup MakePaged(const Scenario& sc, backend::Backend& be, uint32_t seed) {
+  std::mt19937 rng(seed);
+  PagedSetup st;
+  st.params.num_heads = sc.num_heads;
+  st.params.num_kv_heads = sc.kv_heads;
+  st.params.head_dim = sc.head_dim;
+  st.params.scale = 1.0f / std::sqrt(static_cast<float>(sc.head_dim));
+  st.params.causal = sc.causal;
+  int64_t total_q = 0, total_blocks = 3;  // spare blocks that nobody uses
+  for (const SpanSpec& s : sc.spans) {
+    total_q += s.q_len;
+    total_blocks += (s.context_len + sc.block_tokens - 1) / sc.block_tokens;
+  }
+  // Larger q sharpens the softmax so wrong masking shows.
+  st.q = RandomTensor({total_q, static_cast<int64_t>(sc.num_heads) * sc.head_dim}, rng, -2.5f, 2.5f);
+  const int64_t kv_width = static_cast<int64_t>(sc.kv_heads) * sc.head_dim;
+  st.layer.block_tokens = sc.block_tokens;
+  st.layer.k = Tensor::Zeros({total_blocks, sc.kv_heads, sc.block_tokens, sc.head_dim}, sc.dtype);
+  st.layer.v = Tensor::Zeros({total_blocks, sc.kv_heads, sc.block_tokens, sc.head_dim}, sc.dtype);
+  std::vector<int32_t> ids(static_cast<size_t>(total_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  size_t next_id = 0;
+  int32_t q_begin = 0;
+  st.tables.resize(sc.spans.size());
+  for (size_t i = 0; i < sc.spans.size(); ++i) {
+    const SpanSpec& s = sc.spans[i];
+    const int blocks = (s.context_len + sc.block_tokens - 1) / sc.block_tokens;
+    for (int b = 0; b < blocks; ++b) st.tables[i].push_back(ids[next_id++]);
+    const Tensor k = RandomTensor({s.context_len, kv_width}, rng);
+    const Tensor v = RandomTensor({s.context_len, kv_width}, rng);
+    std::vector<int32_t> slots(static_cast<size_t>(s.context_len));
+    for (int p = 0; p < s.context_len; ++p) {
+      slots[p] = st.tables[i][p / sc.block_tokens] * sc.block_tokens + p % sc.block_tokens;
+    }
+    EXPECT_TRUE(be.WriteKv(k, v, slots.data(), st.layer).ok());
+    st.kv.push_back({Values(ConvertTo(k, sc.dtype)), Values(ConvertTo(v, sc.dtype))});
+    st.k_rows.push_back(k);
+    st.v_rows.push_back(v);
+    st.spans.push_back({q_begin, s.q_len, s.context_len, st.tables[i].data()});
+    q_begin += s.q_len;
+  }
+  return st;
+}
+
+class PagedAttentionTest : public ::testing::TestWithParam<Scenario> {};
+
+TEST_P(PagedAttentionTest, MatchesReference) {
+  const Scenario& sc = GetParam();
+  auto be = backend::MakeCpuBackend();
+  const PagedSetup st = MakePaged(sc, *be, 71);
+  Tensor out = Poisoned(st.q.shape());
+  const Status status = be->PagedAttention(st.q, st.layer, st.spans, st.params, out);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ExpectClose(out, ReferenceAttention(Values(st.q), st.kv, st.spans, st.params), 1e-5, sc.name);
+}
+
+std::vector<Scenario> Scenarios() {
+  std::vector<Scenario> v;
+  auto add = [&](Scenario s) { v.push_back(std::move(s)); };
+  Scenario s;
+  s.name = "causal_prefill_gqa";
+  s.spans = {{37, 37}};
+  add(s);
+  s.name = "chunked_prefill";
+  s.spans = {{20, 75}};
+  add(s);
+  s.name = "decode_batch";
+  s.spans = {{1, 1}, {1, 16}, {1, 17}, {1, 100}, {1, 513}};
+  add(s);
+  s.name = "ragged_mix";
+  s.spans = {{30, 30}, {10, 50}, {1, 77}, {1, 5}, {70, 140}};
+  add(s);
+  s.name = "mqa";
+  s.num_heads = 4;
+  s.kv_heads = 1;
+  s.spans = {{9, 40}, {1, 33}};
+  add(s);
+  s.name = "mha";
+  s.num_heads = 3;
+  s.kv_heads = 3;
+  add(s);
+  s = Scenario();
+  s.name = "bf16_cache";
+  s.dtype = DType::kBF16;
+  s.spans = {{25, 60}, {1, 130}, {8, 8}};
+  add(s);
+  s.name = "f16_cache";
+  s.dtype = DType::kF16;
+  add(s);
+  s = Scenario();
+  s.name = "head_dim_80_block_32";
+  s.head_dim = 80;
+  s.block_tokens = 32;
+  s.spans = {{33, 70}, {1, 65}};
+  add(s);
+  s.name = "head_dim_80_bf16";
+  s.dtype = DType::kBF16;
+  add(s);
+  s = Scenario();
+  s.name = "head_dim_8_block_5";
+  s.head_dim = 8;
+  s.block_tokens = 5;
+  s.spans = {{12, 23}, {1, 4}};
+  add(s);
+  s = Scenario();
+  s.name = "block_128_long";
+  s.block_tokens = 128;
+  s.spans = {{130, 300}};
+  add(s);
+  s = Scenario();
+  s.name = "non_causal";
+  s.causal = false;
+  s.spans = {{12, 40}, {5, 5}};
+  add(s);
+  s = Scenario();
+  s.name = "large_group";
+  s.num_heads = 96;
+  s.kv_heads = 1;
+  s.head_dim = 16;
+  s.spans = {{3, 20}};
+  add(s);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Scenarios, PagedAttentionTest, ::testing::ValuesIn(Scenarios()),
+                         [](const ::testing::TestParamInfo<Scenario>& info) { return info.param.name; });
+
+// Whole sequences (q_len == context_len): the paged and dense paths must agree.
+TEST(AttentionTest, PagedAgreesWithDense) {
+  for (bool causal : {true, false}) {
+    Scenario sc;
+    sc.causal = causal;
+    sc.spans = {{23, 23}, {64, 64}, {1, 1}, {40, 40}};
+    auto be = backend::MakeCpuBackend();
+    const PagedSetup st = MakePaged(sc, *be, 72);
+    Tensor paged = Poisoned(st.q.shape());
+    ASSERT_TRUE(be->PagedAttention(st.q, st.layer, st.spans, st.params, paged).ok());
+
+    const int64_t total = st.q.dim(0), kv_width = static_cast<int64_t>(sc.kv_heads) * sc.head_dim;
+    Tensor k = Tensor::Empty({total, kv_width}, DType::kF32), v = Tensor::Empty({total, kv_width}, DType::kF32);
+    for (size_t i = 0; i < st.spans.size(); ++i) {
+      std::copy_n(st.k_rows[i].data<float>(), st.k_rows[i].numel(), k.data<float>() + st.spans[i].q_begin * kv_width);
+      std::copy_n(st.v_rows[i].data<float>(), st.v_rows[i].numel(), v.data<float>() + st.spans[i].q_begin * kv_width);
+    }
+    std::vector<SeqSpan> dense_spans = st.spans;
+    for (SeqSpan& s : dense_spans) {
+      s.block_table = nullptr;
+      s.context_len = 0;  // ignored by the dense path
+    }
+    Tensor dense = Poisoned(st.q.shape());
+    ASSERT_TRUE(be->DenseAttention(st.q, k, v, dense_spans, st.params, dense).ok());
+    ExpectClose(dense, Values(paged), 1e-6, causal ? "dense vs paged (causal)" : "dense vs paged (bidirectional)");
+    ExpectClose(dense, ReferenceAttention(Values(st.q), st.kv, st.spans, st.params), 1e-5, "dense vs reference");
+  }
+}
+
+TEST(AttentionTest, DenseBidirectionalEncoderBatch) {
+  std::mt19937 rng(73);
+  auto be = backend::MakeCpuBackend();
+  AttentionParams p;
+  p.num_heads = 12;
+  p.num_kv_heads = 12;
+  p.head_dim = 64;
+  p.scale = 0.125f;
+  p.causal = false;
+  const std::vector<int> lens = {7, 128, 1, 50};
+  std::vector<SeqSpan> spans;
+  int32_t begin = 0;
+  for (int len : lens) {
+    spans.push_back({begin, len, 0, nullptr});
+    begin += len;
+  }
+  const int64_t width = static_cast<int64_t>(p.num_heads) * p.head_dim;
+  const Tensor q = RandomTensor({begin, width}, rng, -2, 2);
+  const Tensor k = RandomTensor({begin, width}, rng);
+  const Tensor v = RandomTensor({begin, width}, rng);
+  std::vector<SeqKv> kv;
+  std::vector<SeqSpan> ref_spans;
+  const std::vector<double> kv_k = Values(k), kv_v = Values(v);
+  for (const SeqSpan& s : spans) {
+    kv.push_back({std::vector<double>(kv_k.begin() + s.q_begin * width, kv_k.begin() + (s.q_begin + s.q_len) * width),
+                  std::vector<double>(kv_v.begin() + s.q_begin * width, kv_v.begin() + (s.q_begin + s.q_len) * width)});
+    ref_spans.push_back({s.q_begin, s.q_len, s.q_len, nullptr});
+  }
+  Tensor out = Poisoned(q.shape());
+  ASSERT_TRUE(be->DenseAttention(q, k, v, spans, p, out).ok());
+  ExpectClose(out, ReferenceAttention(Values(q), kv, ref_spans, p), 1e-5, "dense encoder");
+}
+
+TEST(AttentionTest, RejectsBadInput) {
+  Scenario sc;
+  sc.spans = {{4, 20}};
+  auto be = backend::MakeCpuBackend();
+  PagedSetup st = MakePaged(sc, *be, 74);
+  Tensor out = Poisoned(st.q.shape());
+  ASSERT_TRUE(be->PagedAttention(st.q, st.layer, st.spans, st.params, out).ok());
+
+  std::vector<int32_t> bad_table = {0, 999};
+  std::vector<SeqSpan> spans = st.spans;
+  spans[0].block_table = bad_table.data();
+  EXPECT_FALSE(be->PagedAttention(st.q, st.layer, spans, st.params, out).ok()) << "block id out of range";
+  spans = st.spans;
+  spans[0].context_len = 3;
+  EXPECT_FALSE(be->PagedAttention(st.q, st.layer, spans, st.params, out).ok()) << "context < q_len";
+  spans = st.spans;
+  spans[0].q_len = 5;
+  EXPECT_FALSE(be->PagedAttention(st.q, st.layer, spans, st.params, out).ok()) << "rows beyond q";
+  spans = st.spans;
+  spans[0].block_table = nullptr;
+  EXPECT_FALSE(be->PagedAttention(st.q, st.layer, spans, st.params, out).ok()) << "no block table";
+  AttentionParams p = st.params;
+  p.num_kv_heads = 3;
+  EXPECT_FALSE(be->PagedAttention(st.q, st.layer, st.spans, p, out).ok()) << "heads not divisible";
+  p = st.params;
+  p.num_kv_heads = 4;
+  EXPECT_FALSE(be->PagedAttention(st.q, st.layer, st.spans, p, out).ok()) << "cache kv heads mismatch";
+  p = st.params;
+  p.head_dim = 32;
+  EXPECT_FALSE(be->PagedAttention(st.q, st.layer, st.spans, p, out).ok()) << "head_dim mismatch";
+  Tensor out_bad = Poisoned({4, 100});
+  EXPECT_FALSE(be->PagedAttention(st.q, st.layer, st.spans, st.params, out_bad).ok()) << "out shape";
+  EXPECT_FALSE(be->PagedAttention(st.q, st.layer, st.spans, st.params, st.q).ok()) << "out aliases q";
+
+  Tensor k = RandomTensor({4, 100}, *std::make_unique<std::mt19937>(1));
+  EXPECT_FALSE(be->DenseAttention(st.q, k, k, st.spans, st.params, out).ok()) << "dense k width";
+}
+
+}  // namespace
+}  // namespace ferry
