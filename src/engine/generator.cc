@@ -153,7 +153,9 @@ Result<model::EncoderOutput> RunEncoder(const Engine& engine, const std::vector<
   model::EncoderOutput out;
   FERRY_RETURN_IF_ERROR(engine.encoder()->Forward(b, out));
   FERRY_ASSIGN_OR_RETURN(out.hidden, engine.backend().ToHost(out.hidden));
-  if (out.logits.defined()) FERRY_ASSIGN_OR_RETURN(out.logits, engine.backend().ToHost(out.logits));
+  if (out.logits.defined()) {
+    FERRY_ASSIGN_OR_RETURN(out.logits, engine.backend().ToHost(out.logits));
+  }
   return out;
 }
 
