@@ -15,8 +15,9 @@ struct CpuBackendOptions {
   kernels::cpu::LinearConfig linear;
 };
 
-// Thread-compatible: ops on distinct tensors may run from different threads, each op uses
-// the shared compute threads (ferry::SetComputeThreads) internally.
+// Thread-safe (no mutable state). Each op spreads its work over the compute threads
+// (ferry::SetComputeThreads); concurrent calls from several threads are correct but share
+// the same cores.
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(CpuBackendOptions options = CpuBackendOptions()) : options_(options) {}
@@ -26,6 +27,8 @@ class CpuBackend final : public Backend {
   Tensor Allocate(const Shape& shape, DType dtype) override { return Tensor::Empty(shape, dtype); }
 
   // Packs the weight into column panels (same dtype, same size) for the GEMV/GEMM kernels.
+  // w.weight must stay alive (it identifies the pack) but is not read again, so an mmap'd
+  // checkpoint's pages can be dropped by the OS.
   Status PrepareLinear(LinearWeight& w) override;
   Status Linear(const Tensor& x, const LinearWeight& w, Tensor& y) override;
 

@@ -20,6 +20,7 @@ int Main(int argc, char** argv) {
   RegisterEmbed(app, exit_code);
   RegisterMakeCheckpoint(app, exit_code);
   RegisterBench(app, exit_code);
+  RegisterEval(app, exit_code);
   try {
     app.parse(argc, argv);  // the chosen subcommand's callback runs here and sets exit_code
   } catch (const CLI::ParseError& e) {

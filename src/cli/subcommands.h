@@ -14,6 +14,7 @@ void RegisterClassify(CLI::App& app, int& exit_code);
 void RegisterEmbed(CLI::App& app, int& exit_code);
 void RegisterMakeCheckpoint(CLI::App& app, int& exit_code);
 void RegisterBench(CLI::App& app, int& exit_code);
+void RegisterEval(CLI::App& app, int& exit_code);
 
 // Prints "error: <message>" on one line to stderr and returns exit code 1.
 int Fail(const Status& status);

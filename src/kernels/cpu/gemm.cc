@@ -46,15 +46,16 @@ void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int6
                const PackedWeight& w, const float* bias, float* y, int64_t ldy, const GemmBlocking& blk) {
   thread_local GemmScratch scratch;
   const int64_t k = w.k;
-  const int64_t kc_max = std::min(blk.k_chunk, k);
+  const int64_t chunks = (k + blk.k_chunk - 1) / blk.k_chunk;
+  const int64_t kc_max = (k + chunks - 1) / chunks;
   const int64_t mc_max = std::min(blk.row_block, r_end - r_begin);
   const size_t a_need = static_cast<size_t>((mc_max + kMaxTileRows) * kc_max);
   if (scratch.a.size() < a_need) scratch.a.resize(a_need);
   if (!std::is_same_v<BT, float> && scratch.b.size() < static_cast<size_t>(kc_max * kPanelCols)) {
     scratch.b.resize(static_cast<size_t>(kc_max * kPanelCols));
   }
-  for (int64_t k0 = 0; k0 < k; k0 += blk.k_chunk) {
-    const int64_t kc = std::min(blk.k_chunk, k - k0);
+  for (int64_t k0 = 0; k0 < k; k0 += kc_max) {
+    const int64_t kc = std::min(kc_max, k - k0);
     const bool accumulate = k0 > 0;
     for (int64_t i0 = r_begin; i0 < r_end; i0 += blk.row_block) {
       const int64_t mc = std::min(blk.row_block, r_end - i0);

@@ -7,12 +7,13 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/cpu/gemv.h"
 
 namespace ferry::kernels::cpu {
 
 struct LinearConfig {
   // Row counts up to this use the one-pass GEMV; larger ones the blocked GEMM.
-  int64_t gemv_max_rows = 16;
+  int64_t gemv_max_rows = kGemvMaxRows;
 };
 
 // x [M, K] f32 and y [M, N] f32 with unit column stride (rows may be strided); weight

@@ -1,0 +1,105 @@
+// `ferry eval`: perplexity and classification accuracy on JSONL data with ferry's engine.
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+
+#include "cli/subcommands.h"
+#include "core/thread_pool.h"
+#include "engine/evaluation.h"
+
+namespace ferry::cli {
+
+namespace {
+
+struct EvalOptions {
+  std::string model;
+  std::string data;
+  int window = 512;
+  int max_tokens = 128;
+  int limit = 0;
+  int threads = 0;
+};
+
+// Reads JSON lines with a "text" field (and "label" when `want_labels`).
+Status ReadJsonl(const std::string& path, bool want_labels, int limit, std::vector<std::string>& texts,
+                 std::vector<int>& labels) {
+  std::ifstream in(path);
+  if (!in) return NotFound("cannot open '" + path + "'");
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty()) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("text") || !j["text"].is_string()) {
+      return InvalidArgument(path + ":" + std::to_string(line_no) + ": expected an object with a \"text\" string");
+    }
+    if (want_labels && (!j.contains("label") || !j["label"].is_number_integer())) {
+      return InvalidArgument(path + ":" + std::to_string(line_no) + ": expected an integer \"label\"");
+    }
+    texts.push_back(j["text"].get<std::string>());
+    if (want_labels) labels.push_back(j["label"].get<int>());
+    if (limit > 0 && static_cast<int>(texts.size()) >= limit) break;
+  }
+  if (texts.empty()) return InvalidArgument("'" + path + "' holds no records");
+  return Status::Ok();
+}
+
+int RunPerplexity(const EvalOptions& o) {
+  std::vector<std::string> texts;
+  std::vector<int> labels;
+  if (Status st = ReadJsonl(o.data, false, o.limit, texts, labels); !st.ok()) return Fail(st);
+  auto engine = engine::Engine::Load(o.model, {.threads = o.threads});
+  if (!engine.ok()) return Fail(engine.status());
+  std::vector<std::vector<int32_t>> docs;
+  for (const std::string& t : texts) {
+    auto ids = (*engine)->EncodePrompt(t);  // BOS as the tokenizer adds it, no EOS
+    if (!ids.ok()) return Fail(ids.status());
+    docs.push_back(std::move(ids).value());
+  }
+  auto r = engine::Perplexity(*engine, docs, o.window);
+  if (!r.ok()) return Fail(r.status());
+  nlohmann::json j = {{"perplexity", r->perplexity}, {"tokens", r->tokens}, {"documents", docs.size()},
+                      {"windows", r->windows}, {"window", o.window}};
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
+int RunClassifyEval(const EvalOptions& o) {
+  std::vector<std::string> texts;
+  std::vector<int> labels;
+  if (Status st = ReadJsonl(o.data, true, o.limit, texts, labels); !st.ok()) return Fail(st);
+  auto engine = engine::Engine::Load(o.model, {.threads = o.threads});
+  if (!engine.ok()) return Fail(engine.status());
+  auto r = engine::EvaluateClassifier(**engine, texts, labels, o.max_tokens);
+  if (!r.ok()) return Fail(r.status());
+  nlohmann::json j = {{"accuracy", r->accuracy()}, {"correct", r->correct}, {"total", r->total},
+                      {"truncated", r->truncated}, {"max_tokens", o.max_tokens}};
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+
+void RegisterEval(CLI::App& app, int& exit_code) {
+  CLI::App* eval = app.add_subcommand("eval", "Measure model quality on JSONL data");
+  eval->require_subcommand(1);
+  auto o = std::make_shared<EvalOptions>();
+  CLI::App* ppl = eval->add_subcommand("perplexity", "Decoder perplexity over documents ({\"text\": ...} lines)");
+  ppl->add_option("--model", o->model, "Model directory")->required();
+  ppl->add_option("--data", o->data, "JSONL file")->required();
+  ppl->add_option("--window", o->window, "Window length (non-overlapping)");
+  ppl->add_option("--limit", o->limit, "Use only the first N records");
+  ppl->add_option("--threads", o->threads, "Compute threads (0 = all cores)");
+  ppl->callback([o, &exit_code] { exit_code = RunPerplexity(*o); });
+  CLI::App* cls = eval->add_subcommand("classify", "Classifier accuracy ({\"text\": ..., \"label\": id} lines)");
+  cls->add_option("--model", o->model, "Model directory")->required();
+  cls->add_option("--data", o->data, "JSONL file")->required();
+  cls->add_option("--max-tokens", o->max_tokens, "Tokens read per input (special tokens included)");
+  cls->add_option("--limit", o->limit, "Use only the first N records");
+  cls->add_option("--threads", o->threads, "Compute threads (0 = all cores)");
+  cls->callback([o, &exit_code] { exit_code = RunClassifyEval(*o); });
+}
+
+}  // namespace ferry::cli

@@ -1,0 +1,45 @@
+// Quality measurements with ferry's own engine: decoder perplexity over documents and
+// classifier accuracy over labelled texts. Used by `ferry eval` and the quality tables.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace ferry::engine {
+
+struct PerplexityResult {
+  double perplexity = 0;
+  double nll = 0;          // total negative log-likelihood (nats)
+  int64_t tokens = 0;      // predicted tokens
+  int64_t windows = 0;
+};
+
+// Each document is a token sequence (BOS included by the caller). It is cut into
+// non-overlapping windows: window k feeds positions [wk, wk + w) and predicts
+// [wk + 1, wk + w + 1), so every token after the first is predicted exactly once and the
+// context restarts at each window. Perplexity = exp(total NLL / predicted tokens).
+Result<PerplexityResult> Perplexity(std::shared_ptr<Engine> engine, const std::vector<std::vector<int32_t>>& docs,
+                                    int window);
+
+struct ClassificationResult {
+  int64_t correct = 0;
+  int64_t total = 0;
+  int64_t truncated = 0;  // inputs longer than max_tokens (cut)
+  double accuracy() const { return total ? static_cast<double>(correct) / total : 0.0; }
+  std::vector<int> predictions;
+};
+
+// Tokenizes each text with the model's special tokens, truncated to max_tokens (the text
+// is cut, then [CLS]/[SEP] added, as transformers' truncation=True does), and compares
+// the argmax label with `labels`.
+Result<ClassificationResult> EvaluateClassifier(const Engine& engine, const std::vector<std::string>& texts,
+                                                const std::vector<int>& labels, int max_tokens);
+
+// Truncates an encoding with special tokens to max_tokens keeping the trailing special
+// token(s) (e.g. [CLS] a b c [SEP] -> [CLS] a [SEP]). Returns whether it cut anything.
+bool TruncateEncoding(std::vector<int32_t>& ids, std::vector<int32_t>& type_ids, int max_tokens, int trailing_special);
+
+}  // namespace ferry::engine

@@ -1,0 +1,107 @@
+// The bundled demo models against PyTorch's logits for them (exported by
+// tools/train_demo/train.py into tests/fixtures/demo).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+
+#include "engine/engine.h"
+#include "engine/generator.h"
+#include "io/safetensors.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+std::vector<float> ToVector(const Tensor& t) {
+  Tensor f = t.ToF32();
+  return std::vector<float>(f.data<float>(), f.data<float>() + f.numel());
+}
+std::vector<int32_t> ToIds(const Tensor& t) { return std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + t.numel()); }
+double MaxAbs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
+  return m;
+}
+double MaxDiff(const float* a, const float* b, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
+  return m;
+}
+
+class DemoModelsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto ref = io::SafetensorsFile::Open(testing::SourcePath("tests/fixtures/demo/reference.safetensors"));
+    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+    ref_ = *ref;
+    std::ifstream in(testing::SourcePath("tests/fixtures/demo/reference.json"));
+    json_ = nlohmann::json::parse(in);
+  }
+  std::shared_ptr<io::SafetensorsFile> ref_;
+  nlohmann::json json_;
+};
+
+TEST_F(DemoModelsTest, DecoderLogitsTokensAndGreedyTextMatchPyTorch) {
+  auto e = engine::Engine::Load(testing::SourcePath("models/demo/kjv-decoder"));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  auto runner = engine::DecoderRunner::Create(*e, {});
+  ASSERT_TRUE(runner.ok());
+  const int vocab = (*e)->config().vocab_size;
+  for (const auto& p : json_["decoder"]["prompts"]) {
+    const std::string key = "p" + std::to_string(p["index"].get<int>());
+    const std::vector<int32_t> ids = ToIds(ref_->Get(key + ".input_ids").value());
+    auto encoded = (*e)->EncodePrompt(p["text"].get<std::string>());
+    ASSERT_TRUE(encoded.ok());
+    EXPECT_EQ(*encoded, ids) << key;
+    auto logits = (*runner)->executor().Step({{1, ids, 0, false}});
+    ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+    (*runner)->cache().Free(1);
+    const std::vector<float> ref = ToVector(ref_->Get(key + ".last_logits").value());
+    const double err = MaxDiff(logits->data<float>(), ref.data(), vocab);
+    EXPECT_LE(err, 1e-3 * MaxAbs(ref)) << key;
+
+    engine::GenerateRequest req;
+    req.prompt = ids;
+    req.sampling.temperature = 0;
+    req.max_tokens = 24;
+    auto res = (*runner)->Generate({req});
+    ASSERT_TRUE(res.ok());
+    if (p["min_top2_margin"].get<double>() > 2 * err) {
+      EXPECT_EQ((*res)[0].tokens, ToIds(ref_->Get(key + ".greedy_ids").value())) << key;
+      auto text = (*e)->tokenizer()->Decode((*res)[0].tokens);
+      ASSERT_TRUE(text.ok());
+      EXPECT_EQ(*text, p["greedy_text"].get<std::string>()) << key;
+    }
+  }
+}
+
+TEST_F(DemoModelsTest, ClassifierLogitsMatchPyTorchAloneAndBatched) {
+  auto e = engine::Engine::Load(testing::SourcePath("models/demo/kjv-classifier"));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ((*e)->config().id2label.size(), 8u);
+  std::vector<engine::EncodedInput> all;
+  for (const auto& in : json_["classifier"]["inputs"]) {
+    const std::string key = "i" + std::to_string(in["index"].get<int>());
+    engine::EncodedInput input{ToIds(ref_->Get(key + ".input_ids").value()),
+                               ToIds(ref_->Get(key + ".token_type_ids").value())};
+    auto enc = (*e)->tokenizer()->EncodeWithSpecial(in["text"].get<std::string>());
+    ASSERT_TRUE(enc.ok());
+    EXPECT_EQ(enc->ids, input.ids) << key;
+    auto logits = engine::Classify(**e, {input});
+    ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+    const std::vector<float> ref = ToVector(ref_->Get(key + ".logits").value());
+    EXPECT_LE(MaxDiff(logits->data<float>(), ref.data(), ref.size()), 1e-3 * MaxAbs(ref)) << key;
+    const int64_t best = std::max_element(logits->data<float>(), logits->data<float>() + ref.size()) - logits->data<float>();
+    EXPECT_EQ((*e)->config().id2label.at(static_cast<int>(best)), in["predicted"].get<std::string>()) << key;
+    all.push_back(input);
+  }
+  auto batched = engine::Classify(**e, all);
+  ASSERT_TRUE(batched.ok());
+  const std::vector<float> ref = ToVector(ref_->Get("batch.logits").value());
+  EXPECT_LE(MaxDiff(batched->data<float>(), ref.data(), ref.size()), 1e-3 * MaxAbs(ref));
+}
+
+}  // namespace
+}  // namespace ferry
