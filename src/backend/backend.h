@@ -16,15 +16,42 @@
 
 namespace ferry::backend {
 
-// A linear layer's weight in the layout the kernels consume: `weight` is [out, in]
-// (Hugging Face layout), dtype f32, bf16 or f16. `bias` is [out] f32 or undefined.
-// Backends may attach a pre-packed form in `packed` at load (PrepareLinear).
+// How PrepareLinear stores a weight for the kernels (the engine's precision variants).
+enum class WeightFormat : uint8_t {
+  kNative,    // the checkpoint's dtype (f32, bf16 or f16), as is
+  kF32,
+  kBF16,
+  kF16,
+  kInt8,      // int8-wo: int8 weights, symmetric per-output-channel f32 scales; f32 activations
+  kInt8W8A8,  // int8 weights (per-channel) x int8 activations (per-token dynamic scales), with
+              // SmoothQuant factors `smooth` (x / s, W * s) applied inside the kernels
+};
+const char* WeightFormatName(WeightFormat f);
+Result<WeightFormat> ParseWeightFormat(std::string_view name);
+
+// A linear layer's weight. Before PrepareLinear: `weight` is [out, in] (Hugging Face
+// layout), dtype f32, bf16 or f16; `bias` is [out] f32 or undefined; `format` says what
+// to turn it into; `smooth` is [in] f32 SmoothQuant factors for kInt8W8A8 (undefined:
+// all ones). After PrepareLinear the kernels read only `packed` (and `bias`); `weight`
+// may then be dropped (a Tensor with only the shape kept, see `out`/`in`).
 struct LinearWeight {
   Tensor weight;
   Tensor bias;
+  WeightFormat format = WeightFormat::kNative;
+  Tensor smooth;
   std::shared_ptr<void> packed;
-  int64_t out_features() const { return weight.dim(0); }
-  int64_t in_features() const { return weight.dim(1); }
+  int64_t out = 0;  // set by PrepareLinear / DeserializeLinear
+  int64_t in = 0;
+  int64_t out_features() const { return out ? out : weight.dim(0); }
+  int64_t in_features() const { return in ? in : weight.dim(1); }
+};
+
+// A prepared linear weight as bytes for an engine file: a JSON description of the layout
+// and the blobs it refers to (in order). Blobs given back to DeserializeLinear may be
+// read-only views into an mmap'd file; the backend keeps them (not copies) when it can.
+struct SerializedLinear {
+  std::string layout_json;
+  std::vector<Tensor> blobs;
 };
 
 // Rotary embedding: inverse frequencies per pair (head_dim / 2 of them), already scaled
@@ -68,8 +95,11 @@ class Backend {
   // Activation buffers live on the backend's device.
   virtual Tensor Allocate(const Shape& shape, DType dtype) = 0;
 
-  // Called once per weight at load; may pre-pack for the GEMM library.
+  // Called once per weight at load: converts/quantizes to w.format and packs.
   virtual Status PrepareLinear(LinearWeight& w) = 0;
+  // Engine files: the prepared form out, and back in (zero-copy from the mapping on the CPU).
+  virtual Result<SerializedLinear> SerializeLinear(const LinearWeight& w) = 0;
+  virtual Result<LinearWeight> DeserializeLinear(const SerializedLinear& s) = 0;
   // y[M, N] = x[M, K] · W[N, K]^T (+ bias).
   virtual Status Linear(const Tensor& x, const LinearWeight& w, Tensor& y) = 0;
 

@@ -15,6 +15,9 @@ void RegisterEmbed(CLI::App& app, int& exit_code);
 void RegisterMakeCheckpoint(CLI::App& app, int& exit_code);
 void RegisterBench(CLI::App& app, int& exit_code);
 void RegisterEval(CLI::App& app, int& exit_code);
+void RegisterBuild(CLI::App& app, int& exit_code);
+// Adds `coldstart` under the `bench` subcommand.
+void RegisterColdstart(CLI::App& bench, int& exit_code);
 
 // Prints "error: <message>" on one line to stderr and returns exit code 1.
 int Fail(const Status& status);

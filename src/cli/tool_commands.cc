@@ -121,6 +121,7 @@ void RegisterBench(CLI::App& app, int& exit_code) {
   sub->add_option("--repeats", o->repeats, "Best of N");
   sub->add_flag("--json", o->json, "JSON output");
   sub->callback([o, &exit_code] { exit_code = RunBenchModel(*o); });
+  RegisterColdstart(*bench, exit_code);
 }
 
 }  // namespace ferry::cli

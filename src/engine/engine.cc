@@ -3,6 +3,8 @@
 #include <filesystem>
 
 #include "core/thread_pool.h"
+#include "engine/engine_builder.h"
+#include "io/engine_file.h"
 #include "io/safetensors.h"
 
 namespace ferry::engine {
@@ -12,8 +14,10 @@ namespace fs = std::filesystem;
 Result<std::shared_ptr<Engine>> Engine::Load(const std::string& path, const EngineOptions& options) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return NotFound("model path '" + path + "' does not exist");
+  if (fs::is_regular_file(path, ec) && io::EngineFile::LooksLikeEngine(path)) return LoadEngineFile(path, options);
   if (!fs::is_directory(path, ec)) {
-    return InvalidArgument("'" + path + "' is not a model directory (expected config.json and *.safetensors)");
+    return InvalidArgument("'" + path + "' is neither a model directory (config.json and *.safetensors) nor a " +
+                           "ferry engine file");
   }
   SetComputeThreads(options.threads);
   std::shared_ptr<Engine> e(new Engine());
@@ -42,6 +46,96 @@ Result<std::shared_ptr<Engine>> Engine::Load(const std::string& path, const Engi
     auto m = model::EncoderModel::Load(e->config_, src, *e->backend_);
     if (!m.ok()) return m.status().WithContext("loading '" + path + "'");
     e->encoder_ = std::move(m).value();
+  }
+  return e;
+}
+
+Result<std::shared_ptr<Engine>> Engine::LoadEngineFile(const std::string& path, const EngineOptions& options) {
+  SetComputeThreads(options.threads);
+  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<io::EngineFile> file, io::EngineFile::Open(path));
+  const std::string where = "engine file '" + path + "'";
+  FERRY_RETURN_IF_ERROR(CheckFingerprint(file->fingerprint()).WithContext(where));
+  const nlohmann::json& m = file->manifest();
+  for (const char* key : {"files", "binary_files", "model", "build", "tensors", "linears"}) {
+    if (!m.contains(key) || !m[key].is_object()) {
+      return DataLoss(where + " is corrupt: manifest has no '" + key + "' section");
+    }
+  }
+  if (!m["files"].contains("config.json") || !m["files"]["config.json"].is_string()) {
+    return DataLoss(where + " is corrupt: no embedded config.json");
+  }
+  std::shared_ptr<Engine> e(new Engine());
+  e->path_ = path;
+  e->build_info_ = m["build"];
+  e->weights_keepalive_ = file;
+  auto config = io::ParseModelConfig(m["files"]["config.json"].get<std::string>());
+  if (!config.ok()) return config.status().WithContext(where);
+  e->config_ = std::move(config).value();
+  const nlohmann::json& model = m["model"];
+  if (model.contains("eos_token_ids") && model["eos_token_ids"].is_array()) {
+    e->config_.eos_token_ids = model["eos_token_ids"].get<std::vector<int>>();
+  }
+
+  // Tokenizer from the embedded files.
+  std::map<std::string, std::string> files;
+  for (auto& [name, text] : m["files"].items()) {
+    if (text.is_string()) files[name] = text.get<std::string>();
+  }
+  for (auto& [name, ref] : m["binary_files"].items()) {
+    FERRY_ASSIGN_OR_RETURN(std::string_view bytes, file->BlobBytes(ref, name, options.verify));
+    files[name] = std::string(bytes);
+  }
+  if (files.count("tokenizer.json") || files.count("tokenizer.model")) {
+    auto tok = tokenizer::LoadTokenizerFromFiles(files);
+    if (!tok.ok()) return tok.status().WithContext(where + ": embedded tokenizer");
+    e->tokenizer_ = std::move(tok).value();
+  }
+
+  e->backend_ = backend::MakeCpuBackend();
+  backend::Backend& be = *e->backend_;
+  const bool verify = options.verify;
+  model::PreparedSource src;
+  src.tensor = [file, &m, verify](const std::string& key) -> Result<Tensor> {
+    if (!m["tensors"].contains(key)) return DataLoss("engine has no tensor '" + key + "'");
+    const nlohmann::json& t = m["tensors"][key];
+    if (!t.contains("dtype") || !t["dtype"].is_string() || !t.contains("shape") || !t["shape"].is_array()) {
+      return DataLoss("engine tensor '" + key + "' is malformed");
+    }
+    FERRY_ASSIGN_OR_RETURN(DType dtype, ParseDType(t["dtype"].get<std::string>()));
+    return file->Blob(t["blob"], dtype, t["shape"].get<Shape>(), key, verify);
+  };
+  src.linear = [file, &m, &be, verify](const std::string& key) -> Result<backend::LinearWeight> {
+    if (!m["linears"].contains(key)) return NotFound("engine has no linear weight '" + key + "'");
+    const nlohmann::json& l = m["linears"][key];
+    if (!l.contains("layout") || !l.contains("blobs") || !l["blobs"].is_array()) {
+      return DataLoss("engine linear weight '" + key + "' is malformed");
+    }
+    backend::SerializedLinear s;
+    s.layout_json = l["layout"].dump();
+    for (const nlohmann::json& b : l["blobs"]) {
+      if (!b.contains("dtype") || !b["dtype"].is_string() || !b.contains("shape") || !b["shape"].is_array()) {
+        return DataLoss("engine linear weight '" + key + "' has a malformed blob");
+      }
+      FERRY_ASSIGN_OR_RETURN(DType dtype, ParseDType(b["dtype"].get<std::string>()));
+      FERRY_ASSIGN_OR_RETURN(Tensor t, file->Blob(b["blob"], dtype, b["shape"].get<Shape>(), key, verify));
+      s.blobs.push_back(std::move(t));
+    }
+    auto w = be.DeserializeLinear(s);
+    if (!w.ok()) return w.status().WithContext("engine linear weight '" + key + "'");
+    return w;
+  };
+  try {
+    if (e->config_.family == io::ModelFamily::kDecoder) {
+      auto d = model::DecoderModel::LoadPrepared(e->config_, src, be);
+      if (!d.ok()) return d.status().WithContext(where);
+      e->decoder_ = std::move(d).value();
+    } else {
+      auto enc = model::EncoderModel::LoadPrepared(e->config_, src, be);
+      if (!enc.ok()) return enc.status().WithContext(where);
+      e->encoder_ = std::move(enc).value();
+    }
+  } catch (const nlohmann::json::exception& ex) {
+    return DataLoss(where + " is corrupt: " + ex.what());
   }
   return e;
 }

@@ -2,6 +2,8 @@
 // after Load and shareable; per-sequence state (KV cache) lives in a DecoderRunner.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <memory>
 #include <string>
 
@@ -14,13 +16,18 @@
 namespace ferry::engine {
 
 struct EngineOptions {
-  int threads = 0;  // compute threads; 0 = all cores
+  int threads = 0;      // compute threads; 0 = all cores
+  bool verify = true;   // engine files: check every blob's CRC-32C while loading
 };
 
 class Engine {
  public:
-  // `path`: a Hugging Face checkpoint directory (config.json + safetensors + tokenizer files).
+  // `path`: a Hugging Face checkpoint directory (config.json + safetensors + tokenizer
+  // files) or an engine file written by `ferry build`.
   static Result<std::shared_ptr<Engine>> Load(const std::string& path, const EngineOptions& options = {});
+
+  // Engine files only (null for checkpoints): the manifest's build section.
+  const nlohmann::json* build_info() const { return build_info_.is_null() ? nullptr : &build_info_; }
 
   const io::ModelConfig& config() const { return config_; }
   bool is_decoder() const { return decoder_ != nullptr; }
@@ -38,6 +45,7 @@ class Engine {
 
  private:
   Engine() = default;
+  static Result<std::shared_ptr<Engine>> LoadEngineFile(const std::string& path, const EngineOptions& options);
 
   std::string path_;
   io::ModelConfig config_;
@@ -46,6 +54,7 @@ class Engine {
   std::shared_ptr<const void> weights_keepalive_;
   std::unique_ptr<model::DecoderModel> decoder_;
   std::unique_ptr<model::EncoderModel> encoder_;
+  nlohmann::json build_info_;
 };
 
 }  // namespace ferry::engine

@@ -25,75 +25,158 @@ backend::RopeScalingParams ToRopeParams(const io::RopeScaling& s) {
 
 }  // namespace
 
+Status DecoderModel::Validate() const {
+  if (config_.hidden_act != "silu") {
+    return Unimplemented("decoder activation '" + config_.hidden_act + "' is not supported (only silu)");
+  }
+  return Status::Ok();
+}
+
+void DecoderModel::Finish() {
+  size_t bytes = 0;
+  auto linear_bytes = [](const backend::LinearWeight& w) {
+    // Bytes the kernels stream per step: one byte per int8 weight, else the packed dtype.
+    switch (w.format) {
+      case backend::WeightFormat::kInt8:
+      case backend::WeightFormat::kInt8W8A8: return static_cast<size_t>(w.out_features() * w.in_features());
+      case backend::WeightFormat::kF32: return static_cast<size_t>(w.out_features() * w.in_features() * 4);
+      case backend::WeightFormat::kBF16:
+      case backend::WeightFormat::kF16: return static_cast<size_t>(w.out_features() * w.in_features() * 2);
+      case backend::WeightFormat::kNative: break;
+    }
+    return w.weight.defined() ? w.weight.nbytes() : static_cast<size_t>(w.out_features() * w.in_features() * 4);
+  };
+  for (const Layer& l : layers_) {
+    bytes += linear_bytes(l.qkv) + linear_bytes(l.o) + linear_bytes(l.gate_up) + linear_bytes(l.down);
+  }
+  bytes += linear_bytes(lm_head_);
+  weight_bytes_ = bytes;
+  rope_ = backend::MakeRopeTable(config_.head_dim, config_.rope_theta, ToRopeParams(config_.rope_scaling));
+  layer_prefix_.clear();
+  for (size_t l = 0; l < layers_.size(); ++l) layer_prefix_.push_back("layers." + std::to_string(l) + ".");
+}
+
 Result<std::unique_ptr<DecoderModel>> DecoderModel::Load(const io::ModelConfig& config, const WeightSource& w,
-                                                         backend::Backend& be) {
+                                                         backend::Backend& be, const LoadOptions& options) {
   if (config.family != io::ModelFamily::kDecoder) {
     return InvalidArgument("model type '" + config.model_type + "' is not a decoder");
   }
-  if (config.hidden_act != "silu") {
-    return Unimplemented("decoder activation '" + config.hidden_act + "' is not supported (only silu)");
-  }
+  std::unique_ptr<DecoderModel> m(new DecoderModel(config, be));
+  FERRY_RETURN_IF_ERROR(m->Validate());
   if (config.sliding_window.has_value()) {
     FERRY_LOG_WARN("sliding_window={} is ignored: ferry runs full attention (exact up to the window size)",
                    *config.sliding_window);
   }
-  std::unique_ptr<DecoderModel> m(new DecoderModel(config, be));
   const int64_t H = config.hidden_size, I = config.intermediate_size, V = config.vocab_size;
   const int64_t hd = config.head_dim, nh = config.num_heads, nkv = config.num_kv_heads;
 
-  FERRY_ASSIGN_OR_RETURN(m->embed_, GetWeight(w, "model.embed_tokens.weight", {V, H}));
-  size_t bytes = 0;
+  FERRY_ASSIGN_OR_RETURN(m->embed_, LoadTable(w, options, "model.embed_tokens.weight", {V, H}));
   for (int l = 0; l < config.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string key = "layers." + std::to_string(l) + ".";
     Layer layer;
     FERRY_ASSIGN_OR_RETURN(layer.attn_norm, GetVectorF32(w, p + "input_layernorm.weight", H));
     FERRY_ASSIGN_OR_RETURN(layer.mlp_norm, GetVectorF32(w, p + "post_attention_layernorm.weight", H));
-
-    FERRY_ASSIGN_OR_RETURN(Tensor wq, GetWeight(w, p + "self_attn.q_proj.weight", {nh * hd, H}));
-    FERRY_ASSIGN_OR_RETURN(Tensor wk, GetWeight(w, p + "self_attn.k_proj.weight", {nkv * hd, H}));
-    FERRY_ASSIGN_OR_RETURN(Tensor wv, GetWeight(w, p + "self_attn.v_proj.weight", {nkv * hd, H}));
-    FERRY_ASSIGN_OR_RETURN(layer.qkv.weight, ConcatRows({wq, wk, wv}));
+    std::vector<std::string> qkv_bias;
     if (config.attention_bias) {
-      FERRY_ASSIGN_OR_RETURN(Tensor bq, GetVectorF32(w, p + "self_attn.q_proj.bias", nh * hd));
-      FERRY_ASSIGN_OR_RETURN(Tensor bk, GetVectorF32(w, p + "self_attn.k_proj.bias", nkv * hd));
-      FERRY_ASSIGN_OR_RETURN(Tensor bv, GetVectorF32(w, p + "self_attn.v_proj.bias", nkv * hd));
-      layer.qkv.bias = ConcatVectors({bq, bk, bv});
+      qkv_bias = {p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"};
     }
-    FERRY_RETURN_IF_ERROR(be.PrepareLinear(layer.qkv));
-    FERRY_ASSIGN_OR_RETURN(layer.o, LoadLinear(w, be, p + "self_attn.o_proj.weight",
-                                               config.attention_bias && w.has(p + "self_attn.o_proj.bias")
-                                                   ? p + "self_attn.o_proj.bias" : "",
-                                               H, nh * hd));
-
-    FERRY_ASSIGN_OR_RETURN(Tensor wg, GetWeight(w, p + "mlp.gate_proj.weight", {I, H}));
-    FERRY_ASSIGN_OR_RETURN(Tensor wu, GetWeight(w, p + "mlp.up_proj.weight", {I, H}));
-    FERRY_ASSIGN_OR_RETURN(layer.gate_up.weight, ConcatRows({wg, wu}));
+    FERRY_ASSIGN_OR_RETURN(layer.qkv, LoadLinear(w, be, options, key + "qkv",
+                                                 {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+                                                  p + "self_attn.v_proj.weight"},
+                                                 qkv_bias, {nh * hd, nkv * hd, nkv * hd}, H));
+    // Llama's attention_bias also puts a bias on o_proj; Qwen2 has q/k/v biases only.
+    std::vector<std::string> o_bias;
+    if (config.attention_bias && w.has(p + "self_attn.o_proj.bias")) o_bias = {p + "self_attn.o_proj.bias"};
+    FERRY_ASSIGN_OR_RETURN(layer.o, LoadLinear(w, be, options, key + "o", {p + "self_attn.o_proj.weight"}, o_bias,
+                                               {H}, nh * hd));
+    std::vector<std::string> gu_bias, down_bias;
     if (config.mlp_bias) {
-      FERRY_ASSIGN_OR_RETURN(Tensor bg, GetVectorF32(w, p + "mlp.gate_proj.bias", I));
-      FERRY_ASSIGN_OR_RETURN(Tensor bu, GetVectorF32(w, p + "mlp.up_proj.bias", I));
-      layer.gate_up.bias = ConcatVectors({bg, bu});
+      gu_bias = {p + "mlp.gate_proj.bias", p + "mlp.up_proj.bias"};
+      down_bias = {p + "mlp.down_proj.bias"};
     }
-    FERRY_RETURN_IF_ERROR(be.PrepareLinear(layer.gate_up));
-    FERRY_ASSIGN_OR_RETURN(layer.down, LoadLinear(w, be, p + "mlp.down_proj.weight",
-                                                  config.mlp_bias ? p + "mlp.down_proj.bias" : "", H, I));
-    bytes += layer.qkv.weight.nbytes() + layer.o.weight.nbytes() + layer.gate_up.weight.nbytes() +
-             layer.down.weight.nbytes();
+    FERRY_ASSIGN_OR_RETURN(layer.gate_up, LoadLinear(w, be, options, key + "gate_up",
+                                                     {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, gu_bias,
+                                                     {I, I}, H));
+    FERRY_ASSIGN_OR_RETURN(layer.down, LoadLinear(w, be, options, key + "down", {p + "mlp.down_proj.weight"},
+                                                  down_bias, {H}, I));
     m->layers_.push_back(std::move(layer));
   }
   FERRY_ASSIGN_OR_RETURN(m->final_norm_, GetVectorF32(w, "model.norm.weight", H));
-  if (config.tie_word_embeddings || !w.has("lm_head.weight")) {
-    if (!config.tie_word_embeddings) {
-      return InvalidArgument("checkpoint has no 'lm_head.weight' and the config does not tie word embeddings");
-    }
-    m->lm_head_.weight = m->embed_;
-    FERRY_RETURN_IF_ERROR(be.PrepareLinear(m->lm_head_));
-  } else {
-    FERRY_ASSIGN_OR_RETURN(m->lm_head_, LoadLinear(w, be, "lm_head.weight", "", V, H));
+  const bool tied = config.tie_word_embeddings || !w.has("lm_head.weight");
+  if (tied && !config.tie_word_embeddings) {
+    return InvalidArgument("checkpoint has no 'lm_head.weight' and the config does not tie word embeddings");
   }
-  bytes += m->lm_head_.weight.nbytes();
-  m->weight_bytes_ = bytes;
-  m->rope_ = backend::MakeRopeTable(static_cast<int>(hd), config.rope_theta, ToRopeParams(config.rope_scaling));
+  FERRY_ASSIGN_OR_RETURN(m->lm_head_, LoadLinear(w, be, options, "lm_head",
+                                                 {tied ? "model.embed_tokens.weight" : "lm_head.weight"}, {}, {V}, H));
+  m->Finish();
   return m;
+}
+
+Result<std::unique_ptr<DecoderModel>> DecoderModel::LoadPrepared(const io::ModelConfig& config,
+                                                                 const PreparedSource& w, backend::Backend& be) {
+  if (config.family != io::ModelFamily::kDecoder) {
+    return InvalidArgument("model type '" + config.model_type + "' is not a decoder");
+  }
+  std::unique_ptr<DecoderModel> m(new DecoderModel(config, be));
+  FERRY_RETURN_IF_ERROR(m->Validate());
+  const int64_t H = config.hidden_size, I = config.intermediate_size, V = config.vocab_size;
+  const int64_t q_dim = config.num_heads * config.head_dim, kv_dim = config.num_kv_heads * config.head_dim;
+  auto linear = [&](const std::string& key, int64_t out, int64_t in) -> Result<backend::LinearWeight> {
+    FERRY_ASSIGN_OR_RETURN(backend::LinearWeight lw, w.linear(key));
+    if (lw.out_features() != out || lw.in_features() != in) {
+      return DataLoss("weight '" + key + "' is [" + std::to_string(lw.out_features()) + ", " +
+                      std::to_string(lw.in_features()) + "], the config needs [" + std::to_string(out) + ", " +
+                      std::to_string(in) + "]");
+    }
+    return lw;
+  };
+  auto vec = [&](const std::string& key, int64_t n) -> Result<Tensor> {
+    FERRY_ASSIGN_OR_RETURN(Tensor t, w.tensor(key));
+    if (t.shape() != Shape{n} || t.dtype() != DType::kF32) {
+      return DataLoss("weight '" + key + "' is " + t.DebugString() + ", expected f32[" + std::to_string(n) + "]");
+    }
+    return t;
+  };
+  FERRY_ASSIGN_OR_RETURN(m->embed_, w.tensor("embed"));
+  if (m->embed_.shape() != Shape{V, H}) return DataLoss("weight 'embed' has shape " + ShapeToString(m->embed_.shape()));
+  for (int l = 0; l < config.num_layers; ++l) {
+    const std::string key = "layers." + std::to_string(l) + ".";
+    Layer layer;
+    FERRY_ASSIGN_OR_RETURN(layer.attn_norm, vec(key + "attn_norm", H));
+    FERRY_ASSIGN_OR_RETURN(layer.mlp_norm, vec(key + "mlp_norm", H));
+    FERRY_ASSIGN_OR_RETURN(layer.qkv, linear(key + "qkv", q_dim + 2 * kv_dim, H));
+    FERRY_ASSIGN_OR_RETURN(layer.o, linear(key + "o", H, q_dim));
+    FERRY_ASSIGN_OR_RETURN(layer.gate_up, linear(key + "gate_up", 2 * I, H));
+    FERRY_ASSIGN_OR_RETURN(layer.down, linear(key + "down", H, I));
+    m->layers_.push_back(std::move(layer));
+  }
+  FERRY_ASSIGN_OR_RETURN(m->final_norm_, vec("final_norm", H));
+  FERRY_ASSIGN_OR_RETURN(m->lm_head_, linear("lm_head", V, H));
+  m->Finish();
+  return m;
+}
+
+Status DecoderModel::Visit(const WeightVisitor& v) const {
+  FERRY_RETURN_IF_ERROR(v.tensor("embed", embed_));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const std::string key = "layers." + std::to_string(l) + ".";
+    const Layer& L = layers_[l];
+    FERRY_RETURN_IF_ERROR(v.tensor(key + "attn_norm", L.attn_norm));
+    FERRY_RETURN_IF_ERROR(v.tensor(key + "mlp_norm", L.mlp_norm));
+    FERRY_RETURN_IF_ERROR(v.linear(key + "qkv", L.qkv));
+    FERRY_RETURN_IF_ERROR(v.linear(key + "o", L.o));
+    FERRY_RETURN_IF_ERROR(v.linear(key + "gate_up", L.gate_up));
+    FERRY_RETURN_IF_ERROR(v.linear(key + "down", L.down));
+  }
+  FERRY_RETURN_IF_ERROR(v.tensor("final_norm", final_norm_));
+  return v.linear("lm_head", lm_head_);
+}
+
+Status DecoderModel::RunLinear(int layer, const char* name, const Tensor& x, const backend::LinearWeight& w,
+                               Tensor& y) {
+  if (observer_) observer_(layer < 0 ? std::string(name) : layer_prefix_[layer] + name, x);
+  return backend_.Linear(x, w, y);
 }
 
 Status DecoderModel::Forward(const DecoderBatch& batch, std::vector<backend::KvLayer>& kv, Tensor& logits) {
@@ -144,18 +227,18 @@ Status DecoderModel::Forward(const DecoderBatch& batch, std::vector<backend::KvL
     } else {
       FERRY_RETURN_IF_ERROR(be.AddRmsNorm(x, delta, L.attn_norm, c.rms_norm_eps, h));
     }
-    FERRY_RETURN_IF_ERROR(be.Linear(h, L.qkv, qkv));
+    FERRY_RETURN_IF_ERROR(RunLinear(static_cast<int>(l), "qkv", h, L.qkv, qkv));
     FERRY_RETURN_IF_ERROR(be.CopyColumns(qkv, 0, q));
     FERRY_RETURN_IF_ERROR(be.CopyColumns(qkv, q_dim, k));
     FERRY_RETURN_IF_ERROR(be.CopyColumns(qkv, q_dim + kv_dim, v));
     FERRY_RETURN_IF_ERROR(be.Rope(q, k, c.num_heads, c.num_kv_heads, batch.positions.data(), rope_));
     FERRY_RETURN_IF_ERROR(be.WriteKv(k, v, batch.slots.data(), kv[l]));
     FERRY_RETURN_IF_ERROR(be.PagedAttention(q, kv[l], batch.spans, ap, attn));
-    FERRY_RETURN_IF_ERROR(be.Linear(attn, L.o, delta));
+    FERRY_RETURN_IF_ERROR(RunLinear(static_cast<int>(l), "o", attn, L.o, delta));
     FERRY_RETURN_IF_ERROR(be.AddRmsNorm(x, delta, L.mlp_norm, c.rms_norm_eps, h));
-    FERRY_RETURN_IF_ERROR(be.Linear(h, L.gate_up, gate_up));
+    FERRY_RETURN_IF_ERROR(RunLinear(static_cast<int>(l), "gate_up", h, L.gate_up, gate_up));
     FERRY_RETURN_IF_ERROR(be.SiluMul(gate_up, mlp));
-    FERRY_RETURN_IF_ERROR(be.Linear(mlp, L.down, delta));
+    FERRY_RETURN_IF_ERROR(RunLinear(static_cast<int>(l), "down", mlp, L.down, delta));
   }
   // Only the rows whose logits are wanted go through the final norm and the LM head.
   const int64_t n = static_cast<int64_t>(batch.logit_rows.size());
@@ -166,7 +249,7 @@ Status DecoderModel::Forward(const DecoderBatch& batch, std::vector<backend::KvL
   Tensor normed = be.Allocate({n, H}, act);
   FERRY_RETURN_IF_ERROR(be.RmsNorm(rows, final_norm_, c.rms_norm_eps, normed));
   if (!logits.defined() || logits.shape() != Shape{n, c.vocab_size}) logits = be.Allocate({n, c.vocab_size}, act);
-  return be.Linear(normed, lm_head_, logits);
+  return RunLinear(-1, "lm_head", normed, lm_head_, logits);
 }
 
 }  // namespace ferry::model

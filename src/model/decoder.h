@@ -22,8 +22,17 @@ struct DecoderBatch {
 // Immutable after Load; Forward is thread-compatible (one caller at a time per KV cache).
 class DecoderModel {
  public:
+  // From a Hugging Face checkpoint: fuses Q/K/V and gate/up, converts to options' formats.
   static Result<std::unique_ptr<DecoderModel>> Load(const io::ModelConfig& config, const WeightSource& weights,
-                                                    backend::Backend& backend);
+                                                    backend::Backend& backend, const LoadOptions& options = {});
+  // From weights already prepared under ferry's keys (an engine file).
+  static Result<std::unique_ptr<DecoderModel>> LoadPrepared(const io::ModelConfig& config,
+                                                            const PreparedSource& weights, backend::Backend& backend);
+  // Every weight under its key: "embed", "final_norm", "lm_head", "layers.N.{attn_norm,
+  // mlp_norm, qkv, o, gate_up, down}".
+  Status Visit(const WeightVisitor& visitor) const;
+  // Observes linear-layer inputs during Forward (calibration); empty to stop.
+  void SetLinearInputObserver(LinearInputObserver observer) { observer_ = std::move(observer); }
 
   // Runs the batch, writes K/V for every token into `kv` (one KvLayer per layer), and
   // fills `logits` with [logit_rows.size(), vocab] f32 on the backend's device.
@@ -45,6 +54,10 @@ class DecoderModel {
   };
 
   DecoderModel(io::ModelConfig config, backend::Backend& backend) : config_(std::move(config)), backend_(backend) {}
+  Status Validate() const;
+  void Finish();
+  // Linear layer `name` of `layer` (-1: outside the layers), reported to the observer.
+  Status RunLinear(int layer, const char* name, const Tensor& x, const backend::LinearWeight& w, Tensor& y);
 
   io::ModelConfig config_;
   backend::Backend& backend_;
@@ -54,6 +67,8 @@ class DecoderModel {
   backend::LinearWeight lm_head_; // [V, H] (the embedding table when tied)
   backend::RopeTable rope_;
   size_t weight_bytes_ = 0;
+  LinearInputObserver observer_;
+  std::vector<std::string> layer_prefix_;  // "layers.N." per layer
 };
 
 }  // namespace ferry::model

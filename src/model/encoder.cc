@@ -24,7 +24,7 @@ Status LoadLayerNorm(const WeightSource& w, const std::string& base, int64_t H, 
 }  // namespace
 
 Result<std::unique_ptr<EncoderModel>> EncoderModel::Load(const io::ModelConfig& config, const WeightSource& w,
-                                                         backend::Backend& be) {
+                                                         backend::Backend& be, const LoadOptions& options) {
   if (config.family != io::ModelFamily::kEncoder) {
     return InvalidArgument("model type '" + config.model_type + "' is not an encoder");
   }
@@ -34,47 +34,123 @@ Result<std::unique_ptr<EncoderModel>> EncoderModel::Load(const io::ModelConfig& 
   std::unique_ptr<EncoderModel> m(new EncoderModel(config, be));
   const std::string p = DetectPrefix(w);
   const int64_t H = config.hidden_size, I = config.intermediate_size;
-  FERRY_ASSIGN_OR_RETURN(m->word_, GetWeight(w, p + "embeddings.word_embeddings.weight", {config.vocab_size, H}));
-  FERRY_ASSIGN_OR_RETURN(m->position_, GetWeight(w, p + "embeddings.position_embeddings.weight",
+  FERRY_ASSIGN_OR_RETURN(m->word_, LoadTable(w, options, p + "embeddings.word_embeddings.weight",
+                                             {config.vocab_size, H}));
+  FERRY_ASSIGN_OR_RETURN(m->position_, LoadTable(w, options, p + "embeddings.position_embeddings.weight",
                                                  {config.max_position_embeddings, H}));
   if (config.type_vocab_size > 0) {
-    FERRY_ASSIGN_OR_RETURN(m->token_type_, GetWeight(w, p + "embeddings.token_type_embeddings.weight",
+    FERRY_ASSIGN_OR_RETURN(m->token_type_, LoadTable(w, options, p + "embeddings.token_type_embeddings.weight",
                                                      {config.type_vocab_size, H}));
   }
   FERRY_RETURN_IF_ERROR(LoadLayerNorm(w, p + "embeddings.LayerNorm", H, m->emb_ln_gamma_, m->emb_ln_beta_));
 
   for (int l = 0; l < config.num_layers; ++l) {
     const std::string lp = p + "encoder.layer." + std::to_string(l) + ".";
+    const std::string key = "layers." + std::to_string(l) + ".";
+    const std::string s = lp + "attention.self.";
     Layer layer;
-    std::vector<Tensor> ws, bs;
-    for (const char* name : {"query", "key", "value"}) {
-      FERRY_ASSIGN_OR_RETURN(Tensor t, GetWeight(w, lp + "attention.self." + name + ".weight", {H, H}));
-      FERRY_ASSIGN_OR_RETURN(Tensor b, GetVectorF32(w, lp + "attention.self." + name + ".bias", H));
-      ws.push_back(t);
-      bs.push_back(b);
-    }
-    FERRY_ASSIGN_OR_RETURN(layer.qkv.weight, ConcatRows(ws));
-    layer.qkv.bias = ConcatVectors(bs);
-    FERRY_RETURN_IF_ERROR(be.PrepareLinear(layer.qkv));
-    FERRY_ASSIGN_OR_RETURN(layer.attn_out, LoadLinear(w, be, lp + "attention.output.dense.weight",
-                                                      lp + "attention.output.dense.bias", H, H));
+    FERRY_ASSIGN_OR_RETURN(layer.qkv, LoadLinear(w, be, options, key + "qkv",
+                                                 {s + "query.weight", s + "key.weight", s + "value.weight"},
+                                                 {s + "query.bias", s + "key.bias", s + "value.bias"}, {H, H, H}, H));
+    FERRY_ASSIGN_OR_RETURN(layer.attn_out, LoadLinear(w, be, options, key + "attn_out",
+                                                      {lp + "attention.output.dense.weight"},
+                                                      {lp + "attention.output.dense.bias"}, {H}, H));
     FERRY_RETURN_IF_ERROR(
         LoadLayerNorm(w, lp + "attention.output.LayerNorm", H, layer.attn_ln_gamma, layer.attn_ln_beta));
-    FERRY_ASSIGN_OR_RETURN(layer.inter, LoadLinear(w, be, lp + "intermediate.dense.weight",
-                                                   lp + "intermediate.dense.bias", I, H));
-    FERRY_ASSIGN_OR_RETURN(layer.out, LoadLinear(w, be, lp + "output.dense.weight", lp + "output.dense.bias", H, I));
+    FERRY_ASSIGN_OR_RETURN(layer.inter, LoadLinear(w, be, options, key + "inter", {lp + "intermediate.dense.weight"},
+                                                   {lp + "intermediate.dense.bias"}, {I}, H));
+    FERRY_ASSIGN_OR_RETURN(layer.out, LoadLinear(w, be, options, key + "out", {lp + "output.dense.weight"},
+                                                 {lp + "output.dense.bias"}, {H}, I));
     FERRY_RETURN_IF_ERROR(LoadLayerNorm(w, lp + "output.LayerNorm", H, layer.out_ln_gamma, layer.out_ln_beta));
     m->layers_.push_back(std::move(layer));
   }
   if (w.has(p + "pooler.dense.weight")) {
-    FERRY_ASSIGN_OR_RETURN(m->pooler_, LoadLinear(w, be, p + "pooler.dense.weight", p + "pooler.dense.bias", H, H));
+    FERRY_ASSIGN_OR_RETURN(m->pooler_, LoadLinear(w, be, options, "pooler", {p + "pooler.dense.weight"},
+                                                  {p + "pooler.dense.bias"}, {H}, H));
   }
   if (config.num_labels > 0 && w.has("classifier.weight")) {
     if (!m->has_pooler()) return InvalidArgument("classification head without a pooler is not supported");
-    FERRY_ASSIGN_OR_RETURN(m->classifier_, LoadLinear(w, be, "classifier.weight", "classifier.bias",
-                                                      config.num_labels, H));
+    FERRY_ASSIGN_OR_RETURN(m->classifier_, LoadLinear(w, be, options, "classifier", {"classifier.weight"},
+                                                      {"classifier.bias"}, {config.num_labels}, H));
   }
   return m;
+}
+
+Result<std::unique_ptr<EncoderModel>> EncoderModel::LoadPrepared(const io::ModelConfig& config,
+                                                                 const PreparedSource& w, backend::Backend& be) {
+  if (config.family != io::ModelFamily::kEncoder) {
+    return InvalidArgument("model type '" + config.model_type + "' is not an encoder");
+  }
+  std::unique_ptr<EncoderModel> m(new EncoderModel(config, be));
+  const int64_t H = config.hidden_size, I = config.intermediate_size;
+  auto linear = [&](const std::string& key, int64_t out, int64_t in) -> Result<backend::LinearWeight> {
+    FERRY_ASSIGN_OR_RETURN(backend::LinearWeight lw, w.linear(key));
+    if (lw.out_features() != out || lw.in_features() != in) {
+      return DataLoss("weight '" + key + "' does not match the config's shape");
+    }
+    return lw;
+  };
+  auto table = [&](const std::string& key, const Shape& shape) -> Result<Tensor> {
+    FERRY_ASSIGN_OR_RETURN(Tensor t, w.tensor(key));
+    if (t.shape() != shape) return DataLoss("weight '" + key + "' has shape " + ShapeToString(t.shape()));
+    return t;
+  };
+  FERRY_ASSIGN_OR_RETURN(m->word_, table("word_emb", {config.vocab_size, H}));
+  FERRY_ASSIGN_OR_RETURN(m->position_, table("pos_emb", {config.max_position_embeddings, H}));
+  if (config.type_vocab_size > 0) {
+    FERRY_ASSIGN_OR_RETURN(m->token_type_, table("type_emb", {config.type_vocab_size, H}));
+  }
+  FERRY_ASSIGN_OR_RETURN(m->emb_ln_gamma_, table("emb_ln.gamma", {H}));
+  FERRY_ASSIGN_OR_RETURN(m->emb_ln_beta_, table("emb_ln.beta", {H}));
+  for (int l = 0; l < config.num_layers; ++l) {
+    const std::string key = "layers." + std::to_string(l) + ".";
+    Layer layer;
+    FERRY_ASSIGN_OR_RETURN(layer.qkv, linear(key + "qkv", 3 * H, H));
+    FERRY_ASSIGN_OR_RETURN(layer.attn_out, linear(key + "attn_out", H, H));
+    FERRY_ASSIGN_OR_RETURN(layer.attn_ln_gamma, table(key + "attn_ln.gamma", {H}));
+    FERRY_ASSIGN_OR_RETURN(layer.attn_ln_beta, table(key + "attn_ln.beta", {H}));
+    FERRY_ASSIGN_OR_RETURN(layer.inter, linear(key + "inter", I, H));
+    FERRY_ASSIGN_OR_RETURN(layer.out, linear(key + "out", H, I));
+    FERRY_ASSIGN_OR_RETURN(layer.out_ln_gamma, table(key + "out_ln.gamma", {H}));
+    FERRY_ASSIGN_OR_RETURN(layer.out_ln_beta, table(key + "out_ln.beta", {H}));
+    m->layers_.push_back(std::move(layer));
+  }
+  auto pooler = w.linear("pooler");
+  if (pooler.ok()) {
+    m->pooler_ = std::move(pooler).value();
+    auto classifier = w.linear("classifier");
+    if (classifier.ok()) m->classifier_ = std::move(classifier).value();
+  }
+  return m;
+}
+
+Status EncoderModel::Visit(const WeightVisitor& v) const {
+  FERRY_RETURN_IF_ERROR(v.tensor("word_emb", word_));
+  FERRY_RETURN_IF_ERROR(v.tensor("pos_emb", position_));
+  if (token_type_.defined()) FERRY_RETURN_IF_ERROR(v.tensor("type_emb", token_type_));
+  FERRY_RETURN_IF_ERROR(v.tensor("emb_ln.gamma", emb_ln_gamma_));
+  FERRY_RETURN_IF_ERROR(v.tensor("emb_ln.beta", emb_ln_beta_));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const std::string key = "layers." + std::to_string(l) + ".";
+    const Layer& L = layers_[l];
+    FERRY_RETURN_IF_ERROR(v.linear(key + "qkv", L.qkv));
+    FERRY_RETURN_IF_ERROR(v.linear(key + "attn_out", L.attn_out));
+    FERRY_RETURN_IF_ERROR(v.tensor(key + "attn_ln.gamma", L.attn_ln_gamma));
+    FERRY_RETURN_IF_ERROR(v.tensor(key + "attn_ln.beta", L.attn_ln_beta));
+    FERRY_RETURN_IF_ERROR(v.linear(key + "inter", L.inter));
+    FERRY_RETURN_IF_ERROR(v.linear(key + "out", L.out));
+    FERRY_RETURN_IF_ERROR(v.tensor(key + "out_ln.gamma", L.out_ln_gamma));
+    FERRY_RETURN_IF_ERROR(v.tensor(key + "out_ln.beta", L.out_ln_beta));
+  }
+  if (has_pooler()) FERRY_RETURN_IF_ERROR(v.linear("pooler", pooler_));
+  if (has_classifier()) FERRY_RETURN_IF_ERROR(v.linear("classifier", classifier_));
+  return Status::Ok();
+}
+
+Status EncoderModel::RunLinear(int layer, const char* name, const Tensor& x, const backend::LinearWeight& w,
+                               Tensor& y) {
+  if (observer_) observer_(layer < 0 ? std::string(name) : "layers." + std::to_string(layer) + "." + name, x);
+  return backend_.Linear(x, w, y);
 }
 
 Status EncoderModel::Forward(const EncoderBatch& batch, EncoderOutput& out) {
@@ -123,18 +199,20 @@ Status EncoderModel::Forward(const EncoderBatch& batch, EncoderOutput& out) {
   ap.head_dim = c.head_dim;
   ap.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   ap.causal = false;
-  for (const Layer& L : layers_) {
-    FERRY_RETURN_IF_ERROR(be.Linear(x, L.qkv, qkv));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& L = layers_[l];
+    const int li = static_cast<int>(l);
+    FERRY_RETURN_IF_ERROR(RunLinear(li, "qkv", x, L.qkv, qkv));
     FERRY_RETURN_IF_ERROR(be.CopyColumns(qkv, 0, q));
     FERRY_RETURN_IF_ERROR(be.CopyColumns(qkv, H, k));
     FERRY_RETURN_IF_ERROR(be.CopyColumns(qkv, 2 * H, v));
     FERRY_RETURN_IF_ERROR(be.DenseAttention(q, k, v, batch.spans, ap, attn));
-    FERRY_RETURN_IF_ERROR(be.Linear(attn, L.attn_out, tmp));
+    FERRY_RETURN_IF_ERROR(RunLinear(li, "attn_out", attn, L.attn_out, tmp));
     FERRY_RETURN_IF_ERROR(be.LayerNorm(tmp, x, L.attn_ln_gamma, L.attn_ln_beta, c.layer_norm_eps, tmp2));
     std::swap(x, tmp2);
-    FERRY_RETURN_IF_ERROR(be.Linear(x, L.inter, inter));
+    FERRY_RETURN_IF_ERROR(RunLinear(li, "inter", x, L.inter, inter));
     FERRY_RETURN_IF_ERROR(be.Gelu(inter));
-    FERRY_RETURN_IF_ERROR(be.Linear(inter, L.out, tmp));
+    FERRY_RETURN_IF_ERROR(RunLinear(li, "out", inter, L.out, tmp));
     FERRY_RETURN_IF_ERROR(be.LayerNorm(tmp, x, L.out_ln_gamma, L.out_ln_beta, c.layer_norm_eps, tmp2));
     std::swap(x, tmp2);
   }
@@ -148,11 +226,11 @@ Status EncoderModel::Forward(const EncoderBatch& batch, EncoderOutput& out) {
     Tensor cls = be.Allocate({S, H}, act);
     FERRY_RETURN_IF_ERROR(be.Embedding(x, cls_rows.data(), S, cls));
     out.pooled = be.Allocate({S, H}, act);
-    FERRY_RETURN_IF_ERROR(be.Linear(cls, pooler_, out.pooled));
+    FERRY_RETURN_IF_ERROR(RunLinear(-1, "pooler", cls, pooler_, out.pooled));
     FERRY_RETURN_IF_ERROR(be.Tanh(out.pooled));
     if (has_classifier()) {
       out.logits = be.Allocate({S, c.num_labels}, act);
-      FERRY_RETURN_IF_ERROR(be.Linear(out.pooled, classifier_, out.logits));
+      FERRY_RETURN_IF_ERROR(RunLinear(-1, "classifier", out.pooled, classifier_, out.logits));
     }
   }
   return Status::Ok();

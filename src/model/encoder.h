@@ -29,7 +29,13 @@ struct EncoderOutput {
 class EncoderModel {
  public:
   static Result<std::unique_ptr<EncoderModel>> Load(const io::ModelConfig& config, const WeightSource& weights,
-                                                    backend::Backend& backend);
+                                                    backend::Backend& backend, const LoadOptions& options = {});
+  static Result<std::unique_ptr<EncoderModel>> LoadPrepared(const io::ModelConfig& config,
+                                                            const PreparedSource& weights, backend::Backend& backend);
+  // Keys: "word_emb", "pos_emb", "type_emb", "emb_ln.{gamma,beta}", "layers.N.{qkv, attn_out,
+  // attn_ln.gamma, attn_ln.beta, inter, out, out_ln.gamma, out_ln.beta}", "pooler", "classifier".
+  Status Visit(const WeightVisitor& visitor) const;
+  void SetLinearInputObserver(LinearInputObserver observer) { observer_ = std::move(observer); }
   Status Forward(const EncoderBatch& batch, EncoderOutput& out);
 
   const io::ModelConfig& config() const { return config_; }
@@ -46,6 +52,7 @@ class EncoderModel {
     Tensor out_ln_gamma, out_ln_beta;
   };
   EncoderModel(io::ModelConfig config, backend::Backend& backend) : config_(std::move(config)), backend_(backend) {}
+  Status RunLinear(int layer, const char* name, const Tensor& x, const backend::LinearWeight& w, Tensor& y);
 
   io::ModelConfig config_;
   backend::Backend& backend_;
@@ -54,6 +61,7 @@ class EncoderModel {
   std::vector<Layer> layers_;
   backend::LinearWeight pooler_;
   backend::LinearWeight classifier_;
+  LinearInputObserver observer_;
 };
 
 }  // namespace ferry::model

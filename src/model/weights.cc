@@ -57,15 +57,47 @@ Tensor ConcatVectors(const std::vector<Tensor>& parts) {
   return out;
 }
 
-Result<backend::LinearWeight> LoadLinear(const WeightSource& src, backend::Backend& be, const std::string& weight_name,
-                                         const std::string& bias_name, int64_t out, int64_t in) {
+Result<backend::LinearWeight> LoadLinear(const WeightSource& src, backend::Backend& be, const LoadOptions& options,
+                                         const std::string& key, const std::vector<std::string>& weight_names,
+                                         const std::vector<std::string>& bias_names,
+                                         const std::vector<int64_t>& outs, int64_t in) {
   backend::LinearWeight w;
-  FERRY_ASSIGN_OR_RETURN(w.weight, GetWeight(src, weight_name, {out, in}));
-  if (!bias_name.empty()) {
-    FERRY_ASSIGN_OR_RETURN(w.bias, GetVectorF32(src, bias_name, out));
+  std::vector<Tensor> parts;
+  for (size_t i = 0; i < weight_names.size(); ++i) {
+    FERRY_ASSIGN_OR_RETURN(Tensor t, GetWeight(src, weight_names[i], {outs[i], in}));
+    parts.push_back(t);
   }
-  FERRY_RETURN_IF_ERROR(be.PrepareLinear(w));
+  if (parts.size() == 1) {
+    w.weight = parts[0];
+  } else {
+    FERRY_ASSIGN_OR_RETURN(w.weight, ConcatRows(parts));
+  }
+  if (!bias_names.empty()) {
+    std::vector<Tensor> biases;
+    for (size_t i = 0; i < bias_names.size(); ++i) {
+      FERRY_ASSIGN_OR_RETURN(Tensor b, GetVectorF32(src, bias_names[i], outs[i]));
+      biases.push_back(b);
+    }
+    w.bias = biases.size() == 1 ? biases[0] : ConcatVectors(biases);
+  }
+  w.format = options.linear_format;
+  if (options.smooth != nullptr) {
+    auto it = options.smooth->find(key);
+    if (it != options.smooth->end()) w.smooth = it->second;
+  }
+  FERRY_RETURN_IF_ERROR(be.PrepareLinear(w).WithContext("preparing '" + key + "'"));
   return w;
+}
+
+Result<Tensor> LoadTable(const WeightSource& src, const LoadOptions& options, const std::string& name,
+                         const Shape& shape) {
+  FERRY_ASSIGN_OR_RETURN(Tensor t, GetWeight(src, name, shape));
+  if (!options.table_dtype.has_value() || *options.table_dtype == t.dtype()) return t;
+  Tensor f = t.ToF32();
+  if (*options.table_dtype == DType::kF32) return f;
+  Tensor out = Tensor::Empty(shape, *options.table_dtype);
+  ConvertFromF32(*options.table_dtype, f.data<float>(), out.raw(), static_cast<size_t>(f.numel()));
+  return out;
 }
 
 }  // namespace ferry::model

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <functional>
+#include <map>
+#include <optional>
 #include <string>
 
 #include "backend/backend.h"
@@ -21,6 +23,31 @@ struct WeightSource {
   TensorExists has;
 };
 
+// How a checkpoint's weights are turned into the kernels' form at load (the engine
+// precision variants).
+struct LoadOptions {
+  backend::WeightFormat linear_format = backend::WeightFormat::kNative;
+  // Embedding tables and other non-linear weights: converted to this dtype when set.
+  std::optional<DType> table_dtype;
+  // SmoothQuant factors per linear key (kInt8W8A8); missing keys mean no smoothing.
+  const std::map<std::string, Tensor>* smooth = nullptr;
+};
+
+// Weights already prepared for a backend, by ferry's own keys (an engine file).
+struct PreparedSource {
+  std::function<Result<Tensor>(const std::string& key)> tensor;
+  std::function<Result<backend::LinearWeight>(const std::string& key)> linear;
+};
+
+// Visits every weight of a loaded model under its key (what the engine builder stores).
+struct WeightVisitor {
+  std::function<Status(const std::string& key, const Tensor& t)> tensor;
+  std::function<Status(const std::string& key, const backend::LinearWeight& w)> linear;
+};
+
+// Called with the input of every linear layer during Forward (calibration statistics).
+using LinearInputObserver = std::function<void(const std::string& key, const Tensor& input)>;
+
 // Fetches `name` and checks its shape; the error names the tensor and both shapes.
 Result<Tensor> GetWeight(const WeightSource& src, const std::string& name, const Shape& shape);
 // Fetches a small vector (norm gain, bias) and converts it to f32.
@@ -31,8 +58,14 @@ Result<Tensor> ConcatRows(const std::vector<Tensor>& parts);
 // Concatenates f32 vectors.
 Tensor ConcatVectors(const std::vector<Tensor>& parts);
 
-// Loads a LinearWeight [out, in] (+ optional bias) and lets the backend prepare it.
-Result<backend::LinearWeight> LoadLinear(const WeightSource& src, backend::Backend& be, const std::string& weight_name,
-                                         const std::string& bias_name, int64_t out, int64_t in);
+// Builds a LinearWeight from row blocks [n_i, in] (fused when several; + optional bias
+// parts) in options.linear_format, with the key's smoothing factors, and prepares it.
+Result<backend::LinearWeight> LoadLinear(const WeightSource& src, backend::Backend& be, const LoadOptions& options,
+                                         const std::string& key, const std::vector<std::string>& weight_names,
+                                         const std::vector<std::string>& bias_names,
+                                         const std::vector<int64_t>& outs, int64_t in);
+// A table (embedding, norm gain) in options.table_dtype when set; small vectors always f32.
+Result<Tensor> LoadTable(const WeightSource& src, const LoadOptions& options, const std::string& name,
+                         const Shape& shape);
 
 }  // namespace ferry::model

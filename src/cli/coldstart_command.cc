@@ -1,0 +1,181 @@
+// `ferry bench coldstart`: process start -> ready, and the first request against the
+// steady state, for checkpoint directories and engine files. Each measurement runs in a
+// fresh child process (this binary, `bench coldstart-child`), so nothing is warm but what
+// the operating system's page cache holds (dropped first with --drop-caches, when allowed).
+#include <nlohmann/json.hpp>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+#include "cli/subcommands.h"
+#include "engine/preload.h"
+#include "engine/request_latency.h"
+
+extern char** environ;
+
+namespace ferry::cli {
+
+namespace {
+
+struct ColdstartOptions {
+  std::vector<std::string> models;
+  int requests = 100;
+  int prompt_tokens = 32;
+  int max_tokens = 8;
+  int threads = 0;
+  bool drop_caches = false;
+  bool compare_no_warmup = false;
+  bool no_warmup = false;  // child only
+  bool no_verify = false;
+};
+
+// The child: preload, announce readiness on stdout, measure requests, print the result.
+int RunChild(const ColdstartOptions& o) {
+  engine::PreloadOptions po;
+  po.engine.threads = o.threads;
+  po.engine.verify = !o.no_verify;
+  po.max_batch_seqs = 1;
+  po.warmup = !o.no_warmup;
+  po.max_seq_len = 0;
+  auto model = engine::PreloadedModel::Create(o.models.at(0), po);
+  if (!model.ok()) return Fail(model.status());
+  std::printf("ready\n");
+  std::fflush(stdout);
+  engine::RequestLatencyOptions ro{o.requests, o.prompt_tokens, o.max_tokens};
+  auto lat = engine::MeasureRequestLatencies(**model, ro);
+  if (!lat.ok()) return Fail(lat.status());
+  const engine::PreloadTimings& t = (*model)->timings();
+  nlohmann::json j = {{"load_ms", t.load_ms},       {"allocate_ms", t.allocate_ms}, {"warmup_ms", t.warmup_ms},
+                      {"warmup_passes", t.warmup_passes}, {"first_ms", lat->first_ms},
+                      {"median_ms", lat->median_rest_ms()}, {"requests", lat->rest_ms.size()}};
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
+bool DropCaches() {
+  ::sync();
+  std::ofstream f("/proc/sys/vm/drop_caches");
+  if (!f) return false;
+  f << "3\n";
+  return static_cast<bool>(f.flush());
+}
+
+// Spawns the child for one model; returns its JSON plus the measured start -> ready time.
+Result<nlohmann::json> MeasureOne(const std::string& model, const ColdstartOptions& o, bool warmup) {
+  std::vector<std::string> args = {"/proc/self/exe", "bench", "coldstart-child", "--model", model,
+                                   "--requests", std::to_string(o.requests), "--prompt-tokens",
+                                   std::to_string(o.prompt_tokens), "--max-tokens", std::to_string(o.max_tokens),
+                                   "--threads", std::to_string(o.threads)};
+  if (!warmup) args.push_back("--no-warmup");
+  if (o.no_verify) args.push_back("--no-verify");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) return Internal("pipe failed");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
+  const auto t0 = std::chrono::steady_clock::now();
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(pipe_fds[1]);
+  if (rc != 0) {
+    ::close(pipe_fds[0]);
+    return Internal("cannot start the measuring process");
+  }
+  FILE* out = ::fdopen(pipe_fds[0], "r");
+  double ready_ms = -1;
+  std::string last;
+  char line[65536];
+  while (std::fgets(line, sizeof(line), out) != nullptr) {
+    std::string s(line);
+    if (s == "ready\n" && ready_ms < 0) {
+      ready_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    } else {
+      last = s;
+    }
+  }
+  std::fclose(out);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || ready_ms < 0) {
+    return Internal("measuring '" + model + "' failed (see the error above)");
+  }
+  nlohmann::json j = nlohmann::json::parse(last, nullptr, false);
+  if (j.is_discarded()) return Internal("measuring process printed no result");
+  j["start_to_ready_ms"] = ready_ms;
+  j["first_over_median"] = j["median_ms"].get<double>() > 0 ? j["first_ms"].get<double>() / j["median_ms"].get<double>() : 0;
+  return j;
+}
+
+int RunColdstart(const ColdstartOptions& o) {
+  nlohmann::json results = nlohmann::json::array();
+  for (const std::string& model : o.models) {
+    for (int pass = 0; pass < (o.compare_no_warmup ? 2 : 1); ++pass) {
+      const bool warmup = pass == 0;
+      for (const bool cold : {false, true}) {
+        if (cold && !o.drop_caches) continue;
+        bool dropped = false;
+        if (cold) {
+          dropped = DropCaches();
+          if (!dropped) {
+            std::fprintf(stderr, "note: cannot drop the page cache here (needs root and a writable "
+                                 "/proc/sys/vm/drop_caches); cold-cache runs skipped\n");
+            continue;
+          }
+        }
+        auto r = MeasureOne(model, o, warmup);
+        if (!r.ok()) return Fail(r.status());
+        (*r)["model"] = model;
+        (*r)["page_cache"] = cold ? "dropped" : "warm";
+        (*r)["warmup"] = warmup;
+        std::fprintf(stderr, "%-40s cache=%-7s warmup=%-3s start->ready %8.1f ms (load %.1f, warm-up %.1f)  "
+                             "first %.2f ms, median of %d %.2f ms, ratio %.2f\n",
+                     model.c_str(), cold ? "dropped" : "warm", warmup ? "yes" : "no",
+                     (*r)["start_to_ready_ms"].get<double>(), (*r)["load_ms"].get<double>(),
+                     (*r)["warmup_ms"].get<double>(), (*r)["first_ms"].get<double>(), o.requests,
+                     (*r)["median_ms"].get<double>(), (*r)["first_over_median"].get<double>());
+        results.push_back(*r);
+      }
+    }
+  }
+  std::printf("%s\n", results.dump(2).c_str());
+  return 0;
+}
+
+}  // namespace
+
+void RegisterColdstart(CLI::App& bench, int& exit_code) {
+  auto o = std::make_shared<ColdstartOptions>();
+  CLI::App* sub = bench.add_subcommand("coldstart", "Process start -> ready, and first request vs steady state");
+  sub->add_option("--model", o->models, "Checkpoint directory or engine file (repeatable)")->required();
+  sub->add_option("--requests", o->requests, "Requests measured after the first");
+  sub->add_option("--prompt-tokens", o->prompt_tokens, "Prompt / input length");
+  sub->add_option("--max-tokens", o->max_tokens, "Tokens generated per request (decoders)");
+  sub->add_option("--threads", o->threads, "Compute threads (0 = all cores)");
+  sub->add_flag("--drop-caches", o->drop_caches, "Also measure with the page cache dropped (root)");
+  sub->add_flag("--compare-no-warmup", o->compare_no_warmup, "Also measure without the warm-up passes");
+  sub->add_flag("--no-verify", o->no_verify, "Skip engine blob checksums while loading");
+  sub->callback([o, &exit_code] { exit_code = RunColdstart(*o); });
+
+  auto c = std::make_shared<ColdstartOptions>();
+  CLI::App* child = bench.add_subcommand("coldstart-child", "(internal) one measured process");
+  child->group("");  // hidden from help
+  child->add_option("--model", c->models)->required();
+  child->add_option("--requests", c->requests);
+  child->add_option("--prompt-tokens", c->prompt_tokens);
+  child->add_option("--max-tokens", c->max_tokens);
+  child->add_option("--threads", c->threads);
+  child->add_flag("--no-warmup", c->no_warmup);
+  child->add_flag("--no-verify", c->no_verify);
+  child->callback([c, &exit_code] { exit_code = RunChild(*c); });
+}
+
+}  // namespace ferry::cli

@@ -1,0 +1,327 @@
+#include "engine/engine_builder.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "core/logging.h"
+#include "core/mapped_file.h"
+#include "core/thread_pool.h"
+#include "engine/engine.h"
+#include "engine/generator.h"
+#include "engine/kv_cache.h"
+#include "engine/step_executor.h"
+#include "io/engine_file.h"
+#include "io/model_config.h"
+#include "io/safetensors.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ferry::engine {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Text tokenizer/config files embedded verbatim in the manifest; binary ones as blobs.
+const char* const kTextFiles[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                  "generation_config.json", "vocab.txt", "config.json"};
+const char* const kBinaryFiles[] = {"tokenizer.model"};
+
+struct Precision {
+  backend::WeightFormat format;
+  std::optional<DType> table_dtype;
+  bool calibrate;
+};
+
+Result<Precision> ParsePrecision(const std::string& p, const std::string& device) {
+  if (p == "fp32") return Precision{backend::WeightFormat::kF32, DType::kF32, false};
+  if (p == "bf16") return Precision{backend::WeightFormat::kBF16, DType::kBF16, false};
+  if (p == "fp16") return Precision{backend::WeightFormat::kF16, DType::kF16, false};
+  if (p == "int8-wo") return Precision{backend::WeightFormat::kInt8, DType::kBF16, false};
+  if (p == "int8") return Precision{backend::WeightFormat::kInt8W8A8, DType::kBF16, true};
+  if (p == "fp8") {
+    return Unimplemented("precision fp8 needs the CUDA backend (Hopper); it is not available for device '" +
+                         device + "'");
+  }
+  return InvalidArgument("unknown precision '" + p + "' (fp32, bf16, fp16, int8-wo, int8, fp8)");
+}
+
+std::string CpuIsa() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return "avx512";
+  if (__builtin_cpu_supports("avx2")) return "avx2";
+  return "baseline";
+}
+
+// Calibration documents: JSONL with "text" fields, or plain text (one document a line).
+Result<std::vector<std::string>> ReadCalibration(const std::string& path) {
+  FERRY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  std::vector<std::string> docs;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    start = end + 1;
+    if (line.empty()) continue;
+    if (line[0] == '{') {
+      nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.contains("text") || !j["text"].is_string()) {
+        return InvalidArgument("calibration file '" + path + "': a JSON line without a \"text\" string");
+      }
+      docs.push_back(j["text"].get<std::string>());
+    } else {
+      docs.push_back(std::move(line));
+    }
+  }
+  if (docs.empty()) return InvalidArgument("calibration file '" + path + "' is empty");
+  return docs;
+}
+
+// Per-input-channel max |x| of every linear layer's input over the calibration text.
+struct ActivationStats {
+  std::mutex mu;
+  std::map<std::string, std::vector<float>> absmax;  // GUARDED_BY(mu)
+  void Observe(const std::string& key, const Tensor& x) {
+    const int64_t rows = x.dim(0), cols = x.dim(1);
+    std::lock_guard<std::mutex> lock(mu);
+    std::vector<float>& m = absmax[key];
+    if (m.empty()) m.assign(cols, 0.0f);
+    const float* p = x.data<float>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) m[c] = std::max(m[c], std::fabs(p[r * cols + c]));
+  }
+};
+
+Result<nlohmann::json> Calibrate(const std::string& model_dir, const BuildOptions& o, int max_seq_len,
+                                 std::map<std::string, Tensor>& smooth) {
+  const std::string path = o.calibration_path.empty() ? DefaultCalibrationPath() : o.calibration_path;
+  FERRY_ASSIGN_OR_RETURN(std::vector<std::string> docs, ReadCalibration(path));
+  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<Engine> fp32, Engine::Load(model_dir, {.threads = o.threads}));
+  if (fp32->tokenizer() == nullptr) return FailedPrecondition("int8 calibration needs the model's tokenizer");
+  ActivationStats stats;
+  auto observer = [&stats](const std::string& key, const Tensor& x) { stats.Observe(key, x); };
+  int64_t tokens = 0;
+  int used_docs = 0;
+  if (fp32->decoder() != nullptr) {
+    fp32->decoder()->SetLinearInputObserver(observer);
+    KvCacheConfig kc;
+    const io::ModelConfig& c = fp32->config();
+    kc.num_layers = c.num_layers;
+    kc.num_kv_heads = c.num_kv_heads;
+    kc.head_dim = c.head_dim;
+    kc.num_blocks = (max_seq_len + kc.block_tokens - 1) / kc.block_tokens;
+    FERRY_ASSIGN_OR_RETURN(auto cache, KvCache::Create(kc, fp32->backend()));
+    StepExecutor ex(*fp32->decoder(), *cache);
+    for (const std::string& d : docs) {
+      if (tokens >= o.calibration_tokens) break;
+      FERRY_ASSIGN_OR_RETURN(std::vector<int32_t> ids, fp32->EncodePrompt(d));
+      if (static_cast<int>(ids.size()) > max_seq_len) ids.resize(max_seq_len);
+      FERRY_ASSIGN_OR_RETURN(Tensor logits, ex.Step({SeqStep{1, ids, 0, false}}));
+      cache->Free(1);
+      tokens += static_cast<int64_t>(ids.size());
+      ++used_docs;
+    }
+    fp32->decoder()->SetLinearInputObserver(nullptr);
+  } else {
+    fp32->encoder()->SetLinearInputObserver(observer);
+    const int limit = fp32->config().max_position_embeddings;
+    for (const std::string& d : docs) {
+      if (tokens >= o.calibration_tokens) break;
+      FERRY_ASSIGN_OR_RETURN(tokenizer::Encoding enc, fp32->tokenizer()->EncodeWithSpecial(d));
+      if (static_cast<int>(enc.ids.size()) > limit) {
+        enc.ids.resize(limit);
+        enc.type_ids.resize(limit);
+      }
+      if (enc.type_ids.empty()) enc.type_ids.assign(enc.ids.size(), 0);
+      FERRY_ASSIGN_OR_RETURN(Tensor emb, Embed(*fp32, {EncodedInput{enc.ids, enc.type_ids}}, Pooling::kCls, false));
+      tokens += static_cast<int64_t>(enc.ids.size());
+      ++used_docs;
+    }
+    fp32->encoder()->SetLinearInputObserver(nullptr);
+  }
+  // SmoothQuant: s_j = max|X_j|^alpha / max|W_:,j|^(1-alpha) moves activation outliers into
+  // the weights, where per-channel scales absorb them.
+  Status visit_status = Status::Ok();
+  model::WeightVisitor visitor{
+      [](const std::string&, const Tensor&) { return Status::Ok(); },
+      [&](const std::string& key, const backend::LinearWeight& w) -> Status {
+        auto it = stats.absmax.find(key);
+        if (it == stats.absmax.end()) return Status::Ok();
+        if (!w.weight.defined()) return Internal("calibration model dropped the weight of '" + key + "'");
+        Tensor wf = w.weight.ToF32();
+        const int64_t n = wf.dim(0), k = wf.dim(1);
+        std::vector<float> wmax(k, 0.0f);
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t c = 0; c < k; ++c) wmax[c] = std::max(wmax[c], std::fabs(wf.data<float>()[r * k + c]));
+        Tensor s = Tensor::Empty({k}, DType::kF32);
+        for (int64_t c = 0; c < k; ++c) {
+          const float a = std::max(it->second[c], 1e-5f), b = std::max(wmax[c], 1e-5f);
+          s.data<float>()[c] = std::clamp(std::pow(a, o.smooth_alpha) / std::pow(b, 1.0f - o.smooth_alpha), 1e-2f,
+                                          1e2f);
+        }
+        smooth[key] = s;
+        return Status::Ok();
+      }};
+  if (fp32->decoder() != nullptr) {
+    visit_status = fp32->decoder()->Visit(visitor);
+  } else {
+    visit_status = fp32->encoder()->Visit(visitor);
+  }
+  FERRY_RETURN_IF_ERROR(visit_status);
+  return nlohmann::json{{"path", path}, {"documents", used_docs}, {"tokens", tokens}, {"alpha", o.smooth_alpha},
+                        {"layers", smooth.size()}};
+}
+
+nlohmann::json DescribeTensor(const Tensor& t, const io::BlobRef& ref) {
+  return {{"dtype", std::string(DTypeName(t.dtype()))}, {"shape", t.shape()}, {"blob", ref.ToJson()}};
+}
+
+}  // namespace
+
+std::string DefaultCalibrationPath() { return std::string(FERRY_DATA_DIR) + "/calibration/kjv_calibration.jsonl"; }
+
+nlohmann::json CurrentFingerprint(const std::string& device) {
+  const dnnl_version_t* v = dnnl_version();
+  nlohmann::json fp;
+  fp["device"] = device;
+  fp["cpu_isa"] = CpuIsa();
+  fp["ferry_version"] = FERRY_VERSION;
+  fp["weight_layout_version"] = 1;
+  fp["libraries"] = {{"onednn", std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+                                    std::to_string(v->patch)}};
+  return fp;
+}
+
+Status CheckFingerprint(const nlohmann::json& fp) {
+  const std::string device = fp.value("device", "");
+  if (device != "cpu") {
+    return FailedPrecondition("engine was built for device '" + device + "'; this ferry runs it only on the CPU" +
+                              (device == "cuda" ? " backend it has (the CUDA backend is not in this build)" : ""));
+  }
+  const std::string isa = fp.value("cpu_isa", "");
+  const std::string here = CpuIsa();
+  auto rank = [](const std::string& s) { return s == "avx512" ? 2 : s == "avx2" ? 1 : 0; };
+  if (rank(isa) > rank(here)) {
+    return FailedPrecondition("engine was built for CPU ISA '" + isa + "', this CPU only has '" + here + "'");
+  }
+  if (fp.value("weight_layout_version", 0) != 1) {
+    return FailedPrecondition("engine uses weight layout version " + std::to_string(fp.value("weight_layout_version", 0)) +
+                              ", this ferry reads version 1");
+  }
+  return Status::Ok();
+}
+
+Result<BuildReport> BuildEngine(const std::string& model_dir, const std::string& output_path, const BuildOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (o.device != "cpu") {
+    return Unimplemented("device '" + o.device + "': this build of ferry has only the CPU backend");
+  }
+  FERRY_ASSIGN_OR_RETURN(Precision precision, ParsePrecision(o.precision, o.device));
+  std::error_code ec;
+  if (!fs::is_directory(model_dir, ec)) return InvalidArgument("'" + model_dir + "' is not a checkpoint directory");
+  FERRY_ASSIGN_OR_RETURN(io::ModelConfig config, io::LoadModelConfig(model_dir));
+  const int model_ctx = config.max_position_embeddings;
+  const int max_seq_len = o.max_seq_len > 0 ? std::min(o.max_seq_len, model_ctx) : std::min(model_ctx, 4096);
+  const int max_batch_tokens = o.max_batch_tokens > 0 ? o.max_batch_tokens : max_seq_len;
+  SetComputeThreads(o.threads);
+
+  BuildReport report;
+  std::map<std::string, Tensor> smooth;
+  if (precision.calibrate) {
+    FERRY_ASSIGN_OR_RETURN(report.calibration, Calibrate(model_dir, o, max_seq_len, smooth));
+  }
+  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<io::Checkpoint> ckpt, io::Checkpoint::Open(model_dir));
+  model::WeightSource src{[ckpt](const std::string& n) { return ckpt->Get(n); },
+                          [ckpt](const std::string& n) { return ckpt->Has(n); }};
+  model::LoadOptions lo;
+  lo.linear_format = precision.format;
+  lo.table_dtype = precision.table_dtype;
+  lo.smooth = &smooth;
+  std::unique_ptr<backend::Backend> be = backend::MakeCpuBackend();
+  std::unique_ptr<model::DecoderModel> decoder;
+  std::unique_ptr<model::EncoderModel> encoder;
+  if (config.family == io::ModelFamily::kDecoder) {
+    FERRY_ASSIGN_OR_RETURN(decoder, model::DecoderModel::Load(config, src, *be, lo));
+  } else {
+    FERRY_ASSIGN_OR_RETURN(encoder, model::EncoderModel::Load(config, src, *be, lo));
+  }
+
+  const nlohmann::json fingerprint = CurrentFingerprint(o.device);
+  FERRY_ASSIGN_OR_RETURN(auto writer, io::EngineWriter::Create(output_path, fingerprint));
+  nlohmann::json tensors = nlohmann::json::object(), linears = nlohmann::json::object();
+  nlohmann::json index = nlohmann::json::array();
+  auto add_blob = [&](const std::string& name, const void* data, size_t bytes) -> Result<io::BlobRef> {
+    FERRY_ASSIGN_OR_RETURN(io::BlobRef ref, writer->AddBlob(data, bytes));
+    index.push_back({{"name", name}, {"blob", ref.ToJson()}});
+    report.weight_bytes += bytes;
+    return ref;
+  };
+  model::WeightVisitor visitor{
+      [&](const std::string& key, const Tensor& t) -> Status {
+        Tensor c = t.is_contiguous() ? t : t.Clone();
+        FERRY_ASSIGN_OR_RETURN(io::BlobRef ref, add_blob(key, c.raw(), c.nbytes()));
+        tensors[key] = DescribeTensor(c, ref);
+        return Status::Ok();
+      },
+      [&](const std::string& key, const backend::LinearWeight& w) -> Status {
+        FERRY_ASSIGN_OR_RETURN(backend::SerializedLinear s, be->SerializeLinear(w));
+        nlohmann::json layout = nlohmann::json::parse(s.layout_json, nullptr, false);
+        if (layout.is_discarded()) return Internal("backend wrote an invalid layout for '" + key + "'");
+        nlohmann::json blobs = nlohmann::json::array();
+        for (size_t i = 0; i < s.blobs.size(); ++i) {
+          const Tensor& b = s.blobs[i];
+          FERRY_ASSIGN_OR_RETURN(io::BlobRef ref, add_blob(key + "#" + std::to_string(i), b.raw(), b.nbytes()));
+          blobs.push_back(DescribeTensor(b, ref));
+        }
+        linears[key] = {{"layout", layout}, {"blobs", blobs}};
+        return Status::Ok();
+      }};
+  FERRY_RETURN_IF_ERROR(decoder ? decoder->Visit(visitor) : encoder->Visit(visitor));
+
+  nlohmann::json files = nlohmann::json::object(), binary_files = nlohmann::json::object();
+  for (const char* name : kTextFiles) {
+    const fs::path p = fs::path(model_dir) / name;
+    if (!fs::exists(p, ec)) continue;
+    FERRY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(p.string()));
+    files[name] = text;
+  }
+  for (const char* name : kBinaryFiles) {
+    const fs::path p = fs::path(model_dir) / name;
+    if (!fs::exists(p, ec)) continue;
+    FERRY_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(p.string()));
+    FERRY_ASSIGN_OR_RETURN(io::BlobRef ref, add_blob(std::string("file:") + name, bytes.data(), bytes.size()));
+    binary_files[name] = ref.ToJson();
+  }
+  nlohmann::json manifest;
+  manifest["format_version"] = io::kEngineFormatVersion;
+  manifest["fingerprint"] = fingerprint;
+  manifest["model"] = {{"family", config.family == io::ModelFamily::kDecoder ? "decoder" : "encoder"},
+                       {"model_type", config.model_type},
+                       {"eos_token_ids", config.eos_token_ids},
+                       {"bos_token_ids", config.bos_token_ids}};
+  manifest["files"] = files;
+  manifest["binary_files"] = binary_files;
+  manifest["build"] = {{"precision", o.precision},
+                       {"device", o.device},
+                       {"max_seq_len", max_seq_len},
+                       {"max_batch_tokens", max_batch_tokens},
+                       {"source", fs::absolute(model_dir, ec).string()},
+                       {"weight_format", backend::WeightFormatName(precision.format)}};
+  if (precision.calibrate) manifest["build"]["calibration"] = report.calibration;
+  manifest["tensors"] = tensors;
+  manifest["linears"] = linears;
+  manifest["blobs_index"] = index;
+  report.blobs = static_cast<int>(index.size());
+  FERRY_RETURN_IF_ERROR(writer->Finish(manifest));
+  report.file_bytes = static_cast<size_t>(fs::file_size(output_path, ec));
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return report;
+}
+
+}  // namespace ferry::engine
