@@ -42,8 +42,8 @@ struct LinearWeight {
   std::shared_ptr<void> packed;
   int64_t out = 0;  // set by PrepareLinear / DeserializeLinear
   int64_t in = 0;
-  int64_t out_features() const { return out ? out : weight.dim(0); }
-  int64_t in_features() const { return in ? in : weight.dim(1); }
+  int64_t out_features() const { return out ? out : (weight.rank() == 2 ? weight.dim(0) : 0); }
+  int64_t in_features() const { return in ? in : (weight.rank() == 2 ? weight.dim(1) : 0); }
 };
 
 // A prepared linear weight as bytes for an engine file: a JSON description of the layout

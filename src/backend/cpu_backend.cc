@@ -1,11 +1,14 @@
 #include "backend/cpu_backend.h"
 
+#include <string>
+
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/kv_write.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/packed_weight.h"
+#include "kernels/cpu/packed_weight_io.h"
 #include "kernels/cpu/rope.h"
 
 namespace ferry::backend {
@@ -13,13 +16,48 @@ namespace ferry::backend {
 namespace cpu = ::ferry::kernels::cpu;
 
 Status CpuBackend::PrepareLinear(LinearWeight& w) {
-  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<cpu::PackedWeight> packed, cpu::PackWeight(w.weight));
+  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<cpu::PackedWeight> packed, cpu::PackWeight(w.weight, w.format, w.smooth));
+  if (w.bias.defined()) {
+    if (w.bias.numel() != packed->n || !w.bias.device().is_cpu()) {
+      return InvalidArgument("PrepareLinear: bias " + w.bias.DebugString() + " does not have " +
+                             std::to_string(packed->n) + " elements");
+    }
+    // Converted once here rather than on every call.
+    if (w.bias.dtype() != DType::kF32 || !w.bias.is_contiguous()) w.bias = w.bias.ToF32();
+  }
+  w.out = packed->n;
+  w.in = packed->k;
   w.packed = std::move(packed);
   return Status::Ok();
 }
 
+Result<SerializedLinear> CpuBackend::SerializeLinear(const LinearWeight& w) {
+  const cpu::PackedWeight* pw = cpu::AsPackedWeight(w.packed);
+  if (pw == nullptr) return FailedPrecondition("SerializeLinear: the weight has not been prepared by the CPU backend");
+  return cpu::SerializePackedWeight(*pw, w.bias);
+}
+
+Result<LinearWeight> CpuBackend::DeserializeLinear(const SerializedLinear& s) {
+  return cpu::DeserializePackedWeight(s);
+}
+
 Status CpuBackend::Linear(const Tensor& x, const LinearWeight& w, Tensor& y) {
-  return cpu::Linear(x, w.weight, w.bias, w.packed, y, options_.linear);
+  const cpu::PackedWeight* pw = cpu::AsPackedWeight(w.packed);
+  // A pack remembers the tensor it was made from; if the weight still has data and it is
+  // other data (the LinearWeight was copied and its weight replaced), the pack is stale.
+  const bool stale = pw != nullptr && pw->source != nullptr && w.weight.raw() != nullptr &&
+                     pw->source != w.weight.raw();
+  std::shared_ptr<cpu::PackedWeight> temporary;
+  if (pw == nullptr || stale) {
+    if (!w.weight.defined()) return FailedPrecondition("Linear: the weight is neither prepared nor present");
+    FERRY_ASSIGN_OR_RETURN(temporary, cpu::PackWeight(w.weight, w.format, w.smooth));
+    pw = temporary.get();
+  }
+  if ((w.out != 0 && w.out != pw->n) || (w.in != 0 && w.in != pw->k)) {
+    return InvalidArgument("Linear: the packed weight is [" + std::to_string(pw->n) + ", " + std::to_string(pw->k) +
+                           "] but the layer says [" + std::to_string(w.out) + ", " + std::to_string(w.in) + "]");
+  }
+  return cpu::Linear(x, *pw, w.bias, y, options_.linear);
 }
 
 Status CpuBackend::Embedding(const Tensor& table, const int32_t* ids, int64_t n, Tensor& out) {

@@ -26,10 +26,15 @@ class CpuBackend final : public Backend {
   std::string Name() const override { return "cpu"; }
   Tensor Allocate(const Shape& shape, DType dtype) override { return Tensor::Empty(shape, dtype); }
 
-  // Packs the weight into column panels (same dtype, same size) for the GEMV/GEMM kernels.
-  // w.weight must stay alive (it identifies the pack) but is not read again, so an mmap'd
-  // checkpoint's pages can be dropped by the OS.
+  // Converts / quantizes the weight to w.format and packs it into column panels for the
+  // GEMV/GEMM kernels (kernels/cpu/packed_weight.h); a bf16/f16 bias becomes f32. w.weight
+  // is not read again and may be dropped.
   Status PrepareLinear(LinearWeight& w) override;
+  // The layout JSON and blobs are described in kernels/cpu/packed_weight_io.h.
+  Result<SerializedLinear> SerializeLinear(const LinearWeight& w) override;
+  Result<LinearWeight> DeserializeLinear(const SerializedLinear& s) override;
+  // Uses w.packed; a weight that was never prepared (or whose pack was made from another
+  // tensor) is packed on the fly, which is correct but slow.
   Status Linear(const Tensor& x, const LinearWeight& w, Tensor& y) override;
 
   Status Embedding(const Tensor& table, const int32_t* ids, int64_t n, Tensor& out) override;

@@ -24,7 +24,7 @@ struct TokenizeOptions {
 };
 
 int RunTokenize(const TokenizeOptions& o) {
-  auto tok = tokenizer::LoadTokenizer(o.model);
+  auto tok = engine::LoadTokenizerFor(o.model);
   if (!tok.ok()) return Fail(tok.status());
   std::vector<int32_t> ids;
   if (o.special) {
@@ -111,7 +111,7 @@ int RunEmbed(const EncoderOptions& o) {
 void RegisterTokenize(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<TokenizeOptions>();
   CLI::App* sub = app.add_subcommand("tokenize", "Print the token ids of a text");
-  sub->add_option("--model", o->model, "Model or tokenizer directory")->required();
+  sub->add_option("--model", o->model, "Model or tokenizer directory, or engine file")->required();
   sub->add_option("--text", o->text, "Text to tokenize")->required();
   sub->add_flag("--special", o->special, "Add the model's special tokens (BOS, [CLS]/[SEP])");
   sub->callback([o, &exit_code] { exit_code = RunTokenize(*o); });

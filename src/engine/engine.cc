@@ -50,6 +50,38 @@ Result<std::shared_ptr<Engine>> Engine::Load(const std::string& path, const Engi
   return e;
 }
 
+namespace {
+
+// The embedded tokenizer/config files of an engine file, by name.
+Result<std::map<std::string, std::string>> EmbeddedFiles(const io::EngineFile& file, bool verify) {
+  const nlohmann::json& m = file.manifest();
+  std::map<std::string, std::string> files;
+  if (m.contains("files") && m["files"].is_object()) {
+    for (auto& [name, text] : m["files"].items()) {
+      if (text.is_string()) files[name] = text.get<std::string>();
+    }
+  }
+  if (m.contains("binary_files") && m["binary_files"].is_object()) {
+    for (auto& [name, ref] : m["binary_files"].items()) {
+      FERRY_ASSIGN_OR_RETURN(std::string_view bytes, file.BlobBytes(ref, name, verify));
+      files[name] = std::string(bytes);
+    }
+  }
+  return files;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizerFor(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec) && io::EngineFile::LooksLikeEngine(path)) {
+    FERRY_ASSIGN_OR_RETURN(std::shared_ptr<io::EngineFile> file, io::EngineFile::Open(path));
+    FERRY_ASSIGN_OR_RETURN(auto files, EmbeddedFiles(*file, true));
+    return tokenizer::LoadTokenizerFromFiles(files);
+  }
+  return tokenizer::LoadTokenizer(path);
+}
+
 Result<std::shared_ptr<Engine>> Engine::LoadEngineFile(const std::string& path, const EngineOptions& options) {
   SetComputeThreads(options.threads);
   FERRY_ASSIGN_OR_RETURN(std::shared_ptr<io::EngineFile> file, io::EngineFile::Open(path));
@@ -77,14 +109,7 @@ Result<std::shared_ptr<Engine>> Engine::LoadEngineFile(const std::string& path, 
   }
 
   // Tokenizer from the embedded files.
-  std::map<std::string, std::string> files;
-  for (auto& [name, text] : m["files"].items()) {
-    if (text.is_string()) files[name] = text.get<std::string>();
-  }
-  for (auto& [name, ref] : m["binary_files"].items()) {
-    FERRY_ASSIGN_OR_RETURN(std::string_view bytes, file->BlobBytes(ref, name, options.verify));
-    files[name] = std::string(bytes);
-  }
+  FERRY_ASSIGN_OR_RETURN(auto files, EmbeddedFiles(*file, options.verify));
   if (files.count("tokenizer.json") || files.count("tokenizer.model")) {
     auto tok = tokenizer::LoadTokenizerFromFiles(files);
     if (!tok.ok()) return tok.status().WithContext(where + ": embedded tokenizer");

@@ -20,6 +20,10 @@ struct EngineOptions {
   bool verify = true;   // engine files: check every blob's CRC-32C while loading
 };
 
+// The tokenizer of a model directory, tokenizer-only directory or engine file (its
+// embedded files), without loading any weights.
+Result<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizerFor(const std::string& path);
+
 class Engine {
  public:
   // `path`: a Hugging Face checkpoint directory (config.json + safetensors + tokenizer

@@ -39,8 +39,10 @@ class EncoderModel {
   Status Forward(const EncoderBatch& batch, EncoderOutput& out);
 
   const io::ModelConfig& config() const { return config_; }
-  bool has_pooler() const { return pooler_.weight.defined(); }
-  bool has_classifier() const { return classifier_.weight.defined(); }
+  bool has_pooler() const { return pooler_.out_features() > 0 && (pooler_.packed || pooler_.weight.defined()); }
+  bool has_classifier() const {
+    return classifier_.out_features() > 0 && (classifier_.packed || classifier_.weight.defined());
+  }
 
  private:
   struct Layer {

@@ -27,6 +27,16 @@ void WidenPanel(const BT* src, int64_t count, float* dst) {
   for (; i < count; ++i) dst[i] = ToFloat(src[i]);
 }
 
+// int8 rows (kc x 16) -> f32 with the column scales folded in, so the f32 micro-kernel runs
+// on the dequantized weights as they are; the multiply is amortized over the whole row block.
+void WidenPanel(const int8_t* src, int64_t kc, const float* scale, float* dst) {
+  const __m256 s0 = _mm256_loadu_ps(scale), s1 = _mm256_loadu_ps(scale + 8);
+  for (int64_t kk = 0; kk < kc; ++kk) {
+    _mm256_storeu_ps(dst + kk * kPanelCols, _mm256_mul_ps(Load8(src + kk * kPanelCols), s0));
+    _mm256_storeu_ps(dst + kk * kPanelCols + 8, _mm256_mul_ps(Load8(src + kk * kPanelCols + 8), s1));
+  }
+}
+
 // Packs rows [0, mc) x columns [0, kc) of x into 6-row tiles: tile t holds element (r, k) at
 // t*kc*6 + k*6 + r. Rows past mc in the last tile are left as they are (never read).
 void PackRows(const float* x, int64_t lda, int64_t mc, int64_t kc, float* out) {
@@ -65,6 +75,9 @@ void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int6
         const float* b;
         if constexpr (std::is_same_v<BT, float>) {
           b = src;
+        } else if constexpr (std::is_same_v<BT, int8_t>) {
+          WidenPanel(src, kc, w.scale_data() + p * kPanelCols, scratch.b.data());
+          b = scratch.b.data();
         } else {
           WidenPanel(src, kc * kPanelCols, scratch.b.data());
           b = scratch.b.data();
@@ -110,6 +123,8 @@ void GemmPacked(const float* x, int64_t lda, int64_t m, const PackedWeight& w, c
       return GemmImpl<float>(x, lda, m, w, bias, y, ldy, blocking);
     case DType::kBF16:
       return GemmImpl<Bf16>(x, lda, m, w, bias, y, ldy, blocking);
+    case DType::kI8:
+      return GemmImpl<int8_t>(x, lda, m, w, bias, y, ldy, blocking);
     default:
       return GemmImpl<F16>(x, lda, m, w, bias, y, ldy, blocking);
   }

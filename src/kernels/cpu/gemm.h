@@ -10,7 +10,7 @@ namespace ferry::kernels::cpu {
 // Cache blocking (BLIS-style) around the 6x16 micro-kernel. For each K chunk and each
 // block of rows, x is packed once into 6-row tiles (a sequential stream that stays in L2),
 // then every weight micro-panel the thread owns (K chunk x 16, from L3/memory; bf16/f16
-// widened into an L1 buffer first) is swept over all tiles of the block.
+// widened, int8 dequantized into an L1 buffer first) is swept over all tiles of the block.
 struct GemmBlocking {
   // Upper bound on the K chunk; K is split into equal chunks no longer than this (2048 ->
   // 6 x 342) so no short tail chunk pays the per-chunk overheads. A 384 x 16 f32 micro-panel

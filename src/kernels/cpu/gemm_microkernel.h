@@ -15,17 +15,19 @@ inline constexpr int kMaxTileRows = 6;  // 6 x 2 accumulators + 2 B + 1 broadcas
 
 // C[0:MR, 0:ncols] (+)= A[0:MR, 0:kc] · B[0:kc, 0:16], where B's rows are 16 contiguous
 // values `ldb` elements apart (a packed micro-panel has ldb = 16; attention passes V rows),
-// f32 or widened in-register from bf16/f16. With `accumulate` the
+// f32 or widened in-register from bf16/f16/int8. With `accumulate` the
 // tile is added to C; otherwise C is overwritten, plus bias[0:ncols] when bias is set.
+// With `scale` (int8 weights: per output column) the tile is multiplied by scale[0:16]
+// first; it must point at 16 readable floats even when ncols < 16.
 // Few rows leave few FMA chains, so small MR also unrolls K into independent accumulators
 // to hide the FMA latency (decode must stream weights at memory speed).
 //
 // A is either row-major (element (m, k) at a[m*lda + k]) or, with kPackedA, a packed tile
 // of kMaxTileRows-row columns (element (m, k) at a[k*kMaxTileRows + m]; lda unused): one
 // sequential stream, which the blocked GEMM prefers.
-template <int MR, typename BT, bool kPackedA = false>
+template <int MR, typename BT, bool kPackedA = false, int kPrefetchBytes = 0>
 inline void MicroKernel(int64_t kc, const float* a, int64_t lda, const BT* b, int64_t ldb, float* c,
-                        int64_t ldc, int ncols, bool accumulate, const float* bias) {
+                        int64_t ldc, int ncols, bool accumulate, const float* bias, const float* scale = nullptr) {
   const int64_t a_row = kPackedA ? 1 : lda;
   constexpr int64_t a_k = kPackedA ? kMaxTileRows : 1;
   constexpr int U = MR == 1 ? 4 : (MR == 2 ? 2 : 1);
@@ -37,6 +39,15 @@ inline void MicroKernel(int64_t kc, const float* a, int64_t lda, const BT* b, in
   }
   int64_t k = 0;
   for (; k + U <= kc; k += U) {
+    if constexpr (kPrefetchBytes > 0) {
+      // B streamed from memory (decode): with few FMAs per weight byte the out-of-order
+      // window runs out before enough cache misses are in flight; prefetch well ahead.
+      const char* ahead = reinterpret_cast<const char*>(b + k * ldb) + kPrefetchBytes;
+#pragma GCC unroll 4
+      for (int off = 0; off < static_cast<int>(U * kPanelCols * sizeof(BT)); off += 64) {
+        _mm_prefetch(ahead + off, _MM_HINT_T0);
+      }
+    }
 #pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
       const __m256 b0 = Load8(b + (k + u) * ldb);
@@ -65,6 +76,14 @@ inline void MicroKernel(int64_t kc, const float* a, int64_t lda, const BT* b, in
     for (int m = 0; m < MR; ++m) {
       acc[0][m][0] = _mm256_add_ps(acc[0][m][0], acc[u][m][0]);
       acc[0][m][1] = _mm256_add_ps(acc[0][m][1], acc[u][m][1]);
+    }
+  }
+  if (scale != nullptr) {
+    const __m256 s0 = _mm256_loadu_ps(scale), s1 = _mm256_loadu_ps(scale + 8);
+#pragma GCC unroll 6
+    for (int m = 0; m < MR; ++m) {
+      acc[0][m][0] = _mm256_mul_ps(acc[0][m][0], s0);
+      acc[0][m][1] = _mm256_mul_ps(acc[0][m][1], s1);
     }
   }
   if (ncols == kPanelCols) {
@@ -111,16 +130,29 @@ inline void MicroKernel(int64_t kc, const float* a, int64_t lda, const BT* b, in
 }
 
 // Runtime row count -> template instance.
-template <typename BT, bool kPackedA = false>
+template <typename BT, bool kPackedA = false, int kPrefetchBytes = 0>
 inline void MicroKernelRows(int rows, int64_t kc, const float* a, int64_t lda, const BT* b, int64_t ldb, float* c,
-                            int64_t ldc, int ncols, bool accumulate, const float* bias) {
+                            int64_t ldc, int ncols, bool accumulate, const float* bias,
+                            const float* scale = nullptr) {
   switch (rows) {
-    case 1: return MicroKernel<1, BT, kPackedA>(kc, a, lda, b, ldb, c, ldc, ncols, accumulate, bias);
-    case 2: return MicroKernel<2, BT, kPackedA>(kc, a, lda, b, ldb, c, ldc, ncols, accumulate, bias);
-    case 3: return MicroKernel<3, BT, kPackedA>(kc, a, lda, b, ldb, c, ldc, ncols, accumulate, bias);
-    case 4: return MicroKernel<4, BT, kPackedA>(kc, a, lda, b, ldb, c, ldc, ncols, accumulate, bias);
-    case 5: return MicroKernel<5, BT, kPackedA>(kc, a, lda, b, ldb, c, ldc, ncols, accumulate, bias);
-    default: return MicroKernel<6, BT, kPackedA>(kc, a, lda, b, ldb, c, ldc, ncols, accumulate, bias);
+    case 1:
+      return MicroKernel<1, BT, kPackedA, kPrefetchBytes>(kc, a, lda, b, ldb, c, ldc, ncols, accumulate,
+                                                          bias, scale);
+    case 2:
+      return MicroKernel<2, BT, kPackedA, kPrefetchBytes>(kc, a, lda, b, ldb, c, ldc, ncols, accumulate,
+                                                          bias, scale);
+    case 3:
+      return MicroKernel<3, BT, kPackedA, kPrefetchBytes>(kc, a, lda, b, ldb, c, ldc, ncols, accumulate,
+                                                          bias, scale);
+    case 4:
+      return MicroKernel<4, BT, kPackedA, kPrefetchBytes>(kc, a, lda, b, ldb, c, ldc, ncols, accumulate,
+                                                          bias, scale);
+    case 5:
+      return MicroKernel<5, BT, kPackedA, kPrefetchBytes>(kc, a, lda, b, ldb, c, ldc, ncols, accumulate,
+                                                          bias, scale);
+    default:
+      return MicroKernel<6, BT, kPackedA, kPrefetchBytes>(kc, a, lda, b, ldb, c, ldc, ncols, accumulate,
+                                                          bias, scale);
   }
 }
 

@@ -14,6 +14,10 @@ namespace {
 constexpr int64_t kMultiTileKChunk = 256;
 // Smallest amount of weight bytes worth handing to a thread.
 constexpr int64_t kMinBytesPerThread = 64 << 10;
+// How far ahead of the kernel the weight stream is prefetched (see MicroKernel). Measured
+// on Zen 3 at one thread: int8 11 -> 13+ GB/s, bf16 ~14 -> ~15 GB/s; 512 and 2048 were no
+// better.
+constexpr int kPrefetchBytes = 1024;
 
 // Packs x into 6-row tiles (element (r, k) of tile t at t*k*6 + k*6 + r) so that each tile's
 // broadcasts are one sequential stream instead of up to six rows 4*K bytes apart.
@@ -45,23 +49,27 @@ void GemvImpl(const float* x, int64_t lda, int64_t m, const PackedWeight& w, con
   const int64_t kc = m <= kMaxTileRows ? k : kMultiTileKChunk;
   const int64_t panel_bytes = k * kPanelCols * static_cast<int64_t>(sizeof(BT));
   const int64_t grain = std::max<int64_t>(1, kMinBytesPerThread / std::max<int64_t>(panel_bytes, 1));
+  // int8 weights accumulate unscaled; the per-column scale is applied once per tile.
+  const float* scales = w.scale_data();
   ParallelFor(w.num_panels, grain, [&](int64_t p_begin, int64_t p_end) {
     for (int64_t p = p_begin; p < p_end; ++p) {
       const BT* panel = static_cast<const BT*>(w.panel(p));
       const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, n - p * kPanelCols));
       const float* panel_bias = bias != nullptr ? bias + p * kPanelCols : nullptr;
+      const float* panel_scale = scales != nullptr ? scales + p * kPanelCols : nullptr;
       float* yp = y + p * kPanelCols;
       for (int64_t k0 = 0; k0 < k; k0 += kc) {
         const int64_t kn = std::min(kc, k - k0);
         const BT* b = panel + k0 * kPanelCols;
         if (!pack) {
-          MicroKernel<1, BT>(kn, xp + k0, lda, b, kPanelCols, yp, ldy, ncols, k0 > 0, panel_bias);
+          MicroKernel<1, BT, false, kPrefetchBytes>(kn, xp + k0, lda, b, kPanelCols, yp, ldy, ncols, k0 > 0,
+                                                    panel_bias, panel_scale);
           continue;
         }
         for (int64_t r0 = 0; r0 < m; r0 += kMaxTileRows) {
           const int rows = static_cast<int>(std::min<int64_t>(kMaxTileRows, m - r0));
-          MicroKernelRows<BT, true>(rows, kn, xp + r0 * k + k0 * kMaxTileRows, 0, b, kPanelCols, yp + r0 * ldy, ldy,
-                                    ncols, k0 > 0, panel_bias);
+          MicroKernelRows<BT, true, kPrefetchBytes>(rows, kn, xp + r0 * k + k0 * kMaxTileRows, 0, b, kPanelCols,
+                                                    yp + r0 * ldy, ldy, ncols, k0 > 0, panel_bias, panel_scale);
         }
       }
     }
@@ -77,6 +85,8 @@ void GemvPacked(const float* x, int64_t lda, int64_t m, const PackedWeight& w, c
       return GemvImpl<float>(x, lda, m, w, bias, y, ldy);
     case DType::kBF16:
       return GemvImpl<Bf16>(x, lda, m, w, bias, y, ldy);
+    case DType::kI8:
+      return GemvImpl<int8_t>(x, lda, m, w, bias, y, ldy);
     default:
       return GemvImpl<F16>(x, lda, m, w, bias, y, ldy);
   }

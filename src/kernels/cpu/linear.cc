@@ -5,16 +5,14 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemv.h"
-#include "kernels/cpu/packed_weight.h"
+#include "kernels/cpu/int8_gemm.h"
 #include "kernels/cpu/tensor_checks.h"
 
 namespace ferry::kernels::cpu {
 
-Status Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const std::shared_ptr<void>& packed,
-              Tensor& y, const LinearConfig& config) {
-  if (weight.rank() != 2) return InvalidArgument("Linear: weight must be [out, in], got " + weight.DebugString());
-  const int64_t n = weight.dim(0);
-  const int64_t k = weight.dim(1);
+Status Linear(const Tensor& x, const PackedWeight& w, const Tensor& bias, Tensor& y, const LinearConfig& config) {
+  const int64_t n = w.n;
+  const int64_t k = w.k;
   FERRY_ASSIGN_OR_RETURN(const RowMajor xm, CheckRows("Linear: x", x, -1, k));
   FERRY_ASSIGN_OR_RETURN(const RowMajor ym, CheckRows("Linear: y", y, xm.rows, n));
   if (RowsOverlap(xm, ym)) return InvalidArgument("Linear: x and y must not overlap");
@@ -42,17 +40,12 @@ Status Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const s
     }
     return Status::Ok();
   }
-
-  const PackedWeight* pw = AsPackedWeight(packed, weight);
-  std::shared_ptr<PackedWeight> temporary;
-  if (pw == nullptr) {
-    FERRY_ASSIGN_OR_RETURN(temporary, PackWeight(weight));
-    pw = temporary.get();
-  }
-  if (xm.rows <= config.gemv_max_rows) {
-    GemvPacked(xm.data, xm.ld, xm.rows, *pw, bias_ptr, ym.data, ym.ld);
+  if (w.int8_activations()) {
+    Int8Linear(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld, config.gemv_max_rows);
+  } else if (xm.rows <= config.gemv_max_rows) {
+    GemvPacked(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld);
   } else {
-    GemmPacked(xm.data, xm.ld, xm.rows, *pw, bias_ptr, ym.data, ym.ld);
+    GemmPacked(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld);
   }
   return Status::Ok();
 }

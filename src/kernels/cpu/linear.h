@@ -1,5 +1,5 @@
-// y = x · W^T + bias on the CPU: validation and the choice between the decode GEMV and the
-// blocked prefill GEMM (both over PackedWeight panels).
+// y = x · W^T + bias on the CPU: validation and the choice of kernel for the weight's
+// format and the row count (decode GEMV or blocked prefill GEMM, f32 or int8 activations).
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "kernels/cpu/gemv.h"
+#include "kernels/cpu/packed_weight.h"
 
 namespace ferry::kernels::cpu {
 
@@ -16,11 +17,9 @@ struct LinearConfig {
   int64_t gemv_max_rows = kGemvMaxRows;
 };
 
-// x [M, K] f32 and y [M, N] f32 with unit column stride (rows may be strided); weight
-// [N, K] f32/bf16/f16; bias [N] (any float dtype) or undefined. `packed` is the result of
-// PackWeight(weight); without it (or if it belongs to another tensor) the weight is packed
-// on the fly, which is correct but slow.
-Status Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const std::shared_ptr<void>& packed,
-              Tensor& y, const LinearConfig& config = LinearConfig());
+// x [M, K] f32 and y [M, N] f32 with unit column stride (rows may be strided); `w` packed
+// W[N, K] in any format; bias [N] (any float dtype) or undefined.
+Status Linear(const Tensor& x, const PackedWeight& w, const Tensor& bias, Tensor& y,
+              const LinearConfig& config = LinearConfig());
 
 }  // namespace ferry::kernels::cpu

@@ -9,6 +9,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/allocator.h"
@@ -65,6 +66,35 @@ PrimitiveCache& Cache() {
   return *cache;
 }
 
+dnnl::matmul::primitive_desc Int8MatmulDesc(int64_t m, int64_t n, int64_t k) {
+  const memory::desc src_md(Dims{m, k}, memory::data_type::s8, memory::format_tag::ab);
+  const memory::desc w_md(Dims{k, n}, memory::data_type::s8, memory::format_tag::any);
+  const memory::desc dst_md(Dims{m, n}, memory::data_type::s32, memory::format_tag::ab);
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_md, w_md, dst_md), Engine());
+}
+
+// Int8 primitives per (n, k), M a run-time dimension.
+class Int8Cache {
+ public:
+  const CachedMatmul& Get(int64_t n, int64_t k) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = cache_.find({n, k});
+    if (it != cache_.end()) return it->second;
+    dnnl::matmul::primitive_desc pd = Int8MatmulDesc(DNNL_RUNTIME_DIM_VAL, n, k);
+    CachedMatmul entry{dnnl::matmul(pd), pd.weights_desc(), memory::desc()};
+    return cache_.emplace(std::make_pair(n, k), std::move(entry)).first->second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::pair<int64_t, int64_t>, CachedMatmul> cache_;  // GUARDED_BY(mu_); entries never move or die
+};
+
+Int8Cache& Int8Primitives() {
+  static Int8Cache* cache = new Int8Cache();
+  return *cache;
+}
+
 }  // namespace
 
 Result<std::shared_ptr<OnednnWeight>> PackOnednnWeight(const Tensor& weight) {
@@ -116,6 +146,53 @@ Status OnednnMatmul(const float* x, int64_t lda, int64_t m, int64_t k, const flo
     return Internal(std::string("oneDNN matmul failed: ") + e.what());
   }
   return Status::Ok();
+}
+
+Result<std::shared_ptr<OnednnInt8Weight>> PackOnednnInt8Weight(const int8_t* w, int64_t n, int64_t k) {
+  try {
+    const CachedMatmul& mm = Int8Primitives().Get(n, k);
+    auto packed = std::make_shared<OnednnInt8Weight>();
+    packed->n = n;
+    packed->k = k;
+    packed->data = std::shared_ptr<void>(AlignedAlloc(std::max<size_t>(mm.weights_md.get_size(), 64)), AlignedFree);
+    // W[N, K] row-major is the [K, N] matrix with strides (1, K).
+    const memory::desc user_md(Dims{k, n}, memory::data_type::s8, Dims{1, k});
+    memory user(user_md, Engine(), const_cast<int8_t*>(w));
+    memory dst(mm.weights_md, Engine(), packed->data.get());
+    dnnl::stream stream(Engine());
+    dnnl::reorder(user, dst).execute(stream, user, dst);
+    stream.wait();
+    return packed;
+  } catch (const dnnl::error& e) {
+    return Internal(std::string("oneDNN int8 weight reorder failed: ") + e.what());
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("out of memory packing an int8 weight for oneDNN");
+  }
+}
+
+Status OnednnInt8Matmul(const int8_t* xq, int64_t m, const OnednnInt8Weight& w, int32_t* acc) {
+  try {
+    const CachedMatmul& mm = Int8Primitives().Get(w.n, w.k);
+    const memory::desc src_md(Dims{m, w.k}, memory::data_type::s8, memory::format_tag::ab);
+    const memory::desc dst_md(Dims{m, w.n}, memory::data_type::s32, memory::format_tag::ab);
+    memory src(src_md, Engine(), const_cast<int8_t*>(xq));
+    memory wts(mm.weights_md, Engine(), w.data.get());
+    memory dst(dst_md, Engine(), acc);
+    thread_local dnnl::stream stream(Engine());
+    mm.primitive.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, dst}});
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    return Internal(std::string("oneDNN int8 matmul failed: ") + e.what());
+  }
+  return Status::Ok();
+}
+
+std::string OnednnInt8MatmulImpl() {
+  try {
+    return Int8MatmulDesc(64, 256, 256).impl_info_str();
+  } catch (const dnnl::error& e) {
+    return std::string("unavailable: ") + e.what();
+  }
 }
 
 std::string OnednnF32MatmulImpl() {

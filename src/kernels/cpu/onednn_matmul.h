@@ -34,4 +34,22 @@ Status OnednnMatmul(const float* x, int64_t lda, int64_t m, int64_t k, const flo
 std::string OnednnF32MatmulImpl();
 bool OnednnHasFastBf16Matmul();
 
+// oneDNN's s8 x s8 -> s32 matmul, kept as the yardstick for ferry's W8A8 kernel (see
+// int8_gemm.cc for why the kernel does not call it). W is reordered once into the layout the
+// primitive asks for. Immutable; thread-safe.
+struct OnednnInt8Weight {
+  int64_t n = 0;
+  int64_t k = 0;
+  std::shared_ptr<void> data;  // oneDNN's blocked layout of the [K, N] s8 weights
+};
+
+// From int8 W[N, K] (row-major, as quantized by PackWeight).
+Result<std::shared_ptr<OnednnInt8Weight>> PackOnednnInt8Weight(const int8_t* w, int64_t n, int64_t k);
+
+// acc[M, N] = xq[M, K] · W^T in int32 (xq row-major s8). Primitives are cached per (N, K).
+Status OnednnInt8Matmul(const int8_t* xq, int64_t m, const OnednnInt8Weight& w, int32_t* acc);
+
+// oneDNN's implementation name for that matmul on this CPU (e.g. "gemm:jit").
+std::string OnednnInt8MatmulImpl();
+
 }  // namespace ferry::kernels::cpu

@@ -3,20 +3,27 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <new>
+#include <string>
+#include <vector>
 
 #include "core/allocator.h"
+#include "core/dtype.h"
 #include "core/thread_pool.h"
 
 namespace ferry::kernels::cpu {
 namespace {
 
+using backend::WeightFormat;
+
+// Same dtype in and out: a plain transpose of 16-row strips, through a small tile so both
+// the reads (rows of W) and the writes (rows of the panel) stay within a few cache lines.
 template <typename T>
 void PackPanels(const T* w, int64_t n, int64_t k, T* out, int64_t p_begin, int64_t p_end) {
-  // Transpose 16-row strips through a small tile so both the reads (rows of W) and the
-  // writes (rows of the panel) stay within a few cache lines.
   constexpr int64_t kTileK = 64;
   for (int64_t p = p_begin; p < p_end; ++p) {
     T* dst = out + p * k * kPanelCols;
@@ -32,6 +39,83 @@ void PackPanels(const T* w, int64_t n, int64_t k, T* out, int64_t p_begin, int64
   }
 }
 
+// Rows [row0, row0 + rows) of W as f32 into buf (row-major, k per row).
+void GatherRows(const Tensor& weight, int64_t row0, int64_t rows, float* buf) {
+  const int64_t k = weight.dim(1);
+  const size_t elem = DTypeSize(weight.dtype());
+  ConvertToF32(weight.dtype(), static_cast<const char*>(weight.raw()) + row0 * k * elem, buf,
+               static_cast<size_t>(rows * k));
+}
+
+// buf (rows x k f32) -> one f32/bf16/f16 panel, zero past `rows`.
+void EmitFloatPanel(const float* buf, int64_t rows, int64_t k, DType dtype, void* panel) {
+  std::memset(panel, 0, static_cast<size_t>(k) * kPanelCols * DTypeSize(dtype));
+  for (int64_t c = 0; c < rows; ++c) {
+    const float* src = buf + c * k;
+    switch (dtype) {
+      case DType::kF32:
+        for (int64_t kk = 0; kk < k; ++kk) static_cast<float*>(panel)[kk * kPanelCols + c] = src[kk];
+        break;
+      case DType::kBF16:
+        for (int64_t kk = 0; kk < k; ++kk) static_cast<uint16_t*>(panel)[kk * kPanelCols + c] = F32ToBf16(src[kk]);
+        break;
+      default:
+        for (int64_t kk = 0; kk < k; ++kk) static_cast<uint16_t*>(panel)[kk * kPanelCols + c] = F32ToF16(src[kk]);
+        break;
+    }
+  }
+}
+
+// Quantizes buf's rows (rows x k f32, scaled in place by `smooth` when given) to one int8
+// panel plus its kPanelCols scales. Returns false if a row holds a non-finite value.
+bool EmitInt8Panel(float* buf, int64_t rows, int64_t k, int64_t k_stored, PanelLayout layout, const float* smooth,
+                   int8_t* panel, float* scales) {
+  std::memset(panel, 0, static_cast<size_t>(k_stored) * kPanelCols);
+  for (int64_t c = 0; c < rows; ++c) {
+    float* row = buf + c * k;
+    float amax = 0.0f;
+    bool finite = true;
+    for (int64_t kk = 0; kk < k; ++kk) {
+      if (smooth != nullptr) row[kk] *= smooth[kk];
+      amax = std::max(amax, std::fabs(row[kk]));
+      finite &= std::isfinite(row[kk]);
+    }
+    if (!finite) return false;
+    const float scale = amax / 127.0f;
+    scales[c] = scale;
+    if (scale == 0.0f) continue;  // an all-zero row (or one that underflows): q = 0
+    for (int64_t kk = 0; kk < k; ++kk) {
+      // nearbyint rounds half to even in the default rounding mode, as the activation
+      // quantizer (cvtps2dq) does.
+      const float q = std::clamp(std::nearbyint(row[kk] / scale), -127.0f, 127.0f);
+      const int64_t at = layout == PanelLayout::kRows ? kk * kPanelCols + c
+                                                       : (kk / 4) * (4 * kPanelCols) + c * 4 + (kk & 3);
+      panel[at] = static_cast<int8_t>(q);
+    }
+  }
+  return true;
+}
+
+Result<Tensor> AllocateTensor(Shape shape, DType dtype, const std::string& what) {
+  try {
+    return Tensor::Empty(std::move(shape), dtype);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("out of memory packing " + what);
+  }
+}
+
+DType TargetDType(WeightFormat format, DType source) {
+  switch (format) {
+    case WeightFormat::kNative: return source;
+    case WeightFormat::kF32: return DType::kF32;
+    case WeightFormat::kBF16: return DType::kBF16;
+    case WeightFormat::kF16: return DType::kF16;
+    case WeightFormat::kInt8:
+    case WeightFormat::kInt8W8A8: return DType::kI8;
+  }
+  return source;
+}
+
 }  // namespace
 
 void AdviseHugePages(void* p, size_t bytes) {
@@ -44,48 +128,94 @@ void AdviseHugePages(void* p, size_t bytes) {
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
 }
 
-Result<std::shared_ptr<PackedWeight>> PackWeight(const Tensor& weight) {
+Result<std::shared_ptr<PackedWeight>> PackWeight(const Tensor& weight, WeightFormat format, const Tensor& smooth) {
   if (weight.rank() != 2) return InvalidArgument("linear weight must be 2-D, got " + weight.DebugString());
   if (!weight.is_contiguous()) return InvalidArgument("linear weight must be contiguous");
   if (!weight.device().is_cpu()) return InvalidArgument("linear weight is not in host memory");
-  const DType dtype = weight.dtype();
-  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
-    return InvalidArgument("linear weight dtype must be f32, bf16 or f16, got " + std::string(DTypeName(dtype)));
+  const DType src_dtype = weight.dtype();
+  if (src_dtype != DType::kF32 && src_dtype != DType::kBF16 && src_dtype != DType::kF16) {
+    return InvalidArgument("linear weight dtype must be f32, bf16 or f16, got " + std::string(DTypeName(src_dtype)));
   }
+  const int64_t n = weight.dim(0), k = weight.dim(1);
+  if (n > 0 && k > 0 && weight.raw() == nullptr) return InvalidArgument("linear weight has no data");
+  const bool int8 = format == WeightFormat::kInt8 || format == WeightFormat::kInt8W8A8;
   auto packed = std::make_shared<PackedWeight>();
-  packed->dtype = dtype;
-  packed->n = weight.dim(0);
-  packed->k = weight.dim(1);
-  packed->num_panels = (packed->n + kPanelCols - 1) / kPanelCols;
+  packed->format = format;
+  packed->dtype = TargetDType(format, src_dtype);
+  packed->layout = format == WeightFormat::kInt8W8A8 ? PanelLayout::kQuads : PanelLayout::kRows;
+  packed->n = n;
+  packed->k = k;
+  packed->k_stored = StoredK(packed->layout, k);
+  packed->num_panels = (n + kPanelCols - 1) / kPanelCols;
   packed->source = weight.raw();
-  const size_t bytes = static_cast<size_t>(packed->num_panels) * packed->k * kPanelCols * packed->elem_size();
-  void* mem = nullptr;
-  try {
-    mem = AlignedAlloc(std::max<size_t>(bytes, 64));
-  } catch (const std::bad_alloc&) {
-    return ResourceExhausted("out of memory packing a " + weight.DebugString() + " weight");
+
+  const float* smooth_ptr = nullptr;
+  if (format == WeightFormat::kInt8W8A8) {
+    if (k > kMaxInt8K) {
+      return InvalidArgument("int8 W8A8 supports K up to " + std::to_string(kMaxInt8K) + ", got " + std::to_string(k));
+    }
+    if (smooth.defined()) {
+      if (smooth.numel() != k || !smooth.device().is_cpu() || smooth.rank() != 1) {
+        return InvalidArgument("smooth factors must be [" + std::to_string(k) + "] host memory, got " +
+                               smooth.DebugString());
+      }
+      packed->smooth = smooth.ToF32();
+      smooth_ptr = packed->smooth.data<float>();
+      for (int64_t i = 0; i < k; ++i) {
+        if (!(smooth_ptr[i] > 0.0f) || !std::isfinite(smooth_ptr[i])) {
+          return InvalidArgument("smooth factor " + std::to_string(i) + " is not positive and finite");
+        }
+      }
+    }
   }
-  packed->storage = std::shared_ptr<void>(mem, AlignedFree);
-  AdviseHugePages(mem, bytes);
-  const int64_t n = packed->n, k = packed->k;
-  ParallelFor(packed->num_panels, 1, [&](int64_t b, int64_t e) {
-    if (dtype == DType::kF32) {
-      PackPanels(weight.data<float>(), n, k, static_cast<float*>(mem), b, e);
-    } else {
-      PackPanels(weight.data<uint16_t>(), n, k, static_cast<uint16_t*>(mem), b, e);
+
+  const std::string what = "a " + weight.DebugString() + " weight as " + backend::WeightFormatName(format);
+  FERRY_ASSIGN_OR_RETURN(packed->panels,
+                         AllocateTensor({packed->num_panels, packed->k_stored * kPanelCols}, packed->dtype, what));
+  AdviseHugePages(packed->panels.raw(), packed->panels.nbytes());
+  if (int8) {
+    FERRY_ASSIGN_OR_RETURN(packed->scales, AllocateTensor({packed->num_panels * kPanelCols}, DType::kF32, what));
+    std::fill_n(packed->scales.data<float>(), packed->scales.numel(), 0.0f);
+  }
+
+  PackedWeight& pw = *packed;
+  if (!int8 && pw.dtype == src_dtype) {
+    ParallelFor(pw.num_panels, 1, [&](int64_t b, int64_t e) {
+      if (src_dtype == DType::kF32) {
+        PackPanels(weight.data<float>(), n, k, pw.panels.data<float>(), b, e);
+      } else {
+        PackPanels(weight.data<uint16_t>(), n, k, pw.panels.data<uint16_t>(), b, e);
+      }
+    });
+    return packed;
+  }
+  std::atomic<int64_t> bad_row{-1};
+  ParallelFor(pw.num_panels, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> buf(static_cast<size_t>(kPanelCols * k));
+    for (int64_t p = b; p < e; ++p) {
+      const int64_t rows = std::min<int64_t>(kPanelCols, n - p * kPanelCols);
+      GatherRows(weight, p * kPanelCols, rows, buf.data());
+      void* dst = const_cast<void*>(pw.panel(p));
+      if (!int8) {
+        EmitFloatPanel(buf.data(), rows, k, pw.dtype, dst);
+      } else if (!EmitInt8Panel(buf.data(), rows, k, pw.k_stored, pw.layout, smooth_ptr, static_cast<int8_t*>(dst),
+                                pw.scales.data<float>() + p * kPanelCols)) {
+        bad_row.store(p * kPanelCols, std::memory_order_relaxed);
+      }
     }
   });
+  if (bad_row.load() >= 0) {
+    return InvalidArgument("cannot quantize " + weight.DebugString() + ": non-finite values in rows " +
+                           std::to_string(bad_row.load()) + ".." + std::to_string(bad_row.load() + kPanelCols - 1) +
+                           (smooth_ptr != nullptr ? " (after smoothing)" : ""));
+  }
   return packed;
 }
 
-const PackedWeight* AsPackedWeight(const std::shared_ptr<void>& packed, const Tensor& weight) {
+const PackedWeight* AsPackedWeight(const std::shared_ptr<void>& packed) {
   if (!packed) return nullptr;
   const auto* p = static_cast<const PackedWeight*>(packed.get());
-  if (p->magic != PackedWeight::kMagic || p->source != weight.raw() || p->dtype != weight.dtype() ||
-      weight.rank() != 2 || p->n != weight.dim(0) || p->k != weight.dim(1)) {
-    return nullptr;
-  }
-  return p;
+  return p->magic == PackedWeight::kMagic ? p : nullptr;
 }
 
 }  // namespace ferry::kernels::cpu

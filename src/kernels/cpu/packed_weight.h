@@ -1,10 +1,11 @@
-// The layout the CPU GEMM kernels read linear weights in.
+// The layout the CPU GEMM kernels read linear weights in, and its conversion from a
+// checkpoint weight (dtype conversion, int8 quantization).
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <vector>
 
+#include "backend/backend.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -13,35 +14,72 @@ namespace ferry::kernels::cpu {
 // Output features per panel: two AVX2 registers of f32.
 inline constexpr int kPanelCols = 16;
 
-// A weight W[N, K] rearranged into column panels of kPanelCols output features. Panel p
-// holds K rows of kPanelCols contiguous values (W[p*16 + c, k] at k*16 + c), in the
-// weight's own dtype (f32, bf16 or f16), with the last panel zero-padded. Panels sit back
-// to back, so the panels a thread owns form one sequential stream (what decode GEMV wants)
-// and any K range of a panel is a contiguous micro-panel (what the blocked GEMM wants).
-// Immutable after packing; thread-safe to share.
+// How a panel orders its K x kPanelCols elements.
+enum class PanelLayout : uint8_t {
+  // W[p*16 + c, k] at k*16 + c: one row of 16 output features per k, in the panel's dtype
+  // (f32, bf16, f16, or int8 with per-column scales). One widening load feeds 8 FMA lanes.
+  kRows,
+  // int8 with K padded to a multiple of 4: W[p*16 + c, k] at (k/4)*64 + c*4 + k%4. Four
+  // consecutive k of a column sit side by side, the operand order of _mm256_maddubs_epi16
+  // (W8A8): one 64-byte line holds a 4 x 16 block.
+  kQuads,
+};
+
+// K as a panel of `layout` stores it (kQuads pads it with zero weights).
+inline int64_t StoredK(PanelLayout layout, int64_t k) { return layout == PanelLayout::kQuads ? (k + 3) / 4 * 4 : k; }
+
+// A weight W[N, K] rearranged into column panels of kPanelCols output features, the last
+// one zero-padded. Panels sit back to back, so the panels a thread owns form one
+// sequential stream (what decode GEMV wants) and any K range of a panel is a contiguous
+// micro-panel (what the blocked GEMM wants).
+//
+// Self-describing: everything the kernels read is in here (the source tensor is not needed
+// after packing), and the buffers are Tensors so they can be views into an mmap'd engine
+// file that they keep alive. Immutable after packing; thread-safe to share.
 struct PackedWeight {
   static constexpr uint64_t kMagic = 0x6665727279504b57ull;  // tags the type behind shared_ptr<void>
   uint64_t magic = kMagic;
-  DType dtype = DType::kF32;
+  backend::WeightFormat format = backend::WeightFormat::kNative;
+  DType dtype = DType::kF32;  // of the panel elements: f32, bf16, f16 or i8
+  PanelLayout layout = PanelLayout::kRows;
   int64_t n = 0;
   int64_t k = 0;
+  int64_t k_stored = 0;  // StoredK(layout, k)
   int64_t num_panels = 0;
-  const void* source = nullptr;  // the weight data it was packed from
-  std::shared_ptr<void> storage;
+  Tensor panels;  // [num_panels, k_stored * kPanelCols], 64-byte aligned
+  Tensor scales;  // int8 formats: f32 [num_panels * kPanelCols], 0 for the padding columns
+  Tensor smooth;  // W8A8: f32 [k] SmoothQuant factors (activations are divided by them), or undefined
+  // The weight data PrepareLinear packed this from, only to notice a pack paired with
+  // another weight; null when loaded from an engine file. Never dereferenced.
+  const void* source = nullptr;
 
-  size_t elem_size() const { return dtype == DType::kF32 ? 4 : 2; }
-  const void* panel(int64_t p) const {
-    return static_cast<const char*>(storage.get()) + static_cast<size_t>(p) * k * kPanelCols * elem_size();
-  }
+  // Activations are quantized to int8 per row (W8A8).
+  bool int8_activations() const { return format == backend::WeightFormat::kInt8W8A8; }
+  size_t elem_size() const { return DTypeSize(dtype); }
+  size_t panel_bytes() const { return static_cast<size_t>(k_stored) * kPanelCols * elem_size(); }
+  const void* panel(int64_t p) const { return static_cast<const char*>(panels.raw()) + p * panel_bytes(); }
+  const float* scale_data() const { return scales.defined() ? scales.data<float>() : nullptr; }
+  const float* smooth_data() const { return smooth.defined() ? smooth.data<float>() : nullptr; }
 };
+
+// K limit of the int8 W8A8 kernels: K * 127 * 127 must fit the int32 accumulators.
+inline constexpr int64_t kMaxInt8K = (int64_t{1} << 31) / (127 * 127);
 
 // Asks the kernel to back [p, p + bytes) with transparent huge pages (best effort).
 void AdviseHugePages(void* p, size_t bytes);
 
-// Packs W[N, K] (f32, bf16 or f16, contiguous). Multi-threaded.
-Result<std::shared_ptr<PackedWeight>> PackWeight(const Tensor& weight);
+// Converts W[N, K] (f32, bf16 or f16, contiguous) to `format` and packs it. Multi-threaded.
+//  - kNative keeps the weight's dtype; kF32 / kBF16 / kF16 convert (round to nearest even).
+//  - kInt8 / kInt8W8A8 quantize each output row symmetrically: scale_n = max_k |W'[n, k]| / 127,
+//    q = round_half_even(W'[n, k] / scale_n) (all-zero rows get scale 0 and q = 0), where
+//    W' = W for kInt8 and W' = W * diag(smooth) for kInt8W8A8 (`smooth`: f32 [K], positive
+//    and finite, or undefined for ones). Other formats ignore `smooth`: without activation
+//    quantization smoothing does not change the product.
+Result<std::shared_ptr<PackedWeight>> PackWeight(const Tensor& weight,
+                                                 backend::WeightFormat format = backend::WeightFormat::kNative,
+                                                 const Tensor& smooth = Tensor());
 
-// The packed form attached to `packed` if it is a PackedWeight packed from `weight`; else null.
-const PackedWeight* AsPackedWeight(const std::shared_ptr<void>& packed, const Tensor& weight);
+// The PackedWeight behind `packed`, or null if it holds something else.
+const PackedWeight* AsPackedWeight(const std::shared_ptr<void>& packed);
 
 }  // namespace ferry::kernels::cpu

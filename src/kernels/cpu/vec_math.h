@@ -1,5 +1,5 @@
 // AVX2 building blocks shared by the CPU kernels: widening loads for half-precision
-// types, horizontal reductions and vectorized exp / GELU / tanh.
+// and int8 types, horizontal reductions and vectorized exp / GELU / tanh.
 #pragma once
 
 #include <immintrin.h>
@@ -26,7 +26,13 @@ inline __m256 Load8(const F16* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
+// int8 weights (scaled per output column elsewhere): sign-extend, then convert exactly.
+inline __m256 Load8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
 inline float ToFloat(float v) { return v; }
+inline float ToFloat(int8_t v) { return static_cast<float>(v); }
 inline float ToFloat(Bf16 v) {
   const uint32_t bits = static_cast<uint32_t>(v.bits) << 16;
   float f;

@@ -1,0 +1,30 @@
+// W8A8 linear: y[M, N] = dequant(quant(x / smooth) · Wq^T) (+ bias) over a PackedWeight in
+// PanelLayout::kQuads, for AVX2 without VNNI.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/packed_weight.h"
+
+namespace ferry::kernels::cpu {
+
+// Bytes of quantized activations per row and stored k (the value and its magnitude).
+inline constexpr int kActivationBytesPerK = 2;
+
+// Quantizes rows [0, m) of x to int8 with a per-row dynamic scale, in the tile layout the
+// W8A8 kernels read. Each row: x' = x / smooth (smooth null: x' = x), amax = max |x'|,
+// q = round_half_even(x' * (127 / amax)) in f32 (|q| <= 127), row_scale = amax / 127 (q = 0
+// and scale 0 for an all-zero row). Tiles hold `tile_rows` rows; for k-quad j of row r of
+// tile t, the 8 bytes at t*k_stored*tile_rows*2 + (j*tile_rows + r)*8 are q[4j..4j+3] then
+// |q[4j..4j+3]|: two 32-bit broadcasts feed vpsignb and vpmaddubsw. The K padding is zero.
+void QuantizeActivations(const float* x, int64_t lda, int64_t m, int64_t k, int64_t k_stored, const float* smooth,
+                         int tile_rows, int8_t* q, float* row_scale);
+
+// y = (acc * row_scale[m] * col_scale[n]) + bias[n], acc the exact int32 dot product of the
+// quantized row and column. Rows up to `gemv_max_rows` stream the weights once (decode);
+// larger M runs the cache-blocked GEMM. The int32 partial sums of a K range live in y
+// itself until the last range, so the result does not depend on the blocking.
+void Int8Linear(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
+                int64_t ldy, int64_t gemv_max_rows);
+
+}  // namespace ferry::kernels::cpu
