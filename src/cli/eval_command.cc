@@ -14,6 +14,10 @@ namespace {
 
 struct EvalOptions {
   std::string model;
+  std::string reference;
+  int steps = 64;
+  int prompt_tokens = 32;
+  int random_prompts = 0;
   std::string data;
   int window = 512;
   int max_tokens = 128;
@@ -80,6 +84,50 @@ int RunClassifyEval(const EvalOptions& o) {
   return 0;
 }
 
+int RunCompare(const EvalOptions& o) {
+  auto ref = engine::Engine::Load(o.reference, {.threads = o.threads});
+  if (!ref.ok()) return Fail(ref.status());
+  auto cand = engine::Engine::Load(o.model, {.threads = o.threads});
+  if (!cand.ok()) return Fail(cand.status());
+  std::vector<std::vector<int32_t>> prompts;
+  if (o.random_prompts > 0 || o.data.empty()) {
+    // Deterministic pseudo-random prompts (models without a tokenizer, e.g. the fixtures).
+    const int n = o.random_prompts > 0 ? o.random_prompts : 8;
+    const int vocab = (*ref)->config().vocab_size;
+    uint64_t h = 12345;
+    for (int i = 0; i < n; ++i) {
+      std::vector<int32_t> p;
+      for (int t = 0; t < o.prompt_tokens; ++t) {
+        h = h * 6364136223846793005ull + 1442695040888963407ull;
+        p.push_back(static_cast<int32_t>((h >> 33) % static_cast<uint64_t>(vocab)));
+      }
+      prompts.push_back(std::move(p));
+    }
+  } else {
+    std::vector<std::string> texts;
+    std::vector<int> labels;
+    if (Status st = ReadJsonl(o.data, false, o.limit > 0 ? o.limit : 16, texts, labels); !st.ok()) return Fail(st);
+    for (const std::string& t : texts) {
+      auto ids = (*ref)->EncodePrompt(t);
+      if (!ids.ok()) return Fail(ids.status());
+      if (static_cast<int>(ids->size()) > o.prompt_tokens) ids->resize(o.prompt_tokens);
+      prompts.push_back(std::move(ids).value());
+    }
+  }
+  auto r = engine::CompareDecoders(*ref, *cand, prompts, o.steps);
+  if (!r.ok()) return Fail(r.status());
+  nlohmann::json j = {{"max_abs_error", r->max_abs_error},
+                      {"mean_abs_error", r->mean_abs_error},
+                      {"max_abs_error_rel", r->max_abs_reference > 0 ? r->max_abs_error / r->max_abs_reference : 0},
+                      {"teacher_forced_agreement", r->teacher_forced_agreement},
+                      {"mean_prefix_match", r->mean_prefix_match},
+                      {"prompts", r->prompts},
+                      {"steps", r->steps},
+                      {"positions", r->positions}};
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
 }  // namespace
 
 void RegisterEval(CLI::App& app, int& exit_code) {
@@ -100,6 +148,16 @@ void RegisterEval(CLI::App& app, int& exit_code) {
   cls->add_option("--limit", o->limit, "Use only the first N records");
   cls->add_option("--threads", o->threads, "Compute threads (0 = all cores)");
   cls->callback([o, &exit_code] { exit_code = RunClassifyEval(*o); });
+  CLI::App* cmp = eval->add_subcommand("compare", "Logit error and greedy agreement of a variant against a reference");
+  cmp->add_option("--model", o->model, "Candidate (e.g. an int8 engine)")->required();
+  cmp->add_option("--reference", o->reference, "Reference (e.g. the fp32 engine or checkpoint)")->required();
+  cmp->add_option("--data", o->data, "JSONL prompts (first --prompt-tokens tokens of each text)");
+  cmp->add_option("--limit", o->limit, "Prompts taken from --data (default 16)");
+  cmp->add_option("--random-prompts", o->random_prompts, "Use N pseudo-random prompts instead");
+  cmp->add_option("--prompt-tokens", o->prompt_tokens, "Prompt length");
+  cmp->add_option("--steps", o->steps, "Greedy tokens compared per prompt");
+  cmp->add_option("--threads", o->threads, "Compute threads (0 = all cores)");
+  cmp->callback([o, &exit_code] { exit_code = RunCompare(*o); });
 }
 
 }  // namespace ferry::cli

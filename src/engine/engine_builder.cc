@@ -103,7 +103,25 @@ Result<nlohmann::json> Calibrate(const std::string& model_dir, const BuildOption
   const std::string path = o.calibration_path.empty() ? DefaultCalibrationPath() : o.calibration_path;
   FERRY_ASSIGN_OR_RETURN(std::vector<std::string> docs, ReadCalibration(path));
   FERRY_ASSIGN_OR_RETURN(std::shared_ptr<Engine> fp32, Engine::Load(model_dir, {.threads = o.threads}));
-  if (fp32->tokenizer() == nullptr) return FailedPrecondition("int8 calibration needs the model's tokenizer");
+  // A checkpoint without a tokenizer (e.g. random weights for benchmarks) is calibrated on
+  // deterministic pseudo-random token ids, one document per calibration text.
+  const bool synthetic = fp32->tokenizer() == nullptr;
+  auto encode = [&](const std::string& d, bool special) -> Result<tokenizer::Encoding> {
+    if (!synthetic) {
+      if (special) return fp32->tokenizer()->EncodeWithSpecial(d);
+      FERRY_ASSIGN_OR_RETURN(std::vector<int32_t> ids, fp32->EncodePrompt(d));
+      return tokenizer::Encoding{ids, {}};
+    }
+    tokenizer::Encoding e;
+    const int vocab = fp32->config().vocab_size;
+    uint64_t h = std::hash<std::string>{}(d);
+    for (size_t i = 0; i < std::max<size_t>(d.size() / 4, 1); ++i) {
+      h = h * 6364136223846793005ull + 1442695040888963407ull;
+      e.ids.push_back(static_cast<int32_t>((h >> 33) % static_cast<uint64_t>(vocab)));
+    }
+    e.type_ids.assign(e.ids.size(), 0);
+    return e;
+  };
   ActivationStats stats;
   auto observer = [&stats](const std::string& key, const Tensor& x) { stats.Observe(key, x); };
   int64_t tokens = 0;
@@ -120,7 +138,8 @@ Result<nlohmann::json> Calibrate(const std::string& model_dir, const BuildOption
     StepExecutor ex(*fp32->decoder(), *cache);
     for (const std::string& d : docs) {
       if (tokens >= o.calibration_tokens) break;
-      FERRY_ASSIGN_OR_RETURN(std::vector<int32_t> ids, fp32->EncodePrompt(d));
+      FERRY_ASSIGN_OR_RETURN(tokenizer::Encoding enc, encode(d, false));
+      std::vector<int32_t>& ids = enc.ids;
       if (static_cast<int>(ids.size()) > max_seq_len) ids.resize(max_seq_len);
       FERRY_ASSIGN_OR_RETURN(Tensor logits, ex.Step({SeqStep{1, ids, 0, false}}));
       cache->Free(1);
@@ -133,7 +152,7 @@ Result<nlohmann::json> Calibrate(const std::string& model_dir, const BuildOption
     const int limit = fp32->config().max_position_embeddings;
     for (const std::string& d : docs) {
       if (tokens >= o.calibration_tokens) break;
-      FERRY_ASSIGN_OR_RETURN(tokenizer::Encoding enc, fp32->tokenizer()->EncodeWithSpecial(d));
+      FERRY_ASSIGN_OR_RETURN(tokenizer::Encoding enc, encode(d, true));
       if (static_cast<int>(enc.ids.size()) > limit) {
         enc.ids.resize(limit);
         enc.type_ids.resize(limit);
@@ -174,8 +193,9 @@ Result<nlohmann::json> Calibrate(const std::string& model_dir, const BuildOption
     visit_status = fp32->encoder()->Visit(visitor);
   }
   FERRY_RETURN_IF_ERROR(visit_status);
-  return nlohmann::json{{"path", path}, {"documents", used_docs}, {"tokens", tokens}, {"alpha", o.smooth_alpha},
-                        {"layers", smooth.size()}};
+  return nlohmann::json{{"path", path},     {"documents", used_docs},
+                        {"tokens", tokens}, {"alpha", o.smooth_alpha},
+                        {"layers", smooth.size()}, {"synthetic_token_ids", synthetic}};
 }
 
 nlohmann::json DescribeTensor(const Tensor& t, const io::BlobRef& ref) {

@@ -60,6 +60,68 @@ Result<PerplexityResult> Perplexity(std::shared_ptr<Engine> engine, const std::v
   return r;
 }
 
+Result<AgreementResult> CompareDecoders(std::shared_ptr<Engine> reference, std::shared_ptr<Engine> candidate,
+                                        const std::vector<std::vector<int32_t>>& prompts, int steps) {
+  if (!reference->is_decoder() || !candidate->is_decoder()) return InvalidArgument("comparison needs two decoders");
+  if (reference->config().vocab_size != candidate->config().vocab_size) {
+    return InvalidArgument("the two models have different vocabularies");
+  }
+  if (prompts.empty() || steps <= 0) return InvalidArgument("need prompts and steps > 0");
+  const int vocab = reference->config().vocab_size;
+  size_t longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, p.size());
+  RunnerOptions ro;
+  ro.max_batch_seqs = 1;
+  ro.max_seq_len = static_cast<int>(longest) + steps + 1;
+  FERRY_ASSIGN_OR_RETURN(auto ref_runner, DecoderRunner::Create(reference, ro));
+  FERRY_ASSIGN_OR_RETURN(auto cand_runner, DecoderRunner::Create(candidate, ro));
+  AgreementResult r;
+  r.prompts = static_cast<int>(prompts.size());
+  r.steps = steps;
+  double abs_sum = 0;
+  int64_t abs_count = 0, agree = 0, prefix_sum = 0;
+  for (const std::vector<int32_t>& prompt : prompts) {
+    GenerateRequest req;
+    req.prompt = prompt;
+    req.sampling.temperature = 0;
+    req.max_tokens = steps;
+    FERRY_ASSIGN_OR_RETURN(std::vector<GenerateResult> ref_gen, ref_runner->Generate({req}));
+    FERRY_ASSIGN_OR_RETURN(std::vector<GenerateResult> cand_gen, cand_runner->Generate({req}));
+    const std::vector<int32_t>& cont = ref_gen[0].tokens;
+    const std::vector<int32_t>& free_run = cand_gen[0].tokens;
+    size_t prefix = 0;
+    while (prefix < cont.size() && prefix < free_run.size() && cont[prefix] == free_run[prefix]) ++prefix;
+    prefix_sum += static_cast<int64_t>(prefix);
+    // Score prompt + continuation (minus its last token) in one pass with both models.
+    std::vector<int32_t> seq = prompt;
+    seq.insert(seq.end(), cont.begin(), cont.end() - 1);
+    FERRY_ASSIGN_OR_RETURN(Tensor a, ref_runner->executor().Step({SeqStep{1, seq, 0, true}}));
+    ref_runner->cache().Free(1);
+    FERRY_ASSIGN_OR_RETURN(Tensor b, cand_runner->executor().Step({SeqStep{1, seq, 0, true}}));
+    cand_runner->cache().Free(1);
+    for (size_t pos = prompt.size() - 1; pos < seq.size(); ++pos) {
+      const float* ra = a.data<float>() + pos * vocab;
+      const float* rb = b.data<float>() + pos * vocab;
+      int32_t am = 0, bm = 0;
+      for (int v = 0; v < vocab; ++v) {
+        const double d = std::fabs(static_cast<double>(ra[v]) - rb[v]);
+        r.max_abs_error = std::max(r.max_abs_error, d);
+        r.max_abs_reference = std::max(r.max_abs_reference, static_cast<double>(std::fabs(ra[v])));
+        abs_sum += d;
+        if (ra[v] > ra[am]) am = v;
+        if (rb[v] > rb[bm]) bm = v;
+      }
+      abs_count += vocab;
+      agree += am == bm;
+      ++r.positions;
+    }
+  }
+  r.mean_abs_error = abs_count ? abs_sum / static_cast<double>(abs_count) : 0;
+  r.teacher_forced_agreement = r.positions ? static_cast<double>(agree) / static_cast<double>(r.positions) : 0;
+  r.mean_prefix_match = static_cast<double>(prefix_sum) / static_cast<double>(prompts.size());
+  return r;
+}
+
 bool TruncateEncoding(std::vector<int32_t>& ids, std::vector<int32_t>& type_ids, int max_tokens, int trailing_special) {
   if (static_cast<int>(ids.size()) <= max_tokens) return false;
   const std::vector<int32_t> tail(ids.end() - trailing_special, ids.end());

@@ -38,6 +38,25 @@ struct ClassificationResult {
 Result<ClassificationResult> EvaluateClassifier(const Engine& engine, const std::vector<std::string>& texts,
                                                 const std::vector<int>& labels, int max_tokens);
 
+struct AgreementResult {
+  double max_abs_error = 0;     // max |candidate - reference| over every logit compared
+  double mean_abs_error = 0;    // mean of the same
+  double max_abs_reference = 0; // max |reference logit| (scale for the errors)
+  double teacher_forced_agreement = 0;  // fraction of positions whose argmax agrees, both fed
+                                        // the reference's greedy continuation
+  double mean_prefix_match = 0; // mean length of the identical prefix of free-running greedy
+  int64_t positions = 0;
+  int prompts = 0;
+  int steps = 0;
+};
+
+// Compares a candidate decoder (another precision of the same model) with a reference:
+// the reference generates `steps` greedy tokens after each prompt; both models then score
+// prompt + continuation in one pass, and their logits and argmaxes are compared at every
+// continuation position. The candidate also generates freely to measure the common prefix.
+Result<AgreementResult> CompareDecoders(std::shared_ptr<Engine> reference, std::shared_ptr<Engine> candidate,
+                                        const std::vector<std::vector<int32_t>>& prompts, int steps);
+
 // Truncates an encoding with special tokens to max_tokens keeping the trailing special
 // token(s) (e.g. [CLS] a b c [SEP] -> [CLS] a [SEP]). Returns whether it cut anything.
 bool TruncateEncoding(std::vector<int32_t>& ids, std::vector<int32_t>& type_ids, int max_tokens, int trailing_special);
