@@ -42,6 +42,10 @@ struct LinearWeight {
   std::shared_ptr<void> packed;
   int64_t out = 0;  // set by PrepareLinear / DeserializeLinear
   int64_t in = 0;
+  // Largest row count that runs the backend's small-M (decode) kernel; 0: its default,
+  // negative: never.
+  // Chosen per weight shape by the engine builder's timing (the engine's tuned choices).
+  int small_m_max = 0;
   int64_t out_features() const { return out ? out : (weight.rank() == 2 ? weight.dim(0) : 0); }
   int64_t in_features() const { return in ? in : (weight.rank() == 2 ? weight.dim(1) : 0); }
 };

@@ -57,6 +57,13 @@ Status CpuBackend::Linear(const Tensor& x, const LinearWeight& w, Tensor& y) {
     return InvalidArgument("Linear: the packed weight is [" + std::to_string(pw->n) + ", " + std::to_string(pw->k) +
                            "] but the layer says [" + std::to_string(w.out) + ", " + std::to_string(w.in) + "]");
   }
+  if (w.small_m_max != 0) {
+    // The engine builder timed both kernels for this weight's shape and recorded where the
+    // one-pass decode kernel stops winning.
+    cpu::LinearConfig tuned = options_.linear;
+    tuned.gemv_max_rows = std::max(w.small_m_max, 0);  // negative: never the small-M kernel
+    return cpu::Linear(x, *pw, w.bias, y, tuned);
+  }
   return cpu::Linear(x, *pw, w.bias, y, options_.linear);
 }
 

@@ -104,6 +104,7 @@ void RegisterBuild(CLI::App& app, int& exit_code) {
   sub->add_option("--max-seq-len", o->build.max_seq_len, "Longest sequence the engine is prepared for");
   sub->add_option("--max-batch-tokens", o->build.max_batch_tokens, "Tokens per step the engine is prepared for");
   sub->add_option("--threads", o->build.threads, "Compute threads (0 = all cores)");
+  sub->add_flag("!--no-tune", o->build.tune, "Skip timing kernel candidates per weight shape");
   sub->callback([o, &exit_code] { exit_code = RunBuild(*o); });
 
   auto io = std::make_shared<InspectOptions>();

@@ -147,6 +147,7 @@ Result<std::shared_ptr<Engine>> Engine::LoadEngineFile(const std::string& path, 
     }
     auto w = be.DeserializeLinear(s);
     if (!w.ok()) return w.status().WithContext("engine linear weight '" + key + "'");
+    if (l.contains("small_m_max") && l["small_m_max"].is_number_integer()) w->small_m_max = l["small_m_max"].get<int>();
     return w;
   };
   try {

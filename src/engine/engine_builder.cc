@@ -1,6 +1,8 @@
 #include "engine/engine_builder.h"
 
+#include <algorithm>
 #include <chrono>
+#include <tuple>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -198,6 +200,68 @@ Result<nlohmann::json> Calibrate(const std::string& model_dir, const BuildOption
                         {"layers", smooth.size()}, {"synthetic_token_ids", synthetic}};
 }
 
+// Times the backend's small-M (one-pass decode) kernel against its blocked GEMM for every
+// distinct weight shape and row-count bucket, and records per weight the largest bucket
+// where the small-M kernel is at least as fast: a kernel choice that depends on shape,
+// made on the machine the engine is built for, as TensorRT's builder does.
+Result<nlohmann::json> TuneLinears(backend::Backend& be, std::map<std::string, backend::LinearWeight*>& linears) {
+  const std::vector<int> buckets = {1, 2, 4, 8, 16, 32, 64};
+  struct ShapeKey {
+    int format;
+    int64_t n, k;
+    bool operator<(const ShapeKey& o) const { return std::tie(format, n, k) < std::tie(o.format, o.n, o.k); }
+  };
+  std::map<ShapeKey, int> chosen;
+  nlohmann::json table = nlohmann::json::array();
+  // Best of three batches, each long enough (>= 1 ms) for the clock to resolve it.
+  auto time_us = [&](const backend::LinearWeight& w, const Tensor& x, Tensor& y) -> Result<double> {
+    FERRY_RETURN_IF_ERROR(be.Linear(x, w, y));  // warm
+    double best = 1e30;
+    for (int batch = 0; batch < 3; ++batch) {
+      const auto t0 = std::chrono::steady_clock::now();
+      int calls = 0;
+      double elapsed = 0;
+      do {
+        FERRY_RETURN_IF_ERROR(be.Linear(x, w, y));
+        ++calls;
+        elapsed = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      } while (elapsed < 1000.0);
+      best = std::min(best, elapsed / calls);
+    }
+    return best;
+  };
+  for (auto& [key, wp] : linears) {
+    backend::LinearWeight& w = *wp;
+    const ShapeKey sk{static_cast<int>(w.format), w.out_features(), w.in_features()};
+    auto it = chosen.find(sk);
+    if (it != chosen.end()) {
+      w.small_m_max = it->second;
+      continue;
+    }
+    nlohmann::json row = {{"format", backend::WeightFormatName(w.format)}, {"n", sk.n}, {"k", sk.k}};
+    int best = -1;
+    for (int m : buckets) {
+      Tensor x = Tensor::Empty({m, sk.k}, DType::kF32);
+      for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>((i * 7919 % 2001) - 1000) * 1e-3f;
+      Tensor y = Tensor::Empty({m, sk.n}, DType::kF32);
+      backend::LinearWeight probe = w;
+      probe.small_m_max = m;  // forces the small-M kernel for this M
+      FERRY_ASSIGN_OR_RETURN(double small_us, time_us(probe, x, y));
+      probe.small_m_max = m == 1 ? -1 : m - 1;  // forces the blocked GEMM
+      FERRY_ASSIGN_OR_RETURN(double gemm_us, time_us(probe, x, y));
+      row["m"].push_back(m);
+      row["small_m_us"].push_back(small_us);
+      row["gemm_us"].push_back(gemm_us);
+      if (small_us <= gemm_us) best = m;
+    }
+    row["small_m_max"] = best;
+    table.push_back(row);
+    chosen[sk] = best;
+    w.small_m_max = best;
+  }
+  return table;
+}
+
 nlohmann::json DescribeTensor(const Tensor& t, const io::BlobRef& ref) {
   return {{"dtype", std::string(DTypeName(t.dtype()))}, {"shape", t.shape()}, {"blob", ref.ToJson()}};
 }
@@ -272,6 +336,24 @@ Result<BuildReport> BuildEngine(const std::string& model_dir, const std::string&
     FERRY_ASSIGN_OR_RETURN(encoder, model::EncoderModel::Load(config, src, *be, lo));
   }
 
+  // Tuned kernel choices per weight shape.
+  std::map<std::string, backend::LinearWeight*> all_linears;
+  {
+    model::WeightVisitor collect{[](const std::string&, const Tensor&) { return Status::Ok(); },
+                                 [&](const std::string& key, const backend::LinearWeight& w) {
+                                   all_linears[key] = const_cast<backend::LinearWeight*>(&w);
+                                   return Status::Ok();
+                                 }};
+    FERRY_RETURN_IF_ERROR(decoder ? decoder->Visit(collect) : encoder->Visit(collect));
+  }
+  nlohmann::json tuned;
+  if (o.tune) {
+    FERRY_ASSIGN_OR_RETURN(nlohmann::json shapes, TuneLinears(*be, all_linears));
+    tuned = {{"choice", "small_m_max: largest rows that run the one-pass decode kernel (else blocked GEMM)"},
+             {"threads", ComputeThreads()},
+             {"linear_shapes", shapes}};
+  }
+
   const nlohmann::json fingerprint = CurrentFingerprint(o.device);
   FERRY_ASSIGN_OR_RETURN(auto writer, io::EngineWriter::Create(output_path, fingerprint));
   nlohmann::json tensors = nlohmann::json::object(), linears = nlohmann::json::object();
@@ -299,7 +381,7 @@ Result<BuildReport> BuildEngine(const std::string& model_dir, const std::string&
           FERRY_ASSIGN_OR_RETURN(io::BlobRef ref, add_blob(key + "#" + std::to_string(i), b.raw(), b.nbytes()));
           blobs.push_back(DescribeTensor(b, ref));
         }
-        linears[key] = {{"layout", layout}, {"blobs", blobs}};
+        linears[key] = {{"layout", layout}, {"blobs", blobs}, {"small_m_max", w.small_m_max}};
         return Status::Ok();
       }};
   FERRY_RETURN_IF_ERROR(decoder ? decoder->Visit(visitor) : encoder->Visit(visitor));
@@ -334,6 +416,7 @@ Result<BuildReport> BuildEngine(const std::string& model_dir, const std::string&
                        {"source", fs::absolute(model_dir, ec).string()},
                        {"weight_format", backend::WeightFormatName(precision.format)}};
   if (precision.calibrate) manifest["build"]["calibration"] = report.calibration;
+  if (!tuned.is_null()) manifest["tuned"] = tuned;
   manifest["tensors"] = tensors;
   manifest["linears"] = linears;
   manifest["blobs_index"] = index;

@@ -21,6 +21,7 @@ struct BuildOptions {
   int max_seq_len = 0;             // recorded for preload (0: the model's context, capped at 4096)
   int max_batch_tokens = 0;        // recorded for preload (0: max_seq_len)
   int threads = 0;
+  bool tune = true;                // time kernel candidates per weight shape and record the winners
 };
 
 struct BuildReport {

@@ -55,6 +55,13 @@ std::vector<float> ReferenceLogits(const std::string& model, int prompt) {
   return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
 }
 
+// Kernel tuning times real kernels; most tests do not need it (one test checks it).
+engine::BuildOptions Untuned() {
+  engine::BuildOptions bo;
+  bo.tune = false;
+  return bo;
+}
+
 double MaxAbs(const std::vector<float>& v) {
   double m = 0;
   for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
@@ -71,7 +78,7 @@ TEST(EngineFileTest, Fp32RoundTripGivesTheCheckpointsLogitsExactly) {
   for (const std::string model : {"llama-tiny", "llama3-tiny", "qwen2-tiny"}) {
     const std::string dir = testing::FixturePath("models/" + model);
     const std::string path = tmp.File(model + ".ferry");
-    engine::BuildOptions bo;
+    engine::BuildOptions bo = Untuned();
     bo.precision = "fp32";
     auto built = engine::BuildEngine(dir, path, bo);
     ASSERT_TRUE(built.ok()) << built.status().ToString();
@@ -95,7 +102,7 @@ TEST(EngineFileTest, EncoderRoundTrip) {
   TempDir tmp;
   const std::string dir = testing::FixturePath("models/bert-tiny");
   const std::string path = tmp.File("bert.ferry");
-  engine::BuildOptions bo;
+  engine::BuildOptions bo = Untuned();
   ASSERT_TRUE(engine::BuildEngine(dir, path, bo).ok());
   auto a = engine::Engine::Load(dir);
   auto b = engine::Engine::Load(path);
@@ -119,7 +126,7 @@ TEST(EngineFileTest, EveryPrecisionWithinTolerance) {
     const std::vector<float> ref = ReferenceLogits(model, 1);
     for (const auto& [precision, rel] : precisions) {
       const std::string path = tmp.File(model + "-" + precision + ".ferry");
-      engine::BuildOptions bo;
+      engine::BuildOptions bo = Untuned();
       bo.precision = precision;
       auto built = engine::BuildEngine(testing::FixturePath("models/" + model), path, bo);
       ASSERT_TRUE(built.ok()) << precision << ": " << built.status().ToString();
@@ -134,7 +141,7 @@ TEST(EngineFileTest, EveryPrecisionWithinTolerance) {
 
 TEST(EngineFileTest, Fp8IsRefusedOnTheCpuAndUnknownPrecisionsToo) {
   TempDir tmp;
-  engine::BuildOptions bo;
+  engine::BuildOptions bo = Untuned();
   bo.precision = "fp8";
   auto r = engine::BuildEngine(testing::FixturePath("models/qwen2-tiny"), tmp.File("x.ferry"), bo);
   EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
@@ -148,7 +155,7 @@ class BadEngineFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
     path_ = tmp_.File("good.ferry");
-    engine::BuildOptions bo;
+    engine::BuildOptions bo = Untuned();
     bo.precision = "bf16";
     ASSERT_TRUE(engine::BuildEngine(testing::FixturePath("models/qwen2-tiny"), path_, bo).ok());
     std::ifstream in(path_, std::ios::binary);
@@ -256,10 +263,39 @@ TEST_F(BadEngineFileTest, MismatchedFingerprint) {
   }
 }
 
+TEST(EngineFileTest, TunedKernelChoicesAreRecordedAndApplied) {
+  TempDir tmp;
+  const std::string path = tmp.File("tuned.ferry");
+  engine::BuildOptions bo;  // tuning on
+  bo.precision = "bf16";
+  ASSERT_TRUE(engine::BuildEngine(testing::FixturePath("models/qwen2-tiny"), path, bo).ok());
+  auto f = io::EngineFile::Open(path);
+  ASSERT_TRUE(f.ok());
+  const nlohmann::json& m = (*f)->manifest();
+  ASSERT_TRUE(m.contains("tuned"));
+  // qwen2-tiny has four distinct linear shapes (qkv, o, gate_up, down) plus the LM head.
+  const nlohmann::json& shapes = m["tuned"]["linear_shapes"];
+  EXPECT_EQ(shapes.size(), 5u);
+  for (const auto& s : shapes) {
+    EXPECT_EQ(s["m"].size(), s["small_m_us"].size());
+    EXPECT_EQ(s["m"].size(), s["gemm_us"].size());
+    for (const auto& t : s["small_m_us"]) EXPECT_GT(t.get<double>(), 0.0);
+  }
+  for (auto& [key, l] : m["linears"].items()) EXPECT_TRUE(l.contains("small_m_max")) << key;
+  // The engine still computes the same logits as an untuned one (the choice changes speed only).
+  const std::string plain = tmp.File("plain.ferry");
+  bo.tune = false;
+  ASSERT_TRUE(engine::BuildEngine(testing::FixturePath("models/qwen2-tiny"), plain, bo).ok());
+  const std::vector<int32_t> ids = ReferenceIds("qwen2-tiny", 1);
+  const std::vector<float> a = LastLogits(*engine::Engine::Load(path), ids);
+  const std::vector<float> b = LastLogits(*engine::Engine::Load(plain), ids);
+  EXPECT_LE(MaxDiff(a, b), 1e-4 * MaxAbs(b));
+}
+
 TEST(PreloadTest, WarmsEveryBucketAndReportsPhases) {
   TempDir tmp;
   const std::string path = tmp.File("q.ferry");
-  ASSERT_TRUE(engine::BuildEngine(testing::FixturePath("models/qwen2-tiny"), path, {}).ok());
+  ASSERT_TRUE(engine::BuildEngine(testing::FixturePath("models/qwen2-tiny"), path, Untuned()).ok());
   engine::PreloadOptions po;
   po.max_seq_len = 128;
   po.max_batch_seqs = 4;
