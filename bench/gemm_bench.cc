@@ -1,47 +1,71 @@
-// Linear at llama-3.2-1B shapes: ferry's kernels (GEMV for small M, blocked GEMM for large
-// M) next to oneDNN's f32 matmul with pre-packed weights and a plain memory-read baseline.
+// Linear at llama-3.2-1B shapes in every weight format: ferry's kernels (GEMV for small M,
+// blocked GEMM for large M) for f32, bf16, int8 weight-only and int8 W8A8, next to oneDNN's
+// f32 matmul and oneDNN's s8 matmul (the W8A8 product with oneDNN doing the int8 GEMM), and
+// a plain memory-read baseline.
 //
 //   gemm_bench [--threads=N] [google-benchmark flags]
 //   e.g. gemm_bench --threads=2 --benchmark_min_time=0.2 --benchmark_repetitions=5
-//                   --benchmark_report_aggregates_only=true
+//                   --benchmark_report_aggregates_only=true --benchmark_filter=M:1/
 //
-// Counters: GFLOP/s (2*M*N*K per call) and, for the memory-bound small-M cases, GB/s of
-// weight bytes. Small-M cases rotate through enough weight copies (>= 384 MiB) that every
-// call streams its weights from DRAM, as decode does with a real model; a single 25 MiB
-// weight would otherwise sit in the 32 MiB L3 and overstate bandwidth.
+// Counters: GFLOP/s (2*M*N*K per call) and GB/s of weight bytes as stored (4, 2 or 1 byte
+// per weight), the bound for the memory-bound small-M cases. Small-M cases rotate through
+// enough weight copies (>= 384 MiB) that every call streams its weights from DRAM, as
+// decode does with a real model; a single 25 MiB weight would otherwise sit in the 32 MiB
+// L3 and overstate bandwidth. The vocabulary projection (N = 128256) runs only at decode
+// sizes: prefill computes logits for the last token of each sequence, never for 512 rows.
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "core/allocator.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/int8_gemm.h"
 #include "kernels/cpu/onednn_matmul.h"
+#include "kernels/cpu/packed_weight.h"
 
 namespace {
 
 using ferry::DType;
 using ferry::Tensor;
+using ferry::backend::LinearWeight;
+using ferry::backend::WeightFormat;
+namespace cpu = ferry::kernels::cpu;
 
 constexpr size_t kRotateBytes = size_t{384} << 20;
 
-Tensor RandomWeight(int64_t n, int64_t k, DType dtype, uint32_t seed) {
-  Tensor f = Tensor::Empty({n, k}, DType::kF32);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-0.05f, 0.05f);
-  for (int64_t i = 0; i < f.numel(); ++i) f.data<float>()[i] = dist(rng);
-  if (dtype == DType::kF32) return f;
-  Tensor t = Tensor::Empty({n, k}, dtype);
-  ferry::ConvertFromF32(dtype, f.data<float>(), t.raw(), static_cast<size_t>(f.numel()));
+// Uniform in [-scale, scale) from a counter hash: the lm_head's 262M weights in well under a
+// second, and the same values whatever the thread count.
+Tensor RandomF32(int64_t rows, int64_t cols, uint32_t seed, float scale = 0.05f) {
+  Tensor t = Tensor::Empty({rows, cols}, DType::kF32);
+  float* p = t.data<float>();
+  ferry::ParallelFor(t.numel(), 1 << 16, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      uint64_t z = (static_cast<uint64_t>(seed) << 40) ^ static_cast<uint64_t>(i);
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      z ^= z >> 31;
+      p[i] = (static_cast<float>(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale;
+    }
+  });
   return t;
+}
+
+size_t BytesPerWeight(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kF32: return 4;
+    case WeightFormat::kBF16:
+    case WeightFormat::kF16: return 2;
+    default: return 1;
+  }
 }
 
 int Copies(int64_t m, size_t bytes) {
@@ -57,8 +81,8 @@ void SetCounters(benchmark::State& state, int64_t m, int64_t n, int64_t k, size_
                                               benchmark::Counter::kIs1000);
 }
 
-// Weight sets take seconds to build (hundreds of MiB); the repetitions of one benchmark
-// share the last one built.
+// Weight sets take seconds to build (hundreds of MiB); the benchmarks that share a key (same
+// weights, other M) share the last one built.
 template <typename T>
 T& Cached(const std::string& key, const std::function<T()>& make) {
   static std::string cached_key;
@@ -71,24 +95,31 @@ T& Cached(const std::string& key, const std::function<T()>& make) {
   return *value;
 }
 
-std::string Key(int64_t m, int64_t n, int64_t k, DType dtype) {
-  return std::to_string(Copies(m, static_cast<size_t>(n * k) * ferry::DTypeSize(dtype))) + "x" + std::to_string(n) +
-         "x" + std::to_string(k) + std::string(ferry::DTypeName(dtype));
+std::string Key(const std::string& what, int copies, int64_t n, int64_t k) {
+  return what + "/" + std::to_string(copies) + "x" + std::to_string(n) + "x" + std::to_string(k);
 }
 
-void BM_FerryLinear(benchmark::State& state, int64_t m, int64_t n, int64_t k, DType dtype) {
-  auto be = ferry::backend::MakeCpuBackend();
-  const size_t bytes = static_cast<size_t>(n * k) * ferry::DTypeSize(dtype);
-  using Weights = std::vector<ferry::backend::LinearWeight>;
-  Weights& weights = Cached<Weights>(Key(m, n, k, dtype), [&] {
-    Weights w(static_cast<size_t>(Copies(m, bytes)));
+using Weights = std::vector<LinearWeight>;
+
+Weights& FerryWeights(int64_t m, int64_t n, int64_t k, WeightFormat format) {
+  const int copies = Copies(m, static_cast<size_t>(n * k) * BytesPerWeight(format));
+  return Cached<Weights>(Key(ferry::backend::WeightFormatName(format), copies, n, k), [&] {
+    auto be = ferry::backend::MakeCpuBackend();
+    Weights w(static_cast<size_t>(copies));
     for (size_t i = 0; i < w.size(); ++i) {
-      w[i].weight = RandomWeight(n, k, dtype, static_cast<uint32_t>(i));
+      w[i].weight = RandomF32(n, k, static_cast<uint32_t>(i));
+      w[i].format = format;
       if (!be->PrepareLinear(w[i]).ok()) std::abort();
+      w[i].weight = Tensor();  // frees the f32 source
     }
     return w;
   });
-  Tensor x = RandomWeight(m, k, DType::kF32, 99);
+}
+
+void BM_FerryLinear(benchmark::State& state, int64_t m, int64_t n, int64_t k, WeightFormat format) {
+  auto be = ferry::backend::MakeCpuBackend();
+  Weights& weights = FerryWeights(m, n, k, format);
+  Tensor x = RandomF32(m, k, 99, 1.0f);
   Tensor y = Tensor::Empty({m, n}, DType::kF32);
   size_t i = 0;
   for (auto _ : state) {
@@ -96,38 +127,126 @@ void BM_FerryLinear(benchmark::State& state, int64_t m, int64_t n, int64_t k, DT
     i = (i + 1) % weights.size();
     benchmark::ClobberMemory();
   }
-  SetCounters(state, m, n, k, bytes);
+  const cpu::PackedWeight* pw = cpu::AsPackedWeight(weights[0].packed);
+  SetCounters(state, m, n, k, pw->panels.nbytes() + (pw->scales.defined() ? pw->scales.nbytes() : 0));
 }
 
 // oneDNN's f32 matmul with weights pre-packed in the layout it picks for `any`; the primitive
 // is created (and cached) before the timed loop.
 void BM_OnednnF32(benchmark::State& state, int64_t m, int64_t n, int64_t k) {
   const size_t bytes = static_cast<size_t>(n * k) * 4;
-  using Weights = std::vector<std::shared_ptr<ferry::kernels::cpu::OnednnWeight>>;
-  Weights& weights = Cached<Weights>(Key(m, n, k, DType::kF32), [&] {
-    Weights w;
+  using OneWeights = std::vector<std::shared_ptr<cpu::OnednnWeight>>;
+  OneWeights& weights = Cached<OneWeights>(Key("onednn-f32", Copies(m, bytes), n, k), [&] {
+    OneWeights w;
     for (int c = 0; c < Copies(m, bytes); ++c) {
-      auto packed = ferry::kernels::cpu::PackOnednnWeight(RandomWeight(n, k, DType::kF32, static_cast<uint32_t>(c)));
+      auto packed = cpu::PackOnednnWeight(RandomF32(n, k, static_cast<uint32_t>(c)));
       if (!packed.ok()) std::abort();
       w.push_back(*packed);
     }
     return w;
   });
-  Tensor x = RandomWeight(m, k, DType::kF32, 99);
+  Tensor x = RandomF32(m, k, 99, 1.0f);
   Tensor y = Tensor::Empty({m, n}, DType::kF32);
-  if (!ferry::kernels::cpu::OnednnMatmul(x.data<float>(), k, m, k, weights[0]->data.get(), true, n, nullptr,
-                                         y.data<float>(), n)
+  if (!cpu::OnednnMatmul(x.data<float>(), k, m, k, weights[0]->data.get(), true, n, nullptr, y.data<float>(), n)
            .ok()) {
     state.SkipWithError("oneDNN matmul failed");
   }
   size_t i = 0;
   for (auto _ : state) {
-    (void)ferry::kernels::cpu::OnednnMatmul(x.data<float>(), k, m, k, weights[i]->data.get(), true, n, nullptr,
-                                            y.data<float>(), n);
+    (void)cpu::OnednnMatmul(x.data<float>(), k, m, k, weights[i]->data.get(), true, n, nullptr, y.data<float>(), n);
     i = (i + 1) % weights.size();
     benchmark::ClobberMemory();
   }
   SetCounters(state, m, n, k, bytes);
+}
+
+// The int8 W[N, K] row-major out of a W8A8 pack (PanelLayout::kQuads).
+std::vector<int8_t> UnpackQuads(const cpu::PackedWeight& pw) {
+  std::vector<int8_t> w(static_cast<size_t>(pw.n * pw.k));
+  for (int64_t r = 0; r < pw.n; ++r) {
+    const auto* panel = static_cast<const int8_t*>(pw.panel(r / cpu::kPanelCols));
+    const int64_t c = r % cpu::kPanelCols;
+    for (int64_t j = 0; j < pw.k; ++j) w[r * pw.k + j] = panel[(j / 4) * 4 * cpu::kPanelCols + c * 4 + j % 4];
+  }
+  return w;
+}
+
+struct OnednnInt8Set {
+  std::vector<std::shared_ptr<cpu::OnednnInt8Weight>> weights;
+  std::vector<float> col_scale;
+};
+
+// The whole W8A8 linear with oneDNN doing the int8 GEMM: ferry's per-token quantization
+// (gathered into a row-major s8 matrix), oneDNN's s8 x s8 -> s32 matmul, then the same dequantizing
+// epilogue as ferry's kernel (row scale x column scale + bias).
+void BM_OnednnInt8(benchmark::State& state, int64_t m, int64_t n, int64_t k) {
+  const size_t bytes = static_cast<size_t>(n * k);
+  OnednnInt8Set& set = Cached<OnednnInt8Set>(Key("onednn-s8", Copies(m, bytes), n, k), [&] {
+    auto be = ferry::backend::MakeCpuBackend();
+    OnednnInt8Set s;
+    for (int c = 0; c < Copies(m, bytes); ++c) {
+      LinearWeight w;
+      w.weight = RandomF32(n, k, static_cast<uint32_t>(c));
+      w.format = WeightFormat::kInt8W8A8;
+      if (!be->PrepareLinear(w).ok()) std::abort();
+      const cpu::PackedWeight* pw = cpu::AsPackedWeight(w.packed);
+      auto packed = cpu::PackOnednnInt8Weight(UnpackQuads(*pw).data(), n, k);
+      if (!packed.ok()) std::abort();
+      s.weights.push_back(*packed);
+      if (c == 0) s.col_scale.assign(pw->scale_data(), pw->scale_data() + n);
+    }
+    return s;
+  });
+  Tensor x = RandomF32(m, k, 99, 1.0f);
+  Tensor y = Tensor::Empty({m, n}, DType::kF32);
+  const int64_t k_stored = cpu::StoredK(cpu::PanelLayout::kQuads, k);
+  std::vector<int8_t> quads(static_cast<size_t>(m * k_stored * cpu::kActivationBytesPerK));
+  std::vector<int8_t> q8(static_cast<size_t>(m * k));
+  std::vector<float> row_scale(static_cast<size_t>(m));
+  std::vector<int32_t> acc(static_cast<size_t>(m * n));
+  size_t i = 0;
+  for (auto _ : state) {
+    cpu::QuantizeActivations(x.data<float>(), k, m, k, k_stored, nullptr, 1, quads.data(), row_scale.data());
+    ferry::ParallelFor(m, 1, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const int8_t* row = quads.data() + r * k_stored * cpu::kActivationBytesPerK;
+        for (int64_t j = 0; j < k; ++j) q8[r * k + j] = row[(j / 4) * 8 + j % 4];
+      }
+    });
+    if (!cpu::OnednnInt8Matmul(q8.data(), m, *set.weights[i], acc.data()).ok()) state.SkipWithError("oneDNN failed");
+    ferry::ParallelFor(m, 1, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        for (int64_t j = 0; j < n; ++j) {
+          y.data<float>()[r * n + j] = static_cast<float>(acc[r * n + j]) * (set.col_scale[j] * row_scale[r]);
+        }
+      }
+    });
+    i = (i + 1) % set.weights.size();
+    benchmark::ClobberMemory();
+  }
+  SetCounters(state, m, n, k, bytes);
+}
+
+// Whether oneDNN's s8 matmul gives exact int32 sums at the extremes of the int8 range
+// (vpmaddubsw-based kernels without VNNI saturate int16 pair sums there).
+std::string OnednnInt8Exact() {
+  const int64_t m = 4, n = 16, k = 512;
+  std::vector<int8_t> x(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k));
+  for (int64_t i = 0; i < m * k; ++i) x[i] = (i % 3 == 0) ? -127 : 127;
+  for (int64_t i = 0; i < n * k; ++i) w[i] = ((i % k) % 3 == 0) ? -127 : 127;
+  auto packed = cpu::PackOnednnInt8Weight(w.data(), n, k);
+  if (!packed.ok()) return "unavailable";
+  std::vector<int32_t> acc(static_cast<size_t>(m * n));
+  if (!cpu::OnednnInt8Matmul(x.data(), m, **packed, acc.data()).ok()) return "failed";
+  int64_t worst = 0;
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < n; ++c) {
+      int64_t exact = 0;
+      for (int64_t j = 0; j < k; ++j) exact += int64_t{x[r * k + j]} * w[c * k + j];
+      worst = std::max<int64_t>(worst, std::abs(exact - acc[r * n + c]));
+    }
+  }
+  return worst == 0 ? "yes" : "no (max |error| " + std::to_string(worst) + " of " + std::to_string(k * 127 * 127) + ")";
 }
 
 // Streams a 512 MiB buffer with AVX2 loads split over the compute threads: the DRAM read
@@ -163,30 +282,41 @@ void BM_MemoryRead(benchmark::State& state) {
 // machine shared with other work that is the closest to what the kernel can do.
 double Max(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); }
 
-// Registered shape by shape (ferry f32, ferry bf16, oneDNN f32) so that the numbers compared
-// with each other are measured back to back, under the same machine load.
-void RegisterAll() {
-  benchmark::RegisterBenchmark("BM_MemoryRead", BM_MemoryRead)
+template <typename... Args>
+void Register(const std::string& name, Args&&... args) {
+  benchmark::RegisterBenchmark(name.c_str(), std::forward<Args>(args)...)
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime()
       ->ComputeStatistics("max", Max);
-  for (int64_t m : {1, 8, 512}) {
-    for (auto [n, k] : {std::pair<int64_t, int64_t>{3072, 2048}, {16384, 2048}, {2048, 8192}}) {
-      const std::string shape = "/M:" + std::to_string(m) + "/N:" + std::to_string(n) + "/K:" + std::to_string(k);
-      benchmark::RegisterBenchmark(("BM_Ferry_f32" + shape).c_str(), BM_FerryLinear, m, n, k, DType::kF32)
-          ->Unit(benchmark::kMillisecond)
-          ->UseRealTime()
-          ->ComputeStatistics("max", Max);
-      benchmark::RegisterBenchmark(("BM_Ferry_bf16" + shape).c_str(), BM_FerryLinear, m, n, k, DType::kBF16)
-          ->Unit(benchmark::kMillisecond)
-          ->UseRealTime()
-          ->ComputeStatistics("max", Max);
-      benchmark::RegisterBenchmark(("BM_oneDNN_f32" + shape).c_str(), BM_OnednnF32, m, n, k)
-          ->Unit(benchmark::kMillisecond)
-          ->UseRealTime()
-          ->ComputeStatistics("max", Max);
+}
+
+// Registered shape by shape and, within a shape, variant by variant over M, so that the
+// numbers compared with each other are measured minutes apart at most and each weight set
+// is built once for both decode sizes.
+void RegisterAll() {
+  Register("BM_MemoryRead", BM_MemoryRead);
+  const std::vector<std::pair<WeightFormat, std::string>> formats = {{WeightFormat::kF32, "f32"},
+                                                                     {WeightFormat::kBF16, "bf16"},
+                                                                     {WeightFormat::kInt8, "int8wo"},
+                                                                     {WeightFormat::kInt8W8A8, "w8a8"}};
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{3072, 2048}, {16384, 2048}, {2048, 8192}, {128256, 2048}}) {
+    const std::vector<int64_t> ms = n > 100000 ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 8, 512};
+    auto shape = [&](int64_t m) {
+      return "/M:" + std::to_string(m) + "/N:" + std::to_string(n) + "/K:" + std::to_string(k);
+    };
+    for (const auto& [format, name] : formats) {
+      for (int64_t m : ms) Register("BM_Ferry_" + name + shape(m), BM_FerryLinear, m, n, k, format);
     }
+    for (int64_t m : ms) Register("BM_oneDNN_f32" + shape(m), BM_OnednnF32, m, n, k);
+    for (int64_t m : ms) Register("BM_oneDNN_w8a8" + shape(m), BM_OnednnInt8, m, n, k);
   }
+}
+
+std::string LoadAverage() {
+  std::ifstream f("/proc/loadavg");
+  std::string one, five, fifteen;
+  f >> one >> five >> fifteen;
+  return one + " " + five + " " + fifteen;
 }
 
 }  // namespace
@@ -206,8 +336,11 @@ int main(int argc, char** argv) {
   ferry::SetComputeThreads(threads);
   int n = static_cast<int>(args.size());
   benchmark::AddCustomContext("compute_threads", std::to_string(ferry::ComputeThreads()));
-  benchmark::AddCustomContext("onednn_f32_impl", ferry::kernels::cpu::OnednnF32MatmulImpl());
-  benchmark::AddCustomContext("onednn_fast_bf16", ferry::kernels::cpu::OnednnHasFastBf16Matmul() ? "yes" : "no");
+  benchmark::AddCustomContext("load_average_at_start", LoadAverage());
+  benchmark::AddCustomContext("onednn_f32_impl", cpu::OnednnF32MatmulImpl());
+  benchmark::AddCustomContext("onednn_fast_bf16", cpu::OnednnHasFastBf16Matmul() ? "yes" : "no");
+  benchmark::AddCustomContext("onednn_s8_impl", cpu::OnednnInt8MatmulImpl());
+  benchmark::AddCustomContext("onednn_s8_exact_at_extremes", OnednnInt8Exact());
   RegisterAll();
   benchmark::Initialize(&n, args.data());
   benchmark::RunSpecifiedBenchmarks();

@@ -73,7 +73,9 @@ TEST_P(LinearTest, MatchesReferenceOnBothPaths) {
       kernels::cpu::LinearConfig config;
       config.gemv_max_rows = gemv_max_rows;
       y = Poisoned({c.m, c.n});
-      ASSERT_TRUE(kernels::cpu::Linear(x, w.weight, w.bias, w.packed, y, config).ok());
+      const kernels::cpu::PackedWeight* pw = kernels::cpu::AsPackedWeight(w.packed);
+      ASSERT_NE(pw, nullptr);
+      ASSERT_TRUE(kernels::cpu::Linear(x, *pw, w.bias, y, config).ok());
       ExpectClose(y, ref, 1e-5, gemv_max_rows == 0 ? "forced gemm" : "forced gemv");
     }
   }

@@ -14,10 +14,11 @@ namespace {
 constexpr int64_t kMultiTileKChunk = 256;
 // Smallest amount of weight bytes worth handing to a thread.
 constexpr int64_t kMinBytesPerThread = 64 << 10;
-// How far ahead of the kernel the weight stream is prefetched (see MicroKernel). Measured
-// on Zen 3 at one thread: int8 11 -> 13+ GB/s, bf16 ~14 -> ~15 GB/s; 512 and 2048 were no
-// better.
-constexpr int kPrefetchBytes = 1024;
+// How far ahead of the kernel a bf16/f16/int8 weight stream is prefetched (see MicroKernel).
+// Measured on Zen 3 at one thread: int8 ~11 -> ~13.5 GB/s, bf16 ~14 -> ~15 GB/s; 512 and
+// 2048 bytes were no better. f32 (one line per k step, few ops per byte) does not need it.
+template <typename BT>
+constexpr int kPrefetchBytes = sizeof(BT) < 4 ? 1024 : 0;
 
 // Packs x into 6-row tiles (element (r, k) of tile t at t*k*6 + k*6 + r) so that each tile's
 // broadcasts are one sequential stream instead of up to six rows 4*K bytes apart.
@@ -62,14 +63,15 @@ void GemvImpl(const float* x, int64_t lda, int64_t m, const PackedWeight& w, con
         const int64_t kn = std::min(kc, k - k0);
         const BT* b = panel + k0 * kPanelCols;
         if (!pack) {
-          MicroKernel<1, BT, false, kPrefetchBytes>(kn, xp + k0, lda, b, kPanelCols, yp, ldy, ncols, k0 > 0,
-                                                    panel_bias, panel_scale);
+          MicroKernel<1, BT, false, kPrefetchBytes<BT>>(kn, xp + k0, lda, b, kPanelCols, yp, ldy, ncols, k0 > 0,
+                                                        panel_bias, panel_scale);
           continue;
         }
         for (int64_t r0 = 0; r0 < m; r0 += kMaxTileRows) {
           const int rows = static_cast<int>(std::min<int64_t>(kMaxTileRows, m - r0));
-          MicroKernelRows<BT, true, kPrefetchBytes>(rows, kn, xp + r0 * k + k0 * kMaxTileRows, 0, b, kPanelCols,
-                                                    yp + r0 * ldy, ldy, ncols, k0 > 0, panel_bias, panel_scale);
+          MicroKernelRows<BT, true, kPrefetchBytes<BT>>(rows, kn, xp + r0 * k + k0 * kMaxTileRows, 0, b,
+                                                        kPanelCols, yp + r0 * ldy, ldy, ncols, k0 > 0, panel_bias,
+                                                        panel_scale);
         }
       }
     }

@@ -17,10 +17,17 @@ namespace {
 // and vpmaddwd against ones widens those to int32. The activations are made unsigned by
 // moving their sign onto the weights: |a| * sign(w, a) = a * w, with vpsignb per row and
 // weight vector. Since |a| <= 127 and |w| <= 127, a pair sum is at most 2 * 127 * 127 =
-// 32258 and never saturates the int16 (with u8 = a + 128 it could: 2 * 255 * 127 > 32767;
-// oneDNN's AVX2 s8 matmul does exactly that and is off by millions at the int8 extremes, see
-// bench/gemm_bench.cc). Measured on Zen 3 against widening the weights to int16 and using
-// vpmaddwd directly: 60-65 vs 45-48 GOP/s per core for a cache-resident 6 x 16 tile.
+// 32258 and never saturates the int16. Measured on Zen 3 against widening the weights to
+// int16 and using vpmaddwd directly: ~90 vs ~61 GOP/s per core for a cache-resident tile.
+//
+// Why not oneDNN's int8 matmul (the plan was to use it where it wins): on this AVX2 CPU
+// oneDNN 2.6 runs s8 x s8 as gemm:jit, which shifts the activations to u8 = a + 128 and
+// then vpmaddubsw can saturate (2 * 255 * 127 > 32767): at the int8 extremes its int32 sums
+// are off by up to 2.7M of 8.3M (bench/gemm_bench.cc checks this at start-up). It would
+// need 7-bit weights. It is also not faster where it matters: it recomputes the s8
+// compensation over all of W per call (decode M = 1: 11 ms vs 0.43 ms here for 3072 x 2048),
+// and at M = 512 on two threads it does 170-223 GFLOP/s against 181-196 here. With VNNI
+// (vpdpbusd, no saturation) it would be worth revisiting.
 //
 // Rows per register tile: 4 x 2 accumulators + 2 weight vectors + ones + 2 broadcasts + a
 // temporary = 14 ymm. Six rows would need 18 and spill; unlike an f32 tile, the arithmetic

@@ -1,0 +1,310 @@
+// PrepareLinear's weight formats (fp32/bf16/fp16 conversion, int8 weight-only, int8 W8A8
+// with SmoothQuant factors) against scalar references, on both the decode GEMV and the
+// prefill GEMM paths.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/thread_pool.h"
+#include "kernel_test_util.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/packed_weight.h"
+#include "linear_reference.h"
+
+namespace ferry {
+namespace {
+
+using backend::LinearWeight;
+using backend::WeightFormat;
+using testing::ConvertTo;
+using testing::ExpectClose;
+using testing::Poisoned;
+using testing::RandomTensor;
+
+struct Case {
+  int64_t m, n, k;
+};
+
+// Odd K (not a multiple of 2, 16 or 32), N off the 16-column panels, M across the GEMV /
+// GEMM boundary and the 6-row tiles.
+const std::vector<Case>& Cases() {
+  static const std::vector<Case> cases = {
+      {1, 33, 45},  {3, 16, 64},  {7, 70, 257},  {17, 40, 100}, {64, 5, 7},     {300, 50, 300},
+      {1, 1, 1},    {1, 24, 2049}, {16, 18, 515}, {7, 130, 33},  {64, 100, 1031}, {300, 17, 64}};
+  return cases;
+}
+
+// The weight as the kernels should see it for a float format.
+Tensor ConvertedWeight(const Tensor& w, WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kF32: return w.ToF32();
+    case WeightFormat::kBF16: return ConvertTo(w.ToF32(), DType::kBF16);
+    case WeightFormat::kF16: return ConvertTo(w.ToF32(), DType::kF16);
+    default: return w;
+  }
+}
+
+Tensor RandomSmooth(int64_t k, std::mt19937& rng) {
+  // Spread over a factor of 4.
+  Tensor s = Tensor::Empty({k}, DType::kF32);
+  std::uniform_real_distribution<float> e(-1.0f, 1.0f);
+  for (int64_t i = 0; i < k; ++i) s.data<float>()[i] = std::exp2(e(rng));
+  return s;
+}
+
+// Runs y = Linear(x) through the backend and through each kernel path by force.
+void CheckAllPaths(backend::Backend& be, const Tensor& x, const LinearWeight& w, const std::vector<double>& ref,
+                   double tol, const std::string& what) {
+  const int64_t m = x.dim(0), n = w.out;
+  Tensor y = Poisoned({m, n});
+  ASSERT_TRUE(be.Linear(x, w, y).ok()) << what;
+  ExpectClose(y, ref, tol, what + " (backend)");
+  const kernels::cpu::PackedWeight* pw = kernels::cpu::AsPackedWeight(w.packed);
+  ASSERT_NE(pw, nullptr);
+  for (int64_t gemv_max_rows : {int64_t{0}, int64_t{1} << 30}) {
+    kernels::cpu::LinearConfig config;
+    config.gemv_max_rows = gemv_max_rows;
+    y = Poisoned({m, n});
+    ASSERT_TRUE(kernels::cpu::Linear(x, *pw, w.bias, y, config).ok()) << what;
+    ExpectClose(y, ref, tol, what + (gemv_max_rows == 0 ? " (forced gemm)" : " (forced gemv)"));
+  }
+}
+
+// (format, checkpoint dtype, bias, smooth factors)
+class WeightFormatTest : public ::testing::TestWithParam<std::tuple<WeightFormat, DType, bool, bool>> {};
+
+TEST_P(WeightFormatTest, MatchesReference) {
+  const auto [format, src_dtype, with_bias, with_smooth] = GetParam();
+  std::mt19937 rng(4321);
+  auto be = backend::MakeCpuBackend();
+  for (const Case& c : Cases()) {
+    const std::string what = std::string(backend::WeightFormatName(format)) + " m=" + std::to_string(c.m) +
+                             " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k);
+    SCOPED_TRACE(what);
+    const Tensor x = RandomTensor({c.m, c.k}, rng);
+    LinearWeight w;
+    w.weight = ConvertTo(RandomTensor({c.n, c.k}, rng), src_dtype);
+    w.format = format;
+    if (with_bias) w.bias = RandomTensor({c.n}, rng);
+    if (with_smooth) w.smooth = RandomSmooth(c.k, rng);
+    ASSERT_TRUE(be->PrepareLinear(w).ok());
+    EXPECT_EQ(w.out, c.n);
+    EXPECT_EQ(w.in, c.k);
+    const Tensor source = w.weight;
+    // The kernels must work from the pack alone.
+    w.weight = Tensor();
+
+    switch (format) {
+      case WeightFormat::kInt8: {
+        const testing::QuantizedMatrix q = testing::QuantizeWeightRef(source, Tensor());
+        CheckAllPaths(*be, x, w, testing::ReferenceInt8WeightOnly(x, q, w.bias), 1e-5, what);
+        break;
+      }
+      case WeightFormat::kInt8W8A8: {
+        const testing::QuantizedMatrix qw = testing::QuantizeWeightRef(source, w.smooth);
+        const testing::QuantizedMatrix qx = testing::QuantizeActivationsRef(x, w.smooth);
+        CheckAllPaths(*be, x, w, testing::ReferenceW8A8(qx, qw, w.bias), 1e-5, what + " exact");
+        if (c.k >= 64) {
+          // Smoothing or not, the quantized product stays close to the f32 one.
+          Tensor y = Poisoned({c.m, c.n});
+          ASSERT_TRUE(be->Linear(x, w, y).ok());
+          ExpectClose(y, testing::ReferenceLinear(x, source, w.bias), 2e-2, what + " vs f32");
+        }
+        break;
+      }
+      default:
+        CheckAllPaths(*be, x, w, testing::ReferenceLinear(x, ConvertedWeight(source, format), w.bias), 1e-5, what);
+        break;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    FloatFormats, WeightFormatTest,
+    ::testing::Combine(::testing::Values(WeightFormat::kNative, WeightFormat::kF32, WeightFormat::kBF16,
+                                         WeightFormat::kF16),
+                       ::testing::Values(DType::kF32, DType::kBF16, DType::kF16), ::testing::Bool(),
+                       ::testing::Values(false)));
+INSTANTIATE_TEST_SUITE_P(Int8WeightOnly, WeightFormatTest,
+                         ::testing::Combine(::testing::Values(WeightFormat::kInt8),
+                                            ::testing::Values(DType::kF32, DType::kBF16), ::testing::Bool(),
+                                            ::testing::Values(false)));
+INSTANTIATE_TEST_SUITE_P(Int8W8A8, WeightFormatTest,
+                         ::testing::Combine(::testing::Values(WeightFormat::kInt8W8A8),
+                                            ::testing::Values(DType::kF32, DType::kBF16), ::testing::Bool(),
+                                            ::testing::Bool()));
+
+// The int8 element at (row, col) of a packed weight, read through its documented layout.
+int8_t PackedInt8(const kernels::cpu::PackedWeight& pw, int64_t row, int64_t col) {
+  const auto* panel = static_cast<const int8_t*>(pw.panel(row / kernels::cpu::kPanelCols));
+  const int64_t c = row % kernels::cpu::kPanelCols;
+  if (pw.layout == kernels::cpu::PanelLayout::kRows) return panel[col * kernels::cpu::kPanelCols + c];
+  return panel[(col / 4) * 4 * kernels::cpu::kPanelCols + c * 4 + col % 4];
+}
+
+TEST(WeightFormatTest, Int8RoundsHalfToEvenPerOutputChannel) {
+  auto be = backend::MakeCpuBackend();
+  for (WeightFormat format : {WeightFormat::kInt8, WeightFormat::kInt8W8A8}) {
+    SCOPED_TRACE(backend::WeightFormatName(format));
+    // Row 0: amax 254 -> scale 2 exactly, so the quotients are exact: 63.5 -> 64, 0.5 -> 0,
+    // 1.5 -> 2, -31.7 -> -32. Row 1 is all zero. Row 2: amax 1 -> scale 1/127.
+    const std::vector<float> values = {127, -254, -63.4f, 0, 1, 3, 0, 0, 0, 0, 0, 0, 0.5f, -1, 0, 0, 0, 0};
+    LinearWeight w;
+    w.weight = Tensor::FromVector(values, {3, 6});
+    w.format = format;
+    ASSERT_TRUE(be->PrepareLinear(w).ok());
+    const kernels::cpu::PackedWeight* pw = kernels::cpu::AsPackedWeight(w.packed);
+    ASSERT_NE(pw, nullptr);
+    EXPECT_EQ(pw->dtype, DType::kI8);
+    const float* scales = pw->scale_data();
+    EXPECT_EQ(scales[0], 2.0f);
+    EXPECT_EQ(scales[1], 0.0f);
+    EXPECT_EQ(scales[2], 1.0f / 127.0f);
+    for (int i = 3; i < kernels::cpu::kPanelCols; ++i) EXPECT_EQ(scales[i], 0.0f) << "padding column " << i;
+    const std::vector<int> want0 = {64, -127, -32, 0, 0, 2};
+    for (int col = 0; col < 6; ++col) {
+      EXPECT_EQ(PackedInt8(*pw, 0, col), want0[col]) << "col " << col;
+      EXPECT_EQ(PackedInt8(*pw, 1, col), 0) << "col " << col;
+    }
+    EXPECT_EQ(PackedInt8(*pw, 2, 0), static_cast<int8_t>(std::nearbyint(0.5f / (1.0f / 127.0f))));
+    EXPECT_EQ(PackedInt8(*pw, 2, 1), -127);
+
+    // A zero weight row or a zero activation row yields exactly the bias.
+    w.bias = Tensor::FromVector({0.25f, -0.5f, 1.5f}, {3});
+    Tensor x = Tensor::FromVector({0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6}, {2, 6});
+    Tensor y = Poisoned({2, 3});
+    ASSERT_TRUE(be->Linear(x, w, y).ok());
+    const float* yp = y.data<float>();
+    EXPECT_EQ(yp[0], 0.25f);
+    EXPECT_EQ(yp[1], -0.5f);
+    EXPECT_EQ(yp[2], 1.5f);
+    EXPECT_EQ(yp[4], -0.5f);
+  }
+}
+
+TEST(WeightFormatTest, W8A8DoesNotSaturate) {
+  // Every product at +-127 * 127 with matching signs: the largest sums the int32 path can
+  // see. An 8-bit multiply-add that saturates at int16 (vpmaddubsw on u8 = q + 128) fails
+  // this; the exact reference does not.
+  std::mt19937 rng(5);
+  auto be = backend::MakeCpuBackend();
+  const int64_t m = 9, n = 20, k = 4097;
+  Tensor x = Tensor::Empty({m, k}, DType::kF32);
+  LinearWeight w;
+  w.weight = Tensor::Empty({n, k}, DType::kF32);
+  w.format = WeightFormat::kInt8W8A8;
+  std::bernoulli_distribution coin(0.5);
+  std::vector<float> signs(static_cast<size_t>(k));
+  for (auto& s : signs) s = coin(rng) ? 1.0f : -1.0f;
+  for (int64_t i = 0; i < m * k; ++i) x.data<float>()[i] = signs[i % k] * (i / k + 1);
+  for (int64_t i = 0; i < n * k; ++i) w.weight.data<float>()[i] = signs[i % k] * (i / k % 2 ? 1.0f : -3.0f);
+  ASSERT_TRUE(be->PrepareLinear(w).ok());
+  const auto ref = testing::ReferenceW8A8(testing::QuantizeActivationsRef(x, Tensor()),
+                                          testing::QuantizeWeightRef(w.weight, Tensor()), Tensor());
+  CheckAllPaths(*be, x, w, ref, 1e-6, "saturation");
+}
+
+TEST(WeightFormatTest, SmoothingTamesActivationOutliers) {
+  // A few activation channels 50x larger than the rest dominate the per-token scale; the
+  // SmoothQuant factors (alpha 0.5) move that range into the weights and cut the error.
+  std::mt19937 rng(6);
+  auto be = backend::MakeCpuBackend();
+  const int64_t m = 32, n = 64, k = 512;
+  Tensor x = RandomTensor({m, k}, rng);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t c = 0; c < 4; ++c) x.data<float>()[i * k + c * 97] *= 50.0f;
+  }
+  const Tensor weight = RandomTensor({n, k}, rng);
+  Tensor smooth = Tensor::Empty({k}, DType::kF32);
+  for (int64_t c = 0; c < k; ++c) {
+    float ax = 0.0f, aw = 0.0f;
+    for (int64_t i = 0; i < m; ++i) ax = std::max(ax, std::fabs(x.data<float>()[i * k + c]));
+    for (int64_t j = 0; j < n; ++j) aw = std::max(aw, std::fabs(weight.data<float>()[j * k + c]));
+    smooth.data<float>()[c] = std::sqrt(ax / aw);
+  }
+  const std::vector<double> ref = testing::ReferenceLinear(x, weight, Tensor());
+  auto max_error = [&](const Tensor& s) {
+    LinearWeight w;
+    w.weight = weight;
+    w.format = WeightFormat::kInt8W8A8;
+    w.smooth = s;
+    EXPECT_TRUE(be->PrepareLinear(w).ok());
+    Tensor y = Poisoned({m, n});
+    EXPECT_TRUE(be->Linear(x, w, y).ok());
+    double worst = 0.0;
+    for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::abs(y.data<float>()[i] - ref[i]));
+    return worst;
+  };
+  const double plain = max_error(Tensor()), smoothed = max_error(smooth);
+  EXPECT_LT(smoothed, 0.5 * plain) << "plain " << plain << " smoothed " << smoothed;
+}
+
+TEST(WeightFormatTest, Int8ResultsDoNotDependOnThreadCount) {
+  std::mt19937 rng(13);
+  auto be = backend::MakeCpuBackend();
+  const int saved = ComputeThreads();
+  for (WeightFormat format : {WeightFormat::kInt8, WeightFormat::kInt8W8A8}) {
+    LinearWeight w;
+    w.weight = RandomTensor({300, 200}, rng);
+    w.format = format;
+    w.smooth = RandomSmooth(200, rng);
+    ASSERT_TRUE(be->PrepareLinear(w).ok());
+    for (int64_t m : {1, 5, 40}) {
+      const Tensor x = RandomTensor({m, 200}, rng);
+      Tensor y1 = Poisoned({m, 300}), y2 = Poisoned({m, 300});
+      SetComputeThreads(1);
+      ASSERT_TRUE(be->Linear(x, w, y1).ok());
+      SetComputeThreads(2);
+      ASSERT_TRUE(be->Linear(x, w, y2).ok());
+      EXPECT_EQ(0, std::memcmp(y1.raw(), y2.raw(), y1.nbytes())) << WeightFormatName(format) << " m=" << m;
+    }
+  }
+  SetComputeThreads(saved);
+}
+
+TEST(WeightFormatTest, RejectsWhatCannotBeQuantized) {
+  std::mt19937 rng(14);
+  auto be = backend::MakeCpuBackend();
+  LinearWeight w;
+  w.weight = RandomTensor({8, 12}, rng);
+  w.format = WeightFormat::kInt8W8A8;
+  w.smooth = RandomTensor({11}, rng, 0.5f, 1.0f);
+  EXPECT_FALSE(be->PrepareLinear(w).ok()) << "smooth of the wrong size";
+  w.smooth = RandomTensor({12}, rng, 0.5f, 1.0f);
+  w.smooth.data<float>()[3] = -1.0f;
+  EXPECT_FALSE(be->PrepareLinear(w).ok()) << "negative smooth factor";
+  w.smooth.data<float>()[3] = 0.0f;
+  EXPECT_FALSE(be->PrepareLinear(w).ok()) << "zero smooth factor";
+  w.smooth = Tensor();
+  w.weight.data<float>()[17] = std::nanf("");
+  EXPECT_FALSE(be->PrepareLinear(w).ok()) << "NaN weight";
+  w.format = WeightFormat::kInt8;
+  EXPECT_FALSE(be->PrepareLinear(w).ok()) << "NaN weight, weight-only";
+  LinearWeight wide;
+  wide.weight = Tensor::Zeros({1, kernels::cpu::kMaxInt8K + 1}, DType::kF32);
+  wide.format = WeightFormat::kInt8W8A8;
+  EXPECT_FALSE(be->PrepareLinear(wide).ok()) << "K too large for int32 sums";
+  wide.format = WeightFormat::kInt8;
+  EXPECT_TRUE(be->PrepareLinear(wide).ok()) << "weight-only accumulates in f32";
+}
+
+TEST(WeightFormatTest, NamesRoundTrip) {
+  for (WeightFormat f : {WeightFormat::kNative, WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kF16,
+                         WeightFormat::kInt8, WeightFormat::kInt8W8A8}) {
+    auto parsed = backend::ParseWeightFormat(backend::WeightFormatName(f));
+    ASSERT_TRUE(parsed.ok()) << backend::WeightFormatName(f);
+    EXPECT_EQ(*parsed, f);
+  }
+  EXPECT_STREQ(backend::WeightFormatName(WeightFormat::kInt8), "int8-wo");
+  EXPECT_STREQ(backend::WeightFormatName(WeightFormat::kInt8W8A8), "int8");
+  EXPECT_FALSE(backend::ParseWeightFormat("int4").ok());
+}
+
+}  // namespace
+}  // namespace ferry
