@@ -19,6 +19,11 @@
 namespace ferry {
 namespace {
 
+using testing::MaxAbs;
+using testing::MaxDiff;
+using testing::ToFloats;
+using testing::ToIds;
+
 namespace fs = std::filesystem;
 
 class TempDir {
@@ -62,11 +67,6 @@ engine::BuildOptions Untuned() {
   return bo;
 }
 
-double MaxAbs(const std::vector<float>& v) {
-  double m = 0;
-  for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
-  return m;
-}
 double MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));

@@ -15,6 +15,11 @@
 namespace ferry {
 namespace {
 
+using testing::MaxAbs;
+using testing::MaxDiff;
+using testing::ToFloats;
+using testing::ToIds;
+
 struct Prompt {
   std::vector<int32_t> ids;
   std::vector<float> last_logits;
@@ -22,15 +27,6 @@ struct Prompt {
   std::vector<int32_t> greedy;
   double min_margin = 0;
 };
-
-std::vector<float> ToVector(const Tensor& t) {
-  Tensor f = t.ToF32();
-  return std::vector<float>(f.data<float>(), f.data<float>() + f.numel());
-}
-
-std::vector<int32_t> ToIds(const Tensor& t) {
-  return std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + t.numel());
-}
 
 std::vector<Prompt> LoadPrompts(const std::string& dir) {
   auto ref = io::SafetensorsFile::Open(dir + "/reference.safetensors");
@@ -42,25 +38,13 @@ std::vector<Prompt> LoadPrompts(const std::string& dir) {
     const std::string key = "p" + std::to_string(p["index"].get<int>());
     Prompt out;
     out.ids = ToIds((*ref)->Get(key + ".input_ids").value());
-    out.last_logits = ToVector((*ref)->Get(key + ".last_logits").value());
-    if ((*ref)->Has(key + ".all_logits")) out.all_logits = ToVector((*ref)->Get(key + ".all_logits").value());
+    out.last_logits = ToFloats((*ref)->Get(key + ".last_logits").value());
+    if ((*ref)->Has(key + ".all_logits")) out.all_logits = ToFloats((*ref)->Get(key + ".all_logits").value());
     out.greedy = ToIds((*ref)->Get(key + ".greedy_ids").value());
     out.min_margin = p["min_top2_margin"].get<double>();
     prompts.push_back(std::move(out));
   }
   return prompts;
-}
-
-double MaxAbs(const std::vector<float>& v) {
-  double m = 0;
-  for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
-  return m;
-}
-
-double MaxDiff(const float* a, const float* b, size_t n) {
-  double m = 0;
-  for (size_t i = 0; i < n; ++i) m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
-  return m;
 }
 
 class DecoderFixtureTest : public ::testing::TestWithParam<std::string> {

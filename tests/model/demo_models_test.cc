@@ -14,21 +14,10 @@
 namespace ferry {
 namespace {
 
-std::vector<float> ToVector(const Tensor& t) {
-  Tensor f = t.ToF32();
-  return std::vector<float>(f.data<float>(), f.data<float>() + f.numel());
-}
-std::vector<int32_t> ToIds(const Tensor& t) { return std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + t.numel()); }
-double MaxAbs(const std::vector<float>& v) {
-  double m = 0;
-  for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
-  return m;
-}
-double MaxDiff(const float* a, const float* b, size_t n) {
-  double m = 0;
-  for (size_t i = 0; i < n; ++i) m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
-  return m;
-}
+using testing::MaxAbs;
+using testing::MaxDiff;
+using testing::ToFloats;
+using testing::ToIds;
 
 class DemoModelsTest : public ::testing::Test {
  protected:
@@ -58,7 +47,7 @@ TEST_F(DemoModelsTest, DecoderLogitsTokensAndGreedyTextMatchPyTorch) {
     auto logits = (*runner)->executor().Step({{1, ids, 0, false}});
     ASSERT_TRUE(logits.ok()) << logits.status().ToString();
     (*runner)->cache().Free(1);
-    const std::vector<float> ref = ToVector(ref_->Get(key + ".last_logits").value());
+    const std::vector<float> ref = ToFloats(ref_->Get(key + ".last_logits").value());
     const double err = MaxDiff(logits->data<float>(), ref.data(), vocab);
     EXPECT_LE(err, 1e-3 * MaxAbs(ref)) << key;
 
@@ -91,7 +80,7 @@ TEST_F(DemoModelsTest, ClassifierLogitsMatchPyTorchAloneAndBatched) {
     EXPECT_EQ(enc->ids, input.ids) << key;
     auto logits = engine::Classify(**e, {input});
     ASSERT_TRUE(logits.ok()) << logits.status().ToString();
-    const std::vector<float> ref = ToVector(ref_->Get(key + ".logits").value());
+    const std::vector<float> ref = ToFloats(ref_->Get(key + ".logits").value());
     EXPECT_LE(MaxDiff(logits->data<float>(), ref.data(), ref.size()), 1e-3 * MaxAbs(ref)) << key;
     const int64_t best = std::max_element(logits->data<float>(), logits->data<float>() + ref.size()) - logits->data<float>();
     EXPECT_EQ((*e)->config().id2label.at(static_cast<int>(best)), in["predicted"].get<std::string>()) << key;
@@ -99,7 +88,7 @@ TEST_F(DemoModelsTest, ClassifierLogitsMatchPyTorchAloneAndBatched) {
   }
   auto batched = engine::Classify(**e, all);
   ASSERT_TRUE(batched.ok());
-  const std::vector<float> ref = ToVector(ref_->Get("batch.logits").value());
+  const std::vector<float> ref = ToFloats(ref_->Get("batch.logits").value());
   EXPECT_LE(MaxDiff(batched->data<float>(), ref.data(), ref.size()), 1e-3 * MaxAbs(ref));
 }
 

@@ -14,23 +14,10 @@
 namespace ferry {
 namespace {
 
-std::vector<float> ToVector(const Tensor& t) {
-  Tensor f = t.ToF32();
-  return std::vector<float>(f.data<float>(), f.data<float>() + f.numel());
-}
-std::vector<int32_t> ToIds(const Tensor& t) {
-  return std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + t.numel());
-}
-double MaxAbs(const std::vector<float>& v) {
-  double m = 0;
-  for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
-  return m;
-}
-double MaxDiff(const float* a, const float* b, size_t n) {
-  double m = 0;
-  for (size_t i = 0; i < n; ++i) m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
-  return m;
-}
+using testing::MaxAbs;
+using testing::MaxDiff;
+using testing::ToFloats;
+using testing::ToIds;
 
 class BertTinyTest : public ::testing::Test {
  protected:
@@ -71,10 +58,10 @@ TEST_F(BertTinyTest, PerInputLogitsHiddenAndPoolerMatch) {
 
     auto logits = engine::Classify(*engine_, {in});
     ASSERT_TRUE(logits.ok()) << logits.status().ToString();
-    const std::vector<float> ref_logits = ToVector(ref_->Get(key + ".logits").value());
+    const std::vector<float> ref_logits = ToFloats(ref_->Get(key + ".logits").value());
     EXPECT_LE(MaxDiff(logits->data<float>(), ref_logits.data(), ref_logits.size()), 1e-3 * MaxAbs(ref_logits)) << key;
 
-    const std::vector<float> ref_hidden = ToVector(ref_->Get(key + ".last_hidden_state").value());
+    const std::vector<float> ref_hidden = ToFloats(ref_->Get(key + ".last_hidden_state").value());
     auto cls = engine::Embed(*engine_, {in}, engine::Pooling::kCls, false);
     ASSERT_TRUE(cls.ok());
     EXPECT_LE(MaxDiff(cls->data<float>(), ref_hidden.data(), H), 1e-3 * MaxAbs(ref_hidden)) << key;
@@ -103,16 +90,16 @@ TEST_F(BertTinyTest, PoolerOutputMatches) {
   b.spans.push_back(span);
   model::EncoderOutput out;
   ASSERT_TRUE(engine_->encoder()->Forward(b, out).ok());
-  const std::vector<float> ref_pooler = ToVector(ref_->Get(key + ".pooler_output").value());
+  const std::vector<float> ref_pooler = ToFloats(ref_->Get(key + ".pooler_output").value());
   EXPECT_LE(MaxDiff(out.pooled.data<float>(), ref_pooler.data(), ref_pooler.size()), 1e-3 * MaxAbs(ref_pooler));
-  const std::vector<float> ref_hidden = ToVector(ref_->Get(key + ".last_hidden_state").value());
+  const std::vector<float> ref_hidden = ToFloats(ref_->Get(key + ".last_hidden_state").value());
   EXPECT_LE(MaxDiff(out.hidden.data<float>(), ref_hidden.data(), ref_hidden.size()), 1e-3 * MaxAbs(ref_hidden));
 }
 
 TEST_F(BertTinyTest, PaddedBatchMatches) {
   const Tensor ids = ref_->Get("batch.input_ids").value();
   const Tensor mask = ref_->Get("batch.attention_mask").value();
-  const std::vector<float> ref_logits = ToVector(ref_->Get("batch.logits").value());
+  const std::vector<float> ref_logits = ToFloats(ref_->Get("batch.logits").value());
   const int64_t rows = ids.dim(0), cols = ids.dim(1);
   std::vector<engine::EncodedInput> inputs(rows);
   const std::vector<int32_t> all_ids = ToIds(ids);
