@@ -5,6 +5,8 @@
 //   attention_bench [--threads=N] [google-benchmark flags]
 #include <benchmark/benchmark.h>
 
+#include "bench_threads.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -120,17 +122,7 @@ BENCHMARK(BM_Decode)
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 0;
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--threads=", 10) == 0) {
-      threads = std::atoi(argv[i] + 10);
-    } else {
-      args.push_back(argv[i]);
-    }
-  }
-  ferry::SetComputeThreads(threads);
-  benchmark::AddCustomContext("compute_threads", std::to_string(ferry::ComputeThreads()));
+  std::vector<char*> args = ferry::bench::ApplyThreadsFlag(argc, argv);
   int n = static_cast<int>(args.size());
   benchmark::Initialize(&n, args.data());
   benchmark::RunSpecifiedBenchmarks();

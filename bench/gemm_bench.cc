@@ -14,6 +14,8 @@
 // L3 and overstate bandwidth. The vocabulary projection (N = 128256) runs only at decode
 // sizes: prefill computes logits for the last token of each sequence, never for 512 rows.
 #include <benchmark/benchmark.h>
+
+#include "bench_threads.h"
 #include <immintrin.h>
 
 #include <algorithm>
@@ -322,20 +324,8 @@ std::string LoadAverage() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // --threads=N sets the compute threads (kernels and oneDNN); removed before Google Benchmark
-  // parses the rest.
-  int threads = 0;
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--threads=", 10) == 0) {
-      threads = std::atoi(argv[i] + 10);
-    } else {
-      args.push_back(argv[i]);
-    }
-  }
-  ferry::SetComputeThreads(threads);
+  std::vector<char*> args = ferry::bench::ApplyThreadsFlag(argc, argv);
   int n = static_cast<int>(args.size());
-  benchmark::AddCustomContext("compute_threads", std::to_string(ferry::ComputeThreads()));
   benchmark::AddCustomContext("load_average_at_start", LoadAverage());
   benchmark::AddCustomContext("onednn_f32_impl", cpu::OnednnF32MatmulImpl());
   benchmark::AddCustomContext("onednn_fast_bf16", cpu::OnednnHasFastBf16Matmul() ? "yes" : "no");
