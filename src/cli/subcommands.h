@@ -18,6 +18,10 @@ void RegisterEval(CLI::App& app, int& exit_code);
 void RegisterBuild(CLI::App& app, int& exit_code);
 // Adds `coldstart` under the `bench` subcommand.
 void RegisterColdstart(CLI::App& bench, int& exit_code);
+// Adds `serve` under the `bench` subcommand: the HTTP load generator.
+void RegisterBenchServe(CLI::App& bench, int& exit_code);
+// `ferry serve`: the HTTP server.
+void RegisterServe(CLI::App& app, int& exit_code);
 
 // Prints "error: <message>" on one line to stderr and returns exit code 1.
 int Fail(const Status& status);

@@ -1,0 +1,51 @@
+// The batching limits of one served model, as the config file spells them. Plain values:
+// the config parser fills them, the batchers validate and obey them.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace ferry::sched {
+
+// Decoders: continuous (iteration-level) batching with chunked prefill (vLLM's knobs).
+struct ContinuousBatchingOptions {
+  int max_num_seqs = 16;              // sequences running at once (the KV cache holds this many at max_seq_len)
+  int max_num_batched_tokens = 512;   // tokens per step: decode tokens first, prefill chunks after
+  int max_seq_len = 0;                // prompt + generated; 0: the model's context (<= 4096)
+  int kv_block_tokens = 16;
+  int max_queue_requests = 256;       // waiting requests before 429
+  int64_t max_queue_tokens = 262144;  // waiting prompt tokens before 429
+  int64_t default_timeout_ms = 0;     // end-to-end limit per request; 0: none
+
+  Status Validate() const;
+};
+
+enum class TimeoutAction { kReject, kDelay };
+
+// Triton's per-priority queue policy.
+struct QueuePolicy {
+  int64_t timeout_us = 0;  // 0: no timeout for requests that do not set one
+  TimeoutAction timeout_action = TimeoutAction::kReject;
+  bool allow_timeout_override = true;
+  int max_queue_size = 0;  // 0: unbounded
+};
+
+// Encoders: Triton's dynamic batcher.
+struct DynamicBatchingOptions {
+  int max_batch_size = 32;
+  int64_t max_queue_delay_us = 2000;
+  std::vector<int> preferred_batch_sizes;  // ascending, each <= max_batch_size
+  int priority_levels = 1;                 // priorities 1 (highest) .. priority_levels
+  int default_priority_level = 1;
+  QueuePolicy default_queue_policy;
+  std::map<int, QueuePolicy> priority_queue_policy;  // per level, overriding the default
+
+  Status Validate() const;
+  const QueuePolicy& PolicyFor(int level) const;
+};
+
+}  // namespace ferry::sched
