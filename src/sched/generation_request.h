@@ -1,0 +1,65 @@
+// A decoder request as the continuous batcher sees it: token ids in, a stream of events out.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/sampler.h"
+
+namespace ferry::sched {
+
+using Clock = std::chrono::steady_clock;
+
+enum class RequestState { kQueued, kRunning, kFinished, kCancelled, kFailed };
+
+enum class FinishReason { kNone, kStop, kLength, kAbort };
+const char* FinishReasonName(FinishReason reason);  // "stop", "length", "abort"
+
+// One generated (or prompt) token with the log-probabilities the request asked for.
+struct TokenOutput {
+  int32_t token = 0;
+  float logprob = 0.0f;                                  // when logprobs were asked for
+  std::vector<std::pair<int32_t, float>> top_logprobs;   // best first
+};
+
+// Delivered on the batcher thread, in order; exactly one event has `finished` set and it
+// is the last. Handlers must be quick (format and hand off; no blocking I/O).
+struct GenerationEvent {
+  std::vector<TokenOutput> tokens;         // new tokens since the previous event
+  std::vector<TokenOutput> prompt_tokens;  // first event only, when prompt_logprobs was asked for
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  Status error;                            // set when the request failed
+  std::string failure_reason;              // metrics label of the failure ("timeout", "nonfinite_logits", ...)
+  int32_t prompt_tokens_count = 0;
+  int32_t generated_tokens_count = 0;
+  double queue_seconds = 0;                // arrival to first scheduled (first event only)
+};
+
+// What an event handler tells the batcher.
+enum class EventAction { kContinue, kStop };
+
+struct GenerationRequest {
+  std::string id;                    // for logs
+  std::vector<int32_t> prompt;
+  engine::SamplingParams sampling;
+  int max_tokens = 16;
+  std::vector<int32_t> stop_ids;     // end-of-sequence ids (ignored with ignore_eos)
+  bool ignore_eos = false;
+  int logprobs = -1;                 // -1: none; k >= 0: the chosen token's and the top k
+  bool prompt_logprobs = false;      // log-probabilities of the prompt tokens (echo)
+  int priority = 1;                  // 1 = highest
+  std::string tier = "default";
+  Clock::time_point arrival = Clock::now();
+  std::optional<Clock::time_point> deadline;
+  // kStop ends the request with finish reason "stop" (a stop string matched).
+  std::function<EventAction(const GenerationEvent&)> on_event;
+};
+
+}  // namespace ferry::sched

@@ -1,0 +1,457 @@
+#include "sched/continuous_batcher.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+
+#include "engine/engine.h"
+#include "engine/generator.h"
+#include "test_util.h"
+
+namespace ferry::sched {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr auto kWait = 60s;
+
+// Collects one request's events; Wait() blocks (bounded) until the final one.
+struct Collector {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int32_t> tokens;
+  std::vector<TokenOutput> outputs;
+  std::vector<TokenOutput> prompt;
+  bool finished = false;
+  FinishReason reason = FinishReason::kNone;
+  Status error;
+  std::string failure;
+  int events = 0;
+  int stop_after = 0;  // >0: ask the batcher to stop after this many tokens
+
+  std::function<EventAction(const GenerationEvent&)> Handler() {
+    return [this](const GenerationEvent& ev) {
+      std::lock_guard<std::mutex> lock(mu);
+      ++events;
+      for (const TokenOutput& t : ev.tokens) {
+        tokens.push_back(t.token);
+        outputs.push_back(t);
+      }
+      if (!ev.prompt_tokens.empty()) prompt = ev.prompt_tokens;
+      if (ev.finished) {
+        finished = true;
+        reason = ev.finish_reason;
+        error = ev.error;
+        failure = ev.failure_reason;
+        cv.notify_all();
+      }
+      const bool stop = stop_after > 0 && static_cast<int>(tokens.size()) >= stop_after;
+      return stop ? EventAction::kStop : EventAction::kContinue;
+    };
+  }
+  bool Wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, kWait, [this] { return finished; });
+  }
+  bool WaitTokens(size_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, kWait, [&] { return finished || tokens.size() >= n; });
+  }
+};
+
+class ContinuousBatcherTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto e = engine::Engine::Load(testing::SourcePath("models/demo/kjv-decoder"), engine::EngineOptions{2, true});
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engine_ = e.value();
+  }
+  static void TearDownTestSuite() { engine_.reset(); }
+
+  // A runner whose KV cache holds `kv_seqs` sequences of `max_seq_len` tokens.
+  std::unique_ptr<engine::DecoderRunner> MakeRunner(int kv_seqs, int max_seq_len) {
+    engine::RunnerOptions ro;
+    ro.max_seq_len = max_seq_len;
+    ro.max_batch_seqs = kv_seqs;
+    ro.block_tokens = 16;
+    auto r = engine::DecoderRunner::Create(engine_, ro);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return std::move(r).value();
+  }
+
+  std::vector<std::vector<int32_t>> Prompts(int n) {
+    const char* texts[] = {"And the LORD said unto Moses,", "In the beginning",
+                           "Blessed are the poor in spirit: for theirs is the kingdom of heaven.",
+                           "The LORD is my shepherd; I shall not want. He maketh me to lie down",
+                           "And it came to pass", "For God so loved the world,", "Praise ye the LORD.",
+                           "Now the serpent was more subtil than any beast of the field"};
+    std::vector<std::vector<int32_t>> out;
+    for (int i = 0; i < n; ++i) {
+      auto ids = engine_->EncodePrompt(texts[i % 8]);
+      EXPECT_TRUE(ids.ok());
+      std::vector<int32_t> p = ids.value();
+      for (int k = 0; k < i / 8; ++k) p.push_back(static_cast<int32_t>(100 + i + k));  // distinct variants
+      out.push_back(p);
+    }
+    return out;
+  }
+
+  // Greedy reference: each prompt generated alone.
+  std::vector<std::vector<int32_t>> Sequential(const std::vector<std::vector<int32_t>>& prompts, int max_tokens) {
+    auto runner = MakeRunner(1, 256);
+    std::vector<std::vector<int32_t>> out;
+    for (const auto& p : prompts) {
+      engine::GenerateRequest g;
+      g.prompt = p;
+      g.sampling.temperature = 0;
+      g.max_tokens = max_tokens;
+      g.stop_ids = engine_->StopIds();
+      auto r = runner->Generate({g});
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      out.push_back(r.value()[0].tokens);
+    }
+    return out;
+  }
+
+  GenerationRequest Greedy(const std::vector<int32_t>& prompt, int max_tokens, Collector& c) {
+    GenerationRequest r;
+    r.prompt = prompt;
+    r.sampling.temperature = 0;
+    r.max_tokens = max_tokens;
+    r.stop_ids = engine_->StopIds();
+    r.on_event = c.Handler();
+    return r;
+  }
+
+  static std::shared_ptr<engine::Engine> engine_;
+};
+
+std::shared_ptr<engine::Engine> ContinuousBatcherTest::engine_;
+
+TEST_F(ContinuousBatcherTest, ConcurrentGreedyEqualsSequentialWithChunkedPrefill) {
+  const auto prompts = Prompts(12);
+  const auto expected = Sequential(prompts, 24);
+  auto runner = MakeRunner(8, 256);
+  ContinuousBatchingOptions o;
+  o.max_num_seqs = 8;
+  o.max_num_batched_tokens = 16;  // forces chunked prefill next to decodes
+  ContinuousBatcher b("kjv", runner->executor(), engine_->config().vocab_size, 256, o);
+  ASSERT_TRUE(b.Start().ok());
+  std::vector<Collector> cs(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) ASSERT_TRUE(b.Submit(Greedy(prompts[i], 24, cs[i])).ok());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(cs[i].Wait());
+    EXPECT_TRUE(cs[i].error.ok()) << cs[i].error.ToString();
+    EXPECT_EQ(cs[i].tokens, expected[i]) << "prompt " << i;
+  }
+  b.Stop(1s);
+  EXPECT_EQ(runner->cache().num_free_blocks(), runner->cache().num_blocks());
+}
+
+TEST_F(ContinuousBatcherTest, PreemptionByRecomputeKeepsOutputsExact) {
+  const auto prompts = Prompts(6);
+  const auto expected = Sequential(prompts, 40);
+  // KV for 2 sequences of 64 tokens (8 blocks) but 4 running: decodes run out of blocks.
+  auto runner = MakeRunner(2, 64);
+  ContinuousBatchingOptions o;
+  o.max_num_seqs = 4;
+  o.max_num_batched_tokens = 64;
+  ContinuousBatcher b("kjv", runner->executor(), engine_->config().vocab_size, 64, o);
+  ASSERT_TRUE(b.Start().ok());
+  std::vector<Collector> cs(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) ASSERT_TRUE(b.Submit(Greedy(prompts[i], 40, cs[i])).ok());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(cs[i].Wait());
+    EXPECT_EQ(cs[i].tokens, expected[i]) << "prompt " << i;
+  }
+  EXPECT_GT(b.Snapshot().preemptions, 0u);
+  b.Stop(1s);
+  EXPECT_EQ(runner->cache().num_free_blocks(), runner->cache().num_blocks());
+}
+
+TEST_F(ContinuousBatcherTest, CancelFreesKvBlocksMidGeneration) {
+  auto runner = MakeRunner(4, 256);
+  ContinuousBatchingOptions o;
+  o.max_num_seqs = 4;
+  o.max_num_batched_tokens = 64;
+  ContinuousBatcher b("kjv", runner->executor(), engine_->config().vocab_size, 256, o);
+  // The fourth step waits until the test has cancelled, so the request is mid-generation.
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  int steps = 0;
+  b.SetStepFunction([&, gate](const std::vector<engine::SeqStep>& s) {
+    if (++steps == 4) gate.wait_for(kWait);
+    return runner->executor().Step(s);
+  });
+  ASSERT_TRUE(b.Start().ok());
+  Collector c;
+  GenerationRequest r = Greedy(Prompts(1)[0], 200, c);
+  r.ignore_eos = true;
+  auto h = b.Submit(std::move(r));
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(c.WaitTokens(3));
+  EXPECT_LT(b.Snapshot().kv_free_blocks, runner->cache().num_blocks());
+  EXPECT_TRUE(b.Cancel(h.value()));
+  release.set_value();
+  ASSERT_TRUE(c.Wait());
+  EXPECT_EQ(c.reason, FinishReason::kAbort);
+  EXPECT_LT(c.tokens.size(), 200u);
+  b.Stop(1s);  // joins the loop: every effect of the cancellation is visible
+  EXPECT_EQ(runner->cache().num_free_blocks(), runner->cache().num_blocks());
+  EXPECT_FALSE(b.Cancel(h.value()));
+}
+
+TEST_F(ContinuousBatcherTest, CancelWhileQueued) {
+  auto runner = MakeRunner(1, 256);
+  ContinuousBatchingOptions o;
+  o.max_num_seqs = 1;
+  o.max_num_batched_tokens = 64;
+  ContinuousBatcher b("kjv", runner->executor(), engine_->config().vocab_size, 256, o);
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  b.SetStepFunction([&, gate](const std::vector<engine::SeqStep>& s) {
+    gate.wait_for(kWait);
+    return runner->executor().Step(s);
+  });
+  ASSERT_TRUE(b.Start().ok());
+  Collector first, second;
+  ASSERT_TRUE(b.Submit(Greedy(Prompts(1)[0], 4, first)).ok());
+  auto h2 = b.Submit(Greedy(Prompts(2)[1], 4, second));
+  ASSERT_TRUE(h2.ok());
+  EXPECT_TRUE(b.Cancel(h2.value()));
+  release.set_value();
+  ASSERT_TRUE(second.Wait());
+  EXPECT_EQ(second.reason, FinishReason::kAbort);
+  EXPECT_TRUE(second.tokens.empty());
+  ASSERT_TRUE(first.Wait());
+  EXPECT_EQ(first.tokens.size(), 4u);
+  b.Stop(1s);
+}
+
+TEST_F(ContinuousBatcherTest, FullQueueIsRejectedAndValidationErrorsAreClear) {
+  auto runner = MakeRunner(1, 128);
+  ContinuousBatchingOptions o;
+  o.max_num_seqs = 1;
+  o.max_num_batched_tokens = 64;
+  o.max_queue_requests = 2;
+  ContinuousBatcher b("kjv", runner->executor(), engine_->config().vocab_size, 128, o);
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  b.SetStepFunction([&, gate](const std::vector<engine::SeqStep>& s) {
+    gate.wait_for(kWait);
+    return runner->executor().Step(s);
+  });
+  ASSERT_TRUE(b.Start().ok());
+  const auto p = Prompts(1)[0];
+  std::vector<Collector> cs(3);
+  ASSERT_TRUE(b.Submit(Greedy(p, 2, cs[0])).ok());
+  ASSERT_TRUE(b.Submit(Greedy(p, 2, cs[1])).ok());
+  // Two waiting (or one running and one waiting, depending on timing); one of the next two
+  // submissions must be refused with the queue at 2.
+  Collector extra;
+  Result<uint64_t> third = b.Submit(Greedy(p, 2, cs[2]));
+  Result<uint64_t> fourth = b.Submit(Greedy(p, 2, extra));
+  const bool refused = (!third.ok() && third.status().code() == StatusCode::kResourceExhausted) ||
+                       (!fourth.ok() && fourth.status().code() == StatusCode::kResourceExhausted);
+  EXPECT_TRUE(refused);
+
+  Collector bad;
+  auto too_long = b.Submit(Greedy(std::vector<int32_t>(120, 5), 20, bad));
+  EXPECT_EQ(too_long.status().code(), StatusCode::kOutOfRange);
+  auto bad_id = b.Submit(Greedy({1, 2, 999999}, 2, bad));
+  EXPECT_EQ(bad_id.status().code(), StatusCode::kInvalidArgument);
+  auto empty = b.Submit(Greedy({}, 2, bad));
+  EXPECT_EQ(empty.status().code(), StatusCode::kInvalidArgument);
+  GenerationRequest neg = Greedy(p, 2, bad);
+  neg.sampling.temperature = -1;
+  EXPECT_EQ(b.Submit(std::move(neg)).status().code(), StatusCode::kInvalidArgument);
+  release.set_value();
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(cs[i].Wait());
+  b.Stop(5s);
+  EXPECT_EQ(b.Submit(Greedy(p, 2, bad)).status().code(), StatusCode::kUnavailable);
+}
+
+// A step that fails whenever a poisoned token is in the batch: only that request fails.
+TEST_F(ContinuousBatcherTest, FailingBatchIsRetriedRequestByRequest) {
+  const auto prompts = Prompts(4);
+  const auto expected = Sequential(prompts, 8);
+  auto runner = MakeRunner(5, 128);
+  ContinuousBatchingOptions o;
+  o.max_num_seqs = 5;
+  o.max_num_batched_tokens = 128;
+  ContinuousBatcher b("kjv", runner->executor(), engine_->config().vocab_size, 128, o);
+  constexpr int32_t kPoison = 4001;
+  std::atomic<int> failures{0};
+  b.SetStepFunction([&](const std::vector<engine::SeqStep>& steps) -> Result<Tensor> {
+    for (const auto& s : steps) {
+      for (int32_t t : s.tokens) {
+        if (t == kPoison) {
+          ++failures;
+          return Internal("poisoned input");
+        }
+      }
+    }
+    return runner->executor().Step(steps);
+  });
+  ASSERT_TRUE(b.Start().ok());
+  std::vector<Collector> cs(prompts.size());
+  Collector poisoned;
+  std::vector<int32_t> bad = prompts[0];
+  bad.push_back(kPoison);
+  ASSERT_TRUE(b.Submit(Greedy(bad, 8, poisoned)).ok());
+  for (size_t i = 0; i < prompts.size(); ++i) ASSERT_TRUE(b.Submit(Greedy(prompts[i], 8, cs[i])).ok());
+  ASSERT_TRUE(poisoned.Wait());
+  EXPECT_FALSE(poisoned.error.ok());
+  EXPECT_EQ(poisoned.failure, "engine_error");
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(cs[i].Wait());
+    EXPECT_TRUE(cs[i].error.ok()) << cs[i].error.ToString();
+    EXPECT_EQ(cs[i].tokens, expected[i]);
+  }
+  EXPECT_GE(failures.load(), 1);
+  b.Stop(1s);
+  EXPECT_EQ(runner->cache().num_free_blocks(), runner->cache().num_blocks());
+}
+
+TEST_F(ContinuousBatcherTest, NonFiniteLogitsFailOnlyThatRequest) {
+  const auto prompts = Prompts(3);
+  const auto expected = Sequential(prompts, 6);
+  auto runner = MakeRunner(4, 128);
+  ContinuousBatchingOptions o;
+  o.max_num_seqs = 4;
+  o.max_num_batched_tokens = 128;
+  ContinuousBatcher b("kjv", runner->executor(), engine_->config().vocab_size, 128, o);
+  constexpr int32_t kPoison = 4002;
+  const int V = engine_->config().vocab_size;
+  b.SetStepFunction([&](const std::vector<engine::SeqStep>& steps) -> Result<Tensor> {
+    auto r = runner->executor().Step(steps);
+    if (!r.ok()) return r;
+    Tensor t = std::move(r).value();
+    int64_t row = 0;
+    for (const auto& s : steps) {
+      const int64_t rows = s.all_logits ? static_cast<int64_t>(s.tokens.size()) : 1;
+      if (std::find(s.tokens.begin(), s.tokens.end(), kPoison) != s.tokens.end()) {
+        t.data<float>()[(row + rows - 1) * V + 7] = NAN;
+      }
+      row += rows;
+    }
+    return t;
+  });
+  ASSERT_TRUE(b.Start().ok());
+  Collector poisoned;
+  std::vector<int32_t> bad = prompts[1];
+  bad.push_back(kPoison);
+  std::vector<Collector> cs(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(b.Submit(Greedy(prompts[i], 6, cs[i])).ok());
+    if (i == 0) {
+      ASSERT_TRUE(b.Submit(Greedy(bad, 6, poisoned)).ok());
+    }
+  }
+  ASSERT_TRUE(poisoned.Wait());
+  EXPECT_EQ(poisoned.failure, "nonfinite_logits");
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(cs[i].Wait());
+    EXPECT_EQ(cs[i].tokens, expected[i]);
+  }
+  b.Stop(1s);
+}
+
+TEST_F(ContinuousBatcherTest, DeadlineAndStopStringAndLength) {
+  auto runner = MakeRunner(2, 128);
+  ContinuousBatchingOptions o;
+  o.max_num_seqs = 2;
+  o.max_num_batched_tokens = 64;
+  ContinuousBatcher b("kjv", runner->executor(), engine_->config().vocab_size, 128, o);
+  ASSERT_TRUE(b.Start().ok());
+  const auto p = Prompts(1)[0];
+  Collector late;
+  GenerationRequest r = Greedy(p, 10, late);
+  r.deadline = Clock::now() - 1ms;
+  ASSERT_TRUE(b.Submit(std::move(r)).ok());
+  ASSERT_TRUE(late.Wait());
+  EXPECT_EQ(late.error.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(late.failure, "timeout");
+
+  Collector stopper;
+  stopper.stop_after = 3;
+  GenerationRequest s = Greedy(p, 50, stopper);
+  s.ignore_eos = true;
+  ASSERT_TRUE(b.Submit(std::move(s)).ok());
+  ASSERT_TRUE(stopper.Wait());
+  EXPECT_EQ(stopper.reason, FinishReason::kStop);
+  EXPECT_EQ(stopper.tokens.size(), 3u);
+
+  Collector len;
+  GenerationRequest l = Greedy(p, 5, len);
+  l.ignore_eos = true;
+  ASSERT_TRUE(b.Submit(std::move(l)).ok());
+  ASSERT_TRUE(len.Wait());
+  EXPECT_EQ(len.reason, FinishReason::kLength);
+  EXPECT_EQ(len.tokens.size(), 5u);
+  b.Stop(1s);
+}
+
+TEST_F(ContinuousBatcherTest, PromptLogprobsAcrossChunksMatchOneFullPass) {
+  const auto p = Prompts(3)[2];
+  ASSERT_GT(p.size(), 8u);
+  // Reference: one step with every row's logits.
+  auto ref_runner = MakeRunner(1, 128);
+  auto ref = ref_runner->executor().Step({engine::SeqStep{1, p, 0, true}});
+  ASSERT_TRUE(ref.ok());
+  ref_runner->cache().Free(1);
+  const int V = engine_->config().vocab_size;
+
+  auto runner = MakeRunner(2, 128);
+  ContinuousBatchingOptions o;
+  o.max_num_seqs = 2;
+  o.max_num_batched_tokens = 5;  // the prompt is prefilled in chunks of 5
+  ContinuousBatcher b("kjv", runner->executor(), V, 128, o);
+  ASSERT_TRUE(b.Start().ok());
+  Collector c;
+  GenerationRequest r = Greedy(p, 3, c);
+  r.prompt_logprobs = true;
+  r.logprobs = 2;
+  ASSERT_TRUE(b.Submit(std::move(r)).ok());
+  ASSERT_TRUE(c.Wait());
+  ASSERT_EQ(c.prompt.size(), p.size());
+  std::vector<float> lp;
+  for (size_t q = 1; q < p.size(); ++q) {
+    engine::Sampler::LogSoftmax(std::span<const float>(ref.value().data<float>() + (q - 1) * V, V), lp);
+    EXPECT_EQ(c.prompt[q].token, p[q]);
+    EXPECT_NEAR(c.prompt[q].logprob, lp[p[q]], 1e-3) << q;
+    ASSERT_EQ(c.prompt[q].top_logprobs.size(), 2u);
+  }
+  ASSERT_EQ(c.outputs.size(), 3u);
+  EXPECT_LE(c.outputs[0].logprob, 0.0f);
+  EXPECT_EQ(c.outputs[0].top_logprobs[0].first, c.outputs[0].token);  // greedy picks the top one
+  b.Stop(1s);
+}
+
+TEST_F(ContinuousBatcherTest, StopFinishesInFlightWork) {
+  auto runner = MakeRunner(4, 128);
+  ContinuousBatchingOptions o;
+  o.max_num_seqs = 4;
+  o.max_num_batched_tokens = 64;
+  ContinuousBatcher b("kjv", runner->executor(), engine_->config().vocab_size, 128, o);
+  ASSERT_TRUE(b.Start().ok());
+  std::vector<Collector> cs(3);
+  for (int i = 0; i < 3; ++i) {
+    GenerationRequest r = Greedy(Prompts(3)[i], 12, cs[i]);
+    r.ignore_eos = true;
+    ASSERT_TRUE(b.Submit(std::move(r)).ok());
+  }
+  b.Stop(30s);
+  for (auto& c : cs) {
+    ASSERT_TRUE(c.Wait());
+    EXPECT_EQ(c.reason, FinishReason::kLength);
+    EXPECT_EQ(c.tokens.size(), 12u);
+  }
+}
+
+}  // namespace
+}  // namespace ferry::sched
