@@ -1,0 +1,665 @@
+#include "serve/config.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <initializer_list>
+#include <limits>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <utility>
+
+namespace ferry::serve {
+
+namespace {
+
+// ---- Messages --------------------------------------------------------------------------
+
+std::string Where(const YAML::Mark& mark) {
+  if (mark.is_null()) return "";
+  return " (line " + std::to_string(mark.line + 1) + ", column " + std::to_string(mark.column + 1) + ")";
+}
+
+Status ErrorAt(const YAML::Node& node, const std::string& path, const std::string& message) {
+  return InvalidArgument(path + ": " + message + Where(node.Mark()));
+}
+
+std::string KindName(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null: return "null";
+    case YAML::NodeType::Scalar: return "a scalar";
+    case YAML::NodeType::Sequence: return "a sequence";
+    case YAML::NodeType::Map: return "a mapping";
+    case YAML::NodeType::Undefined: break;
+  }
+  return "nothing";
+}
+
+// A scalar as messages quote it; long values keep only their head.
+std::string Quoted(const std::string& text) {
+  constexpr size_t kMaxChars = 60;
+  if (text.size() <= kMaxChars) return "'" + text + "'";
+  return "'" + text.substr(0, kMaxChars) + "...'";
+}
+
+std::string Got(const YAML::Node& node) {
+  return node.IsScalar() ? Quoted(node.Scalar()) : KindName(node);
+}
+
+// ---- Scalars ---------------------------------------------------------------------------
+// Conversions are done here rather than by yaml-cpp's as<T>() so that every failure names
+// the key path and says what was expected.
+
+Result<std::string> ReadString(const YAML::Node& node, const std::string& path) {
+  if (!node.IsScalar()) return ErrorAt(node, path, "expected a string, got " + KindName(node));
+  return node.Scalar();
+}
+
+template <typename T>
+Result<T> ReadInt(const YAML::Node& node, const std::string& path) {
+  if (!node.IsScalar()) return ErrorAt(node, path, "expected an integer, got " + KindName(node));
+  const std::string& text = node.Scalar();
+  int64_t value = 0;
+  const char* begin = text.data();
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (ec == std::errc::result_out_of_range ||
+      (ec == std::errc() && ptr == end &&
+       (value < std::numeric_limits<T>::min() || value > std::numeric_limits<T>::max()))) {
+    return ErrorAt(node, path, "integer out of range: " + Quoted(text));
+  }
+  if (ec != std::errc() || ptr != end || text.empty()) {
+    return ErrorAt(node, path, "expected an integer, got " + Quoted(text));
+  }
+  return static_cast<T>(value);
+}
+
+// YAML 1.2's core booleans only: "yes"/"on" are the YAML 1.1 spellings that surprise people.
+Result<bool> ReadBool(const YAML::Node& node, const std::string& path) {
+  if (node.IsScalar()) {
+    const std::string& text = node.Scalar();
+    if (text == "true" || text == "True" || text == "TRUE") return true;
+    if (text == "false" || text == "False" || text == "FALSE") return false;
+  }
+  return ErrorAt(node, path, "expected true or false, got " + Got(node));
+}
+
+template <typename E>
+Result<E> ReadEnum(const YAML::Node& node, const std::string& path,
+                   std::initializer_list<std::pair<std::string_view, E>> names) {
+  std::string expected;
+  for (const auto& [name, value] : names) {
+    if (node.IsScalar() && node.Scalar() == name) return value;
+    expected += (expected.empty() ? "" : ", ") + std::string(name);
+  }
+  return ErrorAt(node, path, "expected one of " + expected + "; got " + Got(node));
+}
+
+// The value of the environment variable a `*_env` key names.
+Result<std::string> ReadEnvValue(const YAML::Node& node, const std::string& path) {
+  FERRY_ASSIGN_OR_RETURN(const std::string var, ReadString(node, path));
+  if (var.empty()) return ErrorAt(node, path, "expected the name of an environment variable");
+  const char* value = std::getenv(var.c_str());
+  if (value == nullptr) return ErrorAt(node, path, "environment variable " + var + " is not set");
+  if (*value == '\0') return ErrorAt(node, path, "environment variable " + var + " is empty");
+  return std::string(value);
+}
+
+// ---- Containers ------------------------------------------------------------------------
+
+struct Entry {
+  std::string key;
+  YAML::Node key_node;
+  YAML::Node value;
+};
+
+// The entries of a mapping in file order. Null reads as an empty mapping. Duplicate keys
+// are errors: yaml-cpp would keep both and lookups would see only one.
+Result<std::vector<Entry>> ReadEntries(const YAML::Node& node, const std::string& path) {
+  std::vector<Entry> entries;
+  if (node.IsNull()) return entries;
+  if (!node.IsMap()) return ErrorAt(node, path, "expected a mapping, got " + KindName(node));
+  std::set<std::string> seen;
+  for (const auto& item : node) {
+    const std::string key_path = path + (path.empty() ? "" : ".");
+    if (!item.first.IsScalar()) {
+      return ErrorAt(item.first, key_path + "<key>", "expected a scalar key, got " + KindName(item.first));
+    }
+    const std::string& key = item.first.Scalar();
+    if (!seen.insert(key).second) return ErrorAt(item.first, key_path + key, "duplicate key");
+    entries.push_back(Entry{key, item.first, item.second});
+  }
+  return entries;
+}
+
+// Items of a sequence with their paths ("tenants[2]"). Null reads as an empty sequence.
+Result<std::vector<std::pair<std::string, YAML::Node>>> ReadItems(const YAML::Node& node,
+                                                                  const std::string& path) {
+  std::vector<std::pair<std::string, YAML::Node>> items;
+  if (node.IsNull()) return items;
+  if (!node.IsSequence()) return ErrorAt(node, path, "expected a sequence, got " + KindName(node));
+  for (const auto& item : node) {
+    items.emplace_back(path + "[" + std::to_string(items.size()) + "]", item);
+  }
+  return items;
+}
+
+// One mapping with a fixed set of keys: anything else is an error, so a typo never falls
+// back silently to a default.
+class MapReader {
+ public:
+  static Result<MapReader> Open(const YAML::Node& node, std::string path,
+                                std::initializer_list<std::string_view> allowed) {
+    FERRY_ASSIGN_OR_RETURN(std::vector<Entry> entries, ReadEntries(node, path));
+    MapReader reader(node, std::move(path));
+    for (Entry& entry : entries) {
+      bool known = false;
+      for (std::string_view key : allowed) known = known || key == entry.key;
+      if (!known) return ErrorAt(entry.key_node, reader.Path(entry.key), "unknown key");
+      reader.entries_.push_back(std::move(entry));
+    }
+    return reader;
+  }
+
+  std::string Path(std::string_view key) const {
+    return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+  }
+
+  const YAML::Node* Find(std::string_view key) const {
+    for (const Entry& entry : entries_) {
+      if (entry.key == key) return &entry.value;
+    }
+    return nullptr;
+  }
+
+  Status Require(std::string_view key) const {
+    if (Find(key) != nullptr) return Status::Ok();
+    return ErrorAt(node_, path_, "missing required key '" + std::string(key) + "'");
+  }
+
+  Status String(std::string_view key, std::string& out) const {
+    const YAML::Node* node = Find(key);
+    if (node == nullptr) return Status::Ok();
+    FERRY_ASSIGN_OR_RETURN(out, ReadString(*node, Path(key)));
+    return Status::Ok();
+  }
+
+  template <typename T>
+  Status Int(std::string_view key, T& out) const {
+    const YAML::Node* node = Find(key);
+    if (node == nullptr) return Status::Ok();
+    FERRY_ASSIGN_OR_RETURN(out, ReadInt<T>(*node, Path(key)));
+    return Status::Ok();
+  }
+
+  Status Bool(std::string_view key, bool& out) const {
+    const YAML::Node* node = Find(key);
+    if (node == nullptr) return Status::Ok();
+    FERRY_ASSIGN_OR_RETURN(out, ReadBool(*node, Path(key)));
+    return Status::Ok();
+  }
+
+  // Appends the strings of a sequence.
+  Status AppendStrings(std::string_view key, std::vector<std::string>& out) const {
+    const YAML::Node* node = Find(key);
+    if (node == nullptr) return Status::Ok();
+    FERRY_ASSIGN_OR_RETURN(const auto items, ReadItems(*node, Path(key)));
+    for (const auto& [item_path, item] : items) {
+      FERRY_ASSIGN_OR_RETURN(std::string value, ReadString(item, item_path));
+      out.push_back(std::move(value));
+    }
+    return Status::Ok();
+  }
+
+  // Appends the value of the environment variable that `key` names.
+  Status AppendEnv(std::string_view key, std::vector<std::string>& out) const {
+    const YAML::Node* node = Find(key);
+    if (node == nullptr) return Status::Ok();
+    FERRY_ASSIGN_OR_RETURN(std::string value, ReadEnvValue(*node, Path(key)));
+    out.push_back(std::move(value));
+    return Status::Ok();
+  }
+
+ private:
+  MapReader(const YAML::Node& node, std::string path) : node_(node), path_(std::move(path)) {}
+
+  YAML::Node node_;
+  std::string path_;
+  std::vector<Entry> entries_;
+};
+
+// ---- Sections --------------------------------------------------------------------------
+
+Status ParseListener(const YAML::Node& node, ListenerConfig& out) {
+  FERRY_ASSIGN_OR_RETURN(const MapReader m,
+                         MapReader::Open(node, "listener",
+                                         {"host", "port", "io_threads", "max_body_bytes", "header_timeout_ms",
+                                          "idle_timeout_ms", "shutdown_timeout_ms", "max_connections"}));
+  FERRY_RETURN_IF_ERROR(m.String("host", out.host));
+  FERRY_RETURN_IF_ERROR(m.Int("port", out.port));
+  FERRY_RETURN_IF_ERROR(m.Int("io_threads", out.io_threads));
+  FERRY_RETURN_IF_ERROR(m.Int("max_body_bytes", out.max_body_bytes));
+  FERRY_RETURN_IF_ERROR(m.Int("header_timeout_ms", out.header_timeout_ms));
+  FERRY_RETURN_IF_ERROR(m.Int("idle_timeout_ms", out.idle_timeout_ms));
+  FERRY_RETURN_IF_ERROR(m.Int("shutdown_timeout_ms", out.shutdown_timeout_ms));
+  FERRY_RETURN_IF_ERROR(m.Int("max_connections", out.max_connections));
+  return Status::Ok();
+}
+
+Status ParseAuth(const YAML::Node& node, AuthConfig& out) {
+  FERRY_ASSIGN_OR_RETURN(const MapReader m, MapReader::Open(node, "auth", {"mode", "admin_keys", "admin_key_env"}));
+  if (const YAML::Node* mode = m.Find("mode")) {
+    FERRY_ASSIGN_OR_RETURN(out.mode, ReadEnum<AuthMode>(*mode, m.Path("mode"),
+                                                        {{"keys", AuthMode::kKeys}, {"none", AuthMode::kNone}}));
+  }
+  FERRY_RETURN_IF_ERROR(m.AppendStrings("admin_keys", out.admin_keys));
+  FERRY_RETURN_IF_ERROR(m.AppendEnv("admin_key_env", out.admin_keys));
+  return Status::Ok();
+}
+
+Status ParseTiers(const YAML::Node& node, std::map<std::string, int>& out) {
+  FERRY_ASSIGN_OR_RETURN(const std::vector<Entry> entries, ReadEntries(node, "tiers"));
+  out.clear();
+  for (const Entry& entry : entries) {
+    FERRY_ASSIGN_OR_RETURN(out[entry.key], ReadInt<int>(entry.value, "tiers." + entry.key));
+  }
+  return Status::Ok();
+}
+
+Status ParseTenant(const YAML::Node& node, const std::string& path, TenantConfig& out) {
+  FERRY_ASSIGN_OR_RETURN(const MapReader m,
+                         MapReader::Open(node, path, {"name", "tier", "keys", "key_env", "max_concurrent_requests"}));
+  FERRY_RETURN_IF_ERROR(m.Require("name"));
+  FERRY_RETURN_IF_ERROR(m.String("name", out.name));
+  FERRY_RETURN_IF_ERROR(m.String("tier", out.tier));
+  FERRY_RETURN_IF_ERROR(m.AppendStrings("keys", out.keys));
+  FERRY_RETURN_IF_ERROR(m.AppendEnv("key_env", out.keys));
+  FERRY_RETURN_IF_ERROR(m.Int("max_concurrent_requests", out.max_concurrent_requests));
+  return Status::Ok();
+}
+
+Status ParseContinuousBatching(const YAML::Node& node, const std::string& path,
+                               sched::ContinuousBatchingOptions& out) {
+  FERRY_ASSIGN_OR_RETURN(const MapReader m,
+                         MapReader::Open(node, path,
+                                         {"max_num_seqs", "max_num_batched_tokens", "max_seq_len", "kv_block_tokens",
+                                          "max_queue_requests", "max_queue_tokens", "default_timeout_ms"}));
+  FERRY_RETURN_IF_ERROR(m.Int("max_num_seqs", out.max_num_seqs));
+  FERRY_RETURN_IF_ERROR(m.Int("max_num_batched_tokens", out.max_num_batched_tokens));
+  FERRY_RETURN_IF_ERROR(m.Int("max_seq_len", out.max_seq_len));
+  FERRY_RETURN_IF_ERROR(m.Int("kv_block_tokens", out.kv_block_tokens));
+  FERRY_RETURN_IF_ERROR(m.Int("max_queue_requests", out.max_queue_requests));
+  FERRY_RETURN_IF_ERROR(m.Int("max_queue_tokens", out.max_queue_tokens));
+  FERRY_RETURN_IF_ERROR(m.Int("default_timeout_ms", out.default_timeout_ms));
+  return Status::Ok();
+}
+
+// Fields not given keep the values `out` starts with.
+Status ParseQueuePolicy(const YAML::Node& node, const std::string& path, sched::QueuePolicy& out) {
+  FERRY_ASSIGN_OR_RETURN(
+      const MapReader m,
+      MapReader::Open(node, path, {"timeout_us", "timeout_action", "allow_timeout_override", "max_queue_size"}));
+  FERRY_RETURN_IF_ERROR(m.Int("timeout_us", out.timeout_us));
+  if (const YAML::Node* action = m.Find("timeout_action")) {
+    FERRY_ASSIGN_OR_RETURN(out.timeout_action,
+                           ReadEnum<sched::TimeoutAction>(*action, m.Path("timeout_action"),
+                                                          {{"reject", sched::TimeoutAction::kReject},
+                                                           {"delay", sched::TimeoutAction::kDelay}}));
+  }
+  FERRY_RETURN_IF_ERROR(m.Bool("allow_timeout_override", out.allow_timeout_override));
+  FERRY_RETURN_IF_ERROR(m.Int("max_queue_size", out.max_queue_size));
+  return Status::Ok();
+}
+
+Status ParseDynamicBatching(const YAML::Node& node, const std::string& path, sched::DynamicBatchingOptions& out) {
+  FERRY_ASSIGN_OR_RETURN(const MapReader m,
+                         MapReader::Open(node, path,
+                                         {"max_batch_size", "max_queue_delay_us", "preferred_batch_sizes",
+                                          "priority_levels", "default_priority_level", "default_queue_policy",
+                                          "priority_queue_policy"}));
+  FERRY_RETURN_IF_ERROR(m.Int("max_batch_size", out.max_batch_size));
+  FERRY_RETURN_IF_ERROR(m.Int("max_queue_delay_us", out.max_queue_delay_us));
+  if (const YAML::Node* sizes = m.Find("preferred_batch_sizes")) {
+    FERRY_ASSIGN_OR_RETURN(const auto items, ReadItems(*sizes, m.Path("preferred_batch_sizes")));
+    out.preferred_batch_sizes.clear();
+    for (const auto& [item_path, item] : items) {
+      FERRY_ASSIGN_OR_RETURN(const int size, ReadInt<int>(item, item_path));
+      out.preferred_batch_sizes.push_back(size);
+    }
+  }
+  FERRY_RETURN_IF_ERROR(m.Int("priority_levels", out.priority_levels));
+  FERRY_RETURN_IF_ERROR(m.Int("default_priority_level", out.default_priority_level));
+  if (const YAML::Node* policy = m.Find("default_queue_policy")) {
+    FERRY_RETURN_IF_ERROR(ParseQueuePolicy(*policy, m.Path("default_queue_policy"), out.default_queue_policy));
+  }
+  // A level's policy starts from the default policy, so it only spells what differs.
+  if (const YAML::Node* levels = m.Find("priority_queue_policy")) {
+    const std::string levels_path = m.Path("priority_queue_policy");
+    FERRY_ASSIGN_OR_RETURN(const std::vector<Entry> entries, ReadEntries(*levels, levels_path));
+    out.priority_queue_policy.clear();
+    for (const Entry& entry : entries) {
+      const std::string entry_path = levels_path + "." + entry.key;
+      FERRY_ASSIGN_OR_RETURN(const int level, ReadInt<int>(entry.key_node, entry_path));
+      if (out.priority_queue_policy.count(level) != 0) return ErrorAt(entry.key_node, entry_path, "duplicate level");
+      sched::QueuePolicy policy = out.default_queue_policy;
+      FERRY_RETURN_IF_ERROR(ParseQueuePolicy(entry.value, entry_path, policy));
+      out.priority_queue_policy.emplace(level, policy);
+    }
+  }
+  return Status::Ok();
+}
+
+Status ParseModel(const YAML::Node& node, const std::string& path, ModelConfig& out) {
+  FERRY_ASSIGN_OR_RETURN(const MapReader m,
+                         MapReader::Open(node, path,
+                                         {"name", "path", "threads", "batching", "dynamic_batching", "warmup"}));
+  FERRY_RETURN_IF_ERROR(m.Require("name"));
+  FERRY_RETURN_IF_ERROR(m.Require("path"));
+  FERRY_RETURN_IF_ERROR(m.String("name", out.name));
+  FERRY_RETURN_IF_ERROR(m.String("path", out.path));
+  FERRY_RETURN_IF_ERROR(m.Int("threads", out.threads));
+  if (const YAML::Node* batching = m.Find("batching")) {
+    FERRY_RETURN_IF_ERROR(ParseContinuousBatching(*batching, m.Path("batching"), out.batching));
+  }
+  if (const YAML::Node* dynamic = m.Find("dynamic_batching")) {
+    FERRY_RETURN_IF_ERROR(ParseDynamicBatching(*dynamic, m.Path("dynamic_batching"), out.dynamic_batching));
+  }
+  FERRY_RETURN_IF_ERROR(m.Bool("warmup", out.warmup));
+  return Status::Ok();
+}
+
+Status ParseLog(const YAML::Node& node, LogConfig& out) {
+  FERRY_ASSIGN_OR_RETURN(const MapReader m, MapReader::Open(node, "log", {"level", "request_log"}));
+  if (const YAML::Node* level = m.Find("level")) {
+    FERRY_ASSIGN_OR_RETURN(out.level, ReadEnum<LogLevel>(*level, m.Path("level"),
+                                                         {{"trace", LogLevel::kTrace},
+                                                          {"debug", LogLevel::kDebug},
+                                                          {"info", LogLevel::kInfo},
+                                                          {"warn", LogLevel::kWarn},
+                                                          {"error", LogLevel::kError}}));
+  }
+  FERRY_RETURN_IF_ERROR(m.Bool("request_log", out.request_log));
+  return Status::Ok();
+}
+
+Status ParseRoot(const YAML::Node& root, ServerConfig& config) {
+  if (root.IsNull()) return Status::Ok();  // an empty file: every default
+  if (!root.IsMap()) return ErrorAt(root, "(top level)", "expected a mapping, got " + KindName(root));
+  FERRY_ASSIGN_OR_RETURN(const MapReader m,
+                         MapReader::Open(root, "", {"listener", "auth", "tiers", "tenants", "models", "log"}));
+  if (const YAML::Node* node = m.Find("listener")) FERRY_RETURN_IF_ERROR(ParseListener(*node, config.listener));
+  if (const YAML::Node* node = m.Find("auth")) FERRY_RETURN_IF_ERROR(ParseAuth(*node, config.auth));
+  if (const YAML::Node* node = m.Find("tiers")) FERRY_RETURN_IF_ERROR(ParseTiers(*node, config.tiers));
+  if (const YAML::Node* node = m.Find("tenants")) {
+    FERRY_ASSIGN_OR_RETURN(const auto items, ReadItems(*node, "tenants"));
+    for (const auto& [path, item] : items) {
+      TenantConfig tenant;
+      FERRY_RETURN_IF_ERROR(ParseTenant(item, path, tenant));
+      config.tenants.push_back(std::move(tenant));
+    }
+  }
+  if (const YAML::Node* node = m.Find("models")) {
+    FERRY_ASSIGN_OR_RETURN(const auto items, ReadItems(*node, "models"));
+    for (const auto& [path, item] : items) {
+      ModelConfig model;
+      FERRY_RETURN_IF_ERROR(ParseModel(item, path, model));
+      config.models.push_back(std::move(model));
+    }
+  }
+  if (const YAML::Node* node = m.Find("log")) FERRY_RETURN_IF_ERROR(ParseLog(*node, config.log));
+  return Status::Ok();
+}
+
+// ---- Validation helpers ----------------------------------------------------------------
+
+bool IsNameChar(char c, std::string_view extra) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         extra.find(c) != std::string_view::npos;
+}
+
+bool IsName(std::string_view name, std::string_view extra) {
+  if (name.empty()) return false;
+  for (char c : name) {
+    if (!IsNameChar(c, extra)) return false;
+  }
+  return true;
+}
+
+constexpr std::string_view kTenantNameExtra = "._-";
+constexpr std::string_view kModelNameExtra = "._:/-";
+
+// A key travels in "Authorization: Bearer <key>": visible ASCII, no spaces.
+bool IsValidKey(std::string_view key) {
+  if (key.empty()) return false;
+  for (char c : key) {
+    if (c < 0x21 || c > 0x7e) return false;
+  }
+  return true;
+}
+
+Status CheckRange(const std::string& path, int64_t value, int64_t min, int64_t max) {
+  if (value >= min && value <= max) return Status::Ok();
+  std::string range = max == std::numeric_limits<int64_t>::max()
+                          ? ">= " + std::to_string(min)
+                          : "in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  return InvalidArgument(path + ": must be " + range + ", got " + std::to_string(value));
+}
+
+constexpr int64_t kNoMax = std::numeric_limits<int64_t>::max();
+
+Status ValidateListener(const ListenerConfig& l) {
+  if (l.host.empty()) return InvalidArgument("listener.host: must not be empty");
+  FERRY_RETURN_IF_ERROR(CheckRange("listener.port", l.port, 0, 65535));
+  FERRY_RETURN_IF_ERROR(CheckRange("listener.io_threads", l.io_threads, 1, 1024));
+  FERRY_RETURN_IF_ERROR(CheckRange("listener.max_body_bytes", l.max_body_bytes, 1, kNoMax));
+  FERRY_RETURN_IF_ERROR(CheckRange("listener.header_timeout_ms", l.header_timeout_ms, 1, kNoMax));
+  FERRY_RETURN_IF_ERROR(CheckRange("listener.idle_timeout_ms", l.idle_timeout_ms, 1, kNoMax));
+  FERRY_RETURN_IF_ERROR(CheckRange("listener.shutdown_timeout_ms", l.shutdown_timeout_ms, 0, kNoMax));
+  FERRY_RETURN_IF_ERROR(CheckRange("listener.max_connections", l.max_connections, 1, kNoMax));
+  return Status::Ok();
+}
+
+// Every key in one place, so that a key shared by two tenants (or a tenant and the admin)
+// is caught; messages give the places, never the key.
+Status ValidateKeys(const ServerConfig& config) {
+  std::map<std::string_view, std::string> owner;  // key → where it was first seen
+  auto add = [&owner](const std::string& key, std::string where) -> Status {
+    if (!IsValidKey(key)) {
+      return InvalidArgument(where + ": a key must be non-empty visible ASCII without spaces");
+    }
+    const auto [it, inserted] = owner.emplace(key, where);
+    if (!inserted) return InvalidArgument(where + ": duplicate key (also at " + it->second + ")");
+    return Status::Ok();
+  };
+  for (size_t t = 0; t < config.tenants.size(); ++t) {
+    const auto& keys = config.tenants[t].keys;
+    for (size_t k = 0; k < keys.size(); ++k) {
+      FERRY_RETURN_IF_ERROR(add(keys[k], "tenants[" + std::to_string(t) + "].keys[" + std::to_string(k) + "]"));
+    }
+  }
+  for (size_t k = 0; k < config.auth.admin_keys.size(); ++k) {
+    FERRY_RETURN_IF_ERROR(add(config.auth.admin_keys[k], "auth.admin_keys[" + std::to_string(k) + "]"));
+  }
+  return Status::Ok();
+}
+
+Status ValidateTenants(const ServerConfig& config) {
+  std::set<std::string> names;
+  for (size_t t = 0; t < config.tenants.size(); ++t) {
+    const TenantConfig& tenant = config.tenants[t];
+    const std::string path = "tenants[" + std::to_string(t) + "]";
+    if (!IsName(tenant.name, kTenantNameExtra)) {
+      return InvalidArgument(path + ".name: must match [A-Za-z0-9._-]+, got " + Quoted(tenant.name));
+    }
+    if (tenant.name == "admin" || tenant.name == "anonymous") {
+      return InvalidArgument(path + ".name: '" + tenant.name + "' is reserved");
+    }
+    if (!names.insert(tenant.name).second) {
+      return InvalidArgument(path + ".name: duplicate tenant " + Quoted(tenant.name));
+    }
+    if (config.tiers.count(tenant.tier) == 0) {
+      std::string known;
+      for (const auto& [name, priority] : config.tiers) known += (known.empty() ? "" : ", ") + name;
+      return InvalidArgument(path + ".tier: unknown tier " + Quoted(tenant.tier) + " (tiers: " + known + ")");
+    }
+    FERRY_RETURN_IF_ERROR(CheckRange(path + ".max_concurrent_requests", tenant.max_concurrent_requests, 0, kNoMax));
+  }
+  return ValidateKeys(config);
+}
+
+Status ValidateModels(const std::vector<ModelConfig>& models) {
+  std::set<std::string> names;
+  for (size_t i = 0; i < models.size(); ++i) {
+    const ModelConfig& model = models[i];
+    const std::string path = "models[" + std::to_string(i) + "]";
+    if (!IsName(model.name, kModelNameExtra)) {
+      return InvalidArgument(path + ".name: must match [A-Za-z0-9._:/-]+, got " + Quoted(model.name));
+    }
+    if (!names.insert(model.name).second) {
+      return InvalidArgument(path + ".name: duplicate model name " + Quoted(model.name));
+    }
+    if (model.path.empty()) return InvalidArgument(path + ".path: must not be empty");
+    FERRY_RETURN_IF_ERROR(CheckRange(path + ".threads", model.threads, 0, 4096));
+    FERRY_RETURN_IF_ERROR(model.batching.Validate().WithContext(path + ".batching"));
+    FERRY_RETURN_IF_ERROR(model.dynamic_batching.Validate().WithContext(path + ".dynamic_batching"));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+// ---- Public ----------------------------------------------------------------------------
+
+Status ServerConfig::Validate() const {
+  FERRY_RETURN_IF_ERROR(ValidateListener(listener));
+  if (tiers.empty()) return InvalidArgument("tiers: define at least one tier");
+  for (const auto& [name, priority] : tiers) {
+    if (!IsName(name, kTenantNameExtra)) {
+      return InvalidArgument("tiers: a tier name must match [A-Za-z0-9._-]+, got " + Quoted(name));
+    }
+    FERRY_RETURN_IF_ERROR(CheckRange("tiers." + name, priority, 1, kNoMax));
+  }
+  FERRY_RETURN_IF_ERROR(ValidateTenants(*this));
+  if (auth.mode == AuthMode::kNone && !IsLoopbackHost(listener.host)) {
+    return InvalidArgument("auth.mode: 'none' is only allowed when listener.host is a loopback address "
+                           "(127.0.0.0/8, ::1, localhost), got " + Quoted(listener.host) +
+                           "; configure tenants with keys to listen on other addresses");
+  }
+  if (auth.mode == AuthMode::kKeys) {
+    bool any_tenant_key = false;
+    for (const TenantConfig& tenant : tenants) any_tenant_key = any_tenant_key || !tenant.keys.empty();
+    if (!any_tenant_key) {
+      return InvalidArgument("auth mode 'keys' needs at least one tenant key; "
+                             "set auth.mode: none for a loopback-only server");
+    }
+  }
+  return ValidateModels(models);
+}
+
+const std::string& ServerConfig::HighestTier() const {
+  auto best = tiers.begin();
+  for (auto it = tiers.begin(); it != tiers.end(); ++it) {
+    if (it->second < best->second) best = it;
+  }
+  return best->first;
+}
+
+Result<ServerConfig> ParseServerConfig(std::string_view yaml_text) {
+  ServerConfig config;
+  try {
+    const YAML::Node root = YAML::Load(std::string(yaml_text));
+    FERRY_RETURN_IF_ERROR(ParseRoot(root, config));
+  } catch (const YAML::Exception& e) {
+    std::string where = e.mark.is_null() ? "" : " at line " + std::to_string(e.mark.line + 1) + ", column " +
+                                                    std::to_string(e.mark.column + 1);
+    return InvalidArgument("invalid YAML" + where + ": " + e.msg);
+  }
+  FERRY_RETURN_IF_ERROR(config.Validate());
+  return config;
+}
+
+Result<ServerConfig> LoadServerConfig(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot open config file " + path + ": " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return DataLoss("cannot read config file " + path);
+  Result<ServerConfig> config = ParseServerConfig(text.str());
+  if (!config.ok()) return config.status().WithContext(path);
+  return config;
+}
+
+Status ApplyModelFlag(ServerConfig& config, std::string_view name_eq_path) {
+  const size_t eq = name_eq_path.find('=');
+  if (eq == std::string_view::npos) {
+    return InvalidArgument("--model expects NAME=PATH, got '" + std::string(name_eq_path) + "'");
+  }
+  const std::string name(name_eq_path.substr(0, eq));
+  const std::string path(name_eq_path.substr(eq + 1));
+  if (name.empty() || path.empty()) {
+    return InvalidArgument("--model expects NAME=PATH with a non-empty name and path, got '" +
+                           std::string(name_eq_path) + "'");
+  }
+  for (ModelConfig& model : config.models) {
+    if (model.name == name) {
+      model.path = path;
+      return Status::Ok();
+    }
+  }
+  ModelConfig model;
+  model.name = name;
+  model.path = path;
+  config.models.push_back(std::move(model));
+  return Status::Ok();
+}
+
+bool IsLoopbackHost(std::string_view host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  std::string text(host);
+  std::string lower;
+  for (char c : text) lower += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  if (lower == "localhost") return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) {
+    return reinterpret_cast<const unsigned char*>(&v4.s_addr)[0] == 127;  // network byte order
+  }
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, text.c_str(), &v6) == 1) {
+    const unsigned char* b = v6.s6_addr;
+    bool zeros_before_last = true;
+    for (int i = 0; i < 15; ++i) zeros_before_last = zeros_before_last && b[i] == 0;
+    if (zeros_before_last && b[15] == 1) return true;  // ::1
+    bool v4_mapped = b[10] == 0xff && b[11] == 0xff;
+    for (int i = 0; i < 10; ++i) v4_mapped = v4_mapped && b[i] == 0;
+    return v4_mapped && b[12] == 127;  // ::ffff:127.x.y.z
+  }
+  return false;
+}
+
+std::string_view AuthModeName(AuthMode mode) {
+  switch (mode) {
+    case AuthMode::kKeys: return "keys";
+    case AuthMode::kNone: return "none";
+  }
+  return "unknown";
+}
+
+std::string_view LogLevelName(LogLevel level) {
+  switch (level) {
+    case LogLevel::kTrace: return "trace";
+    case LogLevel::kDebug: return "debug";
+    case LogLevel::kInfo: return "info";
+    case LogLevel::kWarn: return "warn";
+    case LogLevel::kError: return "error";
+  }
+  return "unknown";
+}
+
+}  // namespace ferry::serve

@@ -1,0 +1,101 @@
+// The server's typed configuration: one YAML file parsed and validated at startup, then
+// read-only. Every behaviour of `ferry serve` is set here (or by a CLI flag that edits
+// this struct before Validate()), never by environment variables read elsewhere; the only
+// environment lookups are the `*_env` key references, resolved while parsing.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "sched/batching_options.h"
+
+namespace ferry::serve {
+
+// The HTTP listener and its connection limits.
+struct ListenerConfig {
+  std::string host = "127.0.0.1";
+  int port = 8000;                       // 0: any free port (tests)
+  int io_threads = 2;
+  int64_t max_body_bytes = 1 << 20;
+  int64_t header_timeout_ms = 10000;     // first byte → complete head and body (slowloris)
+  int64_t idle_timeout_ms = 60000;       // keep-alive connection with no request in flight
+  int64_t shutdown_timeout_ms = 30000;   // drain limit on SIGTERM
+  int max_connections = 4096;
+};
+
+enum class AuthMode {
+  kKeys,  // every request carries "Authorization: Bearer <key>"
+  kNone,  // no keys; only allowed on a loopback host
+};
+
+// Who may call the server. Tenants live in ServerConfig::tenants.
+struct AuthConfig {
+  AuthMode mode = AuthMode::kKeys;
+  std::vector<std::string> admin_keys;  // includes the value of auth.admin_key_env
+};
+
+// One API customer: its keys map to it and to its tier.
+struct TenantConfig {
+  std::string name;
+  std::string tier = "default";
+  std::vector<std::string> keys;    // includes the value of key_env
+  int max_concurrent_requests = 0;  // 0: unlimited
+};
+
+// One served model. A decoder obeys `batching`, an encoder `dynamic_batching`; which one
+// a model is comes from its files, so both are accepted for every model.
+struct ModelConfig {
+  std::string name;  // [A-Za-z0-9._:/-]+, unique
+  std::string path;  // checkpoint directory or engine file, relative to the working directory
+  int threads = 0;   // 0: all cores
+  sched::ContinuousBatchingOptions batching;
+  sched::DynamicBatchingOptions dynamic_batching;
+  bool warmup = true;
+};
+
+enum class LogLevel { kTrace, kDebug, kInfo, kWarn, kError };
+
+struct LogConfig {
+  LogLevel level = LogLevel::kInfo;
+  bool request_log = true;  // one JSON line per request on stdout
+};
+
+// Thread-compatible value type; the server keeps one const instance.
+struct ServerConfig {
+  ListenerConfig listener;
+  AuthConfig auth;
+  // Tier name → priority, 1 the highest (the encoder batcher's priority levels).
+  std::map<std::string, int> tiers = {{"default", 1}};
+  std::vector<TenantConfig> tenants;
+  std::vector<ModelConfig> models;
+  LogConfig log;
+
+  // Checks ranges, references and the auth rules; messages name the key path
+  // ("tenants[1].tier: ..."). Never quotes a key.
+  Status Validate() const;
+
+  // The tier with the smallest priority number (ties: first by name). Tiers must not be empty.
+  const std::string& HighestTier() const;
+};
+
+// Parses and validates a config. Unknown keys, wrong types and YAML syntax errors are
+// InvalidArgument naming the key path and, where known, the line and column.
+Result<ServerConfig> ParseServerConfig(std::string_view yaml_text);
+// Reads `path` and parses it; messages are prefixed with the path.
+Result<ServerConfig> LoadServerConfig(const std::string& path);
+
+// `--model NAME=PATH`: sets the path of model NAME, adding it with default options if the
+// config has none of that name. Call Validate() after the last flag.
+Status ApplyModelFlag(ServerConfig& config, std::string_view name_eq_path);
+
+// 127.0.0.0/8, ::1 (also bracketed and IPv4-mapped) and "localhost".
+bool IsLoopbackHost(std::string_view host);
+
+std::string_view AuthModeName(AuthMode mode);
+std::string_view LogLevelName(LogLevel level);
+
+}  // namespace ferry::serve
