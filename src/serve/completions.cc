@@ -1,0 +1,566 @@
+#include "serve/completions.h"
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <random>
+
+#include "serve/request_fields.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ferry::serve {
+
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kMaxChoices = 64;
+constexpr int kMaxStops = 4;
+constexpr int kMaxLogprobs = 20;
+
+struct CompletionParams {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> prompt_texts;  // for echo
+  int n = 1;
+  int max_tokens = 16;
+  engine::SamplingParams sampling;
+  std::vector<std::string> stops;
+  bool stream = false;
+  bool include_usage = false;
+  int logprobs = -1;
+  bool echo = false;
+  bool ignore_eos = false;
+  int priority = 1;
+  std::string user;
+};
+
+std::string RandomId(const char* prefix) {
+  thread_local std::mt19937_64 rng(std::random_device{}() ^ static_cast<uint64_t>(Clock::now().time_since_epoch().count()));
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%s%016llx%08llx", prefix, static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng() & 0xffffffffu));
+  return buf;
+}
+
+int64_t UnixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Largest cut <= `end` that does not split a UTF-8 character of `s`.
+size_t Utf8Boundary(const std::string& s, size_t end) {
+  while (end > 0 && end < s.size() && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
+  return end;
+}
+
+MaybeError ReadPrompts(const json& body, const ServedModel& model, CompletionParams& p) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) return BadRequest("missing required field: prompt", "prompt");
+  const engine::Engine& e = model.engine();
+  auto add_text = [&](const std::string& text) -> MaybeError {
+    if (e.tokenizer() == nullptr) return BadRequest("this model has no tokenizer; send the prompt as token ids", "prompt");
+    auto ids = e.EncodePrompt(text);
+    if (!ids.ok()) return BadRequest("cannot tokenize the prompt: " + ids.status().message(), "prompt");
+    if (ids.value().empty()) return BadRequest("the prompt is empty", "prompt");
+    p.prompts.push_back(std::move(ids).value());
+    p.prompt_texts.push_back(text);
+    return std::nullopt;
+  };
+  auto add_ids = [&](const json& arr) -> MaybeError {
+    if (arr.empty()) return BadRequest("a token-id prompt must not be empty", "prompt");
+    std::vector<int32_t> ids;
+    for (const json& v : arr) {
+      if (!v.is_number_integer()) return BadRequest("prompt token ids must be integers", "prompt");
+      const int64_t id = v.get<int64_t>();
+      if (id < 0 || id >= e.config().vocab_size) {
+        return BadRequest("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                              std::to_string(e.config().vocab_size) + ")", "prompt");
+      }
+      ids.push_back(static_cast<int32_t>(id));
+    }
+    std::string text;
+    if (e.tokenizer() != nullptr) {
+      auto t = e.tokenizer()->Decode(ids, false);
+      if (t.ok()) text = t.value();
+    }
+    p.prompts.push_back(std::move(ids));
+    p.prompt_texts.push_back(std::move(text));
+    return std::nullopt;
+  };
+  const json& pr = *it;
+  if (pr.is_string()) return add_text(pr.get<std::string>());
+  if (!pr.is_array() || pr.empty()) {
+    return BadRequest("prompt must be a string, an array of strings, an array of token ids or an array of token-id arrays",
+                      "prompt");
+  }
+  if (pr[0].is_number_integer()) return add_ids(pr);
+  for (const json& item : pr) {
+    MaybeError err;
+    if (item.is_string()) {
+      err = add_text(item.get<std::string>());
+    } else if (item.is_array()) {
+      err = add_ids(item);
+    } else {
+      err = BadRequest("each prompt must be a string or an array of token ids", "prompt");
+    }
+    if (err) return err;
+  }
+  return std::nullopt;
+}
+
+MaybeError ParseCompletion(const json& body, const ServedModel& model, const Principal& who, CompletionParams& p) {
+  if (auto e = RejectUnknownFields(body, {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p",
+                                          "seed", "stop", "stream", "stream_options", "logprobs", "echo", "user", "n",
+                                          "best_of", "presence_penalty", "frequency_penalty", "repetition_penalty",
+                                          "logit_bias", "suffix", "ignore_eos", "priority"})) {
+    return e;
+  }
+  if (auto e = ReadPrompts(body, model, p)) return e;
+  int64_t v = 0;
+  double d = 0;
+  v = p.max_tokens;
+  if (auto e = ReadInt(body, "max_tokens", 1, 1 << 20, v)) return e;
+  p.max_tokens = static_cast<int>(v);
+  v = 1;
+  if (auto e = ReadInt(body, "n", 1, kMaxChoices, v)) return e;
+  p.n = static_cast<int>(v);
+  if (body.contains("best_of") && !body["best_of"].is_null()) {
+    int64_t best_of = p.n;
+    if (auto e = ReadInt(body, "best_of", 1, kMaxChoices, best_of)) return e;
+    if (best_of != p.n) return BadRequest("best_of other than n is not supported", "best_of");
+  }
+  if (static_cast<int64_t>(p.prompts.size()) * p.n > kMaxChoices) {
+    return BadRequest("prompts x n must not exceed " + std::to_string(kMaxChoices), "n");
+  }
+  d = 1.0;
+  if (auto e = ReadNumber(body, "temperature", 0.0, 2.0, d)) return e;
+  p.sampling.temperature = static_cast<float>(d);
+  d = 1.0;
+  if (auto e = ReadNumber(body, "top_p", 0.0, 1.0, d)) return e;
+  if (d <= 0.0) return BadRequest("top_p must be in (0, 1]", "top_p");
+  p.sampling.top_p = static_cast<float>(d);
+  v = 0;
+  if (auto e = ReadInt(body, "top_k", -1, 1 << 20, v)) return e;
+  p.sampling.top_k = v < 0 ? 0 : static_cast<int>(v);
+  d = 0.0;
+  if (auto e = ReadNumber(body, "min_p", 0.0, 1.0, d)) return e;
+  p.sampling.min_p = static_cast<float>(d);
+  d = 1.0;
+  if (auto e = ReadNumber(body, "repetition_penalty", 1e-3, 100.0, d)) return e;
+  p.sampling.repetition_penalty = static_cast<float>(d);
+  for (const char* pen : {"presence_penalty", "frequency_penalty"}) {
+    d = 0.0;
+    if (auto e = ReadNumber(body, pen, -2.0, 2.0, d)) return e;
+    if (d != 0.0) return BadRequest(std::string(pen) + " is not supported; use repetition_penalty", pen);
+  }
+  if (body.contains("seed") && !body["seed"].is_null()) {
+    int64_t seed = 0;
+    if (auto e = ReadInt(body, "seed", INT64_MIN, INT64_MAX, seed)) return e;
+    p.sampling.seed = static_cast<uint64_t>(seed);
+  }
+  if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
+    if (it->is_string()) {
+      p.stops.push_back(it->get<std::string>());
+    } else if (it->is_array()) {
+      for (const json& s : *it) {
+        if (!s.is_string()) return BadRequest("stop must be a string or an array of strings", "stop");
+        p.stops.push_back(s.get<std::string>());
+      }
+    } else {
+      return BadRequest("stop must be a string or an array of strings", "stop");
+    }
+    if (static_cast<int>(p.stops.size()) > kMaxStops) {
+      return BadRequest("at most " + std::to_string(kMaxStops) + " stop sequences are allowed", "stop");
+    }
+    for (const std::string& s : p.stops) {
+      if (s.empty()) return BadRequest("stop sequences must not be empty", "stop");
+    }
+  }
+  if (auto e = ReadBool(body, "stream", p.stream)) return e;
+  if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) return BadRequest("stream_options must be an object", "stream_options");
+    if (!p.stream) return BadRequest("stream_options is only allowed when stream is true", "stream_options");
+    if (auto e = RejectUnknownFields(*it, {"include_usage", "continuous_usage_stats"})) return e;
+    if (auto e = ReadBool(*it, "include_usage", p.include_usage)) return e;
+  }
+  if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+    int64_t lp = 0;
+    if (auto e = ReadInt(body, "logprobs", 0, kMaxLogprobs, lp)) return e;
+    p.logprobs = static_cast<int>(lp);
+  }
+  if (auto e = ReadBool(body, "echo", p.echo)) return e;
+  if (auto e = ReadBool(body, "ignore_eos", p.ignore_eos)) return e;
+  if (auto e = ReadString(body, "user", p.user)) return e;
+  if (auto it = body.find("logit_bias"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) return BadRequest("logit_bias must be an object", "logit_bias");
+    if (!it->empty()) return BadRequest("logit_bias is not supported", "logit_bias");
+  }
+  if (auto it = body.find("suffix"); it != body.end() && !it->is_null()) {
+    return BadRequest("suffix is not supported", "suffix");
+  }
+  int64_t priority = who.priority;
+  if (auto e = ReadInt(body, "priority", 1, 1000, priority)) return e;
+  p.priority = std::max<int>(who.priority, static_cast<int>(priority));  // a request may only lower its priority
+  // The context check (prompt + max_tokens) with a clear message, before queueing.
+  for (const auto& prompt : p.prompts) {
+    const int64_t total = static_cast<int64_t>(prompt.size()) + p.max_tokens;
+    if (total > model.max_seq_len()) {
+      return BadRequest("this model's maximum context length is " + std::to_string(model.max_seq_len()) +
+                            " tokens; the prompt has " + std::to_string(prompt.size()) + " tokens and max_tokens is " +
+                            std::to_string(p.max_tokens), "max_tokens", "context_length_exceeded");
+    }
+  }
+  return std::nullopt;
+}
+
+// One request's choices in flight. Thread-safe: events arrive on the batcher thread, the
+// disconnect notice on an I/O thread.
+class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
+ public:
+  CompletionJob(std::shared_ptr<RequestContext> ctx, ServedModel& model, CompletionParams params)
+      : ctx_(std::move(ctx)), model_(model), p_(std::move(params)), tok_(model.engine().tokenizer()),
+        id_(RandomId("cmpl-")), created_(UnixNow()),
+        tier_(ctx_->metrics().ForTier(model.name(), ctx_->principal().tier)) {
+    for (const std::string& s : p_.stops) max_stop_ = std::max(max_stop_, s.size());
+  }
+
+  void Start() {
+    const int total = static_cast<int>(p_.prompts.size()) * p_.n;
+    choices_.resize(total);
+    for (int i = 0; i < total; ++i) {
+      Choice& c = choices_[i];
+      c.index = i;
+      c.prompt = i / p_.n;
+      if (tok_ != nullptr) c.detok = std::make_unique<tokenizer::IncrementalDetokenizer>(*tok_, true, false);
+      if (p_.echo) {
+        c.text = p_.prompt_texts[c.prompt];
+        c.echo_len = c.text.size();
+      }
+      prompt_tokens_ += static_cast<int64_t>(p_.prompts[c.prompt].size());
+    }
+    remaining_ = total;
+    ctx_->SetLog("model", model_.name());
+    ctx_->SetLog("completion_id", id_);
+    if (!p_.user.empty()) ctx_->SetLog("user", p_.user);
+    auto self = shared_from_this();
+    ctx_->writer().OnDisconnect([self] { self->CancelAll("client disconnected"); });
+    for (int i = 0; i < total; ++i) {
+      sched::GenerationRequest r;
+      r.id = id_ + "-" + std::to_string(i);
+      r.prompt = p_.prompts[choices_[i].prompt];
+      r.sampling = p_.sampling;
+      if (r.sampling.seed && p_.n > 1) *r.sampling.seed += static_cast<uint64_t>(i % p_.n);
+      r.max_tokens = p_.max_tokens;
+      r.stop_ids = model_.engine().StopIds();
+      r.ignore_eos = p_.ignore_eos;
+      r.logprobs = p_.logprobs;
+      r.prompt_logprobs = p_.echo && p_.logprobs >= 0;
+      r.priority = p_.priority;
+      r.tier = ctx_->principal().tier;
+      r.arrival = ctx_->arrival();
+      r.on_event = [self, i](const sched::GenerationEvent& ev) { return self->OnEvent(i, ev); };
+      Result<uint64_t> h = model_.decoder()->Submit(std::move(r));
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!h.ok()) {
+        // Nothing of this request runs: cancel what was queued and answer with the error.
+        const ApiError err = FromStatus(h.status(), "prompt");
+        ctx_->metrics().RecordFailure(model_.name(), ctx_->principal().tier,
+                                      err.http_status == 429 ? kFailureRejectedQueueFull : kFailureInvalidRequest);
+        answered_ = true;
+        for (int j = 0; j < i; ++j) model_.decoder()->Cancel(choices_[j].handle);
+        ctx_->ReplyError(err);
+        return;
+      }
+      choices_[i].handle = h.value();
+      if (cancelled_) model_.decoder()->Cancel(h.value());
+    }
+  }
+
+ private:
+  struct Choice {
+    int index = 0;
+    int prompt = 0;
+    uint64_t handle = 0;
+    std::unique_ptr<tokenizer::IncrementalDetokenizer> detok;
+    std::string text;        // echo + generated text (cut at a stop string)
+    size_t echo_len = 0;
+    size_t emitted = 0;      // bytes of `text` already streamed
+    size_t checked = 0;      // stop strings searched up to here
+    int32_t generated = 0;
+    bool stopped = false;    // a stop string matched
+    bool done = false;
+    std::string finish_reason;
+    json lp_tokens = json::array(), lp_values = json::array(), lp_top = json::array(), lp_offsets = json::array();
+    size_t lp_emitted = 0;
+    Clock::time_point last_token;
+  };
+
+  void CancelAll(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    for (Choice& c : choices_) {
+      if (!c.done && c.handle != 0) model_.decoder()->Cancel(c.handle);
+    }
+    ctx_->SetLog("cancelled", why);
+  }
+
+  std::string TokenText(int32_t id) const {
+    if (tok_ == nullptr) return std::to_string(id);
+    auto t = tok_->Decode(std::span<const int32_t>(&id, 1), false);
+    return t.ok() ? t.value() : std::string();
+  }
+
+  void AddLogprob(Choice& c, const sched::TokenOutput& t, bool first_prompt_token, size_t offset) {
+    c.lp_tokens.push_back(TokenText(t.token));
+    c.lp_offsets.push_back(offset);
+    if (first_prompt_token) {
+      c.lp_values.push_back(nullptr);
+      c.lp_top.push_back(nullptr);
+      return;
+    }
+    c.lp_values.push_back(t.logprob);
+    json top = json::object();
+    for (const auto& [id, lp] : t.top_logprobs) top[TokenText(id)] = lp;
+    c.lp_top.push_back(std::move(top));
+  }
+
+  sched::EventAction OnEvent(int i, const sched::GenerationEvent& ev) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Choice& c = choices_[i];
+    const Clock::time_point now = Clock::now();
+    if (ev.queue_seconds > 0 || (!ev.tokens.empty() && c.generated == 0)) {
+      if (!queue_recorded_) {
+        tier_.request_queue_time_seconds->Observe(ev.queue_seconds);
+        queue_recorded_ = true;
+      }
+    }
+    if (!ev.prompt_tokens.empty() && p_.logprobs >= 0 && p_.echo) {
+      size_t offset = 0;
+      for (size_t k = 0; k < ev.prompt_tokens.size(); ++k) {
+        AddLogprob(c, ev.prompt_tokens[k], k == 0, offset);
+        offset += c.lp_tokens.back().get<std::string>().size();
+      }
+    }
+    for (const sched::TokenOutput& t : ev.tokens) {
+      if (c.stopped) break;
+      if (!first_token_seen_) {
+        first_token_seen_ = true;
+        tier_.time_to_first_token_seconds->Observe(std::chrono::duration<double>(now - ctx_->arrival()).count());
+      } else if (c.generated > 0) {
+        tier_.inter_token_latency_seconds->Observe(std::chrono::duration<double>(now - c.last_token).count());
+      }
+      c.last_token = now;
+      c.generated += 1;
+      completion_tokens_ += 1;
+      const size_t offset = c.text.size();
+      if (c.detok != nullptr) c.detok->Add(t.token, &c.text);
+      if (p_.logprobs >= 0) AddLogprob(c, t, false, offset);
+      if (CheckStops(c)) break;
+    }
+    if (ev.finished) {
+      c.done = true;
+      if (!ev.error.ok()) {
+        if (!failed_) {
+          failed_ = true;
+          failure_ = FromStatus(ev.error);
+          failure_reason_ = ev.failure_reason.empty() ? kFailureEngineError : ev.failure_reason;
+          for (Choice& o : choices_) {
+            if (!o.done && o.handle != 0) model_.decoder()->Cancel(o.handle);
+          }
+        }
+      } else if (ev.finish_reason == sched::FinishReason::kAbort && !c.stopped) {
+        c.finish_reason = "abort";
+        aborted_ = true;
+      } else {
+        if (c.detok != nullptr && !c.stopped) {
+          c.text += c.detok->Flush();
+          CheckStops(c);
+        }
+        c.finish_reason = c.stopped || ev.finish_reason == sched::FinishReason::kStop ? "stop" : "length";
+      }
+    }
+    if (p_.stream && !answered_) StreamChoice(c);
+    if (ev.finished && --remaining_ == 0) Complete();
+    return c.stopped ? sched::EventAction::kStop : sched::EventAction::kContinue;
+  }
+
+  // Cuts the text at the earliest stop string; true when one matched.
+  bool CheckStops(Choice& c) {
+    if (p_.stops.empty() || c.stopped) return c.stopped;
+    const size_t from = std::max(c.echo_len, c.checked >= max_stop_ ? c.checked - max_stop_ + 1 : 0);
+    size_t best = std::string::npos;
+    for (const std::string& s : p_.stops) {
+      const size_t at = c.text.find(s, from);
+      if (at != std::string::npos) best = std::min(best, at);
+    }
+    c.checked = c.text.size();
+    if (best == std::string::npos) return false;
+    c.text.resize(best);
+    c.stopped = true;
+    return true;
+  }
+
+  json ChunkLogprobs(Choice& c) {
+    if (p_.logprobs < 0) return nullptr;
+    json lp = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+               {"text_offset", json::array()}};
+    for (size_t k = c.lp_emitted; k < c.lp_tokens.size(); ++k) {
+      lp["tokens"].push_back(c.lp_tokens[k]);
+      lp["token_logprobs"].push_back(c.lp_values[k]);
+      lp["top_logprobs"].push_back(c.lp_top[k]);
+      lp["text_offset"].push_back(c.lp_offsets[k]);
+    }
+    c.lp_emitted = c.lp_tokens.size();
+    return lp;
+  }
+
+  void EnsureStreamStarted() {
+    if (stream_started_) return;
+    stream_started_ = true;
+    ctx_->writer().StartStream(200, "text/event-stream",
+                               {{"Cache-Control", "no-cache"}, {"X-Request-Id", ctx_->id()}});
+  }
+
+  void SendEvent(const json& chunk) { ctx_->writer().Write("data: " + Dump(chunk) + "\n\n"); }
+
+  json ChunkBase() const {
+    return json{{"id", id_}, {"object", "text_completion"}, {"created", created_}, {"model", model_.name()}};
+  }
+
+  // Streams the part of the choice's text that can no longer turn into a stop string.
+  void StreamChoice(Choice& c) {
+    if (failed_) return;
+    size_t safe = c.text.size();
+    if (!c.done && !c.stopped && max_stop_ > 1) safe = safe > max_stop_ - 1 ? safe - (max_stop_ - 1) : 0;
+    safe = std::max(Utf8Boundary(c.text, safe), std::min(c.emitted, c.text.size()));
+    const bool has_text = safe > c.emitted;
+    const bool has_lp = p_.logprobs >= 0 && c.lp_emitted < c.lp_tokens.size();
+    if (!has_text && !has_lp && !c.done) return;
+    if (c.done && c.finish_reason.empty()) return;  // failed or aborted: handled in Complete
+    EnsureStreamStarted();
+    json choice = {{"index", c.index}, {"text", c.text.substr(c.emitted, safe - c.emitted)}};
+    c.emitted = safe;
+    choice["logprobs"] = ChunkLogprobs(c);
+    choice["finish_reason"] = c.done ? json(c.finish_reason) : json(nullptr);
+    json chunk = ChunkBase();
+    chunk["choices"] = json::array({choice});
+    if (p_.include_usage) chunk["usage"] = nullptr;
+    SendEvent(chunk);
+  }
+
+  json Usage() const {
+    return json{{"prompt_tokens", prompt_tokens_}, {"completion_tokens", completion_tokens_},
+                {"total_tokens", prompt_tokens_ + completion_tokens_}};
+  }
+
+  void RecordOutcome(const std::string& finish) {
+    const double e2e = std::chrono::duration<double>(Clock::now() - ctx_->arrival()).count();
+    tier_.e2e_request_latency_seconds->Observe(e2e);
+    tier_.prompt_tokens->Inc(static_cast<double>(prompt_tokens_));
+    tier_.generation_tokens->Inc(static_cast<double>(completion_tokens_));
+    tier_.request_prompt_tokens->Observe(static_cast<double>(prompt_tokens_));
+    tier_.request_generation_tokens->Observe(static_cast<double>(completion_tokens_));
+    ctx_->SetLog("prompt_tokens", prompt_tokens_);
+    ctx_->SetLog("completion_tokens", completion_tokens_);
+    ctx_->SetLog("finish_reason", finish);
+  }
+
+  // Every choice has finished: answer (or end the stream).
+  void Complete() {
+    if (answered_) return;
+    answered_ = true;
+    const std::string& model = model_.name();
+    const std::string& tier = ctx_->principal().tier;
+    if (failed_) {
+      RecordOutcome("error");
+      ctx_->metrics().RecordFailure(model, tier, failure_reason_);
+      if (stream_started_) {
+        SendEvent(json::parse(failure_.Body()));
+        ctx_->writer().Write("data: [DONE]\n\n");
+        ctx_->FinishStream(failure_.http_status);
+      } else {
+        ctx_->ReplyError(failure_);
+      }
+      return;
+    }
+    if (aborted_) {
+      RecordOutcome("abort");
+      ctx_->metrics().RecordSuccess(model, tier, kFinishedAbort);
+      if (stream_started_) {
+        ctx_->FinishStream(499);
+      } else {
+        ApiError e;
+        e.http_status = ctx_->writer().disconnected() ? 499 : 503;
+        e.message = "the request was cancelled";
+        e.type = "server_error";
+        ctx_->ReplyError(e);
+      }
+      return;
+    }
+    std::string finish = choices_.empty() ? "length" : choices_[0].finish_reason;
+    RecordOutcome(finish);
+    for (const Choice& c : choices_) ctx_->metrics().RecordSuccess(model, tier, c.finish_reason);
+    if (p_.stream) {
+      EnsureStreamStarted();
+      if (p_.include_usage) {
+        json chunk = ChunkBase();
+        chunk["choices"] = json::array();
+        chunk["usage"] = Usage();
+        SendEvent(chunk);
+      }
+      ctx_->writer().Write("data: [DONE]\n\n");
+      ctx_->FinishStream(200);
+      return;
+    }
+    json out = ChunkBase();
+    out["choices"] = json::array();
+    for (Choice& c : choices_) {
+      json lp = p_.logprobs >= 0 ? json{{"tokens", c.lp_tokens}, {"token_logprobs", c.lp_values},
+                                        {"top_logprobs", c.lp_top}, {"text_offset", c.lp_offsets}}
+                                 : json(nullptr);
+      out["choices"].push_back({{"index", c.index}, {"text", c.text}, {"logprobs", lp},
+                                {"finish_reason", c.finish_reason}});
+    }
+    out["usage"] = Usage();
+    ctx_->ReplyJson(200, out);
+  }
+
+  std::shared_ptr<RequestContext> ctx_;
+  ServedModel& model_;
+  const CompletionParams p_;
+  const tokenizer::Tokenizer* tok_;
+  const std::string id_;
+  const int64_t created_;
+  ServerMetrics::TierMetrics tier_;
+  size_t max_stop_ = 0;
+
+  std::mutex mu_;
+  std::vector<Choice> choices_;    // GUARDED_BY(mu_)
+  int remaining_ = 0;              // GUARDED_BY(mu_)
+  int64_t prompt_tokens_ = 0;
+  int64_t completion_tokens_ = 0;  // GUARDED_BY(mu_)
+  bool first_token_seen_ = false;
+  bool queue_recorded_ = false;
+  bool stream_started_ = false;
+  bool answered_ = false;
+  bool cancelled_ = false;
+  bool failed_ = false;
+  bool aborted_ = false;
+  ApiError failure_;
+  std::string failure_reason_;
+};
+
+}  // namespace
+
+void HandleCompletion(std::shared_ptr<RequestContext> ctx, ServedModel& model, const nlohmann::json& body) {
+  CompletionParams params;
+  if (MaybeError e = ParseCompletion(body, model, ctx->principal(), params)) {
+    ctx->metrics().RecordFailure(model.name(), ctx->principal().tier, kFailureInvalidRequest);
+    ctx->ReplyError(*e);
+    return;
+  }
+  auto job = std::make_shared<CompletionJob>(ctx, model, std::move(params));
+  job->Start();
+}
+
+}  // namespace ferry::serve

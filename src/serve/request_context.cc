@@ -1,0 +1,89 @@
+#include "serve/request_context.h"
+
+#include <cstdio>
+#include <cmath>
+#include <ctime>
+
+namespace ferry::serve {
+
+void RequestLogger::Log(const nlohmann::json& line) {
+  if (!enabled_) return;
+  const std::string text = Dump(line);
+  std::lock_guard<std::mutex> lock(mu_);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+}
+
+RequestContext::RequestContext(std::string id, std::string route, Principal principal,
+                               std::shared_ptr<ResponseWriter> writer, ServerMetrics& metrics, RequestLogger& logger,
+                               std::function<void()> on_finish)
+    : id_(std::move(id)),
+      route_(std::move(route)),
+      principal_(std::move(principal)),
+      writer_(std::move(writer)),
+      metrics_(metrics),
+      logger_(logger),
+      on_finish_(std::move(on_finish)) {}
+
+RequestContext::~RequestContext() {
+  // A request dropped without a response (should not happen) still releases its slot.
+  if (!finished_.load()) Finish(500);
+}
+
+void RequestContext::SetLog(const std::string& key, nlohmann::json value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  log_[key] = std::move(value);
+}
+
+void RequestContext::ReplyJson(int status, const nlohmann::json& body) {
+  if (finished_.load()) return;
+  writer_->Send(status, "application/json", Dump(body), {{"X-Request-Id", id_}});
+  Finish(status);
+}
+
+void RequestContext::ReplyError(const ApiError& error) {
+  if (finished_.load()) return;
+  ResponseWriter::Headers headers{{"X-Request-Id", id_}};
+  if (error.http_status == 429 || error.http_status == 503) headers.emplace_back("Retry-After", "1");
+  if (error.http_status == 401) headers.emplace_back("WWW-Authenticate", std::string(kWwwAuthenticate));
+  writer_->Send(error.http_status, "application/json", error.Body(), headers);
+  SetLog("error", error.message);
+  Finish(error.http_status);
+}
+
+void RequestContext::FinishStream(int status) {
+  if (finished_.load()) return;
+  writer_->End();
+  Finish(status);
+}
+
+void RequestContext::Finish(int status) {
+  if (finished_.exchange(true)) return;
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - arrival_).count();
+  metrics_.RecordHttpRequest(route_, status);
+  if (logger_.enabled()) {
+    nlohmann::json line;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      line = log_;
+    }
+    char ts[32];
+    const std::time_t now = std::time(nullptr);
+    std::tm tm;
+    gmtime_r(&now, &tm);
+    std::strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    line["ts"] = ts;
+    line["request_id"] = id_;
+    line["route"] = route_;
+    line["tenant"] = principal_.tenant;
+    line["tier"] = principal_.tier;
+    line["status"] = status;
+    line["latency_ms"] = std::round(ms * 1000.0) / 1000.0;
+    line["client_disconnected"] = writer_->disconnected();
+    logger_.Log(line);
+  }
+  if (on_finish_) on_finish_();
+}
+
+}  // namespace ferry::serve

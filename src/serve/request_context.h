@@ -1,0 +1,73 @@
+// Per-request plumbing shared by the routes: who asked, when, where the response goes, and
+// the one place a request is finished (response sent, metrics and the JSON log line written).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "serve/api_error.h"
+#include "serve/auth.h"
+#include "serve/http_server.h"
+#include "serve/metrics.h"
+
+namespace ferry::serve {
+
+// Writes one JSON object per line to stdout. Thread-safe.
+class RequestLogger {
+ public:
+  explicit RequestLogger(bool enabled) : enabled_(enabled) {}
+  void Log(const nlohmann::json& line);
+  bool enabled() const { return enabled_; }
+
+ private:
+  bool enabled_;
+  std::mutex mu_;
+};
+
+// Thread-safe; shared by the route and the batcher callbacks of one request.
+class RequestContext {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  RequestContext(std::string id, std::string route, Principal principal, std::shared_ptr<ResponseWriter> writer,
+                 ServerMetrics& metrics, RequestLogger& logger, std::function<void()> on_finish);
+  ~RequestContext();
+
+  const std::string& id() const { return id_; }
+  const std::string& route() const { return route_; }
+  const Principal& principal() const { return principal_; }
+  Clock::time_point arrival() const { return arrival_; }
+  ResponseWriter& writer() { return *writer_; }
+  ServerMetrics& metrics() { return metrics_; }
+  // Fields added to the request's log line.
+  void SetLog(const std::string& key, nlohmann::json value);
+
+  // Sends a complete response and finishes the request (first call wins).
+  void ReplyJson(int status, const nlohmann::json& body);
+  void ReplyError(const ApiError& error);
+  // For streamed responses: the stream has ended with `status` (HTTP status already sent).
+  void FinishStream(int status);
+
+ private:
+  void Finish(int status);
+
+  const std::string id_;
+  const std::string route_;
+  const Principal principal_;
+  const Clock::time_point arrival_ = Clock::now();
+  std::shared_ptr<ResponseWriter> writer_;
+  ServerMetrics& metrics_;
+  RequestLogger& logger_;
+  std::function<void()> on_finish_;
+  std::mutex mu_;
+  nlohmann::json log_ = nlohmann::json::object();  // GUARDED_BY(mu_)
+  std::atomic<bool> finished_{false};
+};
+
+}  // namespace ferry::serve

@@ -1,0 +1,323 @@
+#include "serve/server.h"
+
+#include <signal.h>
+
+#include <cctype>
+#include <random>
+
+#include "core/logging.h"
+#include "serve/completions.h"
+#include "serve/encoder_routes.h"
+#include "serve/request_fields.h"
+
+namespace ferry::serve {
+
+namespace {
+
+using json = nlohmann::json;
+
+std::string RequestId(const HttpRequest& req) {
+  const std::string& given = req.Header("x-request-id");
+  bool ok = !given.empty() && given.size() <= 64;
+  for (char c : given) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
+  if (ok) return given;
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "req-%016llx", static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+void SendJson(ResponseWriter& w, int status, const json& body) {
+  w.Send(status, "application/json", Dump(body));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
+  FERRY_RETURN_IF_ERROR(config.Validate());
+  if (config.models.empty()) return InvalidArgument("no models to serve: give --model NAME=PATH or a config with models");
+  FERRY_ASSIGN_OR_RETURN(Authenticator auth, Authenticator::Create(config));
+  return std::unique_ptr<Server>(new Server(std::move(config), std::move(auth)));
+}
+
+Server::Server(ServerConfig config, Authenticator auth)
+    : config_(std::move(config)), auth_(std::move(auth)), logger_(config_.log.request_log) {
+  HttpServerOptions ho;
+  ho.host = config_.listener.host;
+  ho.port = config_.listener.port;
+  ho.io_threads = config_.listener.io_threads;
+  ho.max_body_bytes = static_cast<size_t>(config_.listener.max_body_bytes);
+  ho.header_timeout_ms = config_.listener.header_timeout_ms;
+  ho.idle_timeout_ms = config_.listener.idle_timeout_ms;
+  ho.write_timeout_ms = std::max<int64_t>(config_.listener.idle_timeout_ms, 10000);
+  ho.max_connections = config_.listener.max_connections;
+  http_ = std::make_unique<HttpServer>(
+      ho, [this](HttpRequest&& r, std::shared_ptr<ResponseWriter> w) { Handle(std::move(r), std::move(w)); },
+      [](int status, const std::string& message) { return ErrorBody(status, message); });
+}
+
+Server::~Server() {
+  Shutdown();
+  if (loader_.joinable()) loader_.join();
+}
+
+Status Server::Start() {
+  FERRY_RETURN_IF_ERROR(http_->Listen());
+  http_->Start();
+  FERRY_LOG_INFO("listening on http://{}:{} (auth: {})", config_.listener.host, http_->port(),
+                 AuthModeName(config_.auth.mode));
+  loader_ = std::thread([this] { LoadModels(); });
+  return Status::Ok();
+}
+
+void Server::LoadModels() {
+  for (const ModelConfig& mc : config_.models) {
+    if (stopping_.load()) break;
+    auto m = ServedModel::Create(mc, metrics_);
+    if (!m.ok()) {
+      FERRY_LOG_ERROR("cannot serve model '{}': {}", mc.name, m.status().message());
+      std::fprintf(stderr, "error: %s\n", m.status().message().c_str());
+      std::lock_guard<std::mutex> lock(mu_);
+      load_failed_ = true;
+      load_done_ = true;
+      cv_.notify_all();
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    models_.push_back(std::move(m).value());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  load_done_ = true;
+  if (!stopping_.load()) {
+    ready_ = true;
+    FERRY_LOG_INFO("ready: {} model(s) loaded and warmed up", models_.size());
+  }
+  cv_.notify_all();
+}
+
+bool Server::WaitUntilReady(int64_t timeout_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [this] { return load_done_; });
+  return load_done_ && !load_failed_;
+}
+
+void Server::RequestShutdown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  shutdown_requested_ = true;
+  cv_.notify_all();
+}
+
+int Server::Run() {
+  bool failed;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return shutdown_requested_ || load_failed_; });
+    failed = load_failed_;
+  }
+  Shutdown();
+  return failed ? 1 : 0;
+}
+
+void Server::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  FERRY_LOG_INFO("shutting down: no new connections; finishing requests in flight");
+  stopping_ = true;
+  ready_ = false;
+  http_->StopAccepting();
+  if (loader_.joinable()) loader_.join();
+  const int64_t budget = config_.listener.shutdown_timeout_ms;
+  std::vector<ServedModel*> models;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& m : models_) models.push_back(m.get());
+  }
+  for (ServedModel* m : models) m->Stop(budget);  // running work finishes, the rest is cancelled
+  const int64_t spent =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  http_->Shutdown(std::max<int64_t>(budget - spent, 1000));
+  FERRY_LOG_INFO("shut down");
+}
+
+ServedModel* Server::Find(const std::string& name) {
+  if (!ready_.load()) return nullptr;
+  for (auto& m : models_) {
+    if (m->name() == name) return m.get();
+  }
+  return nullptr;
+}
+
+json Server::ModelCard(const ServedModel& m) const {
+  const io::ModelConfig& c = m.engine().config();
+  json card = {{"id", m.name()}, {"object", "model"}, {"created", m.created_unix()}, {"owned_by", "ferry"},
+               {"max_model_len", m.max_seq_len()}};
+  card["ferry"] = {{"kind", m.is_decoder() ? "decoder" : "encoder"},
+                   {"architecture", c.model_type},
+                   {"routes", m.is_decoder() ? json::array({"/v1/completions"})
+                                             : json::array({"/v1/embeddings", "/v1/classify"})}};
+  return card;
+}
+
+json Server::AdminStatus() const {
+  json models = json::array();
+  for (const auto& m : models_) {
+    json j = ModelCard(*m);
+    const engine::PreloadTimings& t = m->timings();
+    j["preload_ms"] = {{"load", t.load_ms}, {"allocate", t.allocate_ms}, {"warmup", t.warmup_ms},
+                       {"warmup_passes", t.warmup_passes}};
+    if (m->decoder() != nullptr) {
+      const sched::BatcherSnapshot s = m->decoder()->Snapshot();
+      j["batcher"] = {{"running", s.running}, {"waiting", s.waiting}, {"waiting_tokens", s.waiting_tokens},
+                      {"kv_free_blocks", s.kv_free_blocks}, {"kv_blocks", s.kv_blocks}, {"steps", s.steps},
+                      {"preemptions", s.preemptions}};
+    } else {
+      const sched::DynamicBatcherStats s = m->encoder()->Stats();
+      j["batcher"] = {{"queued", s.queued_total}, {"batches", s.batches_run}, {"items", s.items_run},
+                      {"last_batch_size", s.last_batch_size}, {"rejected_queue_full", s.rejected_queue_full},
+                      {"rejected_timeout", s.rejected_timeout}, {"cancelled", s.cancelled}};
+    }
+    models.push_back(std::move(j));
+  }
+  const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  return json{{"ready", ready_.load()}, {"uptime_s", uptime}, {"connections", http_->active_connections()},
+              {"requests_in_flight", http_->active_requests()}, {"models", models}};
+}
+
+void Server::Handle(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer) {
+  const std::string& path = req.path;
+  const bool get = req.method == "GET" || req.method == "HEAD";
+  if (path == "/health/live") {
+    if (!get) return SendJson(*writer, 405, json::parse(ErrorBody(405, "use GET")));
+    metrics_.RecordHttpRequest(path, 200);
+    return SendJson(*writer, 200, {{"status", "live"}});
+  }
+  if (path == "/health/ready" || path == "/health") {
+    if (!get) return SendJson(*writer, 405, json::parse(ErrorBody(405, "use GET")));
+    const bool ok = ready_.load();
+    metrics_.RecordHttpRequest(path, ok ? 200 : 503);
+    return SendJson(*writer, ok ? 200 : 503, {{"status", ok ? "ready" : (stopping_ ? "stopping" : "loading")}});
+  }
+  if (path == "/metrics") {
+    if (!get) return SendJson(*writer, 405, json::parse(ErrorBody(405, "use GET")));
+    metrics_.RecordHttpRequest(path, 200);
+    return writer->Send(200, std::string(kPrometheusContentType), metrics_.Render());
+  }
+  const bool api = path.rfind("/v1/", 0) == 0 || path.rfind("/admin/", 0) == 0;
+  if (!api) {
+    metrics_.RecordHttpRequest("other", 404);
+    return writer->Send(404, "application/json", ErrorBody(404, "no route for " + req.method + " " + path));
+  }
+  HandleApi(std::move(req), std::move(writer), path);
+}
+
+void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer, const std::string& path) {
+  const bool admin = path.rfind("/admin/", 0) == 0;
+  // Route label for metrics: fixed names, never raw paths (unbounded label values).
+  std::string route = path;
+  if (path.rfind("/v1/models/", 0) == 0) route = "/v1/models/{id}";
+  if (route != "/v1/completions" && route != "/v1/embeddings" && route != "/v1/classify" && route != "/v1/models" &&
+      route != "/v1/models/{id}" && route != "/admin/status") {
+    route = "other";
+  }
+  Result<Principal> who = auth_.Authenticate(req.Header("authorization"), admin);
+  if (!who.ok()) {
+    const int status = AuthHttpStatus(who.status());
+    auto ctx = std::make_shared<RequestContext>(RequestId(req), route, Principal{"unknown", "none", 0, false, 0},
+                                                writer, metrics_, logger_, nullptr);
+    ApiError e;
+    e.http_status = status;
+    e.message = who.status().message();
+    e.type = status == 401 ? "authentication_error" : "permission_error";
+    e.code = status == 401 ? "invalid_api_key" : "insufficient_permissions";
+    return ctx->ReplyError(e);
+  }
+  const Principal& p = who.value();
+  // Per-tenant concurrency limit.
+  std::function<void()> release;
+  if (p.max_concurrent_requests > 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    int& n = tenant_inflight_[p.tenant];
+    if (n >= p.max_concurrent_requests) {
+      auto ctx = std::make_shared<RequestContext>(RequestId(req), route, p, writer, metrics_, logger_, nullptr);
+      ApiError e = FromStatus(ResourceExhausted("tenant '" + p.tenant + "' has " + std::to_string(n) +
+                                                " requests in flight, its limit"));
+      return ctx->ReplyError(e);
+    }
+    ++n;
+    release = [this, tenant = p.tenant] {
+      std::lock_guard<std::mutex> lock(mu_);
+      --tenant_inflight_[tenant];
+    };
+  }
+  auto ctx = std::make_shared<RequestContext>(RequestId(req), route, p, writer, metrics_, logger_, std::move(release));
+  ctx->SetLog("method", req.method);
+  ctx->SetLog("remote", req.remote);
+  const bool get = req.method == "GET" || req.method == "HEAD";
+
+  if (path == "/admin/status") {
+    if (!get) return ctx->ReplyError(ApiError{405, "use GET", "invalid_request_error", "", ""});
+    return ctx->ReplyJson(200, AdminStatus());
+  }
+  if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
+    if (!get) return ctx->ReplyError(ApiError{405, "use GET", "invalid_request_error", "", ""});
+    if (!ready_.load()) return ctx->ReplyError(FromStatus(Unavailable("models are still loading")));
+    if (path == "/v1/models") {
+      json data = json::array();
+      for (const auto& m : models_) data.push_back(ModelCard(*m));
+      return ctx->ReplyJson(200, {{"object", "list"}, {"data", data}});
+    }
+    ServedModel* m = Find(path.substr(std::string("/v1/models/").size()));
+    if (m == nullptr) {
+      return ctx->ReplyError(ApiError{404, "the model does not exist", "not_found_error", "model", "model_not_found"});
+    }
+    return ctx->ReplyJson(200, ModelCard(*m));
+  }
+  const bool completions = path == "/v1/completions";
+  const bool embeddings = path == "/v1/embeddings";
+  const bool classify = path == "/v1/classify";
+  if (!completions && !embeddings && !classify) {
+    return ctx->ReplyError(ApiError{404, "no route for " + req.method + " " + path, "not_found_error", "", ""});
+  }
+  if (req.method != "POST") {
+    return ctx->ReplyError(ApiError{405, path + " takes POST", "invalid_request_error", "", ""});
+  }
+  if (stopping_.load()) return ctx->ReplyError(FromStatus(Unavailable("the server is shutting down")));
+  if (!ready_.load()) return ctx->ReplyError(FromStatus(Unavailable("models are still loading")));
+  json body;
+  if (MaybeError e = ParseJsonObject(req.body, body)) return ctx->ReplyError(*e);
+  std::string model_name;
+  if (MaybeError e = RequireString(body, "model", model_name)) return ctx->ReplyError(*e);
+  ServedModel* m = Find(model_name);
+  if (m == nullptr) {
+    return ctx->ReplyError(ApiError{404, "the model '" + model_name + "' does not exist", "not_found_error", "model",
+                                    "model_not_found"});
+  }
+  if (completions != m->is_decoder()) {
+    return ctx->ReplyError(BadRequest("model '" + model_name + "' is " + (m->is_decoder() ? "a decoder" : "an encoder") +
+                                          "; it does not serve " + path, "model"));
+  }
+  if (completions) return HandleCompletion(ctx, *m, body);
+  if (embeddings) return HandleEmbeddings(ctx, *m, body);
+  return HandleClassify(ctx, *m, body);
+}
+
+void ShutdownOnSignals(Server& server) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([&server, set] {
+    int sig = 0;
+    if (sigwait(&set, &sig) == 0) {
+      FERRY_LOG_INFO("received signal {}", sig);
+      server.RequestShutdown();
+    }
+  }).detach();
+}
+
+}  // namespace ferry::serve

@@ -1,0 +1,80 @@
+// ferry's HTTP server: auth → routes → batchers, health, metrics, request logs, graceful
+// shutdown. Models load and warm up in the background; /health/ready says 200 only once
+// every configured model is ready (503 before and during shutdown).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "serve/auth.h"
+#include "serve/config.h"
+#include "serve/http_server.h"
+#include "serve/metrics.h"
+#include "serve/model_repository.h"
+#include "serve/request_context.h"
+
+namespace ferry::serve {
+
+// Thread-safe.
+class Server {
+ public:
+  static Result<std::unique_ptr<Server>> Create(ServerConfig config);
+  ~Server();
+
+  // Listens, starts the I/O threads and the background model loading. Returns at once.
+  Status Start();
+  int port() const { return http_->port(); }
+  bool ready() const { return ready_.load(); }
+  // Blocks until every model is loaded (true) or loading failed (false), up to `timeout_ms`.
+  bool WaitUntilReady(int64_t timeout_ms);
+  // Asks Run() to return (what SIGTERM/SIGINT do).
+  void RequestShutdown();
+  // Blocks until a shutdown is requested or model loading fails, then shuts down
+  // gracefully; returns the process exit code (0, or 1 if a model failed to load).
+  int Run();
+  // Stop accepting, finish or cancel in-flight work within shutdown_timeout_ms, close.
+  void Shutdown();
+
+  ServerMetrics& metrics() { return metrics_; }
+  const ServerConfig& config() const { return config_; }
+
+ private:
+  explicit Server(ServerConfig config, Authenticator auth);
+  void LoadModels();
+  void Handle(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer);
+  void HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer, const std::string& route);
+  ServedModel* Find(const std::string& name);
+  nlohmann::json ModelCard(const ServedModel& m) const;
+  nlohmann::json AdminStatus() const;
+
+  const ServerConfig config_;
+  const Authenticator auth_;
+  ServerMetrics metrics_;
+  RequestLogger logger_;
+  std::unique_ptr<HttpServer> http_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<ServedModel>> models_;  // GUARDED_BY(mu_) while loading; fixed once ready
+  std::map<std::string, int> tenant_inflight_;         // GUARDED_BY(mu_)
+  bool load_done_ = false;                             // GUARDED_BY(mu_)
+  bool load_failed_ = false;                           // GUARDED_BY(mu_)
+  bool shutdown_requested_ = false;                    // GUARDED_BY(mu_)
+  bool shut_down_ = false;                             // GUARDED_BY(mu_)
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> stopping_{false};
+  std::thread loader_;
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+};
+
+// Blocks SIGINT and SIGTERM in the calling thread (call before any thread starts, so all
+// inherit the mask) and starts a thread that turns either signal into RequestShutdown().
+void ShutdownOnSignals(Server& server);
+
+}  // namespace ferry::serve
