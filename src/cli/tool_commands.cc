@@ -122,6 +122,7 @@ void RegisterBench(CLI::App& app, int& exit_code) {
   sub->add_flag("--json", o->json, "JSON output");
   sub->callback([o, &exit_code] { exit_code = RunBenchModel(*o); });
   RegisterColdstart(*bench, exit_code);
+  RegisterBenchServe(*bench, exit_code);
 }
 
 }  // namespace ferry::cli
