@@ -38,6 +38,7 @@ void RequestContext::SetLog(const std::string& key, nlohmann::json value) {
 
 void RequestContext::ReplyJson(int status, const nlohmann::json& body) {
   if (finished_.load()) return;
+  client_gone_ = writer_->disconnected();
   writer_->Send(status, "application/json", Dump(body), {{"X-Request-Id", id_}});
   Finish(status);
 }
@@ -47,6 +48,7 @@ void RequestContext::ReplyError(const ApiError& error) {
   ResponseWriter::Headers headers{{"X-Request-Id", id_}};
   if (error.http_status == 429 || error.http_status == 503) headers.emplace_back("Retry-After", "1");
   if (error.http_status == 401) headers.emplace_back("WWW-Authenticate", std::string(kWwwAuthenticate));
+  client_gone_ = writer_->disconnected();
   writer_->Send(error.http_status, "application/json", error.Body(), headers);
   SetLog("error", error.message);
   Finish(error.http_status);
@@ -54,6 +56,7 @@ void RequestContext::ReplyError(const ApiError& error) {
 
 void RequestContext::FinishStream(int status) {
   if (finished_.load()) return;
+  client_gone_ = writer_->disconnected();
   writer_->End();
   Finish(status);
 }
@@ -80,7 +83,7 @@ void RequestContext::Finish(int status) {
     line["tier"] = principal_.tier;
     line["status"] = status;
     line["latency_ms"] = std::round(ms * 1000.0) / 1000.0;
-    line["client_disconnected"] = writer_->disconnected();
+    line["client_disconnected"] = client_gone_;
     logger_.Log(line);
   }
   if (on_finish_) on_finish_();

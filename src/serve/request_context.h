@@ -68,6 +68,7 @@ class RequestContext {
   std::mutex mu_;
   nlohmann::json log_ = nlohmann::json::object();  // GUARDED_BY(mu_)
   std::atomic<bool> finished_{false};
+  bool client_gone_ = false;  // the client had gone before the response was handed over
 };
 
 }  // namespace ferry::serve
