@@ -6,6 +6,9 @@ pkgs=(cmake ninja-build ccache g++ pkg-config make
       libfmt-dev libspdlog-dev libcli11-dev libyaml-cpp-dev
       libgtest-dev libgmock-dev libbenchmark-dev)
 missing=()
+# The server tests drive ferry with the openai npm client and curl.
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
+command -v curl >/dev/null 2>&1 || pkgs+=(curl)
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done

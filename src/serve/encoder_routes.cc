@@ -199,6 +199,26 @@ class EncoderJob : public std::enable_shared_from_this<EncoderJob> {
   Status error_;                              // GUARDED_BY(mu_)
 };
 
+// OpenAI's base64 embeddings: the little-endian float32 bytes, base64-encoded.
+std::string Base64Floats(const std::vector<float>& v) {
+  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const auto* bytes = reinterpret_cast<const unsigned char*>(v.data());
+  const size_t n = v.size() * sizeof(float);
+  std::string out;
+  out.reserve((n + 2) / 3 * 4);
+  for (size_t i = 0; i < n; i += 3) {
+    const uint32_t b0 = bytes[i];
+    const uint32_t b1 = i + 1 < n ? bytes[i + 1] : 0;
+    const uint32_t b2 = i + 2 < n ? bytes[i + 2] : 0;
+    const uint32_t triple = (b0 << 16) | (b1 << 8) | b2;
+    out += kAlphabet[(triple >> 18) & 63];
+    out += kAlphabet[(triple >> 12) & 63];
+    out += i + 1 < n ? kAlphabet[(triple >> 6) & 63] : '=';
+    out += i + 2 < n ? kAlphabet[triple & 63] : '=';
+  }
+  return out;
+}
+
 void Reject(const std::shared_ptr<RequestContext>& ctx, const ServedModel& model, const ApiError& e) {
   ctx->metrics().RecordFailure(model.name(), ctx->principal().tier, kFailureInvalidRequest);
   ctx->ReplyError(e);
@@ -214,7 +234,9 @@ void HandleEmbeddings(std::shared_ptr<RequestContext> ctx, ServedModel& model, c
                                               "timeout_us"});
   if (!err) err = ReadCommon(body, model, ctx->principal(), p);
   if (!err) err = ReadString(body, "encoding_format", encoding);
-  if (!err && encoding != "float") err = BadRequest("encoding_format must be \"float\"", "encoding_format");
+  if (!err && encoding != "float" && encoding != "base64") {
+    err = BadRequest("encoding_format must be \"float\" or \"base64\"", "encoding_format");
+  }
   const int hidden = model.engine().config().hidden_size;
   int64_t dims = hidden;
   if (!err) err = ReadInt(body, "dimensions", 1, 1 << 20, dims);
@@ -223,10 +245,12 @@ void HandleEmbeddings(std::shared_ptr<RequestContext> ctx, ServedModel& model, c
   }
   if (err) return Reject(ctx, model, *err);
   const std::string name = model.name();
-  auto format = [name](const std::vector<std::vector<float>>& rows, int64_t tokens) {
+  const bool base64 = encoding == "base64";
+  auto format = [name, base64](const std::vector<std::vector<float>>& rows, int64_t tokens) {
     json data = json::array();
     for (size_t i = 0; i < rows.size(); ++i) {
-      data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", rows[i]}});
+      json embedding = base64 ? json(Base64Floats(rows[i])) : json(rows[i]);
+      data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", std::move(embedding)}});
     }
     return json{{"object", "list"}, {"data", data}, {"model", name},
                 {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}};

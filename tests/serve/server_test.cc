@@ -346,7 +346,7 @@ TEST_F(ServerTest, MalformedRequestsGetAClearFourHundredAndTheServerStaysUp) {
       {"embeddings missing input", "POST", "/v1/embeddings", R"({"model":"kjv-classifier"})", 400},
       {"embeddings empty string", "POST", "/v1/embeddings", R"({"model":"kjv-classifier","input":""})", 400},
       {"embeddings bad format", "POST", "/v1/embeddings",
-       R"({"model":"kjv-classifier","input":"a","encoding_format":"base64"})", 400},
+       R"({"model":"kjv-classifier","input":"a","encoding_format":"int8"})", 400},
       {"classify input too long", "POST", "/v1/classify",
        "{\"model\":\"kjv-classifier\",\"input\":[\"" + long_prompt + "\"]}", 400},
       {"classify input wrong type", "POST", "/v1/classify", R"({"model":"kjv-classifier","input":[1.5]})", 400},
