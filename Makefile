@@ -16,15 +16,9 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-DEMO_PASSAGE := Comfort ye, comfort ye my people, saith your God. Speak ye comfortably to Jerusalem, and cry unto her, that her warfare is accomplished, that her iniquity is pardoned: for she hath received of the LORD's hand double for all her sins.
-
+# Serves both demo models on 127.0.0.1:8000 and prints example requests (Ctrl-C stops it).
 demo: build
-	@echo "== kjv-decoder: ferry generate (greedy) =="
-	$(BUILD)/ferry generate --model models/demo/kjv-decoder --prompt "And the LORD said unto" --max-tokens 48 --temperature 0
-	@echo "== kjv-decoder: ferry generate (temperature 0.8, top-p 0.95, seed 7) =="
-	$(BUILD)/ferry generate --model models/demo/kjv-decoder --prompt "And the LORD said unto" --max-tokens 48 --temperature 0.8 --top-p 0.95 --seed 7
-	@echo "== kjv-classifier: ferry classify on a held-out passage (Isaiah 40:1-2, Major Prophets) =="
-	$(BUILD)/ferry classify --model models/demo/kjv-classifier --text "$(DEMO_PASSAGE)"
+	@scripts/demo.sh $(BUILD)/ferry
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE "slow|gpu" --timeout 600
