@@ -458,6 +458,10 @@ void HttpServer::Impl::Accept() {
       socket.close(wec);
     } else {
       owner->connections_++;
+      // Streamed tokens are small writes: without this, Nagle's algorithm holds each one back
+      // until the previous is acknowledged (up to the client's 40 ms delayed ACK).
+      error_code nec;
+      socket.set_option(tcp::no_delay(true), nec);
       auto s = std::make_shared<Session>(std::move(socket), *this);
       {
         std::lock_guard<std::mutex> lock(mu);
