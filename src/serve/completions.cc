@@ -31,6 +31,7 @@ struct CompletionParams {
   int logprobs = -1;
   bool echo = false;
   bool ignore_eos = false;
+  bool return_token_ids = false;  // extension: the generated ids with the text (always for tokenizer-less models)
   int priority = 1;
   std::string user;
 };
@@ -112,7 +113,7 @@ MaybeError ParseCompletion(const json& body, const ServedModel& model, const Pri
   if (auto e = RejectUnknownFields(body, {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p",
                                           "seed", "stop", "stream", "stream_options", "logprobs", "echo", "user", "n",
                                           "best_of", "presence_penalty", "frequency_penalty", "repetition_penalty",
-                                          "logit_bias", "suffix", "ignore_eos", "priority"})) {
+                                          "logit_bias", "suffix", "ignore_eos", "priority", "return_token_ids"})) {
     return e;
   }
   if (auto e = ReadPrompts(body, model, p)) return e;
@@ -190,6 +191,8 @@ MaybeError ParseCompletion(const json& body, const ServedModel& model, const Pri
   }
   if (auto e = ReadBool(body, "echo", p.echo)) return e;
   if (auto e = ReadBool(body, "ignore_eos", p.ignore_eos)) return e;
+  if (auto e = ReadBool(body, "return_token_ids", p.return_token_ids)) return e;
+  if (model.engine().tokenizer() == nullptr) p.return_token_ids = true;
   if (auto e = ReadString(body, "user", p.user)) return e;
   if (auto it = body.find("logit_bias"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) return BadRequest("logit_bias must be an object", "logit_bias");
@@ -287,6 +290,8 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     size_t emitted = 0;      // bytes of `text` already streamed
     size_t checked = 0;      // stop strings searched up to here
     int32_t generated = 0;
+    std::vector<int32_t> ids;  // generated token ids
+    size_t ids_emitted = 0;
     bool stopped = false;    // a stop string matched
     bool done = false;
     std::string finish_reason;
@@ -351,6 +356,7 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
       }
       c.last_token = now;
       c.generated += 1;
+      c.ids.push_back(t.token);
       completion_tokens_ += 1;
       const size_t offset = c.text.size();
       if (c.detok != nullptr) c.detok->Add(t.token, &c.text);
@@ -435,13 +441,18 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     safe = std::max(Utf8Boundary(c.text, safe), std::min(c.emitted, c.text.size()));
     const bool has_text = safe > c.emitted;
     const bool has_lp = p_.logprobs >= 0 && c.lp_emitted < c.lp_tokens.size();
-    if (!has_text && !has_lp && !c.done) return;
+    const bool has_ids = p_.return_token_ids && c.ids_emitted < c.ids.size();
+    if (!has_text && !has_lp && !has_ids && !c.done) return;
     if (c.done && c.finish_reason.empty()) return;  // failed or aborted: handled in Complete
     EnsureStreamStarted();
     json choice = {{"index", c.index}, {"text", c.text.substr(c.emitted, safe - c.emitted)}};
     c.emitted = safe;
     choice["logprobs"] = ChunkLogprobs(c);
     choice["finish_reason"] = c.done ? json(c.finish_reason) : json(nullptr);
+    if (p_.return_token_ids) {
+      choice["token_ids"] = std::vector<int32_t>(c.ids.begin() + static_cast<std::ptrdiff_t>(c.ids_emitted), c.ids.end());
+      c.ids_emitted = c.ids.size();
+    }
     json chunk = ChunkBase();
     chunk["choices"] = json::array({choice});
     if (p_.include_usage) chunk["usage"] = nullptr;
@@ -518,8 +529,9 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
       json lp = p_.logprobs >= 0 ? json{{"tokens", c.lp_tokens}, {"token_logprobs", c.lp_values},
                                         {"top_logprobs", c.lp_top}, {"text_offset", c.lp_offsets}}
                                  : json(nullptr);
-      out["choices"].push_back({{"index", c.index}, {"text", c.text}, {"logprobs", lp},
-                                {"finish_reason", c.finish_reason}});
+      json choice = {{"index", c.index}, {"text", c.text}, {"logprobs", lp}, {"finish_reason", c.finish_reason}};
+      if (p_.return_token_ids) choice["token_ids"] = c.ids;
+      out["choices"].push_back(std::move(choice));
     }
     out["usage"] = Usage();
     ctx_->ReplyJson(200, out);

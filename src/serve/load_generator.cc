@@ -238,6 +238,7 @@ Distribution Summarize(std::vector<double> values) {
   d.std = std::sqrt(ss / static_cast<double>(values.size()));
   d.p50 = Percentile(values, 50);
   d.p90 = Percentile(values, 90);
+  d.p95 = Percentile(values, 95);
   d.p99 = Percentile(values, 99);
   d.max = values.back();
   return d;
@@ -641,7 +642,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
       return;
     }
     std::string_view text = ChunkText(j);
-    if (!text.empty()) {
+    if (!text.empty() || HasTokenIds(j)) {
       if (record_.content_chunks == 0) {
         record_.ttft_ms = MsBetween(start_, now);
       } else {
@@ -651,6 +652,14 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
       last_chunk_ = now;
     }
     ReadUsage(j);
+  }
+
+  // ferry's extension for models served without a tokenizer: the chunk's token ids.
+  static bool HasTokenIds(const nlohmann::json& j) {
+    auto choices = j.find("choices");
+    if (choices == j.end() || !choices->is_array() || choices->empty() || !(*choices)[0].is_object()) return false;
+    auto ids = (*choices)[0].find("token_ids");
+    return ids != (*choices)[0].end() && ids->is_array() && !ids->empty();
   }
 
   // choices[0].text (completions), or choices[0].delta.content (chat).
@@ -973,7 +982,7 @@ std::string SloText(const SloTargets& slo) {
 
 nlohmann::json DistributionJson(const Distribution& d) {
   return {{"count", d.count}, {"mean", d.mean}, {"std", d.std}, {"p50", d.p50},
-          {"p90", d.p90},     {"p99", d.p99},   {"max", d.max}};
+          {"p90", d.p90},     {"p95", d.p95},   {"p99", d.p99},   {"max", d.max}};
 }
 
 nlohmann::json OptionalJson(const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); }

@@ -111,6 +111,7 @@ struct Distribution {
   double std = 0;
   double p50 = 0;
   double p90 = 0;
+  double p95 = 0;
   double p99 = 0;
   double max = 0;
 };
