@@ -7,11 +7,14 @@
 #  2. encoder: dynamic batching vs none, closed-loop concurrency sweep (throughput and p95);
 #  3. encoder: max_queue_delay_us sweep at a fixed Poisson rate (p50/p99 latency).
 # usage: bench/serve_bench.sh FERRY OUT_DIR [LLAMA_1B_CHECKPOINT]
+#   SECTIONS="decoder big encoder delay" (the default) picks the parts to run.
 # Run from the repository root. Client and server share the machine's cores.
 set -euo pipefail
 ferry=$(realpath "$1")
 out=$(realpath -m "$2")
 big=${3:-}
+sections=${SECTIONS:-decoder big encoder delay}
+want() { [[ " $sections " == *" $1 "* ]]; }
 mkdir -p "$out"
 port=8391
 url="http://127.0.0.1:$port"
@@ -77,13 +80,15 @@ run_decoder() {  # tag path input output prompts rates...
     stop_server
   done
 }
-run_decoder demo models/demo/kjv-decoder 64 64 160 4 8 16 32
-if [[ -n $big ]]; then
+if want decoder; then
+  run_decoder demo models/demo/kjv-decoder 64 64 160 4 8 16 32 64
+fi
+if want big && [[ -n $big ]]; then
   run_decoder 1b "$big" 64 16 12 0.3 0.8
 fi
 
 # 2. Encoder: dynamic batching vs none, closed loop.
-for mode in dynamic none; do
+want encoder && for mode in dynamic none; do
   if [[ $mode == dynamic ]]; then encoder_config "enc-$mode" 32 2000; else encoder_config "enc-$mode" 1 0; fi
   start_server "$out/enc-$mode.yaml"
   bench "enc-$mode-warm.json" warm --endpoint classify --num-prompts 32 --request-rate inf --input-len 60 >/dev/null
@@ -95,7 +100,7 @@ for mode in dynamic none; do
 done
 
 # 3. Encoder: max_queue_delay_us at a fixed arrival rate.
-for delay in 0 1000 2500 5000 10000 15000 25000; do
+want delay && for delay in 0 1000 2500 5000 10000 15000 25000; do
   encoder_config "delay-$delay" 32 "$delay"
   start_server "$out/delay-$delay.yaml"
   bench "delay-$delay-warm.json" warm --endpoint classify --num-prompts 32 --request-rate inf --input-len 60 >/dev/null

@@ -54,6 +54,9 @@ int RunServe(const ServeOptions& o) {
     if (!parsed.ok()) return Fail(InvalidArgument("--log-level must be trace, debug, info, warn or error"));
     config.log.level = parsed.value().log.level;
   }
+  if (config.models.empty()) {
+    return Fail(InvalidArgument("no models to serve: give --model NAME=PATH or a --config with models"));
+  }
   Status valid = config.Validate();
   if (!valid.ok()) return Fail(valid);
   SetLogLevel(ToCoreLevel(config.log.level));

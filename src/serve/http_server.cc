@@ -10,6 +10,7 @@
 #include <boost/beast/http.hpp>
 
 #include <pthread.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cctype>
@@ -58,6 +59,7 @@ struct HttpServer::Impl {
   net::io_context ioc;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
   tcp::acceptor acceptor{ioc};
+  net::steady_timer accept_retry{ioc};
   std::vector<std::thread> threads;
   std::atomic<bool> accepting{false};
 
@@ -445,7 +447,14 @@ void Session::Close() {
 void HttpServer::Impl::Accept() {
   acceptor.async_accept(net::make_strand(ioc), [this](error_code ec, tcp::socket socket) {
     if (ec) {
-      if (accepting.load() && ec != net::error::operation_aborted) Accept();
+      if (!accepting.load() || ec == net::error::operation_aborted) return;
+      // Out of file descriptors (or another transient failure): retry shortly instead of
+      // spinning on an accept that keeps failing.
+      FERRY_LOG_WARN("accept failed: {}; retrying in 50 ms", ec.message());
+      accept_retry.expires_after(std::chrono::milliseconds(50));
+      accept_retry.async_wait([this](error_code wait_ec) {
+        if (!wait_ec && accepting.load()) Accept();
+      });
       return;
     }
     if (owner->connections_.load() >= options.max_connections) {
@@ -484,6 +493,12 @@ HttpServer::HttpServer(HttpServerOptions options, HttpHandler handler, HttpError
 HttpServer::~HttpServer() { Shutdown(0); }
 
 Status HttpServer::Listen() {
+  // Every connection is a descriptor: allow as many as the hard limit permits.
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
   error_code ec;
   auto address = net::ip::make_address(impl_->options.host == "localhost" ? "127.0.0.1" : impl_->options.host, ec);
   if (ec) return InvalidArgument("bad listen address '" + impl_->options.host + "': " + ec.message());
@@ -519,6 +534,7 @@ void HttpServer::StopAccepting() {
   net::post(impl_->ioc, [this] {
     error_code ec;
     impl_->acceptor.close(ec);
+    impl_->accept_retry.cancel();
   });
   std::vector<std::shared_ptr<Session>> sessions;
   {

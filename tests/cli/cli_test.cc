@@ -273,5 +273,27 @@ TEST(CliTest, MakeCheckpointRoundTrips) {
   fs::remove_all(dir);
 }
 
+TEST(CliBadInputTest, ServeRefusesBadConfigurations) {
+  ExpectCleanError(RunFerry({"serve", "--config", "/nonexistent/ferry.yaml"}), "ferry.yaml");
+  ExpectCleanError(RunFerry({"serve"}), "no models to serve");
+  ExpectCleanError(RunFerry({"serve", "--model", "no-equals-sign"}), "NAME=PATH");
+  ExpectCleanError(RunFerry({"serve", "--model", "m=" + testing::SourcePath("models/demo/kjv-decoder"), "--host",
+                             "0.0.0.0", "--no-auth"}),
+                   "loopback");
+  ExpectCleanError(RunFerry({"serve", "--model", "m=" + testing::SourcePath("models/demo/kjv-decoder")}),
+                   "auth mode 'keys' needs at least one tenant key");
+  std::string tmpl = "/tmp/ferry_serve_cfg_XXXXXX";
+  const std::string dir = mkdtemp(tmpl.data());
+  std::ofstream(dir + "/bad.yaml") << "listener:\n  port: 8000\n  max_conections: 5\n";
+  ExpectCleanError(RunFerry({"serve", "--config", dir + "/bad.yaml"}), "max_conections");
+  fs::remove_all(dir);
+}
+
+TEST(CliBadInputTest, ServeExitsWhenAModelCannotLoad) {
+  const RunResult r = RunFerry({"serve", "--model", "m=/nonexistent/model", "--no-auth", "--port", "0"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("error: model 'm'"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace ferry

@@ -292,6 +292,21 @@ TEST_F(ServerTest, ClientDisconnectCancelsAndFreesKvBlocks) {
   EXPECT_NE(metrics.find("finished_reason=\"abort\""), std::string::npos);
 }
 
+TEST_F(ServerTest, HundredsOfIdleConnectionsDoNotBlockService) {
+  std::vector<std::unique_ptr<TestConnection>> idle;
+  for (int i = 0; i < 400; ++i) {
+    idle.push_back(std::make_unique<TestConnection>(port()));
+    ASSERT_TRUE(idle.back()->connected()) << i;
+  }
+  // Half of them send a partial request head and stall; the rest never send anything.
+  for (int i = 0; i < 400; i += 2) idle[i]->SendRaw("GET /health/live HTTP/1.1\r\nHo");
+  ExpectHealthy();
+  HttpReply status = testing::Http(port(), "GET", "/admin/status", "", kAdmin);
+  EXPECT_GE(status.Json()["connections"].get<int>(), 400);
+  idle.clear();
+  ExpectHealthy();
+}
+
 struct BadCase {
   std::string name;
   std::string method;
