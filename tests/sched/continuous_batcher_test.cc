@@ -47,8 +47,8 @@ struct Collector {
         reason = ev.finish_reason;
         error = ev.error;
         failure = ev.failure_reason;
-        cv.notify_all();
       }
+      cv.notify_all();
       const bool stop = stop_after > 0 && static_cast<int>(tokens.size()) >= stop_after;
       return stop ? EventAction::kStop : EventAction::kContinue;
     };
