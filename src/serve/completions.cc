@@ -88,25 +88,7 @@ MaybeError ReadPrompts(const json& body, const ServedModel& model, CompletionPar
     p.prompt_texts.push_back(std::move(text));
     return std::nullopt;
   };
-  const json& pr = *it;
-  if (pr.is_string()) return add_text(pr.get<std::string>());
-  if (!pr.is_array() || pr.empty()) {
-    return BadRequest("prompt must be a string, an array of strings, an array of token ids or an array of token-id arrays",
-                      "prompt");
-  }
-  if (pr[0].is_number_integer()) return add_ids(pr);
-  for (const json& item : pr) {
-    MaybeError err;
-    if (item.is_string()) {
-      err = add_text(item.get<std::string>());
-    } else if (item.is_array()) {
-      err = add_ids(item);
-    } else {
-      err = BadRequest("each prompt must be a string or an array of token ids", "prompt");
-    }
-    if (err) return err;
-  }
-  return std::nullopt;
+  return ForEachTextOrIds(*it, "prompt", kMaxChoices, add_text, add_ids);
 }
 
 MaybeError ParseCompletion(const json& body, const ServedModel& model, const Principal& who, CompletionParams& p) {

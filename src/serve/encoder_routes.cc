@@ -63,26 +63,7 @@ MaybeError ReadInputs(const json& body, const ServedModel& model, EncoderParams&
     p.inputs.push_back(std::move(in));
     return std::nullopt;
   };
-  const json& in = *it;
-  if (in.is_string()) return add_text(in.get<std::string>());
-  if (!in.is_array() || in.empty()) {
-    return BadRequest("input must be a string, an array of strings, an array of token ids or an array of token-id arrays",
-                      "input");
-  }
-  if (in.size() > kMaxInputs) return BadRequest("at most " + std::to_string(kMaxInputs) + " inputs per request", "input");
-  if (in[0].is_number_integer()) return add_ids(in);
-  for (const json& item : in) {
-    MaybeError err;
-    if (item.is_string()) {
-      err = add_text(item.get<std::string>());
-    } else if (item.is_array()) {
-      err = add_ids(item);
-    } else {
-      err = BadRequest("each input must be a string or an array of token ids", "input");
-    }
-    if (err) return err;
-  }
-  return std::nullopt;
+  return ForEachTextOrIds(*it, "input", kMaxInputs, add_text, add_ids);
 }
 
 MaybeError ReadCommon(const json& body, const ServedModel& model, const Principal& who, EncoderParams& p) {

@@ -99,4 +99,31 @@ MaybeError RequireString(const nlohmann::json& obj, const char* name, std::strin
   return ReadString(obj, name, out);
 }
 
+MaybeError ForEachTextOrIds(const nlohmann::json& field, const char* name, size_t max_items,
+                            const std::function<MaybeError(const std::string&)>& add_text,
+                            const std::function<MaybeError(const nlohmann::json&)>& add_ids) {
+  if (field.is_string()) return add_text(field.get<std::string>());
+  if (!field.is_array() || field.empty()) {
+    return BadRequest(std::string(name) +
+                          " must be a string, an array of strings, an array of token ids or an array of token-id arrays",
+                      name);
+  }
+  if (field[0].is_number_integer()) return add_ids(field);
+  if (field.size() > max_items) {
+    return BadRequest("at most " + std::to_string(max_items) + " items in " + name, name);
+  }
+  for (const nlohmann::json& item : field) {
+    MaybeError err;
+    if (item.is_string()) {
+      err = add_text(item.get<std::string>());
+    } else if (item.is_array()) {
+      err = add_ids(item);
+    } else {
+      err = BadRequest(std::string("each item of ") + name + " must be a string or an array of token ids", name);
+    }
+    if (err) return err;
+  }
+  return std::nullopt;
+}
+
 }  // namespace ferry::serve

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -26,5 +27,12 @@ MaybeError ReadBool(const nlohmann::json& obj, const char* name, bool& out);
 MaybeError ReadString(const nlohmann::json& obj, const char* name, std::string& out);
 // Required string field (400 when absent, null or not a string).
 MaybeError RequireString(const nlohmann::json& obj, const char* name, std::string& out);
+
+// OpenAI's "string | string[] | int[] | int[][]" field (`prompt`, `input`): calls add_text
+// for each text and add_ids for each token-id array, in order; 400 for any other shape or
+// for more than max_items items.
+MaybeError ForEachTextOrIds(const nlohmann::json& field, const char* name, size_t max_items,
+                            const std::function<MaybeError(const std::string&)>& add_text,
+                            const std::function<MaybeError(const nlohmann::json&)>& add_ids);
 
 }  // namespace ferry::serve

@@ -83,6 +83,17 @@ class ContinuousBatcherTest : public ::testing::Test {
     return std::move(r).value();
   }
 
+  // A batcher over `runner`'s executor and KV cache.
+  std::unique_ptr<ContinuousBatcher> MakeBatcher(engine::DecoderRunner& runner, int max_num_seqs, int budget,
+                                                 int max_queue_requests = 256) {
+    ContinuousBatchingOptions o;
+    o.max_num_seqs = max_num_seqs;
+    o.max_num_batched_tokens = budget;
+    o.max_queue_requests = max_queue_requests;
+    return std::make_unique<ContinuousBatcher>("kjv", runner.executor(), engine_->config().vocab_size,
+                                               runner.options().max_seq_len, o);
+  }
+
   std::vector<std::vector<int32_t>> Prompts(int n) {
     const char* texts[] = {"And the LORD said unto Moses,", "In the beginning",
                            "Blessed are the poor in spirit: for theirs is the kingdom of heaven.",
@@ -136,10 +147,8 @@ TEST_F(ContinuousBatcherTest, ConcurrentGreedyEqualsSequentialWithChunkedPrefill
   const auto prompts = Prompts(12);
   const auto expected = Sequential(prompts, 24);
   auto runner = MakeRunner(8, 256);
-  ContinuousBatchingOptions o;
-  o.max_num_seqs = 8;
-  o.max_num_batched_tokens = 16;  // forces chunked prefill next to decodes
-  ContinuousBatcher b("kjv", runner->executor(), engine_->config().vocab_size, 256, o);
+  auto batcher = MakeBatcher(*runner, 8, 16);
+  ContinuousBatcher& b = *batcher;
   ASSERT_TRUE(b.Start().ok());
   std::vector<Collector> cs(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) ASSERT_TRUE(b.Submit(Greedy(prompts[i], 24, cs[i])).ok());
@@ -157,10 +166,8 @@ TEST_F(ContinuousBatcherTest, PreemptionByRecomputeKeepsOutputsExact) {
   const auto expected = Sequential(prompts, 40);
   // KV for 2 sequences of 64 tokens (8 blocks) but 4 running: decodes run out of blocks.
   auto runner = MakeRunner(2, 64);
-  ContinuousBatchingOptions o;
-  o.max_num_seqs = 4;
-  o.max_num_batched_tokens = 64;
-  ContinuousBatcher b("kjv", runner->executor(), engine_->config().vocab_size, 64, o);
+  auto batcher = MakeBatcher(*runner, 4, 64);
+  ContinuousBatcher& b = *batcher;
   ASSERT_TRUE(b.Start().ok());
   std::vector<Collector> cs(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) ASSERT_TRUE(b.Submit(Greedy(prompts[i], 40, cs[i])).ok());
@@ -175,10 +182,8 @@ TEST_F(ContinuousBatcherTest, PreemptionByRecomputeKeepsOutputsExact) {
 
 TEST_F(ContinuousBatcherTest, CancelFreesKvBlocksMidGeneration) {
   auto runner = MakeRunner(4, 256);
-  ContinuousBatchingOptions o;
-  o.max_num_seqs = 4;
-  o.max_num_batched_tokens = 64;
-  ContinuousBatcher b("kjv", runner->executor(), engine_->config().vocab_size, 256, o);
+  auto batcher = MakeBatcher(*runner, 4, 64);
+  ContinuousBatcher& b = *batcher;
   // The fourth step waits until the test has cancelled, so the request is mid-generation.
   std::promise<void> release;
   std::shared_future<void> gate = release.get_future().share();
@@ -207,10 +212,8 @@ TEST_F(ContinuousBatcherTest, CancelFreesKvBlocksMidGeneration) {
 
 TEST_F(ContinuousBatcherTest, CancelWhileQueued) {
   auto runner = MakeRunner(1, 256);
-  ContinuousBatchingOptions o;
-  o.max_num_seqs = 1;
-  o.max_num_batched_tokens = 64;
-  ContinuousBatcher b("kjv", runner->executor(), engine_->config().vocab_size, 256, o);
+  auto batcher = MakeBatcher(*runner, 1, 64);
+  ContinuousBatcher& b = *batcher;
   std::promise<void> release;
   std::shared_future<void> gate = release.get_future().share();
   b.SetStepFunction([&, gate](const std::vector<engine::SeqStep>& s) {
@@ -234,11 +237,8 @@ TEST_F(ContinuousBatcherTest, CancelWhileQueued) {
 
 TEST_F(ContinuousBatcherTest, FullQueueIsRejectedAndValidationErrorsAreClear) {
   auto runner = MakeRunner(1, 128);
-  ContinuousBatchingOptions o;
-  o.max_num_seqs = 1;
-  o.max_num_batched_tokens = 64;
-  o.max_queue_requests = 2;
-  ContinuousBatcher b("kjv", runner->executor(), engine_->config().vocab_size, 128, o);
+  auto batcher = MakeBatcher(*runner, 1, 64, 2);
+  ContinuousBatcher& b = *batcher;
   std::promise<void> release;
   std::shared_future<void> gate = release.get_future().share();
   b.SetStepFunction([&, gate](const std::vector<engine::SeqStep>& s) {
@@ -280,10 +280,8 @@ TEST_F(ContinuousBatcherTest, FailingBatchIsRetriedRequestByRequest) {
   const auto prompts = Prompts(4);
   const auto expected = Sequential(prompts, 8);
   auto runner = MakeRunner(5, 128);
-  ContinuousBatchingOptions o;
-  o.max_num_seqs = 5;
-  o.max_num_batched_tokens = 128;
-  ContinuousBatcher b("kjv", runner->executor(), engine_->config().vocab_size, 128, o);
+  auto batcher = MakeBatcher(*runner, 5, 128);
+  ContinuousBatcher& b = *batcher;
   constexpr int32_t kPoison = 4001;
   std::atomic<int> failures{0};
   b.SetStepFunction([&](const std::vector<engine::SeqStep>& steps) -> Result<Tensor> {
@@ -321,10 +319,8 @@ TEST_F(ContinuousBatcherTest, NonFiniteLogitsFailOnlyThatRequest) {
   const auto prompts = Prompts(3);
   const auto expected = Sequential(prompts, 6);
   auto runner = MakeRunner(4, 128);
-  ContinuousBatchingOptions o;
-  o.max_num_seqs = 4;
-  o.max_num_batched_tokens = 128;
-  ContinuousBatcher b("kjv", runner->executor(), engine_->config().vocab_size, 128, o);
+  auto batcher = MakeBatcher(*runner, 4, 128);
+  ContinuousBatcher& b = *batcher;
   constexpr int32_t kPoison = 4002;
   const int V = engine_->config().vocab_size;
   b.SetStepFunction([&](const std::vector<engine::SeqStep>& steps) -> Result<Tensor> {
@@ -363,10 +359,8 @@ TEST_F(ContinuousBatcherTest, NonFiniteLogitsFailOnlyThatRequest) {
 
 TEST_F(ContinuousBatcherTest, DeadlineAndStopStringAndLength) {
   auto runner = MakeRunner(2, 128);
-  ContinuousBatchingOptions o;
-  o.max_num_seqs = 2;
-  o.max_num_batched_tokens = 64;
-  ContinuousBatcher b("kjv", runner->executor(), engine_->config().vocab_size, 128, o);
+  auto batcher = MakeBatcher(*runner, 2, 64);
+  ContinuousBatcher& b = *batcher;
   ASSERT_TRUE(b.Start().ok());
   const auto p = Prompts(1)[0];
   Collector late;
@@ -407,10 +401,8 @@ TEST_F(ContinuousBatcherTest, PromptLogprobsAcrossChunksMatchOneFullPass) {
   const int V = engine_->config().vocab_size;
 
   auto runner = MakeRunner(2, 128);
-  ContinuousBatchingOptions o;
-  o.max_num_seqs = 2;
-  o.max_num_batched_tokens = 5;  // the prompt is prefilled in chunks of 5
-  ContinuousBatcher b("kjv", runner->executor(), V, 128, o);
+  auto batcher = MakeBatcher(*runner, 2, 5);
+  ContinuousBatcher& b = *batcher;
   ASSERT_TRUE(b.Start().ok());
   Collector c;
   GenerationRequest r = Greedy(p, 3, c);
@@ -434,10 +426,8 @@ TEST_F(ContinuousBatcherTest, PromptLogprobsAcrossChunksMatchOneFullPass) {
 
 TEST_F(ContinuousBatcherTest, StopFinishesInFlightWork) {
   auto runner = MakeRunner(4, 128);
-  ContinuousBatchingOptions o;
-  o.max_num_seqs = 4;
-  o.max_num_batched_tokens = 64;
-  ContinuousBatcher b("kjv", runner->executor(), engine_->config().vocab_size, 128, o);
+  auto batcher = MakeBatcher(*runner, 4, 64);
+  ContinuousBatcher& b = *batcher;
   ASSERT_TRUE(b.Start().ok());
   std::vector<Collector> cs(3);
   for (int i = 0; i < 3; ++i) {
