@@ -138,6 +138,18 @@ class ContinuousBatcherTest : public ::testing::Test {
     return r;
   }
 
+  // Submits every prompt at once and checks each greedy output against `expected`.
+  void ExpectGreedyOutputs(ContinuousBatcher& b, const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
+                           const std::vector<std::vector<int32_t>>& expected) {
+    std::vector<Collector> cs(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) ASSERT_TRUE(b.Submit(Greedy(prompts[i], max_tokens, cs[i])).ok());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_TRUE(cs[i].Wait());
+      EXPECT_TRUE(cs[i].error.ok()) << cs[i].error.ToString();
+      EXPECT_EQ(cs[i].tokens, expected[i]) << "prompt " << i;
+    }
+  }
+
   static std::shared_ptr<engine::Engine> engine_;
 };
 
@@ -150,13 +162,7 @@ TEST_F(ContinuousBatcherTest, ConcurrentGreedyEqualsSequentialWithChunkedPrefill
   auto batcher = MakeBatcher(*runner, 8, 16);
   ContinuousBatcher& b = *batcher;
   ASSERT_TRUE(b.Start().ok());
-  std::vector<Collector> cs(prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i) ASSERT_TRUE(b.Submit(Greedy(prompts[i], 24, cs[i])).ok());
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    ASSERT_TRUE(cs[i].Wait());
-    EXPECT_TRUE(cs[i].error.ok()) << cs[i].error.ToString();
-    EXPECT_EQ(cs[i].tokens, expected[i]) << "prompt " << i;
-  }
+  ExpectGreedyOutputs(b, prompts, 24, expected);
   b.Stop(1s);
   EXPECT_EQ(runner->cache().num_free_blocks(), runner->cache().num_blocks());
 }
@@ -169,12 +175,7 @@ TEST_F(ContinuousBatcherTest, PreemptionByRecomputeKeepsOutputsExact) {
   auto batcher = MakeBatcher(*runner, 4, 64);
   ContinuousBatcher& b = *batcher;
   ASSERT_TRUE(b.Start().ok());
-  std::vector<Collector> cs(prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i) ASSERT_TRUE(b.Submit(Greedy(prompts[i], 40, cs[i])).ok());
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    ASSERT_TRUE(cs[i].Wait());
-    EXPECT_EQ(cs[i].tokens, expected[i]) << "prompt " << i;
-  }
+  ExpectGreedyOutputs(b, prompts, 40, expected);
   EXPECT_GT(b.Snapshot().preemptions, 0u);
   b.Stop(1s);
   EXPECT_EQ(runner->cache().num_free_blocks(), runner->cache().num_blocks());
