@@ -98,6 +98,8 @@ class Backend {
   virtual std::string Name() const = 0;
   // Activation buffers live on the backend's device.
   virtual Tensor Allocate(const Shape& shape, DType dtype) = 0;
+  // The dtype models keep activations in (f32 on the CPU; bf16 or f16 on GPUs).
+  virtual DType activation_dtype() const { return DType::kF32; }
 
   // Called once per weight at load: converts/quantizes to w.format and packs.
   virtual Status PrepareLinear(LinearWeight& w) = 0;

@@ -199,7 +199,7 @@ Status DecoderModel::Forward(const DecoderBatch& batch, std::vector<backend::KvL
   }
   const int64_t H = c.hidden_size, I = c.intermediate_size, hd = c.head_dim;
   const int64_t q_dim = c.num_heads * hd, kv_dim = c.num_kv_heads * hd;
-  const DType act = DType::kF32;
+  const DType act = be.activation_dtype();
 
   Tensor x = be.Allocate({T, H}, act);       // residual stream
   Tensor h = be.Allocate({T, H}, act);       // normalised input of a block

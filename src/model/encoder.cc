@@ -175,7 +175,7 @@ Status EncoderModel::Forward(const EncoderBatch& batch, EncoderOutput& out) {
     }
   }
   const int64_t H = c.hidden_size, I = c.intermediate_size;
-  const DType act = DType::kF32;
+  const DType act = be.activation_dtype();
   Tensor x = be.Allocate({T, H}, act);
   Tensor tmp = be.Allocate({T, H}, act);
   Tensor tmp2 = be.Allocate({T, H}, act);
