@@ -25,6 +25,7 @@ enum class WeightFormat : uint8_t {
   kInt8,      // int8-wo: int8 weights, symmetric per-output-channel f32 scales; f32 activations
   kInt8W8A8,  // int8 weights (per-channel) x int8 activations (per-token dynamic scales), with
               // SmoothQuant factors `smooth` (x / s, W * s) applied inside the kernels
+  kFp8,       // GPUs (sm_89+): fp8 e4m3 weights (per-channel scales) x fp8 activations (per-token)
 };
 const char* WeightFormatName(WeightFormat f);
 Result<WeightFormat> ParseWeightFormat(std::string_view name);
@@ -100,6 +101,8 @@ class Backend {
   virtual Tensor Allocate(const Shape& shape, DType dtype) = 0;
   // The dtype models keep activations in (f32 on the CPU; bf16 or f16 on GPUs).
   virtual DType activation_dtype() const { return DType::kF32; }
+  // The dtype of the paged KV cache the engine allocates for this backend.
+  virtual DType kv_cache_dtype() const { return DType::kF32; }
 
   // Called once per weight at load: converts/quantizes to w.format and packs.
   virtual Status PrepareLinear(LinearWeight& w) = 0;

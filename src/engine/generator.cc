@@ -21,7 +21,7 @@ Result<std::unique_ptr<DecoderRunner>> DecoderRunner::Create(std::shared_ptr<Eng
   kc.head_dim = c.head_dim;
   kc.block_tokens = options.block_tokens;
   kc.num_blocks = r->options_.max_batch_seqs * ((r->options_.max_seq_len + kc.block_tokens - 1) / kc.block_tokens);
-  kc.dtype = DType::kF32;
+  kc.dtype = r->engine_->backend().kv_cache_dtype();
   FERRY_ASSIGN_OR_RETURN(r->cache_, KvCache::Create(kc, r->engine_->backend()));
   r->executor_ = std::make_unique<StepExecutor>(*r->engine_->decoder(), *r->cache_);
   return r;

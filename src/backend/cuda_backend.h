@@ -1,0 +1,25 @@
+// The CUDA backend: cuBLASLt for GEMMs, ferry's own kernels for the rest (kernels/cuda).
+// Activations live on the GPU in bf16 (or f16/f32, chosen at construction); weights are
+// converted once at PrepareLinear; host-side weight tensors that ops receive (norm
+// gammas, embedding tables, RoPE frequencies) are uploaded on first use and cached.
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+
+namespace ferry::backend {
+
+struct CudaBackendOptions {
+  int device = 0;
+  DType activations = DType::kBF16;  // kBF16, kF16 or kF32
+  DType kv_cache = DType::kBF16;     // the KV cache dtype the model allocates (kBF16, kF16, kF32, kF8E4M3)
+};
+
+// Whether a CUDA device is present and usable (false when built without CUDA).
+bool CudaAvailable();
+
+// Unavailable when there is no GPU or the build has no CUDA backend.
+Result<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& options);
+
+}  // namespace ferry::backend
