@@ -1,0 +1,222 @@
+// PagedAttention: validation, the decode split plan, the decode kernels (one CTA per
+// sequence, KV head and key split, all query heads of the group together) and the reduction
+// over splits. Prefill rows are handed to attention_prefill.cu, f32 to attention_simt.cu.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_kernels.cuh"
+#include "kernels/cuda/cuda_check.h"
+
+namespace ferry::cuda {
+namespace {
+
+using attention_detail::Bf16;
+using attention_detail::Fp8;
+using attention_detail::Half;
+using attention_detail::Mode;
+using attention_detail::Params;
+
+// Decode shape of the tensor-core kernel: 16 rows (the heads of one KV head), 4 warps each
+// taking alternate 16-key tiles, so a pipeline stage holds 64 keys.
+constexpr int kDecodeKeyTile = 16;
+constexpr int kDecodeStageKeys = 4 * kDecodeKeyTile;
+// At most this many splits per sequence, each at least one pipeline stage long.
+constexpr int kMaxSplits = 32;
+// Decode CTAs resident per multiprocessor (shared memory allows 3 at head_dim 128).
+constexpr int kDecodeCtasPerSm = 3;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int RowTiles(int group) { return static_cast<int>(CeilDiv(group, 16)); }
+
+int SplitCap(int max_context_len) {
+  return static_cast<int>(std::clamp<int64_t>(CeilDiv(std::max(max_context_len, 1), kDecodeStageKeys), 1, kMaxSplits));
+}
+
+// Upper limit on the splits considered: enough CTAs for about two full waves.
+int SplitLimit(int64_t ctas_per_split, int num_sms) {
+  const int64_t slots = static_cast<int64_t>(num_sms) * kDecodeCtasPerSm;
+  return static_cast<int>(std::max<int64_t>(1, CeilDiv(2 * slots, ctas_per_split)));
+}
+
+struct DecodePlan {
+  int splits = 1;
+  int split_tokens = 0;
+};
+
+// Chooses the split of the longest context that minimizes (waves of CTAs) x (keys per CTA +
+// a fixed cost of about one stage per CTA). Short contexts and large batches get one split.
+DecodePlan PlanDecode(int num_seqs, int num_kv_heads, int group, int max_context_len, int num_sms) {
+  const int64_t ctas_per_split = static_cast<int64_t>(num_seqs) * num_kv_heads * RowTiles(group);
+  const int64_t slots = static_cast<int64_t>(num_sms) * kDecodeCtasPerSm;
+  const int64_t ctx = std::max(max_context_len, 1);
+  const int limit = std::min(SplitCap(max_context_len), SplitLimit(ctas_per_split, num_sms));
+  DecodePlan best;
+  int64_t best_cost = -1;
+  for (int s = 1; s <= limit; ++s) {
+    const int64_t tokens = CeilDiv(CeilDiv(ctx, s), kDecodeStageKeys) * kDecodeStageKeys;
+    const int64_t used = CeilDiv(ctx, tokens);
+    const int64_t cost = CeilDiv(ctas_per_split * used, slots) * (tokens + kDecodeStageKeys);
+    if (best_cost < 0 || cost < best_cost) {
+      best_cost = cost;
+      best.splits = static_cast<int>(used);
+      best.split_tokens = static_cast<int>(tokens);
+    }
+  }
+  return best;
+}
+
+size_t PartialBytes(int64_t partial_rows, int num_heads, int head_dim) {
+  return static_cast<size_t>(partial_rows) * num_heads * (head_dim + 1) * sizeof(float);
+}
+
+Result<int> CurrentSmCount() {
+  int device = 0;
+  FERRY_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  int sms = 0;
+  FERRY_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+Status CheckArgs(const PagedAttentionArgs& a) {
+  auto bad = [](const std::string& what) { return InvalidArgument("PagedAttention: " + what); };
+  if (a.num_seqs < 0 || a.num_tokens < 0) return bad("negative num_seqs or num_tokens");
+  if (a.num_heads <= 0 || a.num_kv_heads <= 0) return bad("num_heads and num_kv_heads must be positive");
+  if (a.num_heads % a.num_kv_heads != 0) {
+    return bad("num_heads " + std::to_string(a.num_heads) + " is not a multiple of num_kv_heads " +
+               std::to_string(a.num_kv_heads));
+  }
+  if (a.head_dim != 64 && a.head_dim != 128) {
+    return Unimplemented(attention_detail::HeadDimMessage("PagedAttention", a.head_dim));
+  }
+  if (a.act_dtype != DType::kBF16 && a.act_dtype != DType::kF16 && a.act_dtype != DType::kF32) {
+    return bad(std::string("activation dtype ") + std::string(DTypeName(a.act_dtype)) + " (bf16, f16 or f32)");
+  }
+  if (a.kv_dtype != DType::kBF16 && a.kv_dtype != DType::kF16 && a.kv_dtype != DType::kF8E4M3) {
+    return bad(std::string("cache dtype ") + std::string(DTypeName(a.kv_dtype)) + " (bf16, f16 or f8e4m3)");
+  }
+  if (a.num_seqs == 0 || a.num_tokens == 0) return Status::Ok();
+  if (a.num_seqs > 65535) return bad("at most 65535 sequences per call");
+  if (a.block_tokens <= 0 || a.max_blocks_per_seq <= 0) return bad("block_tokens and max_blocks_per_seq must be positive");
+  if (a.max_q_len <= 0 || a.max_context_len <= 0) return bad("max_q_len and max_context_len must be positive");
+  if (!a.q || !a.out || !a.k_cache || !a.v_cache || !a.q_begin || !a.q_len || !a.context_len || !a.block_tables) {
+    return bad("null q, out, cache or batch array");
+  }
+  if (!Aligned16(a.q) || !Aligned16(a.out) || !Aligned16(a.k_cache) || !Aligned16(a.v_cache)) {
+    return bad("q, out and the caches must be 16-byte aligned");
+  }
+  const int64_t width = static_cast<int64_t>(a.num_heads) * a.head_dim;
+  for (const int64_t stride : {a.q_row_stride, a.out_row_stride}) {
+    if (stride != 0 && (stride < width || stride % 8 != 0)) {
+      return bad("row stride " + std::to_string(stride) + " must be 0 or a multiple of 8 that is >= " +
+                 std::to_string(width));
+    }
+  }
+  return Status::Ok();
+}
+
+// The tensor-core path runs for 16-bit activations over a cache of the same dtype or e4m3.
+bool UseTensorCores(DType act, DType kv) {
+  return (act == DType::kBF16 || act == DType::kF16) && (kv == act || kv == DType::kF8E4M3);
+}
+
+template <typename T, typename KvT, int HD>
+Status LaunchDecode(const Params& p, cudaStream_t stream) {
+  using C = attention_detail::FlashConfig<T, HD, 1, 4, kDecodeKeyTile>;
+  const dim3 grid(p.splits, p.num_kv_heads * RowTiles(p.group), p.num_seqs);
+  FERRY_RETURN_IF_ERROR(attention_detail::LaunchWithSmem(
+      attention_detail::FlashAttentionKernel<T, KvT, HD, 1, 4, kDecodeKeyTile, Mode::kDecode>, grid,
+      dim3(C::kThreads), C::kSmemBytes, stream, p));
+  if (p.splits > 1) {
+    attention_detail::CombineSplitsKernel<T, HD><<<dim3(p.num_heads, p.num_seqs), dim3(HD), 0, stream>>>(p);
+    FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+Status LaunchDecodeForAct(const Params& p, DType kv, int head_dim, cudaStream_t stream) {
+  return attention_detail::WithHeadDim("PagedAttention", head_dim, [&](auto hd) -> Status {
+    if (kv == DType::kF8E4M3) return LaunchDecode<T, Fp8, decltype(hd)::value>(p, stream);
+    return LaunchDecode<T, T, decltype(hd)::value>(p, stream);
+  });
+}
+
+}  // namespace
+
+Result<size_t> PagedAttentionWorkspaceBytes(int max_seqs, int num_heads, int num_kv_heads, int head_dim,
+                                            int max_context_len) {
+  if (max_seqs <= 0 || num_heads <= 0 || num_kv_heads <= 0 || head_dim <= 0 || num_heads % num_kv_heads != 0) {
+    return InvalidArgument("PagedAttentionWorkspaceBytes: sizes must be positive, num_heads a multiple of num_kv_heads");
+  }
+  FERRY_ASSIGN_OR_RETURN(const int sms, CurrentSmCount());
+  // n * splits(n) <= n * cap, and splits <= ceil(X / n) gives n * splits < X + n: both bounds
+  // grow with n and the context, so the size covers every smaller batch.
+  const int64_t per_seq = static_cast<int64_t>(num_kv_heads) * RowTiles(num_heads / num_kv_heads);
+  const int64_t x = CeilDiv(2 * static_cast<int64_t>(sms) * kDecodeCtasPerSm, per_seq);
+  const int64_t rows = std::min<int64_t>(static_cast<int64_t>(max_seqs) * SplitCap(max_context_len), x + max_seqs);
+  return PartialBytes(rows, num_heads, head_dim);
+}
+
+Status PagedAttention(const PagedAttentionArgs& a, cudaStream_t stream) {
+  FERRY_RETURN_IF_ERROR(CheckArgs(a));
+  if (a.num_seqs == 0 || a.num_tokens == 0) return Status::Ok();
+
+  Params p;
+  p.q = a.q;
+  p.out = a.out;
+  const int64_t width = static_cast<int64_t>(a.num_heads) * a.head_dim;
+  p.q_stride = a.q_row_stride ? a.q_row_stride : width;
+  p.out_stride = a.out_row_stride ? a.out_row_stride : width;
+  p.k = a.k_cache;
+  p.v = a.v_cache;
+  p.block_tokens = a.block_tokens;
+  p.max_blocks = a.max_blocks_per_seq;
+  p.block_tables = a.block_tables;
+  p.q_begin = a.q_begin;
+  p.q_len = a.q_len;
+  p.context_len = a.context_len;
+  p.num_seqs = a.num_seqs;
+  p.num_heads = a.num_heads;
+  p.num_kv_heads = a.num_kv_heads;
+  p.group = a.num_heads / a.num_kv_heads;
+  p.scale = a.scale;
+  p.scale_log2 = a.scale * 1.4426950408889634f;
+  p.causal = a.causal;
+
+  if (!UseTensorCores(a.act_dtype, a.kv_dtype)) {
+    return attention_detail::LaunchSimt(p, false, a.act_dtype, a.kv_dtype, a.head_dim, a.num_tokens, stream);
+  }
+
+  FERRY_ASSIGN_OR_RETURN(const int sms, CurrentSmCount());
+  const DecodePlan plan = PlanDecode(a.num_seqs, a.num_kv_heads, p.group, a.max_context_len, sms);
+  p.splits = plan.splits;
+  p.split_tokens = plan.split_tokens;
+  if (plan.splits > 1) {
+    const size_t need = PartialBytes(static_cast<int64_t>(a.num_seqs) * plan.splits, a.num_heads, a.head_dim);
+    if (a.workspace == nullptr || a.workspace_bytes < need || !Aligned16(a.workspace)) {
+      return InvalidArgument("PagedAttention: the workspace (" + std::to_string(a.workspace_bytes) +
+                             " bytes) is smaller than the " + std::to_string(need) +
+                             " bytes this batch needs, or not 16-byte aligned");
+    }
+    p.partial_o = static_cast<float*>(a.workspace);
+    p.partial_lse = p.partial_o + static_cast<int64_t>(a.num_seqs) * plan.splits * a.num_heads * a.head_dim;
+  }
+
+  if (a.act_dtype == DType::kBF16) {
+    FERRY_RETURN_IF_ERROR(LaunchDecodeForAct<Bf16>(p, a.kv_dtype, a.head_dim, stream));
+  } else {
+    FERRY_RETURN_IF_ERROR(LaunchDecodeForAct<Half>(p, a.kv_dtype, a.head_dim, stream));
+  }
+  if (a.max_q_len > 1) {
+    FERRY_RETURN_IF_ERROR(
+        attention_detail::LaunchPagedPrefill(p, a.act_dtype, a.kv_dtype, a.head_dim, a.num_tokens, stream));
+  }
+  return Status::Ok();
+}
+
+}  // namespace ferry::cuda

@@ -1,0 +1,762 @@
+// Device code shared by the attention entry points (attention_decode.cu, attention_prefill.cu,
+// attention_simt.cu): the tensor-core FlashAttention kernel in its decode and prefill shapes,
+// the reduction over decode splits, and the f32 SIMT kernel. Internal to kernels/cuda.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include "core/status.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace ferry::cuda::attention_detail {
+
+using Bf16 = __nv_bfloat16;
+using Half = __half;
+using Fp8 = uint8_t;  // e4m3 storage
+
+enum class Mode { kDecode, kPrefill, kDense };
+
+// Everything a kernel needs, passed by value. Strides are in elements.
+struct Params {
+  const void* q = nullptr;
+  void* out = nullptr;
+  int64_t q_stride = 0;
+  int64_t out_stride = 0;
+  const void* k = nullptr;  // paged: the cache; dense: rows [T, kv_stride]
+  const void* v = nullptr;
+  int64_t kv_stride = 0;
+  int block_tokens = 0;
+  int max_blocks = 0;
+  const int32_t* block_tables = nullptr;
+  const int32_t* q_begin = nullptr;
+  const int32_t* q_len = nullptr;
+  const int32_t* context_len = nullptr;  // null for dense
+  int num_seqs = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int group = 0;  // num_heads / num_kv_heads
+  float scale = 0.0f;
+  float scale_log2 = 0.0f;  // scale * log2(e): the tensor-core kernels use exp2
+  bool causal = true;
+  // Split decode: each decode row's keys are cut into `splits` ranges of split_tokens keys
+  // (the last one takes the rest); partial results go to the workspace.
+  int splits = 1;
+  int split_tokens = 0;
+  float* partial_o = nullptr;    // [num_seqs * splits * num_heads][head_dim], normalized
+  float* partial_lse = nullptr;  // [num_seqs * splits * num_heads], log2(sum) + max (log2 domain)
+};
+
+// ---------------------------------------------------------------------------------------
+// Small device helpers.
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared without staging in registers; zero-fills when !valid.
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(smem)), "l"(gmem), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void Ldmatrix4(uint32_t r[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SmemAddr(smem)));
+}
+__device__ __forceinline__ void Ldmatrix4Trans(uint32_t r[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SmemAddr(smem)));
+}
+
+// c[16x8] += a[16x16] * b[16x8], f32 accumulators (PTX fragment layouts of m16n8k16).
+template <typename T>
+__device__ __forceinline__ void Mma16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+  if constexpr (std::is_same_v<T, Bf16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+}
+
+// Two floats as a packed 16-bit pair (the first in the low half).
+template <typename T>
+__device__ __forceinline__ uint32_t PackPair(float lo, float hi) {
+  uint32_t r;
+  if constexpr (std::is_same_v<T, Bf16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    memcpy(&r, &v, 4);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    memcpy(&r, &v, 4);
+  }
+  return r;
+}
+
+// Eight e4m3 values (8 bytes) as eight T (16 bytes). Exact: every e4m3 value is a bf16 and
+// an f16 value.
+template <typename T>
+__device__ __forceinline__ uint4 Fp8x8ToPairs(uint2 v) {
+  uint32_t out[4];
+  const uint32_t words[2] = {v.x, v.y};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const auto pair = static_cast<__nv_fp8x2_storage_t>((words[i / 2] >> (16 * (i % 2))) & 0xffffu);
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+    if constexpr (std::is_same_v<T, Half>) {
+      out[i] = static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+    } else {
+      const float2 f = __half22float2(__half2(h));
+      out[i] = PackPair<Bf16>(f.x, f.y);
+    }
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+__device__ __forceinline__ float ToFloat(float x) { return x; }
+__device__ __forceinline__ float ToFloat(Bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float ToFloat(Half x) { return __half2float(x); }
+__device__ __forceinline__ float ToFloat(Fp8 x) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(x), __NV_E4M3)));
+}
+
+template <typename T>
+__device__ __forceinline__ T FromFloat(float x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else if constexpr (std::is_same_v<T, Bf16>) {
+    return __float2bfloat16_rn(x);
+  } else {
+    return __float2half_rn(x);
+  }
+}
+
+// Eight consecutive elements (16-byte aligned for 16-bit types, 8-byte for e4m3) as floats.
+template <typename S>
+__device__ __forceinline__ void Load8(const S* p, float f[8]) {
+  if constexpr (std::is_same_v<S, float>) {
+    const float4 a = *reinterpret_cast<const float4*>(p);
+    const float4 b = *reinterpret_cast<const float4*>(p + 4);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+  } else if constexpr (std::is_same_v<S, Fp8>) {
+    const uint4 w = Fp8x8ToPairs<Half>(*reinterpret_cast<const uint2*>(p));
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      __half2 h;
+      memcpy(&h, &words[i], 4);
+      const float2 v = __half22float2(h);
+      f[2 * i] = v.x, f[2 * i + 1] = v.y;
+    }
+  } else {
+    const uint4 w = *reinterpret_cast<const uint4*>(p);
+    const S* e = reinterpret_cast<const S*>(&w);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f[i] = ToFloat(e[i]);
+  }
+}
+
+// Eight floats to eight consecutive T (16-byte aligned for 16-bit T, 32-byte for f32).
+template <typename T>
+__device__ __forceinline__ void Store8(T* p, const float f[8]) {
+  if constexpr (std::is_same_v<T, float>) {
+    reinterpret_cast<float4*>(p)[0] = make_float4(f[0], f[1], f[2], f[3]);
+    reinterpret_cast<float4*>(p)[1] = make_float4(f[4], f[5], f[6], f[7]);
+  } else {
+    const uint4 w = make_uint4(PackPair<T>(f[0], f[1]), PackPair<T>(f[2], f[3]), PackPair<T>(f[4], f[5]),
+                               PackPair<T>(f[6], f[7]));
+    *reinterpret_cast<uint4*>(p) = w;
+  }
+}
+
+__device__ __forceinline__ float WarpMax(float v) {
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, d));
+  return v;
+}
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
+  return v;
+}
+
+// Called by one whole warp: finds which sequence the `target`-th work item belongs to, where
+// sequence s contributes items(q_len[s]) items, in order. Each CTA does this itself, so no
+// schedule has to be built on the host (which does not know the q_len values) or in a
+// separate launch. Returns false when target is past the last item.
+template <typename ItemsFn>
+__device__ bool FindItem(const int32_t* q_len, int num_seqs, int target, ItemsFn items, int& seq, int& local) {
+  const int lane = threadIdx.x & 31;
+  int base = 0;
+  for (int s0 = 0; s0 < num_seqs; s0 += 32) {
+    const int s = s0 + lane;
+    const int n = s < num_seqs ? items(q_len[s]) : 0;
+    int incl = n;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, incl, d);
+      if (lane >= d) incl += y;
+    }
+    const int total = __shfl_sync(0xffffffffu, incl, 31);
+    if (target < base + total) {
+      const unsigned hit = __ballot_sync(0xffffffffu, base + incl > target);
+      const int first = __ffs(static_cast<int>(hit)) - 1;
+      seq = s0 + first;
+      local = target - base - __shfl_sync(0xffffffffu, incl - n, first);
+      return true;
+    }
+    base += total;
+  }
+  return false;
+}
+
+// Element offset of key `key` of a sequence for one KV head: through the block table (paged)
+// or as a row of the packed K/V (dense).
+template <Mode kMode, int HD>
+__device__ __forceinline__ int64_t KeyOffset(const Params& p, const int32_t* table, int64_t row_base, int kv_head,
+                                             int key) {
+  if constexpr (kMode == Mode::kDense) {
+    return (row_base + key) * p.kv_stride + static_cast<int64_t>(kv_head) * HD;
+  } else {
+    const int64_t block = table[key / p.block_tokens];
+    return ((block * p.num_kv_heads + kv_head) * p.block_tokens + key % p.block_tokens) * HD;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Tensor-core FlashAttention (FlashAttention-2 style, mma.sync m16n8k16).
+//
+// A CTA owns kRows query rows of one sequence and one KV head. GQA/MQA rows are packed:
+// row r is token r / group, head kv_head * group + r % group, so every key/value tile is
+// read once for all the heads that share it. The 4 warps are arranged WM x WK: WM groups of
+// 16 rows, each with WK warps that take alternate key tiles of KT keys (WK = 1 for prefill,
+// where many rows share a tile; WK = 4 for decode, where 16 rows are all there is and the
+// keys must be spread over the warps instead). K/V tiles stream through shared memory in two
+// stages (cp.async for 16-bit caches; register-staged loads widened from e4m3 for fp8). At
+// the end the warps' (max, sum, output) are merged through shared memory, and either the
+// normalized output or, for a split decode row, a partial result is written.
+template <typename T, int HD, int WM, int WK, int KT>
+struct FlashConfig {
+  static constexpr int kWarps = WM * WK;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kRows = 16 * WM;
+  static constexpr int kStageKeys = WK * KT;
+  static constexpr int kLd = HD + 8;  // +16 bytes per row: ldmatrix rows land in distinct banks
+  static constexpr int kChunksPerRow = HD / 8;
+  static constexpr int kRowStep = kThreads / kChunksPerRow;  // key rows one pass of the CTA loads
+  static constexpr int kChunks = kStageKeys / kRowStep;       // 16-byte chunks per thread per matrix
+  static constexpr int kOutLd = HD + 4;
+  static constexpr size_t kQBytes = static_cast<size_t>(kRows) * kLd * sizeof(T);
+  static constexpr size_t kTileBytes = static_cast<size_t>(kStageKeys) * kLd * sizeof(T);
+  static constexpr size_t kPipeBytes = 4 * kTileBytes;  // 2 stages x (K, V)
+  static constexpr size_t kCombineBytes = (static_cast<size_t>(kWarps) * 16 * kOutLd + 2 * kWarps * 16) * 4;
+  static constexpr size_t kSmemBytes = kQBytes + (kPipeBytes > kCombineBytes ? kPipeBytes : kCombineBytes);
+  static_assert(kWarps == 4, "the kernel is written for 4 warps");
+  static_assert(KT % 16 == 0 && HD % 16 == 0, "tiles are whole mma steps");
+  static_assert(kThreads % kChunksPerRow == 0 && kStageKeys % kRowStep == 0, "loads split evenly");
+};
+
+template <typename T, typename KvT, int HD, int WM, int WK, int KT, Mode kMode>
+__global__ void __launch_bounds__(128) FlashAttentionKernel(const Params p) {
+  using C = FlashConfig<T, HD, WM, WK, KT>;
+  constexpr bool kFp8 = std::is_same_v<KvT, Fp8>;
+  static_assert(kFp8 || std::is_same_v<KvT, T>, "16-bit K/V must be of the compute type");
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* q_s = reinterpret_cast<T*>(smem);
+  T* pipe = reinterpret_cast<T*>(smem + C::kQBytes);  // [stage][K, V][kStageKeys][kLd]
+  float* comb_o = reinterpret_cast<float*>(smem + C::kQBytes);
+  float* comb_m = comb_o + C::kWarps * 16 * C::kOutLd;
+  float* comb_l = comb_m + C::kWarps * 16;
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int wm = warp % WM;
+  const int kg = warp / WM;
+  const int g = lane >> 2;
+  const int t4 = lane & 3;
+
+  // ---- Which rows and keys this CTA owns.
+  int seq, kv_head, row0, rows, ctx, first_pos, k_begin, k_end;
+  int split = 0, nsplits = 1;
+  if constexpr (kMode == Mode::kDecode) {
+    seq = blockIdx.z;
+    if (p.q_len[seq] != 1) return;
+    const int row_tiles = (p.group + 15) / 16;
+    kv_head = blockIdx.y / row_tiles;
+    row0 = (blockIdx.y % row_tiles) * 16;
+    rows = min(16, p.group - row0);
+    ctx = p.context_len[seq];
+    nsplits = min(p.splits, (ctx + p.split_tokens - 1) / p.split_tokens);
+    split = blockIdx.x;
+    if (split >= nsplits) return;
+    first_pos = ctx - 1;
+    k_begin = split * p.split_tokens;
+    k_end = split == nsplits - 1 ? ctx : k_begin + p.split_tokens;
+  } else {
+    __shared__ int found[2];
+    kv_head = blockIdx.y;
+    if (warp == 0) {
+      const int group = p.group;
+      auto tiles = [group](int ql) {
+        const bool mine = kMode == Mode::kDense ? ql > 0 : ql > 1;
+        return mine ? (ql * group + C::kRows - 1) / C::kRows : 0;
+      };
+      int s = -1, local = 0;
+      const bool ok = FindItem(p.q_len, p.num_seqs, static_cast<int>(blockIdx.x), tiles, s, local);
+      if (lane == 0) {
+        found[0] = ok ? s : -1;
+        found[1] = local;
+      }
+    }
+    __syncthreads();
+    seq = found[0];
+    if (seq < 0) return;
+    const int ql = p.q_len[seq];
+    ctx = kMode == Mode::kDense ? ql : p.context_len[seq];
+    const int tiles = (ql * p.group + C::kRows - 1) / C::kRows;
+    row0 = (tiles - 1 - found[1]) * C::kRows;  // the costliest (latest) tiles of a sequence first
+    rows = min(C::kRows, ql * p.group - row0);
+    first_pos = ctx - ql;
+    k_begin = 0;
+    const int t_last = (row0 + rows - 1) / p.group;
+    k_end = p.causal ? min(ctx, first_pos + t_last + 1) : ctx;
+  }
+  const int64_t q_base = p.q_begin[seq];
+
+  // ---- Q tile -> shared memory -> fragments (kept in registers for the whole kernel).
+  {
+    const T* q = static_cast<const T*>(p.q);
+    for (int i = tid; i < C::kRows * C::kChunksPerRow; i += C::kThreads) {
+      const int r = i / C::kChunksPerRow;
+      const int c = i % C::kChunksPerRow;
+      uint4 val = make_uint4(0, 0, 0, 0);
+      if (r < rows) {
+        const int pr = row0 + r;
+        const int64_t token = q_base + pr / p.group;
+        const int head = kv_head * p.group + pr % p.group;
+        val = *reinterpret_cast<const uint4*>(q + token * p.q_stride + static_cast<int64_t>(head) * HD + c * 8);
+      }
+      *reinterpret_cast<uint4*>(q_s + r * C::kLd + c * 8) = val;
+    }
+  }
+  // The last key position each of this thread's two rows (g, g + 8) may see; -1 for rows
+  // past the end (they see nothing and are never written).
+  int lim[2];
+#pragma unroll
+  for (int x = 0; x < 2; ++x) {
+    const int r = wm * 16 + g + 8 * x;
+    if (r < rows) {
+      lim[x] = (p.causal || kMode == Mode::kDecode) ? first_pos + (row0 + r) / p.group : ctx - 1;
+    } else {
+      lim[x] = -1;
+    }
+  }
+  // Rows past the end take no part in the minimum: unmasked, their zero queries score a
+  // finite 0 and their results are discarded, so tiles that are whole for every real row
+  // skip the masking.
+  int warp_lim_max = max(lim[0], lim[1]);
+  int warp_lim_min = min(lim[0] < 0 ? INT_MAX : lim[0], lim[1] < 0 ? INT_MAX : lim[1]);
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) {
+    warp_lim_max = max(warp_lim_max, __shfl_xor_sync(0xffffffffu, warp_lim_max, d));
+    warp_lim_min = min(warp_lim_min, __shfl_xor_sync(0xffffffffu, warp_lim_min, d));
+  }
+  __syncthreads();
+  uint32_t qf[HD / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {
+    Ldmatrix4(qf[kk], q_s + (wm * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * C::kLd + kk * 16 + (lane >> 4) * 8);
+  }
+
+  // ---- K/V pipeline. Thread tid always loads column chunk `col` of key rows
+  // row_first + n * kRowStep of a stage.
+  const int col = tid % C::kChunksPerRow;
+  const int row_first = tid / C::kChunksPerRow;
+  const KvT* k_src = static_cast<const KvT*>(p.k);
+  const KvT* v_src = static_cast<const KvT*>(p.v);
+  const int32_t* table = kMode == Mode::kDense ? nullptr : p.block_tables + static_cast<int64_t>(seq) * p.max_blocks;
+  [[maybe_unused]] uint2 k_reg[kFp8 ? C::kChunks : 1];
+  [[maybe_unused]] uint2 v_reg[kFp8 ? C::kChunks : 1];
+
+  auto stage_k = [&](int stage) { return pipe + (2 * stage) * C::kStageKeys * C::kLd; };
+  auto stage_v = [&](int stage) { return pipe + (2 * stage + 1) * C::kStageKeys * C::kLd; };
+
+  // Starts the loads of round `round` (keys k_begin + round * kStageKeys ...).
+  auto issue = [&](int round) {
+    const int key0 = k_begin + round * C::kStageKeys;
+#pragma unroll
+    for (int n = 0; n < C::kChunks; ++n) {
+      const int j = row_first + n * C::kRowStep;
+      const int key = key0 + j;
+      const bool valid = key < k_end;
+      const int64_t off = valid ? KeyOffset<kMode, HD>(p, table, q_base, kv_head, key) + col * 8 : 0;
+      if constexpr (kFp8) {
+        k_reg[n] = valid ? *reinterpret_cast<const uint2*>(k_src + off) : make_uint2(0, 0);
+        v_reg[n] = valid ? *reinterpret_cast<const uint2*>(v_src + off) : make_uint2(0, 0);
+      } else {
+        const int stage = round & 1;
+        CpAsync16(stage_k(stage) + j * C::kLd + col * 8, k_src + off, valid);
+        CpAsync16(stage_v(stage) + j * C::kLd + col * 8, v_src + off, valid);
+      }
+    }
+    if constexpr (!kFp8) CpAsyncCommit();
+  };
+  // fp8 only: widens the registers of round `round` into its stage.
+  auto land = [&](int round) {
+    if constexpr (kFp8) {
+      const int stage = round & 1;
+#pragma unroll
+      for (int n = 0; n < C::kChunks; ++n) {
+        const int j = row_first + n * C::kRowStep;
+        *reinterpret_cast<uint4*>(stage_k(stage) + j * C::kLd + col * 8) = Fp8x8ToPairs<T>(k_reg[n]);
+        *reinterpret_cast<uint4*>(stage_v(stage) + j * C::kLd + col * 8) = Fp8x8ToPairs<T>(v_reg[n]);
+      }
+    }
+  };
+
+  float o[HD / 8][4];
+#pragma unroll
+  for (int n = 0; n < HD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.0f, 0.0f};
+
+  const int ntiles = (k_end - k_begin + KT - 1) / KT;
+  const int rounds = (ntiles + WK - 1) / WK;
+  if (rounds > 0) {
+    issue(0);
+    land(0);
+  }
+  for (int round = 0; round < rounds; ++round) {
+    const bool more = round + 1 < rounds;
+    if (more) issue(round + 1);
+    if constexpr (!kFp8) {
+      if (more) {
+        CpAsyncWait<1>();
+      } else {
+        CpAsyncWait<0>();
+      }
+    }
+    __syncthreads();
+
+    const int tile = round * WK + kg;
+    const int key0 = k_begin + tile * KT;
+    if (tile < ntiles && key0 <= warp_lim_max) {
+      const T* ks = stage_k(round & 1) + kg * KT * C::kLd;
+      const T* vs = stage_v(round & 1) + kg * KT * C::kLd;
+      // S = Q K^T
+      float s[KT / 8][4];
+#pragma unroll
+      for (int j = 0; j < KT / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < HD / 16; ++kk) {
+#pragma unroll
+        for (int j = 0; j < KT / 8; j += 2) {
+          uint32_t b[4];
+          Ldmatrix4(b, ks + (8 * j + (lane & 7) + (lane >> 4) * 8) * C::kLd + kk * 16 + ((lane >> 3) & 1) * 8);
+          Mma16816<T>(s[j], qf[kk], b);
+          Mma16816<T>(s[j + 1], qf[kk], b + 2);
+        }
+      }
+      // Mask (only tiles that reach past k_end or a row's causal limit) and online softmax.
+      const bool mask = key0 + KT > k_end || key0 + KT - 1 > warp_lim_min;
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < KT / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float v = s[j][e] * p.scale_log2;
+          if (mask) {
+            const int key = key0 + 8 * j + 2 * t4 + (e & 1);
+            if (key >= k_end || key > lim[e >> 1]) v = -INFINITY;
+          }
+          s[j][e] = v;
+          mx[e >> 1] = fmaxf(mx[e >> 1], v);
+        }
+      }
+      float base[2];
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 1));
+        mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 2));
+        const float m_new = fmaxf(m[x], mx[x]);
+        base[x] = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet: keep exp2 finite
+        const float alpha = exp2f(m[x] - base[x]);
+        m[x] = m_new;
+        l[x] *= alpha;
+#pragma unroll
+        for (int n = 0; n < HD / 8; ++n) {
+          o[n][2 * x] *= alpha;
+          o[n][2 * x + 1] *= alpha;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < KT / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float pv = exp2f(s[j][e] - base[e >> 1]);
+          s[j][e] = pv;
+          l[e >> 1] += pv;
+        }
+      }
+      // O += P V, P taken straight from the score accumulators.
+#pragma unroll
+      for (int i = 0; i < KT / 16; ++i) {
+        const uint32_t a[4] = {PackPair<T>(s[2 * i][0], s[2 * i][1]), PackPair<T>(s[2 * i][2], s[2 * i][3]),
+                               PackPair<T>(s[2 * i + 1][0], s[2 * i + 1][1]),
+                               PackPair<T>(s[2 * i + 1][2], s[2 * i + 1][3])};
+#pragma unroll
+        for (int n = 0; n < HD / 8; n += 2) {
+          uint32_t b[4];
+          Ldmatrix4Trans(b, vs + (16 * i + (lane & 7) + ((lane >> 3) & 1) * 8) * C::kLd + 8 * n + (lane >> 4) * 8);
+          Mma16816<T>(o[n], a, b);
+          Mma16816<T>(o[n + 1], a, b + 2);
+        }
+      }
+    }
+    if (more) land(round + 1);
+    if constexpr (!kFp8) __syncthreads();  // the next issue overwrites this round's stage
+  }
+
+  // ---- Merge the warps' partial results through shared memory (aliases the pipeline).
+#pragma unroll
+  for (int x = 0; x < 2; ++x) {
+    l[x] += __shfl_xor_sync(0xffffffffu, l[x], 1);
+    l[x] += __shfl_xor_sync(0xffffffffu, l[x], 2);
+  }
+  __syncthreads();
+  {
+    float* co = comb_o + warp * 16 * C::kOutLd;
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) {
+      *reinterpret_cast<float2*>(co + g * C::kOutLd + 8 * n + 2 * t4) = make_float2(o[n][0], o[n][1]);
+      *reinterpret_cast<float2*>(co + (g + 8) * C::kOutLd + 8 * n + 2 * t4) = make_float2(o[n][2], o[n][3]);
+    }
+    if (t4 == 0) {
+      comb_m[warp * 16 + g] = m[0];
+      comb_m[warp * 16 + g + 8] = m[1];
+      comb_l[warp * 16 + g] = l[0];
+      comb_l[warp * 16 + g + 8] = l[1];
+    }
+  }
+  __syncthreads();
+
+  const bool partial = kMode == Mode::kDecode && nsplits > 1;
+  for (int i = tid; i < C::kRows * C::kChunksPerRow; i += C::kThreads) {
+    const int r = i / C::kChunksPerRow;
+    const int c = i % C::kChunksPerRow;
+    if (r >= rows) continue;
+    const int r_wm = r / 16;
+    const int rr = r % 16;
+    float mmax = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < WK; ++k) mmax = fmaxf(mmax, comb_m[(k * WM + r_wm) * 16 + rr]);
+    float sum = 0.0f;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+    for (int k = 0; k < WK; ++k) {
+      const int w = (k * WM + r_wm) * 16 + rr;
+      const float mk = comb_m[w];
+      if (mk == -INFINITY) continue;
+      const float wgt = exp2f(mk - mmax);
+      sum += comb_l[w] * wgt;
+      const float4 a = *reinterpret_cast<const float4*>(comb_o + w * C::kOutLd + c * 8);
+      const float4 b = *reinterpret_cast<const float4*>(comb_o + w * C::kOutLd + c * 8 + 4);
+      acc[0] += a.x * wgt, acc[1] += a.y * wgt, acc[2] += a.z * wgt, acc[3] += a.w * wgt;
+      acc[4] += b.x * wgt, acc[5] += b.y * wgt, acc[6] += b.z * wgt, acc[7] += b.w * wgt;
+    }
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[e] *= inv;
+    const int pr = row0 + r;
+    const int head = kv_head * p.group + pr % p.group;
+    if (partial) {
+      const int64_t idx = (static_cast<int64_t>(seq) * p.splits + split) * p.num_heads + head;
+      Store8<float>(p.partial_o + idx * HD + c * 8, acc);
+      if (c == 0) p.partial_lse[idx] = sum > 0.0f ? mmax + log2f(sum) : -INFINITY;
+    } else {
+      const int64_t token = q_base + pr / p.group;
+      Store8<T>(static_cast<T*>(p.out) + token * p.out_stride + static_cast<int64_t>(head) * HD + c * 8, acc);
+    }
+  }
+}
+
+// Merges the splits of each decode row: out = sum_k 2^(lse_k - M) o_k / sum_k 2^(lse_k - M).
+template <typename T, int HD>
+__global__ void __launch_bounds__(HD) CombineSplitsKernel(const Params p) {
+  const int head = blockIdx.x;
+  const int seq = blockIdx.y;
+  if (p.q_len[seq] != 1) return;
+  const int ctx = p.context_len[seq];
+  const int nsplits = min(p.splits, (ctx + p.split_tokens - 1) / p.split_tokens);
+  if (nsplits <= 1) return;  // written directly by the decode kernel
+  const int64_t first = static_cast<int64_t>(seq) * p.splits * p.num_heads + head;
+  float mmax = -INFINITY;
+  for (int k = 0; k < nsplits; ++k) mmax = fmaxf(mmax, p.partial_lse[first + static_cast<int64_t>(k) * p.num_heads]);
+  float sum = 0.0f;
+  float acc = 0.0f;
+  const int d = threadIdx.x;
+  for (int k = 0; k < nsplits; ++k) {
+    const int64_t idx = first + static_cast<int64_t>(k) * p.num_heads;
+    const float lse = p.partial_lse[idx];
+    if (lse == -INFINITY) continue;
+    const float w = exp2f(lse - mmax);
+    sum += w;
+    acc += w * p.partial_o[idx * HD + d];
+  }
+  const int64_t token = p.q_begin[seq];
+  static_cast<T*>(p.out)[token * p.out_stride + static_cast<int64_t>(head) * HD + d] =
+      FromFloat<T>(sum > 0.0f ? acc / sum : 0.0f);
+}
+
+// ---------------------------------------------------------------------------------------
+// Plain f32 kernel, for f32 activations (where 16-bit tensor-core products would cost
+// precision) and for caches whose 16-bit dtype differs from the activations'. One CTA per
+// (query token, KV head); its warps take the heads of the group, one row each. Per 32 keys a
+// lane scores one key, then the warp accumulates P V with each lane owning HD / 32 columns.
+template <typename A, typename KvT, int HD, Mode kMode>
+__global__ void __launch_bounds__(128) SimtAttentionKernel(const Params p) {
+  constexpr int kWarps = 4;
+  constexpr int kCols = HD / 32;
+  __shared__ float q_s[kWarps][HD];
+  __shared__ int found[2];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int kv_head = blockIdx.y;
+  if (warp == 0) {
+    auto rows = [](int ql) { return ql > 0 ? ql : 0; };
+    int s = -1, t = 0;
+    const bool ok = FindItem(p.q_len, p.num_seqs, static_cast<int>(blockIdx.x), rows, s, t);
+    if (lane == 0) {
+      found[0] = ok ? s : -1;
+      found[1] = t;
+    }
+  }
+  __syncthreads();
+  const int seq = found[0];
+  if (seq < 0) return;
+  const int t = found[1];
+  const int ql = p.q_len[seq];
+  const int ctx = kMode == Mode::kDense ? ql : p.context_len[seq];
+  const int nkeys = p.causal ? ctx - ql + t + 1 : ctx;
+  const int64_t q_base = p.q_begin[seq];
+  const int64_t token = q_base + t;
+  const A* q = static_cast<const A*>(p.q);
+  A* out = static_cast<A*>(p.out);
+  const KvT* k_src = static_cast<const KvT*>(p.k);
+  const KvT* v_src = static_cast<const KvT*>(p.v);
+  const int32_t* table = kMode == Mode::kDense ? nullptr : p.block_tables + static_cast<int64_t>(seq) * p.max_blocks;
+
+  for (int hg = warp; hg < p.group; hg += kWarps) {
+    const int head = kv_head * p.group + hg;
+    for (int d = lane; d < HD; d += 32) {
+      q_s[warp][d] = ToFloat(q[token * p.q_stride + static_cast<int64_t>(head) * HD + d]) * p.scale;
+    }
+    __syncwarp();
+    float m = -INFINITY;
+    float l = 0.0f;
+    float acc[kCols];
+#pragma unroll
+    for (int e = 0; e < kCols; ++e) acc[e] = 0.0f;
+    for (int key0 = 0; key0 < nkeys; key0 += 32) {
+      const int key = key0 + lane;
+      float s = -INFINITY;
+      if (key < nkeys) {
+        const KvT* kr = k_src + KeyOffset<kMode, HD>(p, table, q_base, kv_head, key);
+        s = 0.0f;
+#pragma unroll 4
+        for (int d0 = 0; d0 < HD; d0 += 8) {
+          float kf[8];
+          Load8(kr + d0, kf);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) s = fmaf(q_s[warp][d0 + e], kf[e], s);
+        }
+      }
+      const float m_new = fmaxf(m, WarpMax(s));  // finite: lane 0's key is always valid
+      const float alpha = expf(m - m_new);
+      const float pv = key < nkeys ? expf(s - m_new) : 0.0f;
+      l = l * alpha + WarpSum(pv);
+      m = m_new;
+#pragma unroll
+      for (int e = 0; e < kCols; ++e) acc[e] *= alpha;
+      const int count = min(32, nkeys - key0);
+      for (int jj = 0; jj < count; ++jj) {
+        const float pj = __shfl_sync(0xffffffffu, pv, jj);
+        const KvT* vr = v_src + KeyOffset<kMode, HD>(p, table, q_base, kv_head, key0 + jj) + lane * kCols;
+#pragma unroll
+        for (int e = 0; e < kCols; ++e) acc[e] = fmaf(pj, ToFloat(vr[e]), acc[e]);
+      }
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    A* dst = out + token * p.out_stride + static_cast<int64_t>(head) * HD + lane * kCols;
+#pragma unroll
+    for (int e = 0; e < kCols; ++e) dst[e] = FromFloat<A>(acc[e] * inv);
+    __syncwarp();
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Host-side launchers (defined in the .cu files).
+
+inline std::string HeadDimMessage(const char* op, int head_dim) {
+  return std::string(op) + ": head_dim " + std::to_string(head_dim) + " is not supported (64 or 128)";
+}
+
+// Calls f(std::integral_constant<int, HD>) for the supported head sizes.
+template <typename F>
+Status WithHeadDim(const char* op, int head_dim, F&& f) {
+  if (head_dim == 64) return f(std::integral_constant<int, 64>{});
+  if (head_dim == 128) return f(std::integral_constant<int, 128>{});
+  return Unimplemented(HeadDimMessage(op, head_dim));
+}
+
+// Launches a kernel that needs `smem_bytes` of dynamic shared memory (raising the per-kernel
+// limit past the 48 KB default first).
+template <typename Kernel>
+Status LaunchWithSmem(Kernel kernel, dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+                      const Params& p) {
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return Status::Ok();
+  FERRY_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes)));
+  kernel<<<grid, block, smem_bytes, stream>>>(p);
+  FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
+  return Status::Ok();
+}
+
+// Prefill rows (q_len > 1) of a paged batch, on the tensor cores. act/kv: the dtypes.
+Status LaunchPagedPrefill(const Params& p, DType act, DType kv, int head_dim, int num_tokens, cudaStream_t stream);
+// All spans of a dense batch on the tensor cores (act bf16 or f16).
+Status LaunchDenseFlash(const Params& p, DType act, int head_dim, int num_tokens, cudaStream_t stream);
+// Every row of a paged (kMode kDecode/kPrefill ignored: all rows) or dense batch on the f32
+// SIMT kernel. kv is the cache dtype (paged) or act (dense).
+Status LaunchSimt(const Params& p, bool dense, DType act, DType kv, int head_dim, int num_tokens,
+                  cudaStream_t stream);
+
+}  // namespace ferry::cuda::attention_detail
