@@ -2,6 +2,7 @@
 // sequence, KV head and key split, all query heads of the group together) and the reduction
 // over splits. Prefill rows are handed to attention_prefill.cu, f32 to attention_simt.cu.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -72,11 +73,18 @@ size_t PartialBytes(int64_t partial_rows, int num_heads, int head_dim) {
   return static_cast<size_t>(partial_rows) * num_heads * (head_dim + 1) * sizeof(float);
 }
 
+// Multiprocessors of the current device, queried once per device.
 Result<int> CurrentSmCount() {
+  static std::atomic<int> cached[64] = {};
   int device = 0;
   FERRY_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  if (device < 64) {
+    const int sms = cached[device].load(std::memory_order_relaxed);
+    if (sms > 0) return sms;
+  }
   int sms = 0;
   FERRY_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (device < 64) cached[device].store(sms, std::memory_order_relaxed);
   return sms;
 }
 
@@ -128,9 +136,10 @@ template <typename T, typename KvT, int HD>
 Status LaunchDecode(const Params& p, cudaStream_t stream) {
   using C = attention_detail::FlashConfig<T, HD, 1, 4, kDecodeKeyTile>;
   const dim3 grid(p.splits, p.num_kv_heads * RowTiles(p.group), p.num_seqs);
-  FERRY_RETURN_IF_ERROR(attention_detail::LaunchWithSmem(
-      attention_detail::FlashAttentionKernel<T, KvT, HD, 1, 4, kDecodeKeyTile, Mode::kDecode>, grid,
-      dim3(C::kThreads), C::kSmemBytes, stream, p));
+  FERRY_RETURN_IF_ERROR(
+      (attention_detail::LaunchWithSmem<
+          attention_detail::FlashAttentionKernel<T, KvT, HD, 1, 4, kDecodeKeyTile, Mode::kDecode>>(
+          grid, dim3(C::kThreads), C::kSmemBytes, stream, p)));
   if (p.splits > 1) {
     attention_detail::CombineSplitsKernel<T, HD><<<dim3(p.num_heads, p.num_seqs), dim3(HD), 0, stream>>>(p);
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <cstring>
@@ -737,15 +738,25 @@ Status WithHeadDim(const char* op, int head_dim, F&& f) {
   return Unimplemented(HeadDimMessage(op, head_dim));
 }
 
-// Launches a kernel that needs `smem_bytes` of dynamic shared memory (raising the per-kernel
-// limit past the 48 KB default first).
-template <typename Kernel>
-Status LaunchWithSmem(Kernel kernel, dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
-                      const Params& p) {
+// Launches kKernel with `smem_bytes` of dynamic shared memory. The first launch on each
+// device raises the kernel's shared-memory limit past the 48 KB default and asks for the
+// largest shared-memory carveout (so that 2-3 CTAs fit per multiprocessor); the attributes
+// belong to the device, so they are set once per device, not on every call.
+template <auto kKernel>
+Status LaunchWithSmem(dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream, const Params& p) {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return Status::Ok();
-  FERRY_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes)));
-  kernel<<<grid, block, smem_bytes, stream>>>(p);
+  static std::atomic<uint64_t> prepared{0};  // bit d: device d done (devices 0..63 cached)
+  int device = 0;
+  FERRY_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit == 0 || (prepared.load(std::memory_order_acquire) & bit) == 0) {
+    FERRY_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes)));
+    FERRY_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kKernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                    cudaSharedmemCarveoutMaxShared));
+    prepared.fetch_or(bit, std::memory_order_acq_rel);
+  }
+  kKernel<<<grid, block, smem_bytes, stream>>>(p);
   FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
   return Status::Ok();
 }

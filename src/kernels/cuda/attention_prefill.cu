@@ -28,8 +28,8 @@ Status LaunchPrefillKernel(const Params& p, int num_tokens, cudaStream_t stream)
   using C = FlashConfig<T, HD, 4, 1, kPrefillKeyTile>;
   static_assert(C::kRows == kPrefillRows);
   FERRY_ASSIGN_OR_RETURN(const unsigned tiles, TileBound(num_tokens, p.group, p.num_seqs));
-  return LaunchWithSmem(FlashAttentionKernel<T, KvT, HD, 4, 1, kPrefillKeyTile, kMode>,
-                        dim3(tiles, p.num_kv_heads), dim3(C::kThreads), C::kSmemBytes, stream, p);
+  return LaunchWithSmem<FlashAttentionKernel<T, KvT, HD, 4, 1, kPrefillKeyTile, kMode>>(
+      dim3(tiles, p.num_kv_heads), dim3(C::kThreads), C::kSmemBytes, stream, p);
 }
 
 }  // namespace
