@@ -1,0 +1,267 @@
+// GEMM on the GPU through cuBLASLt: Y[M, N] = X[M, K] · W[N, K]^T (+ bias[N]) (+ GELU), with
+// X the activations (row-major), W a linear layer's weight as Hugging Face stores it
+// ([out, in], row-major) and Y row-major.
+//
+// cuBLASLt is column-major, so every problem runs as Y^T = W · X^T: W read as a K x N
+// column-major matrix and transposed (A, op T), X as K x M (B, op N), Y as N x M (D). This
+// "TN" form is also the one cuBLASLt's fp8 and int8 (IMMA) kernels require.
+//
+// Kinds and what runs them:
+//   kF32 / kBF16 / kF16   cuBLASLt, f32 accumulation (TF32 only when asked); bias and tanh-GELU
+//                          fused through CUBLASLT_EPILOGUE_BIAS / GELU / GELU_BIAS when the bias
+//                          has Y's dtype; erf-GELU, an f32 bias into a 16-bit Y, and GELU into
+//                          f32 outputs (kept to f32 accuracy) in an in-place epilogue kernel.
+//   kFp8                   e4m3 x e4m3 through cuBLASLt (compute capability 8.9+). Per-tensor
+//                          scales go to cuBLASLt's A/B scale pointers. Per-token x per-channel
+//                          scales use cuBLASLt's outer-vector scale mode where the library offers
+//                          it for the problem (cuBLASLt 13.1 does on the H200, bf16 output),
+//                          otherwise cuBLASLt writes the f32 accumulator to scratch and an
+//                          epilogue kernel applies scales, bias and activation. Fast (reduced
+//                          precision) fp8 accumulation stays off.
+//   kInt8 (W8A8)           int8 x int8 -> int32 through cuBLASLt (IMMA) into scratch, then the
+//                          epilogue kernel: y = acc * x_scale[m] * w_scale[n] (+ bias) (+ GELU).
+//                          With out_dtype kI32 the raw accumulator is the output.
+//   kInt8WeightOnly        small M (decode): one fused kernel reads the int8 weight once and
+//                          dequantizes in registers (half the bytes of a bf16 weight); larger M:
+//                          the weight is dequantized (w * scale, rounded to the activation dtype)
+//                          into scratch once per call and the float GEMM runs on it. cuBLASLt has
+//                          no mixed int8 x bf16 kernels, and the dequantization pass costs about
+//                          3 bytes per weight against the GEMM's 2·M flops per weight, so it is
+//                          cheap once M is in the hundreds. Measured on an H200 (N=8192, K=2048,
+//                          bf16): M=1 8.6 us fused vs 22.7 us dequantized (bf16 weights: 11 us);
+//                          M=8 21 us either way, where the fused kernel's CUDA-core FMAs, not
+//                          bandwidth, bound it. Hence the default cut at M=8; Tune times both
+//                          routes for M <= 64 and keeps the faster.
+//
+// Algorithm choice: Run takes cuBLASLt's first heuristic unless given a GemmChoice; Tune
+// times the top heuristics (and, for int8 weight-only, the fused small-M kernel) on the
+// caller's buffers and returns the fastest as a GemmChoice that an engine file can store
+// (ToString / FromString) and Run can take later. Engines tune one choice per weight shape
+// and M bucket (GemmMBucket): a choice tuned at one M is checked (cublasLtMatmulAlgoCheck,
+// once per shape) before it runs at another M of its bucket, and Run falls back to the
+// heuristic, counting it, when the library rejects it.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace ferry::cuda {
+
+enum class GemmKind : uint8_t {
+  kF32,             // f32 x f32 -> f32
+  kBF16,            // bf16 x bf16 -> bf16
+  kF16,             // f16 x f16 -> f16
+  kFp8,             // e4m3 x e4m3 -> out_dtype (bf16, f16 or f32)
+  kInt8,            // int8 x int8 -> out_dtype (bf16, f16, f32; kI32: the raw accumulator)
+  kInt8WeightOnly,  // out_dtype (bf16, f16, f32) activations x int8 weights -> out_dtype
+};
+std::string_view GemmKindName(GemmKind kind);
+
+enum class GemmActivation : uint8_t {
+  kNone,
+  kGeluTanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), cuBLASLt's GELU epilogue
+  kGeluErf,   // 0.5 x (1 + erf(x / sqrt(2))), the exact GELU (the CPU backend's)
+};
+
+enum class Fp8Scaling : uint8_t {
+  kPerTensor,  // x_scale[1], w_scale[1]
+  kPerRowCol,  // x_scale[M] (per token), w_scale[N] (per output channel)
+};
+
+// The shape and types of one GEMM. Everything here is part of the descriptor cache key.
+struct GemmProblem {
+  GemmKind kind = GemmKind::kBF16;
+  DType out_dtype = DType::kBF16;  // Y's dtype; kF32/kBF16/kF16 require the matching one
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  int64_t ldx = 0;  // elements from one row of X to the next; 0: k
+  int64_t ldy = 0;  // elements from one row of Y to the next; 0: n
+  bool has_bias = false;
+  DType bias_dtype = DType::kF32;  // f32 or out_dtype
+  GemmActivation activation = GemmActivation::kNone;
+  Fp8Scaling fp8_scaling = Fp8Scaling::kPerTensor;
+  bool allow_tf32 = false;  // kF32: TF32 tensor cores (about 1e-3 relative error)
+  // kInt8WeightOnly without a GemmChoice: row counts up to this run the fused small-M kernel;
+  // 0: kInt8WeightOnlySmallMDefault; negative: never.
+  int small_m_max = 0;
+
+  int64_t x_stride() const { return ldx ? ldx : k; }
+  int64_t y_stride() const { return ldy ? ldy : n; }
+  bool operator==(const GemmProblem&) const = default;
+};
+
+// Device pointers of one call. Scales are f32 device arrays.
+struct GemmArgs {
+  const void* x = nullptr;         // [M, ldx] in the kind's activation dtype
+  const void* w = nullptr;         // [N, K] dense, the kind's weight dtype
+  void* y = nullptr;               // [M, ldy] in out_dtype
+  const void* bias = nullptr;      // [N] in bias_dtype, when has_bias
+  const float* x_scale = nullptr;  // kFp8: [1] or [M]; kInt8: [M]
+  const float* w_scale = nullptr;  // kFp8: [1] or [N]; kInt8, kInt8WeightOnly: [N]
+};
+
+// One algorithm for one problem, as Tune found it: storable in an engine file.
+struct GemmChoice {
+  enum class Route : uint8_t {
+    kCublasLt = 0,  // the cuBLASLt algorithm in `algo`
+    kSmallM = 1,    // kInt8WeightOnly only: the fused dequantizing small-M kernel
+  };
+  Route route = Route::kCublasLt;
+  std::array<uint64_t, 8> algo{};  // cublasLtMatmulAlgo_t::data, valid for this cuBLASLt version
+  uint64_t workspace_bytes = 0;
+  float measured_us = 0.0f;  // Tune's median time (informational)
+
+  // "lt:<8 x 16 hex digits>:<workspace bytes>" or "small_m". measured_us is not stored.
+  std::string ToString() const;
+  static Result<GemmChoice> FromString(std::string_view text);
+};
+
+// M buckets for tuned choices: 1 | 2-4 | 5-8 | 9-16 | 17-32 | 33-64 | 65-128 | 129-256 |
+// 257-512 | 513+. Decode batches live in the small buckets, where the best cuBLASLt tile
+// (and split-K) changes with every doubling; past 512 rows the large tiles win throughout.
+inline constexpr int kGemmMBuckets = 10;
+int GemmMBucket(int64_t m);
+// The M to tune a bucket at: its largest row count (2048 for the open last bucket).
+int64_t GemmBucketTuneM(int bucket);
+
+inline constexpr int kInt8WeightOnlySmallMDefault = 8;
+
+struct LtGemmOptions {
+  size_t workspace_bytes = size_t{32} << 20;
+  // kFp8 with kPerRowCol: try cuBLASLt's outer-vector scale mode before the f32-accumulator
+  // route. Off forces the epilogue-kernel route (tests compare the two).
+  bool fp8_outer_vector_scales = true;
+};
+
+struct TuneOptions {
+  int max_algos = 8;  // heuristics to time
+  int warmup_runs = 3;
+  int calls_per_sample = 10;  // back-to-back calls captured in one CUDA graph
+  int timed_runs = 9;         // graph replays timed with events; the median counts
+};
+
+// Owns a cuBLASLt handle, a device workspace, a scratch buffer (accumulators, dequantized
+// weights) and the descriptors of every problem it has run. Thread-compatible: one per
+// stream, since the workspace and scratch are shared by all its calls.
+class LtGemm {
+ public:
+  static Result<std::unique_ptr<LtGemm>> Create(size_t workspace_bytes = size_t{32} << 20);
+  static Result<std::unique_ptr<LtGemm>> Create(const LtGemmOptions& options);
+  ~LtGemm();
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+
+  // InvalidArgument for malformed problems (shapes, dtypes, cuBLASLt's alignment rules),
+  // Unimplemented for combinations this device or build cannot run (fp8 before sm_89).
+  Status CheckProblem(const GemmProblem& p) const;
+  // Scratch a problem may need (0 for most); Run grows the scratch when it is short, which
+  // synchronizes the stream, so reserve the largest at load time (and before graph capture).
+  static size_t ScratchBytes(const GemmProblem& p);
+  Status ReserveScratch(size_t bytes, cudaStream_t stream);
+
+  // Enqueues the GEMM on `stream`. After the first call for a shape (and pointer alignment)
+  // no descriptor is created and no heuristic is queried.
+  Status Run(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream, const GemmChoice* choice = nullptr);
+
+  // Times the candidates on the caller's buffers (y is overwritten) and returns the fastest:
+  // each candidate's calls are captured in a CUDA graph on a private stream and replayed, so
+  // the time is the device's, not the launch overhead's. Synchronizes `stream` first (the
+  // inputs) and finishes before returning. Build-time work: it creates streams and graphs.
+  Result<GemmChoice> Tune(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream,
+                          const TuneOptions& options = TuneOptions());
+
+  // How Run computes a problem with these pointers, e.g. "cublaslt[bias+gelu_tanh]",
+  // "cublaslt[outer_vec] > f32 acc > scale_epilogue", "small_m_kernel".
+  Result<std::string> DescribeRoute(const GemmProblem& p, const GemmArgs& args);
+
+  int cached_plans() const { return static_cast<int>(plans_.size()); }
+  // Stored choices the library rejected (Run used its heuristic instead).
+  int64_t choice_fallbacks() const { return choice_fallbacks_; }
+  size_t workspace_bytes() const { return workspace_bytes_; }
+
+  struct Plan;
+  struct PlanKey {
+    GemmProblem problem;
+    uint8_t align_x = 0, align_w = 0, align_y = 0, align_bias = 0;  // log2 bytes, up to 256
+    bool operator==(const PlanKey&) const = default;
+  };
+  struct PlanKeyHash {
+    size_t operator()(const PlanKey& key) const;
+  };
+
+ private:
+  LtGemm() = default;
+
+  Result<Plan*> GetPlan(const GemmProblem& p, const GemmArgs& args);
+  Status BuildPlan(const GemmProblem& p, const GemmArgs& args, int first_variant, Plan& plan);
+  Status SetCallPointers(Plan& plan, const GemmArgs& args);
+  Status EnsureScratch(size_t bytes, cudaStream_t stream);
+  bool UseSmallM(const GemmProblem& p, const GemmArgs& args, const GemmChoice* choice) const;
+  Status RunSmallM(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream);
+  Status RunLt(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream, const GemmChoice* choice,
+               const cublasLtMatmulAlgo_t* forced_algo);
+  // lt_status: cublasLtMatmul's own status (success when it was not reached).
+  Status RunPlanned(Plan& plan, const GemmProblem& p, const GemmArgs& args, cudaStream_t stream,
+                    const cublasLtMatmulAlgo_t& algo, size_t algo_workspace, cublasStatus_t* lt_status);
+  static size_t PlanScratchBytes(const Plan& plan, const GemmProblem& p);
+
+  struct HandleDeleter {
+    void operator()(cublasLtContext* h) const;
+  };
+  struct DeviceDeleter {
+    void operator()(void* ptr) const;
+  };
+
+  std::unique_ptr<cublasLtContext, HandleDeleter> handle_;
+  std::unique_ptr<void, DeviceDeleter> workspace_;
+  size_t workspace_bytes_ = 0;
+  std::unique_ptr<void, DeviceDeleter> scratch_;
+  size_t scratch_bytes_ = 0;
+  LtGemmOptions options_;
+  int cc_major_ = 0;
+  int cc_minor_ = 0;
+  std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
+  int64_t choice_fallbacks_ = 0;
+};
+
+// The kernels of gemm_epilogue.cu, for LtGemm and its tests. All enqueue on `stream` and
+// report launch errors.
+namespace gemm_kernels {
+
+// y[m, n] = act(acc[m, n] * xs * ws + bias[n]), acc dense [M, N] (int32 or f32); xs is
+// x_scale[m] (per_row) or x_scale[0], ws is w_scale[n] (per_col) or w_scale[0]; a null scale
+// counts as 1. y is bf16, f16 or f32 with row stride ldy.
+Status ScaleEpilogue(const void* acc, DType acc_dtype, int64_t m, int64_t n, const float* x_scale, bool per_row,
+                     const float* w_scale, bool per_col, const void* bias, DType bias_dtype,
+                     GemmActivation act, void* y, DType y_dtype, int64_t ldy, cudaStream_t stream);
+
+// y[m, n] = act(y[m, n] + bias[n]) in place (bias may be null).
+Status BiasActivation(void* y, DType y_dtype, int64_t m, int64_t n, int64_t ldy, const void* bias,
+                      DType bias_dtype, GemmActivation act, cudaStream_t stream);
+
+// out[n, k] = w[n, k] * scale[n], rounded to out_dtype (bf16, f16 or f32); dense [N, K].
+Status DequantizeInt8Rows(const int8_t* w, int64_t n, int64_t k, const float* scale, void* out, DType out_dtype,
+                          cudaStream_t stream);
+
+// The fused int8 weight-only kernel: y[m, n] = act(sum_k x[m, k] * w[n, k] * scale[n] + bias[n])
+// with f32 accumulation; x and y in x_dtype (bf16, f16, f32). Needs SmallMSupported.
+bool SmallMSupported(const void* x, DType x_dtype, int64_t ldx, const int8_t* w, int64_t k);
+Status Int8WeightOnlySmallM(const void* x, DType x_dtype, int64_t ldx, int64_t m, const int8_t* w,
+                            const float* scale, int64_t n, int64_t k, const void* bias, DType bias_dtype,
+                            GemmActivation act, void* y, int64_t ldy, cudaStream_t stream);
+
+}  // namespace gemm_kernels
+
+}  // namespace ferry::cuda

@@ -1,0 +1,462 @@
+// The kernels around cuBLASLt GEMMs: dequantizing epilogues (int32 / f32 accumulators with
+// per-row and per-column scales, bias, GELU), bias + activation in place, int8 weight
+// dequantization, and the fused int8 weight-only kernel for small M.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gemm.h"
+
+namespace ferry::cuda::gemm_kernels {
+
+namespace {
+
+constexpr int kThreads = 256;
+// Grid-stride kernels stop growing the grid here: enough blocks to fill any current GPU.
+constexpr int64_t kMaxBlocks = 8192;
+
+int GridFor(int64_t items, int threads = kThreads) {
+  return static_cast<int>(std::clamp<int64_t>((items + threads - 1) / threads, 1, kMaxBlocks));
+}
+
+__device__ __forceinline__ float ToF32(float v) { return v; }
+__device__ __forceinline__ float ToF32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float ToF32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float ToF32(int32_t v) { return static_cast<float>(v); }
+
+template <typename T>
+__device__ __forceinline__ T FromF32(float v);
+template <>
+__device__ __forceinline__ float FromF32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromF32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half FromF32<__half>(float v) { return __float2half_rn(v); }
+
+__device__ __forceinline__ float Activate(float v, GemmActivation act) {
+  switch (act) {
+    case GemmActivation::kGeluTanh: {
+      const float inner = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+      return 0.5f * v * (1.0f + tanhf(inner));
+    }
+    case GemmActivation::kGeluErf:
+      return 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
+    default:
+      return v;
+  }
+}
+
+// A bias in f32 or in the output type; at most one pointer is set.
+template <typename Out>
+struct BiasRef {
+  const float* f32 = nullptr;
+  const Out* same = nullptr;
+  __device__ __forceinline__ float At(int64_t i) const {
+    if (f32 != nullptr) return f32[i];
+    if (same != nullptr) return ToF32(same[i]);
+    return 0.0f;
+  }
+};
+
+template <typename Out>
+BiasRef<Out> MakeBias(const void* bias, DType bias_dtype) {
+  BiasRef<Out> b;
+  if (bias == nullptr) return b;
+  if (bias_dtype == DType::kF32) b.f32 = static_cast<const float*>(bias);
+  else b.same = static_cast<const Out*>(bias);
+  return b;
+}
+
+// ---------------------------------------------------------------------------------------
+// Scale epilogue: y = act(acc * xs * ws + bias)
+
+// Rows over blockIdx.y (grid-stride), kVec-wide column groups over x: no divisions.
+template <typename Acc, typename Out, int kVec>
+__global__ void ScaleEpilogueKernel(const Acc* __restrict__ acc, int64_t m, int64_t n, const float* __restrict__ xs,
+                                    bool per_row, const float* __restrict__ ws, bool per_col, BiasRef<Out> bias,
+                                    GemmActivation act, Out* __restrict__ y, int64_t ldy) {
+  for (int64_t row = blockIdx.y; row < m; row += gridDim.y) {
+    const float row_scale = xs != nullptr ? xs[per_row ? row : 0] : 1.0f;
+    for (int64_t col = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) * kVec; col < n;
+         col += static_cast<int64_t>(gridDim.x) * blockDim.x * kVec) {
+      Acc a[kVec];
+      if constexpr (kVec == 4) {
+        // 16-byte loads: acc is dense with n % 4 == 0 and a 16-byte aligned base.
+        static_assert(sizeof(Acc) == 4);
+        const int4 v = *reinterpret_cast<const int4*>(acc + row * n + col);
+        memcpy(a, &v, sizeof(v));
+      } else {
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) a[i] = acc[row * n + col + i];
+      }
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        const float col_scale = ws != nullptr ? ws[per_col ? col + i : 0] : 1.0f;
+        const float v = ToF32(a[i]) * row_scale * col_scale + bias.At(col + i);
+        y[row * ldy + col + i] = FromF32<Out>(Activate(v, act));
+      }
+    }
+  }
+}
+
+// Blocks for a row-major [m, groups] pass: columns on x, rows on y (capped; kernels stride).
+dim3 Grid2d(int64_t m, int64_t groups) {
+  const int64_t x = std::clamp<int64_t>((groups + kThreads - 1) / kThreads, 1, 64);
+  const int64_t y = std::clamp<int64_t>(m, 1, std::max<int64_t>(1, kMaxBlocks / x));
+  return dim3(static_cast<unsigned>(x), static_cast<unsigned>(std::min<int64_t>(y, 65535)));
+}
+
+template <typename Acc, typename Out>
+Status LaunchScaleEpilogue(const void* acc, int64_t m, int64_t n, const float* xs, bool per_row, const float* ws,
+                           bool per_col, const void* bias, DType bias_dtype, GemmActivation act, void* y, int64_t ldy,
+                           cudaStream_t stream) {
+  const auto* a = static_cast<const Acc*>(acc);
+  auto* out = static_cast<Out*>(y);
+  const BiasRef<Out> b = MakeBias<Out>(bias, bias_dtype);
+  const bool vec = n % 4 == 0 && reinterpret_cast<uintptr_t>(acc) % 16 == 0;
+  if (vec) {
+    ScaleEpilogueKernel<Acc, Out, 4>
+        <<<Grid2d(m, n / 4), kThreads, 0, stream>>>(a, m, n, xs, per_row, ws, per_col, b, act, out, ldy);
+  } else {
+    ScaleEpilogueKernel<Acc, Out, 1>
+        <<<Grid2d(m, n), kThreads, 0, stream>>>(a, m, n, xs, per_row, ws, per_col, b, act, out, ldy);
+  }
+  FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
+  return Status::Ok();
+}
+
+template <typename Acc>
+Status DispatchScaleEpilogueOut(const void* acc, int64_t m, int64_t n, const float* xs, bool per_row,
+                                const float* ws, bool per_col, const void* bias, DType bias_dtype,
+                                GemmActivation act, void* y, DType y_dtype, int64_t ldy, cudaStream_t stream) {
+  switch (y_dtype) {
+    case DType::kF32:
+      return LaunchScaleEpilogue<Acc, float>(acc, m, n, xs, per_row, ws, per_col, bias, bias_dtype, act, y, ldy,
+                                             stream);
+    case DType::kBF16:
+      return LaunchScaleEpilogue<Acc, __nv_bfloat16>(acc, m, n, xs, per_row, ws, per_col, bias, bias_dtype, act, y,
+                                                     ldy, stream);
+    case DType::kF16:
+      return LaunchScaleEpilogue<Acc, __half>(acc, m, n, xs, per_row, ws, per_col, bias, bias_dtype, act, y, ldy,
+                                              stream);
+    default:
+      return InvalidArgument("GEMM scale epilogue writes f32, bf16 or f16, not " + std::string(DTypeName(y_dtype)));
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Bias + activation in place
+
+template <typename Out>
+__global__ void BiasActivationKernel(Out* __restrict__ y, int64_t m, int64_t n, int64_t ldy, BiasRef<Out> bias,
+                                     GemmActivation act) {
+  for (int64_t row = blockIdx.y; row < m; row += gridDim.y) {
+    for (int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; col < n;
+         col += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      Out* p = y + row * ldy + col;
+      *p = FromF32<Out>(Activate(ToF32(*p) + bias.At(col), act));
+    }
+  }
+}
+
+template <typename Out>
+Status LaunchBiasActivation(void* y, int64_t m, int64_t n, int64_t ldy, const void* bias, DType bias_dtype,
+                            GemmActivation act, cudaStream_t stream) {
+  BiasActivationKernel<Out><<<Grid2d(m, n), kThreads, 0, stream>>>(static_cast<Out*>(y), m, n, ldy,
+                                                                   MakeBias<Out>(bias, bias_dtype), act);
+  FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------
+// Int8 row dequantization: out[r, c] = w[r, c] * scale[r]
+
+template <typename Out>
+__global__ void DequantizeRowsKernel(const int8_t* __restrict__ w, int64_t n, int64_t k,
+                                     const float* __restrict__ scale, Out* __restrict__ out) {
+  const int64_t total = n * k;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = FromF32<Out>(static_cast<float>(w[i]) * scale[i / k]);
+  }
+}
+
+// Eight weights per thread: one 8-byte load, 16 or 32 bytes stored. Needs k % 8 == 0.
+template <typename Out>
+__global__ void DequantizeRows8Kernel(const int8_t* __restrict__ w, int64_t n, int64_t k,
+                                      const float* __restrict__ scale, Out* __restrict__ out) {
+  const int64_t groups = n * k / 8;
+  const int64_t groups_per_row = k / 8;
+  for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < groups;
+       g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float s = scale[g / groups_per_row];
+    const uint2 packed = *reinterpret_cast<const uint2*>(w + g * 8);
+    Out v[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t word = i < 4 ? packed.x : packed.y;
+      const auto q = static_cast<int8_t>((word >> (8 * (i % 4))) & 0xffu);
+      v[i] = FromF32<Out>(static_cast<float>(q) * s);
+    }
+    if constexpr (sizeof(Out) == 2) {
+      uint4 bits;
+      memcpy(&bits, v, sizeof(bits));
+      *reinterpret_cast<uint4*>(out + g * 8) = bits;
+    } else {
+      float4 lo, hi;
+      memcpy(&lo, v, sizeof(lo));
+      memcpy(&hi, v + 4, sizeof(hi));
+      reinterpret_cast<float4*>(out + g * 8)[0] = lo;
+      reinterpret_cast<float4*>(out + g * 8)[1] = hi;
+    }
+  }
+}
+
+template <typename Out>
+Status LaunchDequantize(const int8_t* w, int64_t n, int64_t k, const float* scale, void* out, cudaStream_t stream) {
+  const bool vec = k % 8 == 0 && reinterpret_cast<uintptr_t>(w) % 8 == 0 &&
+                   reinterpret_cast<uintptr_t>(out) % (8 * sizeof(Out)) == 0;
+  if (vec) {
+    DequantizeRows8Kernel<Out>
+        <<<GridFor(n * k / 8), kThreads, 0, stream>>>(w, n, k, scale, static_cast<Out*>(out));
+  } else {
+    DequantizeRowsKernel<Out><<<GridFor(n * k), kThreads, 0, stream>>>(w, n, k, scale, static_cast<Out*>(out));
+  }
+  FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------
+// Int8 weight-only, small M. Decode is bandwidth-bound on the weight, so each block owns
+// kSmallMCols output channels and its threads split K in 16-byte chunks: every weight byte
+// is read once (16-byte loads, four rows in flight per thread), converted in registers,
+// and used for all kRows activation rows, which stay in L1/L2. Per-thread partial sums
+// meet in a warp shuffle and one shared-memory pass.
+
+constexpr int kSmallMCols = 4;
+constexpr int kSmallMThreads = 128;
+constexpr int kSmallMRowsPerLaunch = 8;
+
+__device__ __forceinline__ void Load16(const float* p, float (&out)[16]) {
+  const auto* v = reinterpret_cast<const float4*>(p);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float4 f = v[i];
+    out[4 * i + 0] = f.x;
+    out[4 * i + 1] = f.y;
+    out[4 * i + 2] = f.z;
+    out[4 * i + 3] = f.w;
+  }
+}
+
+__device__ __forceinline__ void Load16(const __nv_bfloat16* p, float (&out)[16]) {
+  const auto* v = reinterpret_cast<const uint4*>(p);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const uint4 q = v[i];
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      out[8 * i + 2 * j] = __uint_as_float(words[j] << 16);
+      out[8 * i + 2 * j + 1] = __uint_as_float(words[j] & 0xffff0000u);
+    }
+  }
+}
+
+__device__ __forceinline__ void Load16(const __half* p, float (&out)[16]) {
+  const auto* v = reinterpret_cast<const uint4*>(p);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const uint4 q = v[i];
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      __half2 h;
+      memcpy(&h, &words[j], sizeof(h));
+      const float2 f = __half22float2(h);
+      out[8 * i + 2 * j] = f.x;
+      out[8 * i + 2 * j + 1] = f.y;
+    }
+  }
+}
+
+__device__ __forceinline__ void Int8x16ToF32(const int4 v, float (&out)[16]) {
+  const uint32_t words[4] = {static_cast<uint32_t>(v.x), static_cast<uint32_t>(v.y), static_cast<uint32_t>(v.z),
+                             static_cast<uint32_t>(v.w)};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      out[4 * i + b] = static_cast<float>(static_cast<int8_t>((words[i] >> (8 * b)) & 0xffu));
+    }
+  }
+}
+
+template <typename T, int kRows>
+__global__ void __launch_bounds__(kSmallMThreads, 3)
+    SmallMKernel(const T* __restrict__ x, int64_t ldx, const int8_t* __restrict__ w, const float* __restrict__ scale,
+                 int64_t n, int64_t k, BiasRef<T> bias, GemmActivation act, T* __restrict__ y, int64_t ldy) {
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kSmallMCols;
+  const int64_t chunks = k / 16;
+  float acc[kSmallMCols][kRows];
+#pragma unroll
+  for (int j = 0; j < kSmallMCols; ++j) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[j][r] = 0.0f;
+  }
+  const int4* w_rows[kSmallMCols];
+#pragma unroll
+  for (int j = 0; j < kSmallMCols; ++j) {
+    // Past the last channel, re-read the last row: computed, never stored.
+    const int64_t row = n0 + j < n ? n0 + j : n - 1;
+    w_rows[j] = reinterpret_cast<const int4*>(w + row * k);
+  }
+  for (int64_t c = threadIdx.x; c < chunks; c += kSmallMThreads) {
+    int4 wv[kSmallMCols];
+#pragma unroll
+    for (int j = 0; j < kSmallMCols; ++j) wv[j] = __ldg(w_rows[j] + c);
+    float wf[kSmallMCols][16];
+#pragma unroll
+    for (int j = 0; j < kSmallMCols; ++j) Int8x16ToF32(wv[j], wf[j]);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      float xv[16];
+      Load16(x + r * ldx + c * 16, xv);
+#pragma unroll
+      for (int j = 0; j < kSmallMCols; ++j) {
+#pragma unroll
+        for (int e = 0; e < 16; ++e) acc[j][r] = fmaf(xv[e], wf[j][e], acc[j][r]);
+      }
+    }
+  }
+
+  __shared__ float partial[kSmallMThreads / 32][kSmallMCols * kRows];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int j = 0; j < kSmallMCols; ++j) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      float v = acc[j][r];
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+      if (lane == 0) partial[warp][j * kRows + r] = v;
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kSmallMCols * kRows; i += kSmallMThreads) {
+    const int j = i / kRows;
+    const int r = i % kRows;
+    const int64_t col = n0 + j;
+    if (col >= n) continue;
+    float sum = 0.0f;
+#pragma unroll
+    for (int wp = 0; wp < kSmallMThreads / 32; ++wp) sum += partial[wp][i];
+    const float v = sum * scale[col] + bias.At(col);
+    y[r * ldy + col] = FromF32<T>(Activate(v, act));
+  }
+}
+
+template <typename T>
+Status LaunchSmallM(const void* x, int64_t ldx, int64_t m, const int8_t* w, const float* scale, int64_t n, int64_t k,
+                    const void* bias, DType bias_dtype, GemmActivation act, void* y, int64_t ldy,
+                    cudaStream_t stream) {
+  const BiasRef<T> b = MakeBias<T>(bias, bias_dtype);
+  const int64_t blocks = (n + kSmallMCols - 1) / kSmallMCols;
+  if (blocks > 0x7fffffff) return InvalidArgument("int8 weight-only GEMM: N too large");
+  for (int64_t m0 = 0; m0 < m; m0 += kSmallMRowsPerLaunch) {
+    const int rows = static_cast<int>(std::min<int64_t>(kSmallMRowsPerLaunch, m - m0));
+    const T* xr = static_cast<const T*>(x) + m0 * ldx;
+    T* yr = static_cast<T*>(y) + m0 * ldy;
+    const dim3 grid(static_cast<unsigned>(blocks));
+    switch (rows) {
+#define FERRY_SMALL_M_CASE(R)                                                                          \
+  case R:                                                                                              \
+    SmallMKernel<T, R><<<grid, kSmallMThreads, 0, stream>>>(xr, ldx, w, scale, n, k, b, act, yr, ldy); \
+    break;
+      FERRY_SMALL_M_CASE(1)
+      FERRY_SMALL_M_CASE(2)
+      FERRY_SMALL_M_CASE(3)
+      FERRY_SMALL_M_CASE(4)
+      FERRY_SMALL_M_CASE(5)
+      FERRY_SMALL_M_CASE(6)
+      FERRY_SMALL_M_CASE(7)
+      FERRY_SMALL_M_CASE(8)
+#undef FERRY_SMALL_M_CASE
+      default:
+        break;
+    }
+    FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ScaleEpilogue(const void* acc, DType acc_dtype, int64_t m, int64_t n, const float* x_scale, bool per_row,
+                     const float* w_scale, bool per_col, const void* bias, DType bias_dtype, GemmActivation act,
+                     void* y, DType y_dtype, int64_t ldy, cudaStream_t stream) {
+  if (m == 0 || n == 0) return Status::Ok();
+  if (acc_dtype == DType::kI32) {
+    return DispatchScaleEpilogueOut<int32_t>(acc, m, n, x_scale, per_row, w_scale, per_col, bias, bias_dtype, act, y,
+                                             y_dtype, ldy, stream);
+  }
+  if (acc_dtype == DType::kF32) {
+    return DispatchScaleEpilogueOut<float>(acc, m, n, x_scale, per_row, w_scale, per_col, bias, bias_dtype, act, y,
+                                           y_dtype, ldy, stream);
+  }
+  return InvalidArgument("GEMM scale epilogue reads i32 or f32 accumulators, not " +
+                         std::string(DTypeName(acc_dtype)));
+}
+
+Status BiasActivation(void* y, DType y_dtype, int64_t m, int64_t n, int64_t ldy, const void* bias, DType bias_dtype,
+                      GemmActivation act, cudaStream_t stream) {
+  if (m == 0 || n == 0 || (bias == nullptr && act == GemmActivation::kNone)) return Status::Ok();
+  switch (y_dtype) {
+    case DType::kF32: return LaunchBiasActivation<float>(y, m, n, ldy, bias, bias_dtype, act, stream);
+    case DType::kBF16: return LaunchBiasActivation<__nv_bfloat16>(y, m, n, ldy, bias, bias_dtype, act, stream);
+    case DType::kF16: return LaunchBiasActivation<__half>(y, m, n, ldy, bias, bias_dtype, act, stream);
+    default:
+      return InvalidArgument("GEMM bias/activation writes f32, bf16 or f16, not " + std::string(DTypeName(y_dtype)));
+  }
+}
+
+Status DequantizeInt8Rows(const int8_t* w, int64_t n, int64_t k, const float* scale, void* out, DType out_dtype,
+                          cudaStream_t stream) {
+  if (n == 0 || k == 0) return Status::Ok();
+  switch (out_dtype) {
+    case DType::kF32: return LaunchDequantize<float>(w, n, k, scale, out, stream);
+    case DType::kBF16: return LaunchDequantize<__nv_bfloat16>(w, n, k, scale, out, stream);
+    case DType::kF16: return LaunchDequantize<__half>(w, n, k, scale, out, stream);
+    default:
+      return InvalidArgument("int8 dequantization writes f32, bf16 or f16, not " +
+                             std::string(DTypeName(out_dtype)));
+  }
+}
+
+bool SmallMSupported(const void* x, DType x_dtype, int64_t ldx, const int8_t* w, int64_t k) {
+  const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool float_type = x_dtype == DType::kF32 || x_dtype == DType::kBF16 || x_dtype == DType::kF16;
+  return float_type && k % 16 == 0 && aligned16(x) && aligned16(w) &&
+         (ldx * static_cast<int64_t>(DTypeSize(x_dtype))) % 16 == 0;
+}
+
+Status Int8WeightOnlySmallM(const void* x, DType x_dtype, int64_t ldx, int64_t m, const int8_t* w,
+                            const float* scale, int64_t n, int64_t k, const void* bias, DType bias_dtype,
+                            GemmActivation act, void* y, int64_t ldy, cudaStream_t stream) {
+  if (!SmallMSupported(x, x_dtype, ldx, w, k)) {
+    return InvalidArgument("int8 weight-only small-M kernel needs K % 16 == 0 and 16-byte aligned rows");
+  }
+  if (m == 0) return Status::Ok();
+  switch (x_dtype) {
+    case DType::kF32: return LaunchSmallM<float>(x, ldx, m, w, scale, n, k, bias, bias_dtype, act, y, ldy, stream);
+    case DType::kBF16:
+      return LaunchSmallM<__nv_bfloat16>(x, ldx, m, w, scale, n, k, bias, bias_dtype, act, y, ldy, stream);
+    case DType::kF16: return LaunchSmallM<__half>(x, ldx, m, w, scale, n, k, bias, bias_dtype, act, y, ldy, stream);
+    default: return InvalidArgument("int8 weight-only small-M kernel takes f32, bf16 or f16 activations");
+  }
+}
+
+}  // namespace ferry::cuda::gemm_kernels

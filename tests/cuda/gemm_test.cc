@@ -1,0 +1,1054 @@
+// LtGemm against a host reference: every kind, several shapes (M = 1, 7, 64, 513; LLaMA-like
+// N x K), bias and GELU epilogues, tuned choices, strided rows and the errors for problems
+// cuBLASLt cannot run. References accumulate in double over the same rounded (or quantized)
+// inputs the GPU reads; outputs are poisoned with NaN before every call.
+#include "kernels/cuda/gemm.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <iomanip>
+#include <iostream>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace ferry::cuda {
+namespace {
+
+bool HaveGpu() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+int ComputeCapability() {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  return major * 10 + minor;
+}
+
+#define FERRY_SKIP_WITHOUT_GPU() \
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device"
+
+#define FERRY_ASSERT_OK(expr)                                 \
+  do {                                                        \
+    const ::ferry::Status ferry_test_status_ = (expr);        \
+    ASSERT_TRUE(ferry_test_status_.ok()) << ferry_test_status_.ToString(); \
+  } while (0)
+
+#define FERRY_ASSERT_CUDA(expr) ASSERT_EQ((expr), cudaSuccess) << cudaGetErrorString(cudaGetLastError())
+
+// Device memory owned for a test's scope.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    if (cudaMalloc(&ptr_, std::max<size_t>(bytes, 1)) != cudaSuccess) ptr_ = nullptr;
+  }
+  ~DeviceBuffer() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(o.bytes_) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      if (ptr_ != nullptr) cudaFree(ptr_);
+      ptr_ = std::exchange(o.ptr_, nullptr);
+      bytes_ = o.bytes_;
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* get() const { return ptr_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+DeviceBuffer Upload(const void* data, size_t bytes) {
+  DeviceBuffer b(bytes);
+  if (b.get() != nullptr && bytes > 0) cudaMemcpy(b.get(), data, bytes, cudaMemcpyHostToDevice);
+  return b;
+}
+
+template <typename T>
+DeviceBuffer Upload(const std::vector<T>& v) {
+  return Upload(v.data(), v.size() * sizeof(T));
+}
+
+// Host bytes of `values` in a float dtype (bf16, f16, f32, e4m3).
+std::vector<uint8_t> Encode(DType dtype, const std::vector<float>& values) {
+  std::vector<uint8_t> bytes(values.size() * DTypeSize(dtype));
+  ConvertFromF32(dtype, values.data(), bytes.data(), values.size());
+  return bytes;
+}
+
+float RoundTo(DType dtype, float v) {
+  switch (dtype) {
+    case DType::kBF16: return Bf16ToF32(F32ToBf16(v));
+    case DType::kF16: return F16ToF32(F32ToF16(v));
+    case DType::kF8E4M3: return F8E4M3ToF32(F32ToF8E4M3(v));
+    default: return v;
+  }
+}
+
+std::vector<float> RandomUniform(size_t n, float lo, float hi, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+template <typename Fn>
+void ParallelFor(int64_t count, Fn fn) {
+  const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1u, 32u);
+  std::atomic<int64_t> next{0};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      for (int64_t i = next.fetch_add(1); i < count; i = next.fetch_add(1)) fn(i);
+    });
+  }
+  for (auto& th : pool) th.join();
+}
+
+double ActivateHost(double v, GemmActivation act) {
+  switch (act) {
+    case GemmActivation::kGeluTanh:
+      return 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+    case GemmActivation::kGeluErf: return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+    default: return v;
+  }
+}
+
+// What the GPU multiplies, on the host: x [max_m, K] and w [N, K] as the values the kernels
+// read (rounded to bf16/f16, or the raw fp8/int8 values), with the scales applied outside.
+struct HostOperands {
+  int64_t n = 0, k = 0;
+  std::vector<float> x, w;
+  std::vector<float> row_scale;  // [max_m] or empty
+  std::vector<float> col_scale;  // [N] or empty
+  std::vector<float> bias;       // [N] rounded to the bias dtype, or empty
+};
+
+// ref[i * N + c] for each sampled row: act(sum_k x w * row_scale * col_scale + bias).
+std::vector<double> ReferenceRows(const HostOperands& h, const std::vector<int64_t>& rows, GemmActivation act,
+                                  bool apply_epilogue = true) {
+  const int64_t n = h.n, k = h.k;
+  std::vector<double> ref(rows.size() * n);
+  constexpr int64_t kColBlock = 64;
+  const int64_t col_blocks = (n + kColBlock - 1) / kColBlock;
+  ParallelFor(static_cast<int64_t>(rows.size()) * col_blocks, [&](int64_t task) {
+    const int64_t ri = task / col_blocks;
+    const int64_t c0 = (task % col_blocks) * kColBlock;
+    const float* xr = h.x.data() + rows[ri] * k;
+    for (int64_t c = c0; c < std::min(n, c0 + kColBlock); ++c) {
+      const float* wr = h.w.data() + c * k;
+      double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      int64_t i = 0;
+      for (; i + 4 <= k; i += 4) {
+        s0 += static_cast<double>(xr[i]) * wr[i];
+        s1 += static_cast<double>(xr[i + 1]) * wr[i + 1];
+        s2 += static_cast<double>(xr[i + 2]) * wr[i + 2];
+        s3 += static_cast<double>(xr[i + 3]) * wr[i + 3];
+      }
+      for (; i < k; ++i) s0 += static_cast<double>(xr[i]) * wr[i];
+      double v = (s0 + s1) + (s2 + s3);
+      if (apply_epilogue) {
+        if (!h.row_scale.empty()) v *= h.row_scale[rows[ri]];
+        if (!h.col_scale.empty()) v *= h.col_scale[c];
+        if (!h.bias.empty()) v += h.bias[c];
+        v = ActivateHost(v, act);
+      }
+      ref[ri * n + c] = v;
+    }
+  });
+  return ref;
+}
+
+// Every row for small M; else the ends, the middle and random rows.
+std::vector<int64_t> SampleRows(int64_t m, uint32_t seed) {
+  std::set<int64_t> rows;
+  if (m <= 64) {
+    for (int64_t r = 0; r < m; ++r) rows.insert(r);
+  } else {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int64_t> dist(0, m - 1);
+    for (int64_t r : {int64_t{0}, int64_t{1}, m / 2, m - 2, m - 1}) rows.insert(r);
+    while (rows.size() < 32) rows.insert(dist(rng));
+  }
+  return {rows.begin(), rows.end()};
+}
+
+// The device side of one (kind, N, K) operand set, rows for the largest M.
+struct DeviceOperands {
+  DeviceBuffer x, w, bias, x_scale, w_scale;
+};
+
+struct OperandSpec {
+  GemmKind kind = GemmKind::kBF16;
+  DType act_dtype = DType::kBF16;  // the activation dtype (int8 weight-only: X's dtype)
+  int64_t max_m = 0, n = 0, k = 0;
+  bool bias = false;
+  DType bias_dtype = DType::kF32;
+  Fp8Scaling fp8_scaling = Fp8Scaling::kPerTensor;
+  uint32_t seed = 1;
+};
+
+// Symmetric int8 per row of a [rows, cols] matrix: q = round(v / s), s = amax / 127.
+void QuantizeRowsInt8Host(const std::vector<float>& v, int64_t rows, int64_t cols, std::vector<int8_t>& q,
+                          std::vector<float>& scale) {
+  q.resize(v.size());
+  scale.resize(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    float amax = 0.0f;
+    for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(v[r * cols + c]));
+    const float s = amax > 0 ? amax / 127.0f : 1.0f;
+    scale[r] = s;
+    for (int64_t c = 0; c < cols; ++c) {
+      q[r * cols + c] = static_cast<int8_t>(std::clamp(std::nearbyint(v[r * cols + c] / s), -127.0f, 127.0f));
+    }
+  }
+}
+
+// Round-to-nearest-even e4m3 by binary search over the 127 finite non-negative codes (core's
+// F32ToF8E4M3 scans them all, too slow for the millions of weights here). Saturates at 448.
+uint8_t EncodeE4M3(float f) {
+  static const std::vector<float> kCodes = [] {
+    std::vector<float> v(0x7f);
+    for (int c = 0; c < 0x7f; ++c) v[c] = F8E4M3ToF32(static_cast<uint8_t>(c));
+    return v;
+  }();
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  const float a = std::fabs(f);
+  const auto it = std::lower_bound(kCodes.begin(), kCodes.end(), a);
+  if (it == kCodes.end()) return sign | 0x7e;
+  uint8_t code = static_cast<uint8_t>(it - kCodes.begin());
+  if (code > 0) {
+    const float above = kCodes[code] - a, below = a - kCodes[code - 1];
+    if (below < above || (below == above && (code & 1) != 0)) --code;
+  }
+  return sign | code;
+}
+
+// e4m3 with a scale per row (rows x cols) or one for the whole matrix (per_tensor).
+void QuantizeFp8Host(const std::vector<float>& v, int64_t rows, int64_t cols, bool per_tensor,
+                     std::vector<uint8_t>& q, std::vector<float>& q_values, std::vector<float>& scale) {
+  q.resize(v.size());
+  q_values.resize(v.size());
+  const auto amax_of = [&](int64_t r0, int64_t r1) {
+    float amax = 0.0f;
+    for (int64_t i = r0 * cols; i < r1 * cols; ++i) amax = std::max(amax, std::fabs(v[i]));
+    return amax > 0 ? amax / 448.0f : 1.0f;
+  };
+  scale.assign(per_tensor ? 1 : rows, 0.0f);
+  if (per_tensor) scale[0] = amax_of(0, rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float s = per_tensor ? scale[0] : (scale[r] = amax_of(r, r + 1));
+    for (int64_t c = 0; c < cols; ++c) {
+      const size_t i = r * cols + c;
+      q[i] = EncodeE4M3(v[i] / s);
+      q_values[i] = F8E4M3ToF32(q[i]);
+    }
+  }
+}
+
+// Random operands with O(1) outputs (x ~ U(-1, 1), w ~ U(-1, 1) * sqrt(3 / K)), so GELU's
+// curved part is exercised. Rows of x and of w get different magnitudes (x0.5 to x1.5), so
+// per-row and per-column scales that land on the wrong index show.
+void MakeOperands(const OperandSpec& s, HostOperands& h, DeviceOperands& d) {
+  h.n = s.n;
+  h.k = s.k;
+  const float w_range = std::sqrt(3.0f / static_cast<float>(s.k));
+  std::vector<float> x = RandomUniform(s.max_m * s.k, -1.0f, 1.0f, s.seed);
+  std::vector<float> w = RandomUniform(s.n * s.k, -w_range, w_range, s.seed + 1);
+  for (int64_t r = 0; r < s.max_m; ++r) {
+    for (int64_t i = 0; i < s.k; ++i) x[r * s.k + i] *= 0.5f + 0.25f * static_cast<float>(r % 4);
+  }
+  for (int64_t c = 0; c < s.n; ++c) {
+    for (int64_t i = 0; i < s.k; ++i) w[c * s.k + i] *= 0.5f + 0.5f * static_cast<float>(c % 3);
+  }
+  h.row_scale.clear();
+  h.col_scale.clear();
+  switch (s.kind) {
+    case GemmKind::kF32:
+    case GemmKind::kBF16:
+    case GemmKind::kF16: {
+      for (float& v : x) v = RoundTo(s.act_dtype, v);
+      for (float& v : w) v = RoundTo(s.act_dtype, v);
+      d.x = Upload(Encode(s.act_dtype, x));
+      d.w = Upload(Encode(s.act_dtype, w));
+      h.x = std::move(x);
+      h.w = std::move(w);
+      break;
+    }
+    case GemmKind::kFp8: {
+      const bool per_tensor = s.fp8_scaling == Fp8Scaling::kPerTensor;
+      std::vector<uint8_t> xq, wq;
+      std::vector<float> xs, ws;
+      QuantizeFp8Host(x, s.max_m, s.k, per_tensor, xq, h.x, xs);
+      QuantizeFp8Host(w, s.n, s.k, per_tensor, wq, h.w, ws);
+      d.x = Upload(xq);
+      d.w = Upload(wq);
+      d.x_scale = Upload(xs);
+      d.w_scale = Upload(ws);
+      h.row_scale = per_tensor ? std::vector<float>(s.max_m, xs[0]) : xs;
+      h.col_scale = per_tensor ? std::vector<float>(s.n, ws[0]) : ws;
+      break;
+    }
+    case GemmKind::kInt8: {
+      std::vector<int8_t> xq, wq;
+      std::vector<float> xs, ws;
+      QuantizeRowsInt8Host(x, s.max_m, s.k, xq, xs);
+      QuantizeRowsInt8Host(w, s.n, s.k, wq, ws);
+      d.x = Upload(xq);
+      d.w = Upload(wq);
+      d.x_scale = Upload(xs);
+      d.w_scale = Upload(ws);
+      h.x.assign(xq.begin(), xq.end());
+      h.w.assign(wq.begin(), wq.end());
+      h.row_scale = xs;
+      h.col_scale = ws;
+      break;
+    }
+    case GemmKind::kInt8WeightOnly: {
+      for (float& v : x) v = RoundTo(s.act_dtype, v);
+      std::vector<int8_t> wq;
+      std::vector<float> ws;
+      QuantizeRowsInt8Host(w, s.n, s.k, wq, ws);
+      d.x = Upload(Encode(s.act_dtype, x));
+      d.w = Upload(wq);
+      d.w_scale = Upload(ws);
+      h.x = std::move(x);
+      h.w.assign(wq.begin(), wq.end());
+      h.col_scale = ws;
+      break;
+    }
+  }
+  h.bias.clear();
+  d.bias = DeviceBuffer();
+  if (s.bias) {
+    std::vector<float> b = RandomUniform(s.n, -0.5f, 0.5f, s.seed + 2);
+    for (float& v : b) v = RoundTo(s.bias_dtype, v);
+    d.bias = Upload(Encode(s.bias_dtype, b));
+    h.bias = std::move(b);
+  }
+}
+
+GemmArgs ArgsFor(const DeviceOperands& d, void* y) {
+  GemmArgs a;
+  a.x = d.x.get();
+  a.w = d.w.get();
+  a.y = y;
+  a.bias = d.bias.get();
+  a.x_scale = d.x_scale.as<float>();
+  a.w_scale = d.w_scale.as<float>();
+  return a;
+}
+
+struct CheckResult {
+  double rel_err = 0.0;
+  int64_t unwritten = 0;  // NaN/inf anywhere in the M x N output
+  std::string route;
+};
+
+// Poisons y, runs, and compares the sampled rows with the reference.
+void RunAndCheck(LtGemm& gemm, const GemmProblem& p, const HostOperands& h, const DeviceOperands& d,
+                 cudaStream_t stream, CheckResult& out, const GemmChoice* choice = nullptr) {
+  const int64_t ldy = p.y_stride();
+  const size_t y_bytes = static_cast<size_t>(p.m * ldy) * DTypeSize(p.out_dtype);
+  DeviceBuffer y(y_bytes);
+  ASSERT_NE(y.get(), nullptr);
+  FERRY_ASSERT_CUDA(cudaMemset(y.get(), 0xff, y_bytes));
+  const GemmArgs args = ArgsFor(d, y.get());
+  FERRY_ASSERT_OK(gemm.Run(p, args, stream, choice));
+  FERRY_ASSERT_CUDA(cudaStreamSynchronize(stream));
+  FERRY_ASSERT_CUDA(cudaGetLastError());
+  std::vector<uint8_t> raw(y_bytes);
+  FERRY_ASSERT_CUDA(cudaMemcpy(raw.data(), y.get(), y_bytes, cudaMemcpyDeviceToHost));
+  std::vector<float> got(p.m * ldy);
+  ConvertToF32(p.out_dtype, raw.data(), got.data(), got.size());
+  out.unwritten = 0;
+  for (int64_t r = 0; r < p.m; ++r) {
+    for (int64_t c = 0; c < p.n; ++c) out.unwritten += std::isfinite(got[r * ldy + c]) ? 0 : 1;
+  }
+  const std::vector<int64_t> rows = SampleRows(p.m, static_cast<uint32_t>(p.m * 31 + p.n));
+  const std::vector<double> ref = ReferenceRows(h, rows, p.activation);
+  double err2 = 0.0, ref2 = 0.0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    for (int64_t c = 0; c < p.n; ++c) {
+      const double g = got[rows[i] * ldy + c];
+      const double e = ref[i * p.n + c];
+      err2 += (g - e) * (g - e);
+      ref2 += e * e;
+    }
+  }
+  out.rel_err = std::sqrt(err2 / std::max(ref2, 1e-300));
+  if (!std::isfinite(out.rel_err)) out.rel_err = 1e30;
+  Result<std::string> route = gemm.DescribeRoute(p, args);
+  out.route = route.ok() ? *route : route.status().ToString();
+}
+
+std::string Describe(const GemmProblem& p) {
+  std::string s = std::string(GemmKindName(p.kind)) + " M=" + std::to_string(p.m) + " N=" + std::to_string(p.n) +
+                  " K=" + std::to_string(p.k) + " out=" + std::string(DTypeName(p.out_dtype));
+  if (p.has_bias) s += " bias=" + std::string(DTypeName(p.bias_dtype));
+  if (p.activation == GemmActivation::kGeluTanh) s += " gelu_tanh";
+  if (p.activation == GemmActivation::kGeluErf) s += " gelu_erf";
+  return s;
+}
+
+// One test's GPU state: a stream and an LtGemm.
+class GemmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
+    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
+    Result<std::unique_ptr<LtGemm>> g = LtGemm::Create();
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    gemm_ = std::move(*g);
+    cc_ = ComputeCapability();
+  }
+  void TearDown() override {
+    gemm_.reset();
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  // Runs every M of `ms` for one operand set and checks against `tol`.
+  void CheckShapes(const OperandSpec& spec, GemmProblem base, const std::vector<int64_t>& ms, double tol,
+                   LtGemm* gemm = nullptr) {
+    HostOperands h;
+    DeviceOperands d;
+    MakeOperands(spec, h, d);
+    ASSERT_NE(d.x.get(), nullptr);
+    for (int64_t m : ms) {
+      GemmProblem p = base;
+      p.m = m;
+      p.n = spec.n;
+      p.k = spec.k;
+      CheckResult r;
+      RunAndCheck(gemm != nullptr ? *gemm : *gemm_, p, h, d, stream_, r);
+      if (HasFatalFailure()) return;
+      std::cout << "  " << std::left << std::setw(58) << Describe(p) << " rel_err " << std::scientific
+                << std::setprecision(2) << r.rel_err << std::defaultfloat << "  " << r.route << "\n";
+      EXPECT_LT(r.rel_err, tol) << Describe(p) << " via " << r.route;
+      EXPECT_EQ(r.unwritten, 0) << Describe(p) << " via " << r.route;
+    }
+  }
+
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<LtGemm> gemm_;
+  int cc_ = 0;
+};
+
+const std::vector<std::pair<int64_t, int64_t>> kShapes = {{2048, 2048}, {5632, 2048}, {2048, 8192}};
+const std::vector<int64_t> kMs = {1, 7, 64, 513};
+
+GemmProblem FloatProblem(GemmKind kind, DType dtype) {
+  GemmProblem p;
+  p.kind = kind;
+  p.out_dtype = dtype;
+  return p;
+}
+
+TEST_F(GemmTest, F32MatchesReference) {
+  for (const auto& [n, k] : kShapes) {
+    CheckShapes({GemmKind::kF32, DType::kF32, 513, n, k}, FloatProblem(GemmKind::kF32, DType::kF32), kMs, 1e-5);
+  }
+  CheckShapes({GemmKind::kF32, DType::kF32, 64, 4098, 1024}, FloatProblem(GemmKind::kF32, DType::kF32), {1, 7, 64},
+              1e-5);
+}
+
+TEST_F(GemmTest, Bf16MatchesReference) {
+  for (const auto& [n, k] : kShapes) {
+    CheckShapes({GemmKind::kBF16, DType::kBF16, 513, n, k}, FloatProblem(GemmKind::kBF16, DType::kBF16), kMs, 1e-2);
+  }
+  // Odd N: rows of Y are only 4-byte aligned.
+  CheckShapes({GemmKind::kBF16, DType::kBF16, 513, 4098, 2048}, FloatProblem(GemmKind::kBF16, DType::kBF16), kMs,
+              1e-2);
+  CheckShapes({GemmKind::kBF16, DType::kBF16, 64, 1000, 1000}, FloatProblem(GemmKind::kBF16, DType::kBF16), {3, 64},
+              1e-2);
+}
+
+TEST_F(GemmTest, F16MatchesReference) {
+  for (const auto& [n, k] : kShapes) {
+    CheckShapes({GemmKind::kF16, DType::kF16, 513, n, k}, FloatProblem(GemmKind::kF16, DType::kF16), kMs, 1e-2);
+  }
+}
+
+TEST_F(GemmTest, Tf32WhenAsked) {
+  GemmProblem p = FloatProblem(GemmKind::kF32, DType::kF32);
+  p.allow_tf32 = true;
+  CheckShapes({GemmKind::kF32, DType::kF32, 64, 2048, 2048}, p, {64}, 5e-3);
+}
+
+TEST_F(GemmTest, BiasAndGeluEpilogues) {
+  const GemmActivation acts[] = {GemmActivation::kNone, GemmActivation::kGeluTanh, GemmActivation::kGeluErf};
+  struct Case {
+    GemmKind kind;
+    DType dtype;
+    double tol;
+  };
+  for (const Case& c : {Case{GemmKind::kF32, DType::kF32, 1e-5}, Case{GemmKind::kBF16, DType::kBF16, 1e-2},
+                        Case{GemmKind::kF16, DType::kF16, 1e-2}}) {
+    for (DType bias_dtype : {c.dtype, DType::kF32}) {
+      for (GemmActivation act : acts) {
+        GemmProblem p = FloatProblem(c.kind, c.dtype);
+        p.has_bias = true;
+        p.bias_dtype = bias_dtype;
+        p.activation = act;
+        OperandSpec spec{c.kind, c.dtype, 64, 1024, 1024, true, bias_dtype};
+        CheckShapes(spec, p, {7, 64}, c.tol);
+      }
+    }
+    // GELU without a bias.
+    for (GemmActivation act : {GemmActivation::kGeluTanh, GemmActivation::kGeluErf}) {
+      GemmProblem p = FloatProblem(c.kind, c.dtype);
+      p.activation = act;
+      CheckShapes({c.kind, c.dtype, 64, 1024, 1024}, p, {5}, c.tol);
+    }
+  }
+}
+
+// f32 tells the two GELUs apart (their difference is ~1e-3 relative on O(1) outputs): a
+// result within 1e-5 of one reference is far from the other.
+TEST_F(GemmTest, GeluVariantsAreDistinct) {
+  OperandSpec spec{GemmKind::kF32, DType::kF32, 64, 1024, 1024, true, DType::kF32};
+  HostOperands h;
+  DeviceOperands d;
+  MakeOperands(spec, h, d);
+  GemmProblem p = FloatProblem(GemmKind::kF32, DType::kF32);
+  p.m = 64;
+  p.n = 1024;
+  p.k = 1024;
+  p.has_bias = true;
+  p.bias_dtype = DType::kF32;
+  p.activation = GemmActivation::kGeluTanh;
+  CheckResult tanh_result;
+  RunAndCheck(*gemm_, p, h, d, stream_, tanh_result);
+  EXPECT_LT(tanh_result.rel_err, 1e-5);
+  // The tanh output against the erf reference.
+  const std::vector<int64_t> rows = SampleRows(p.m, 5);
+  const std::vector<double> erf_ref = ReferenceRows(h, rows, GemmActivation::kGeluErf);
+  const std::vector<double> tanh_ref = ReferenceRows(h, rows, GemmActivation::kGeluTanh);
+  double diff2 = 0, ref2 = 0;
+  for (size_t i = 0; i < erf_ref.size(); ++i) {
+    diff2 += (erf_ref[i] - tanh_ref[i]) * (erf_ref[i] - tanh_ref[i]);
+    ref2 += erf_ref[i] * erf_ref[i];
+  }
+  EXPECT_GT(std::sqrt(diff2 / ref2), 5e-5) << "the test inputs do not separate the GELU variants";
+}
+
+TEST_F(GemmTest, Fp8PerTensorMatchesReference) {
+  GemmProblem p;
+  p.kind = GemmKind::kFp8;
+  p.out_dtype = DType::kBF16;
+  p.fp8_scaling = Fp8Scaling::kPerTensor;
+  if (cc_ < 89) {
+    p.m = 16, p.n = 64, p.k = 64;
+    EXPECT_EQ(gemm_->CheckProblem(p).code(), StatusCode::kUnimplemented);
+    GTEST_SKIP() << "fp8 needs sm_89+";
+  }
+  for (const auto& [n, k] : kShapes) {
+    OperandSpec spec{GemmKind::kFp8, DType::kBF16, 513, n, k};
+    CheckShapes(spec, p, kMs, 2e-2);
+  }
+  // Bias + GELU (fused for bf16 output), and f32 output with the epilogue kernel's bias.
+  GemmProblem pb = p;
+  pb.has_bias = true;
+  pb.bias_dtype = DType::kBF16;
+  pb.activation = GemmActivation::kGeluTanh;
+  CheckShapes({GemmKind::kFp8, DType::kBF16, 64, 2048, 2048, true, DType::kBF16}, pb, {1, 64}, 2e-2);
+  GemmProblem pf = p;
+  pf.out_dtype = DType::kF32;
+  pf.has_bias = true;
+  pf.bias_dtype = DType::kF32;
+  pf.activation = GemmActivation::kGeluErf;
+  CheckShapes({GemmKind::kFp8, DType::kF32, 64, 2048, 2048, true, DType::kF32}, pf, {7, 64}, 2e-2);
+}
+
+TEST_F(GemmTest, Fp8PerRowColMatchesReferenceOnBothRoutes) {
+  if (cc_ < 89) GTEST_SKIP() << "fp8 needs sm_89+";
+  LtGemmOptions epilogue_only;
+  epilogue_only.fp8_outer_vector_scales = false;
+  Result<std::unique_ptr<LtGemm>> forced = LtGemm::Create(epilogue_only);
+  ASSERT_TRUE(forced.ok()) << forced.status().ToString();
+  GemmProblem p;
+  p.kind = GemmKind::kFp8;
+  p.out_dtype = DType::kBF16;
+  p.fp8_scaling = Fp8Scaling::kPerRowCol;
+  for (LtGemm* g : {gemm_.get(), forced->get()}) {
+    for (const auto& [n, k] : kShapes) {
+      OperandSpec spec{GemmKind::kFp8, DType::kBF16, 513, n, k};
+      spec.fp8_scaling = Fp8Scaling::kPerRowCol;
+      CheckShapes(spec, p, kMs, 2e-2, g);
+    }
+    GemmProblem pb = p;
+    pb.has_bias = true;
+    pb.bias_dtype = DType::kF32;
+    pb.activation = GemmActivation::kGeluErf;
+    OperandSpec spec{GemmKind::kFp8, DType::kBF16, 64, 2048, 2048, true, DType::kF32};
+    spec.fp8_scaling = Fp8Scaling::kPerRowCol;
+    CheckShapes(spec, pb, {7, 64}, 2e-2, g);
+  }
+}
+
+TEST_F(GemmTest, Int8AccumulatorIsExact) {
+  for (const auto& [n, k] : kShapes) {
+    OperandSpec spec{GemmKind::kInt8, DType::kI32, 513, n, k};
+    HostOperands h;
+    DeviceOperands d;
+    MakeOperands(spec, h, d);
+    for (int64_t m : kMs) {
+      GemmProblem p;
+      p.kind = GemmKind::kInt8;
+      p.out_dtype = DType::kI32;
+      p.m = m;
+      p.n = n;
+      p.k = k;
+      const size_t y_bytes = static_cast<size_t>(m * n) * 4;
+      DeviceBuffer y(y_bytes);
+      FERRY_ASSERT_CUDA(cudaMemset(y.get(), 0xff, y_bytes));
+      FERRY_ASSERT_OK(gemm_->Run(p, ArgsFor(d, y.get()), stream_));
+      FERRY_ASSERT_CUDA(cudaStreamSynchronize(stream_));
+      std::vector<int32_t> got(m * n);
+      FERRY_ASSERT_CUDA(cudaMemcpy(got.data(), y.get(), y_bytes, cudaMemcpyDeviceToHost));
+      const std::vector<int64_t> rows = SampleRows(m, 11);
+      const std::vector<double> ref = ReferenceRows(h, rows, GemmActivation::kNone, /*apply_epilogue=*/false);
+      int64_t mismatches = 0;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        for (int64_t c = 0; c < n; ++c) mismatches += got[rows[i] * n + c] != static_cast<int32_t>(ref[i * n + c]);
+      }
+      EXPECT_EQ(mismatches, 0) << Describe(p);
+    }
+  }
+}
+
+TEST_F(GemmTest, Int8W8A8MatchesReference) {
+  GemmProblem p;
+  p.kind = GemmKind::kInt8;
+  p.out_dtype = DType::kF32;
+  for (const auto& [n, k] : kShapes) {
+    CheckShapes({GemmKind::kInt8, DType::kF32, 513, n, k}, p, kMs, 1e-3);
+  }
+  GemmProblem pb = p;
+  pb.out_dtype = DType::kBF16;
+  pb.has_bias = true;
+  pb.bias_dtype = DType::kBF16;
+  pb.activation = GemmActivation::kGeluErf;
+  CheckShapes({GemmKind::kInt8, DType::kBF16, 513, 2048, 2048, true, DType::kBF16}, pb, kMs, 1e-2);
+  GemmProblem pf = p;
+  pf.out_dtype = DType::kF16;
+  pf.has_bias = true;
+  pf.bias_dtype = DType::kF32;
+  pf.activation = GemmActivation::kGeluTanh;
+  CheckShapes({GemmKind::kInt8, DType::kF16, 64, 5632, 2048, true, DType::kF32}, pf, {7, 64}, 1e-2);
+}
+
+TEST_F(GemmTest, Int8WeightOnlyBothRoutes) {
+  for (DType act : {DType::kBF16, DType::kF16, DType::kF32}) {
+    GemmProblem p;
+    p.kind = GemmKind::kInt8WeightOnly;
+    p.out_dtype = act;
+    const double tol = act == DType::kF32 ? 1e-3 : 1e-2;  // the large-M route rounds W*scale to f32 only
+    for (const auto& [n, k] : kShapes) {
+      // Default: M <= 8 on the small-M kernel, larger M dequantizes.
+      CheckShapes({GemmKind::kInt8WeightOnly, act, 513, n, k}, p, kMs, tol);
+    }
+    GemmProblem never_small = p;
+    never_small.small_m_max = -1;
+    CheckShapes({GemmKind::kInt8WeightOnly, act, 64, 2048, 2048}, never_small, {1, 7}, tol);
+    GemmProblem always_small = p;
+    always_small.small_m_max = 64;
+    CheckShapes({GemmKind::kInt8WeightOnly, act, 64, 2048, 2048}, always_small, {13, 64}, tol);
+  }
+  // Bias and GELU on both routes; K not a multiple of 16 leaves the small-M kernel out.
+  GemmProblem pb;
+  pb.kind = GemmKind::kInt8WeightOnly;
+  pb.out_dtype = DType::kBF16;
+  pb.has_bias = true;
+  pb.bias_dtype = DType::kF32;
+  pb.activation = GemmActivation::kGeluErf;
+  CheckShapes({GemmKind::kInt8WeightOnly, DType::kBF16, 64, 2048, 2048, true, DType::kF32}, pb, {1, 7, 64}, 1e-2);
+  pb.activation = GemmActivation::kGeluTanh;
+  pb.bias_dtype = DType::kBF16;
+  CheckShapes({GemmKind::kInt8WeightOnly, DType::kBF16, 64, 1000, 1000, true, DType::kBF16}, pb, {1, 64}, 1e-2);
+}
+
+TEST_F(GemmTest, StridedRowsLeavePaddingAlone) {
+  struct Case {
+    GemmKind kind;
+    DType act, out;
+    double tol;
+  };
+  for (const Case& c : {Case{GemmKind::kBF16, DType::kBF16, DType::kBF16, 1e-2},
+                        Case{GemmKind::kInt8, DType::kI8, DType::kBF16, 1e-2},
+                        Case{GemmKind::kInt8WeightOnly, DType::kBF16, DType::kBF16, 1e-2}}) {
+    const int64_t m = 37, n = 1024, k = 512, ldx = k + 64, ldy = n + 32;
+    OperandSpec spec{c.kind, c.out, m, n, k};
+    HostOperands h;
+    DeviceOperands d;
+    MakeOperands(spec, h, d);
+    const size_t xsize = c.kind == GemmKind::kInt8 ? 1 : DTypeSize(c.act);
+    DeviceBuffer xs(static_cast<size_t>(m * ldx) * xsize);
+    FERRY_ASSERT_CUDA(cudaMemset(xs.get(), 0x7f, xs.bytes()));
+    FERRY_ASSERT_CUDA(cudaMemcpy2D(xs.get(), ldx * xsize, d.x.get(), k * xsize, k * xsize, m,
+                                   cudaMemcpyDeviceToDevice));
+    d.x = std::move(xs);
+    for (int64_t rows_m : {int64_t{3}, m}) {
+      GemmProblem p;
+      p.kind = c.kind;
+      p.out_dtype = c.out;
+      p.m = rows_m;
+      p.n = n;
+      p.k = k;
+      p.ldx = ldx;
+      p.ldy = ldy;
+      CheckResult r;
+      RunAndCheck(*gemm_, p, h, d, stream_, r);
+      EXPECT_LT(r.rel_err, c.tol) << Describe(p) << " via " << r.route;
+      EXPECT_EQ(r.unwritten, 0) << Describe(p);
+    }
+    // The padding columns of Y stay as poisoned.
+    GemmProblem p;
+    p.kind = c.kind;
+    p.out_dtype = c.out;
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.ldx = ldx;
+    p.ldy = ldy;
+    const size_t y_bytes = static_cast<size_t>(m * ldy) * 2;
+    DeviceBuffer y(y_bytes);
+    FERRY_ASSERT_CUDA(cudaMemset(y.get(), 0xff, y_bytes));
+    FERRY_ASSERT_OK(gemm_->Run(p, ArgsFor(d, y.get()), stream_));
+    FERRY_ASSERT_CUDA(cudaStreamSynchronize(stream_));
+    std::vector<uint16_t> raw(m * ldy);
+    FERRY_ASSERT_CUDA(cudaMemcpy(raw.data(), y.get(), y_bytes, cudaMemcpyDeviceToHost));
+    int64_t touched = 0;
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t col = n; col < ldy; ++col) touched += raw[r * ldy + col] != 0xffff;
+    }
+    EXPECT_EQ(touched, 0) << GemmKindName(c.kind);
+  }
+}
+
+TEST_F(GemmTest, TunedChoiceRunsAndSerializes) {
+  struct Case {
+    GemmKind kind;
+    DType act;
+    int64_t m;
+  };
+  std::vector<Case> cases = {{GemmKind::kBF16, DType::kBF16, 64},
+                             {GemmKind::kBF16, DType::kBF16, 1},
+                             {GemmKind::kInt8, DType::kBF16, 64},
+                             {GemmKind::kInt8WeightOnly, DType::kBF16, 4},
+                             {GemmKind::kInt8WeightOnly, DType::kBF16, 128}};
+  if (cc_ >= 89) cases.push_back({GemmKind::kFp8, DType::kBF16, 512});
+  for (const Case& c : cases) {
+    OperandSpec spec{c.kind, c.act, c.m, 2048, 2048, true, c.act};
+    HostOperands h;
+    DeviceOperands d;
+    MakeOperands(spec, h, d);
+    GemmProblem p;
+    p.kind = c.kind;
+    p.out_dtype = c.act;
+    p.m = c.m;
+    p.n = 2048;
+    p.k = 2048;
+    p.has_bias = true;
+    p.bias_dtype = c.act;
+    DeviceBuffer y(static_cast<size_t>(c.m * 2048) * DTypeSize(c.act));
+    Result<GemmChoice> choice = gemm_->Tune(p, ArgsFor(d, y.get()), stream_);
+    ASSERT_TRUE(choice.ok()) << choice.status().ToString();
+    std::cout << "  tuned " << Describe(p) << ": " << choice->measured_us << " us, "
+              << (choice->route == GemmChoice::Route::kSmallM ? "small_m" : "cublaslt") << "\n";
+    Result<GemmChoice> parsed = GemmChoice::FromString(choice->ToString());
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    EXPECT_EQ(parsed->route, choice->route);
+    EXPECT_EQ(parsed->algo, choice->algo);
+    EXPECT_EQ(parsed->workspace_bytes, choice->workspace_bytes);
+
+    const int64_t fallbacks = gemm_->choice_fallbacks();
+    CheckResult r;
+    RunAndCheck(*gemm_, p, h, d, stream_, r, &*parsed);
+    EXPECT_LT(r.rel_err, 1e-2) << Describe(p);
+    EXPECT_EQ(r.unwritten, 0);
+    // Another M of the same bucket takes the same choice.
+    GemmProblem q = p;
+    q.m = std::max<int64_t>(1, c.m - 1);
+    if (GemmMBucket(q.m) == GemmMBucket(p.m)) {
+      RunAndCheck(*gemm_, q, h, d, stream_, r, &*parsed);
+      EXPECT_LT(r.rel_err, 1e-2) << Describe(q);
+      EXPECT_EQ(r.unwritten, 0);
+    }
+    EXPECT_EQ(gemm_->choice_fallbacks(), fallbacks) << "the tuned choice was rejected";
+
+    if (parsed->route == GemmChoice::Route::kCublasLt) {
+      // A choice that needs more workspace than this LtGemm owns falls back to the heuristic.
+      GemmChoice greedy = *parsed;
+      greedy.workspace_bytes = gemm_->workspace_bytes() + 1;
+      RunAndCheck(*gemm_, p, h, d, stream_, r, &greedy);
+      EXPECT_LT(r.rel_err, 1e-2);
+      EXPECT_EQ(gemm_->choice_fallbacks(), fallbacks + 1);
+    }
+  }
+  // A small-M choice only fits int8 weight-only problems.
+  GemmChoice small;
+  small.route = GemmChoice::Route::kSmallM;
+  OperandSpec spec{GemmKind::kBF16, DType::kBF16, 4, 256, 256};
+  HostOperands h;
+  DeviceOperands d;
+  MakeOperands(spec, h, d);
+  GemmProblem p = FloatProblem(GemmKind::kBF16, DType::kBF16);
+  p.m = 4, p.n = 256, p.k = 256;
+  DeviceBuffer y(4 * 256 * 2);
+  EXPECT_EQ(gemm_->Run(p, ArgsFor(d, y.get()), stream_, &small).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(GemmTest, CachesOnePlanPerShape) {
+  OperandSpec spec{GemmKind::kBF16, DType::kBF16, 64, 512, 512};
+  HostOperands h;
+  DeviceOperands d;
+  MakeOperands(spec, h, d);
+  DeviceBuffer y(64 * 512 * 2);
+  GemmProblem p = FloatProblem(GemmKind::kBF16, DType::kBF16);
+  p.n = 512, p.k = 512;
+  const int before = gemm_->cached_plans();
+  for (int64_t m : {64, 64, 32, 64, 32}) {
+    p.m = m;
+    FERRY_ASSERT_OK(gemm_->Run(p, ArgsFor(d, y.get()), stream_));
+  }
+  EXPECT_EQ(gemm_->cached_plans(), before + 2);
+  FERRY_ASSERT_CUDA(cudaStreamSynchronize(stream_));
+}
+
+TEST_F(GemmTest, RejectsWhatCublasLtCannotRun) {
+  GemmProblem p;
+  p.m = 8;
+  p.n = 64;
+  p.k = 64;
+  p.kind = GemmKind::kBF16;
+  p.out_dtype = DType::kF32;
+  EXPECT_EQ(gemm_->CheckProblem(p).code(), StatusCode::kInvalidArgument);  // bf16 writes bf16
+  p.out_dtype = DType::kBF16;
+  p.has_bias = true;
+  p.bias_dtype = DType::kF16;
+  EXPECT_EQ(gemm_->CheckProblem(p).code(), StatusCode::kInvalidArgument);  // bias f32 or bf16
+  p.has_bias = false;
+  p.ldx = 32;
+  EXPECT_EQ(gemm_->CheckProblem(p).code(), StatusCode::kInvalidArgument);  // ldx < K
+  p.ldx = 0;
+
+  GemmProblem i8 = p;
+  i8.kind = GemmKind::kInt8;
+  i8.n = 4098;
+  EXPECT_EQ(gemm_->CheckProblem(i8).code(), StatusCode::kInvalidArgument);  // IMMA: N % 4
+  i8.n = 64;
+  i8.out_dtype = DType::kI32;
+  i8.has_bias = true;
+  i8.bias_dtype = DType::kF32;
+  EXPECT_EQ(gemm_->CheckProblem(i8).code(), StatusCode::kInvalidArgument);  // raw i32 takes no bias
+
+  GemmProblem f8 = p;
+  f8.kind = GemmKind::kFp8;
+  f8.k = 2056;
+  if (cc_ >= 89) {
+    EXPECT_EQ(gemm_->CheckProblem(f8).code(), StatusCode::kInvalidArgument);  // K % 16
+    f8.k = 64;
+    EXPECT_TRUE(gemm_->CheckProblem(f8).ok());
+    // Misaligned fp8 operand.
+    DeviceBuffer x(8 * 64 + 16), w(64 * 64), y(8 * 64 * 2);
+    GemmArgs a;
+    a.x = x.as<uint8_t>() + 8;
+    a.w = w.get();
+    a.y = y.get();
+    EXPECT_EQ(gemm_->Run(f8, a, stream_).code(), StatusCode::kInvalidArgument);
+  } else {
+    EXPECT_EQ(gemm_->CheckProblem(f8).code(), StatusCode::kUnimplemented);
+  }
+
+  // Missing pointers and scales.
+  DeviceBuffer buf(64 * 64 * 4);
+  GemmArgs a;
+  a.x = buf.get();
+  a.w = buf.get();
+  EXPECT_EQ(gemm_->Run(p, a, stream_).code(), StatusCode::kInvalidArgument);
+  a.y = buf.get();
+  GemmProblem w8 = p;
+  w8.kind = GemmKind::kInt8;
+  w8.out_dtype = DType::kBF16;
+  EXPECT_EQ(gemm_->Run(w8, a, stream_).code(), StatusCode::kInvalidArgument);  // no scales
+  // M = 0 is a no-op.
+  GemmProblem empty = p;
+  empty.m = 0;
+  EXPECT_TRUE(gemm_->Run(empty, a, stream_).ok());
+}
+
+TEST(GemmChoiceTest, RoundTripAndMalformed) {
+  GemmChoice c;
+  c.route = GemmChoice::Route::kCublasLt;
+  for (int i = 0; i < 8; ++i) c.algo[i] = 0x0123456789abcdefull * (i + 1);
+  c.workspace_bytes = 4u << 20;
+  const std::string text = c.ToString();
+  Result<GemmChoice> back = GemmChoice::FromString(text);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->algo, c.algo);
+  EXPECT_EQ(back->workspace_bytes, c.workspace_bytes);
+  Result<GemmChoice> small = GemmChoice::FromString("small_m");
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->route, GemmChoice::Route::kSmallM);
+  for (const std::string& bad : {std::string(""), std::string("lt:"), text.substr(0, text.size() - 1) + "x",
+                                "xx" + text.substr(2), text.substr(0, 40)}) {
+    EXPECT_FALSE(GemmChoice::FromString(bad).ok()) << bad;
+  }
+}
+
+TEST(GemmHostHelpers, FastE4M3MatchesCore) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-500.0f, 500.0f);
+  for (int i = 0; i < 20000; ++i) {
+    const float v = i % 2 ? dist(rng) : dist(rng) * 1e-3f;
+    ASSERT_EQ(EncodeE4M3(v), F32ToF8E4M3(v)) << v;
+  }
+  for (int c = 0; c < 0x7f; ++c) {
+    const float v = F8E4M3ToF32(static_cast<uint8_t>(c));
+    EXPECT_EQ(EncodeE4M3(v), c);
+    EXPECT_EQ(EncodeE4M3(-v), c == 0 ? 0x80 : (0x80 | c));
+  }
+}
+
+TEST(GemmChoiceTest, Buckets) {
+  EXPECT_EQ(GemmMBucket(1), 0);
+  EXPECT_EQ(GemmMBucket(2), 1);
+  EXPECT_EQ(GemmMBucket(4), 1);
+  EXPECT_EQ(GemmMBucket(5), 2);
+  EXPECT_EQ(GemmMBucket(64), 5);
+  EXPECT_EQ(GemmMBucket(65), 6);
+  EXPECT_EQ(GemmMBucket(512), 8);
+  EXPECT_EQ(GemmMBucket(513), 9);
+  EXPECT_EQ(GemmMBucket(100000), kGemmMBuckets - 1);
+  for (int b = 0; b < kGemmMBuckets; ++b) EXPECT_EQ(GemmMBucket(GemmBucketTuneM(b)), b);
+}
+
+// A timing table, run on demand (--gtest_also_run_disabled_tests): bf16 TFLOP/s through the
+// heuristic and the tuned choice, and the int8 weight-only routes at decode sizes. Each
+// call is captured 20 times into a CUDA graph and replayed; weights rotate through enough
+// copies to overflow L2.
+TEST_F(GemmTest, DISABLED_TimingTable) {
+  struct Row {
+    GemmKind kind;
+    DType act;
+    int64_t m, n, k;
+    int small_m_max;
+  };
+  std::vector<Row> rows;
+  for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{{2048, 2048}, {8192, 2048}}) {
+    for (int64_t m : {1, 64, 512, 2048}) rows.push_back({GemmKind::kBF16, DType::kBF16, m, n, k, 0});
+  }
+  for (int64_t m : {1, 8}) {
+    rows.push_back({GemmKind::kInt8WeightOnly, DType::kBF16, m, 8192, 2048, 64});
+    rows.push_back({GemmKind::kInt8WeightOnly, DType::kBF16, m, 8192, 2048, -1});
+  }
+  if (cc_ >= 89) rows.push_back({GemmKind::kFp8, DType::kBF16, 2048, 8192, 2048, 0});
+  rows.push_back({GemmKind::kInt8, DType::kBF16, 2048, 8192, 2048, 0});
+
+  std::cout << "\n  kind              M      N      K   heuristic us  TFLOP/s   tuned us  TFLOP/s  route\n";
+  for (const Row& row : rows) {
+    OperandSpec spec{row.kind, row.act, row.m, row.n, row.k};
+    const size_t w_bytes = static_cast<size_t>(row.n * row.k) *
+                           (row.kind == GemmKind::kBF16 ? 2 : 1);
+    const int copies = static_cast<int>(std::clamp<size_t>((size_t{160} << 20) / w_bytes + 1, 1, 16));
+    std::vector<HostOperands> hs(copies);
+    std::vector<DeviceOperands> ds(copies);
+    for (int c = 0; c < copies; ++c) {
+      spec.seed = 100 + c;
+      MakeOperands(spec, hs[c], ds[c]);
+    }
+    GemmProblem p;
+    p.kind = row.kind;
+    p.out_dtype = row.act;
+    p.m = row.m;
+    p.n = row.n;
+    p.k = row.k;
+    p.small_m_max = row.small_m_max;
+    DeviceBuffer y(static_cast<size_t>(row.m * row.n) * 2);
+    const auto time_graph = [&](const GemmChoice* choice, double& us) {
+      for (int c = 0; c < copies; ++c) FERRY_ASSERT_OK(gemm_->Run(p, ArgsFor(ds[c], y.get()), stream_, choice));
+      FERRY_ASSERT_CUDA(cudaStreamSynchronize(stream_));
+      constexpr int kCalls = 20;
+      cudaGraph_t graph = nullptr;
+      FERRY_ASSERT_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      for (int i = 0; i < kCalls; ++i) {
+        const Status s = gemm_->Run(p, ArgsFor(ds[i % copies], y.get()), stream_, choice);
+        if (!s.ok()) {
+          cudaStreamEndCapture(stream_, &graph);
+          if (graph != nullptr) cudaGraphDestroy(graph);
+          FAIL() << s.ToString();
+        }
+      }
+      FERRY_ASSERT_CUDA(cudaStreamEndCapture(stream_, &graph));
+      cudaGraphExec_t exec = nullptr;
+      FERRY_ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      cudaEvent_t start, stop;
+      cudaEventCreate(&start);
+      cudaEventCreate(&stop);
+      std::vector<float> times;
+      for (int rep = 0; rep < 7; ++rep) {
+        cudaEventRecord(start, stream_);
+        cudaGraphLaunch(exec, stream_);
+        cudaEventRecord(stop, stream_);
+        cudaEventSynchronize(stop);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, start, stop);
+        times.push_back(ms * 1000.0f / kCalls);
+      }
+      cudaEventDestroy(start);
+      cudaEventDestroy(stop);
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      FERRY_ASSERT_CUDA(cudaGetLastError());
+      std::sort(times.begin(), times.end());
+      us = times[times.size() / 2];
+    };
+    double heuristic_us = 0, tuned_us = 0;
+    time_graph(nullptr, heuristic_us);
+    if (HasFatalFailure()) return;
+    Result<GemmChoice> choice = gemm_->Tune(p, ArgsFor(ds[0], y.get()), stream_);
+    ASSERT_TRUE(choice.ok()) << choice.status().ToString();
+    time_graph(&*choice, tuned_us);
+    if (HasFatalFailure()) return;
+    const double flops = 2.0 * row.m * row.n * row.k;
+    Result<std::string> route = gemm_->DescribeRoute(p, ArgsFor(ds[0], y.get()));
+    std::cout << "  " << std::left << std::setw(16) << GemmKindName(row.kind) << std::right << std::setw(5) << row.m
+              << std::setw(7) << row.n << std::setw(7) << row.k << std::fixed << std::setprecision(1)
+              << std::setw(14) << heuristic_us << std::setw(9) << flops / heuristic_us * 1e-6 << std::setw(11)
+              << tuned_us << std::setw(9) << flops / tuned_us * 1e-6 << "  "
+              << (route.ok() ? *route : route.status().ToString())
+              << (choice->route == GemmChoice::Route::kSmallM ? " (tuned: small_m)" : "") << std::defaultfloat
+              << "\n";
+  }
+}
+
+}  // namespace
+}  // namespace ferry::cuda
