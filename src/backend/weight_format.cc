@@ -15,17 +15,18 @@ const char* WeightFormatName(WeightFormat f) {
     case WeightFormat::kF16: return "fp16";
     case WeightFormat::kInt8: return "int8-wo";
     case WeightFormat::kInt8W8A8: return "int8";
+    case WeightFormat::kFp8: return "fp8";
   }
   return "?";
 }
 
 Result<WeightFormat> ParseWeightFormat(std::string_view name) {
   for (WeightFormat f : {WeightFormat::kNative, WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kF16,
-                         WeightFormat::kInt8, WeightFormat::kInt8W8A8}) {
+                         WeightFormat::kInt8, WeightFormat::kInt8W8A8, WeightFormat::kFp8}) {
     if (name == WeightFormatName(f)) return f;
   }
   return InvalidArgument("unknown weight format '" + std::string(name) +
-                         "' (expected native, fp32, bf16, fp16, int8-wo or int8)");
+                         "' (expected native, fp32, bf16, fp16, int8-wo, int8 or fp8)");
 }
 
 }  // namespace ferry::backend

@@ -23,6 +23,7 @@ struct GenerateOptions {
   float repetition_penalty = 1.0f;
   int64_t seed = -1;
   int threads = 0;
+  std::string device = "cpu";
   bool json = false;
   bool dump_logits = false;
 };
@@ -52,7 +53,7 @@ int RunGenerate(const GenerateOptions& o) {
   if (o.prompt.empty() == o.prompt_ids.empty()) {
     return Fail(InvalidArgument("give exactly one of --prompt (non-empty) or --prompt-ids"));
   }
-  auto engine_or = engine::Engine::Load(o.model, {.threads = o.threads});
+  auto engine_or = engine::Engine::Load(o.model, {.threads = o.threads, .device = o.device});
   if (!engine_or.ok()) return Fail(engine_or.status());
   std::shared_ptr<engine::Engine> engine = std::move(engine_or).value();
   if (!engine->is_decoder()) return Fail(InvalidArgument("'" + o.model + "' is not a decoder model"));
@@ -121,6 +122,7 @@ void RegisterGenerate(CLI::App& app, int& exit_code) {
   sub->add_option("--repetition-penalty", o->repetition_penalty, "Penalty for earlier tokens (1 = off)");
   sub->add_option("--seed", o->seed, "Random seed");
   sub->add_option("--threads", o->threads, "Compute threads (0 = all cores)");
+  sub->add_option("--device", o->device, "cpu, cuda or cuda:N");
   sub->add_flag("--json", o->json, "Print one JSON object");
   sub->add_flag("--dump-logits", o->dump_logits, "Include the logits that chose the first token");
   sub->callback([o, &exit_code] { exit_code = RunGenerate(*o); });

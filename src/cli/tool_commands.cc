@@ -44,18 +44,27 @@ struct BenchModelOptions {
   int prompt_len = 512;
   std::vector<int> batches{1, 8};
   int decode_steps = 32;
+  int decode_context = 16;
   int repeats = 3;
   bool json = false;
+  std::string device = "cpu";
+  std::string activations = "bf16";
 };
 
 int RunBenchModel(const BenchModelOptions& o) {
-  auto engine_or = engine::Engine::Load(o.model);
+  engine::EngineOptions eo;
+  eo.device = o.device;
+  auto act = ParseDType(o.activations);
+  if (!act.ok()) return Fail(act.status());
+  eo.cuda_activations = act.value();
+  auto engine_or = engine::Engine::Load(o.model, eo);
   if (!engine_or.ok()) return Fail(engine_or.status());
   std::shared_ptr<engine::Engine> engine = std::move(engine_or).value();
   engine::ModelBenchOptions mo;
   mo.prompt_len = o.prompt_len;
   mo.decode_batches = o.batches;
   mo.decode_steps = o.decode_steps;
+  mo.decode_context = o.decode_context;
   mo.repeats = o.repeats;
   nlohmann::json all = nlohmann::json::array();
   for (int t : o.threads) {
@@ -118,6 +127,9 @@ void RegisterBench(CLI::App& app, int& exit_code) {
   sub->add_option("--prompt-len", o->prompt_len, "Prefill prompt length");
   sub->add_option("--batch", o->batches, "Decode batch sizes")->delimiter(',');
   sub->add_option("--decode-steps", o->decode_steps, "Decode steps timed");
+  sub->add_option("--decode-context", o->decode_context, "Tokens in each sequence's KV cache before decoding");
+  sub->add_option("--device", o->device, "cpu, cuda or cuda:N");
+  sub->add_option("--activations", o->activations, "CUDA activation dtype: bf16, f16 or f32");
   sub->add_option("--repeats", o->repeats, "Best of N");
   sub->add_flag("--json", o->json, "JSON output");
   sub->callback([o, &exit_code] { exit_code = RunBenchModel(*o); });

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "backend/cuda_backend.h"
 #include "core/thread_pool.h"
 #include "engine/engine_builder.h"
 #include "io/engine_file.h"
@@ -10,6 +11,24 @@
 namespace ferry::engine {
 
 namespace fs = std::filesystem;
+
+Result<std::unique_ptr<backend::Backend>> MakeBackend(const EngineOptions& options) {
+  if (options.device == "cpu") return backend::MakeCpuBackend();
+  if (options.device.rfind("cuda", 0) == 0) {
+    backend::CudaBackendOptions co;
+    if (options.device.size() > 4) {
+      if (options.device[4] != ':' || options.device.size() == 5 ||
+          options.device.find_first_not_of("0123456789", 5) != std::string::npos) {
+        return InvalidArgument("device must be cpu, cuda or cuda:N, got '" + options.device + "'");
+      }
+      co.device = std::stoi(options.device.substr(5));
+    }
+    co.activations = options.cuda_activations;
+    co.kv_cache = options.cuda_activations;
+    return backend::MakeCudaBackend(co);
+  }
+  return InvalidArgument("device must be cpu, cuda or cuda:N, got '" + options.device + "'");
+}
 
 Result<std::shared_ptr<Engine>> Engine::Load(const std::string& path, const EngineOptions& options) {
   std::error_code ec;
@@ -37,7 +56,7 @@ Result<std::shared_ptr<Engine>> Engine::Load(const std::string& path, const Engi
   e->weights_keepalive_ = ckpt;
   model::WeightSource src{[ckpt](const std::string& name) { return ckpt->Get(name); },
                           [ckpt](const std::string& name) { return ckpt->Has(name); }};
-  e->backend_ = backend::MakeCpuBackend();
+  FERRY_ASSIGN_OR_RETURN(e->backend_, MakeBackend(options));
   if (e->config_.family == io::ModelFamily::kDecoder) {
     auto m = model::DecoderModel::Load(e->config_, src, *e->backend_);
     if (!m.ok()) return m.status().WithContext("loading '" + path + "'");
@@ -116,7 +135,7 @@ Result<std::shared_ptr<Engine>> Engine::LoadEngineFile(const std::string& path, 
     e->tokenizer_ = std::move(tok).value();
   }
 
-  e->backend_ = backend::MakeCpuBackend();
+  FERRY_ASSIGN_OR_RETURN(e->backend_, MakeBackend(options));
   backend::Backend& be = *e->backend_;
   const bool verify = options.verify;
   model::PreparedSource src;

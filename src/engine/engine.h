@@ -18,7 +18,12 @@ namespace ferry::engine {
 struct EngineOptions {
   int threads = 0;      // compute threads; 0 = all cores
   bool verify = true;   // engine files: check every blob's CRC-32C while loading
+  std::string device = "cpu";  // "cpu" or "cuda" / "cuda:N"
+  DType cuda_activations = DType::kBF16;  // CUDA: activation and KV-cache dtype (bf16, f16, f32)
 };
+
+// The backend `options.device` names (Unavailable when that device is absent).
+Result<std::unique_ptr<backend::Backend>> MakeBackend(const EngineOptions& options);
 
 // The tokenizer of a model directory, tokenizer-only directory or engine file (its
 // embedded files), without loading any weights.

@@ -38,7 +38,8 @@ void DecoderModel::Finish() {
     // Bytes the kernels stream per step: one byte per int8 weight, else the packed dtype.
     switch (w.format) {
       case backend::WeightFormat::kInt8:
-      case backend::WeightFormat::kInt8W8A8: return static_cast<size_t>(w.out_features() * w.in_features());
+      case backend::WeightFormat::kInt8W8A8:
+      case backend::WeightFormat::kFp8: return static_cast<size_t>(w.out_features() * w.in_features());
       case backend::WeightFormat::kF32: return static_cast<size_t>(w.out_features() * w.in_features() * 4);
       case backend::WeightFormat::kBF16:
       case backend::WeightFormat::kF16: return static_cast<size_t>(w.out_features() * w.in_features() * 2);

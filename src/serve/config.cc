@@ -359,12 +359,17 @@ Status ParseDynamicBatching(const YAML::Node& node, const std::string& path, sch
 Status ParseModel(const YAML::Node& node, const std::string& path, ModelConfig& out) {
   FERRY_ASSIGN_OR_RETURN(const MapReader m,
                          MapReader::Open(node, path,
-                                         {"name", "path", "threads", "batching", "dynamic_batching", "warmup"}));
+                                         {"name", "path", "threads", "device", "batching", "dynamic_batching",
+                                          "warmup"}));
   FERRY_RETURN_IF_ERROR(m.Require("name"));
   FERRY_RETURN_IF_ERROR(m.Require("path"));
   FERRY_RETURN_IF_ERROR(m.String("name", out.name));
   FERRY_RETURN_IF_ERROR(m.String("path", out.path));
   FERRY_RETURN_IF_ERROR(m.Int("threads", out.threads));
+  FERRY_RETURN_IF_ERROR(m.String("device", out.device));
+  if (out.device != "cpu" && out.device != "cuda" && out.device.rfind("cuda:", 0) != 0) {
+    return InvalidArgument(m.Path("device") + ": must be cpu, cuda or cuda:N");
+  }
   if (const YAML::Node* batching = m.Find("batching")) {
     FERRY_RETURN_IF_ERROR(ParseContinuousBatching(*batching, m.Path("batching"), out.batching));
   }

@@ -52,6 +52,7 @@ struct ModelConfig {
   std::string name;  // [A-Za-z0-9._:/-]+, unique
   std::string path;  // checkpoint directory or engine file, relative to the working directory
   int threads = 0;   // 0: all cores
+  std::string device = "cpu";  // cpu, cuda or cuda:N
   sched::ContinuousBatchingOptions batching;
   sched::DynamicBatchingOptions dynamic_batching;
   bool warmup = true;

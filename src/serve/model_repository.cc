@@ -47,6 +47,7 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Create(const ModelConfig& conf
   m->model_metrics_ = metrics.ForModel(config.name);
   engine::PreloadOptions po;
   po.engine.threads = config.threads;
+  po.engine.device = config.device;
   po.max_seq_len = config.batching.max_seq_len;
   po.max_batch_seqs = config.batching.max_num_seqs;
   po.max_batch_tokens = config.batching.max_num_batched_tokens;

@@ -112,6 +112,7 @@ DType TargetDType(WeightFormat format, DType source) {
     case WeightFormat::kF16: return DType::kF16;
     case WeightFormat::kInt8:
     case WeightFormat::kInt8W8A8: return DType::kI8;
+    case WeightFormat::kFp8: break;  // refused by PackWeight
   }
   return source;
 }
@@ -135,6 +136,9 @@ Result<std::shared_ptr<PackedWeight>> PackWeight(const Tensor& weight, WeightFor
   const DType src_dtype = weight.dtype();
   if (src_dtype != DType::kF32 && src_dtype != DType::kBF16 && src_dtype != DType::kF16) {
     return InvalidArgument("linear weight dtype must be f32, bf16 or f16, got " + std::string(DTypeName(src_dtype)));
+  }
+  if (format == WeightFormat::kFp8) {
+    return Unimplemented("fp8 weights run on GPUs only (build the engine with --device cuda)");
   }
   const int64_t n = weight.dim(0), k = weight.dim(1);
   if (n > 0 && k > 0 && weight.raw() == nullptr) return InvalidArgument("linear weight has no data");

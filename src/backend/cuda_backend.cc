@@ -1,0 +1,659 @@
+#include "backend/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "core/logging.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kernels.h"
+
+namespace ferry::backend {
+
+namespace {
+
+using json = nlohmann::json;
+
+// Device memory in size classes, recycled when the last Tensor using a block goes away, so
+// the steady state (the same bucket shapes every step) allocates nothing. Thread-safe.
+class DevicePool : public std::enable_shared_from_this<DevicePool> {
+ public:
+  explicit DevicePool(int device) : device_(device) {}
+  ~DevicePool() {
+    for (auto& [size, blocks] : free_) {
+      for (void* p : blocks) cudaFree(p);
+    }
+  }
+
+  Result<std::shared_ptr<void>> Get(size_t bytes) {
+    const size_t size = RoundUp(std::max<size_t>(bytes, 256));
+    void* p = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto& list = free_[size];
+      if (!list.empty()) {
+        p = list.back();
+        list.pop_back();
+      }
+    }
+    if (p == nullptr) {
+      FERRY_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+      FERRY_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, size));
+      allocated_bytes_ += size;
+    }
+    std::weak_ptr<DevicePool> self = weak_from_this();
+    return std::shared_ptr<void>(p, [self, size](void* q) {
+      if (auto pool = self.lock()) {
+        std::lock_guard<std::mutex> lock(pool->mu_);
+        pool->free_[size].push_back(q);
+      } else {
+        cudaFree(q);
+      }
+    });
+  }
+
+  size_t allocated_bytes() const { return allocated_bytes_; }
+
+ private:
+  // Powers of two up to 1 MiB, then multiples of 1 MiB: little waste, few classes.
+  static size_t RoundUp(size_t n) {
+    if (n <= (1u << 20)) {
+      size_t p = 256;
+      while (p < n) p <<= 1;
+      return p;
+    }
+    return (n + (1u << 20) - 1) & ~static_cast<size_t>((1u << 20) - 1);
+  }
+
+  const int device_;
+  std::mutex mu_;
+  std::map<size_t, std::vector<void*>> free_;  // GUARDED_BY(mu_)
+  std::atomic<size_t> allocated_bytes_{0};
+};
+
+// Small host arrays an op needs on the device (token ids, positions, slots, block tables):
+// copied into pinned memory at once (the caller's array may die on return), then to the
+// device asynchronously on the stream. The rings restart after every stream synchronize.
+class Staging {
+ public:
+  static constexpr size_t kBytes = 16 << 20;
+
+  Status Init() {
+    FERRY_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&host_, kBytes, cudaHostAllocDefault));
+    FERRY_CUDA_RETURN_IF_ERROR(cudaMalloc(&device_, kBytes));
+    return Status::Ok();
+  }
+  ~Staging() {
+    if (host_ != nullptr) cudaFreeHost(host_);
+    if (device_ != nullptr) cudaFree(device_);
+  }
+
+  // Device copy of `bytes` bytes at `src`.
+  Result<void*> Put(const void* src, size_t bytes, cudaStream_t stream) {
+    const size_t size = (bytes + 255) & ~static_cast<size_t>(255);
+    if (size > kBytes) return ResourceExhausted("staging buffer too small for " + std::to_string(bytes) + " bytes");
+    if (offset_ + size > kBytes) {
+      FERRY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+      offset_ = 0;
+    }
+    char* h = static_cast<char*>(host_) + offset_;
+    char* d = static_cast<char*>(device_) + offset_;
+    std::memcpy(h, src, bytes);
+    FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, stream));
+    offset_ += size;
+    return static_cast<void*>(d);
+  }
+  void Reset() { offset_ = 0; }
+
+ private:
+  void* host_ = nullptr;
+  void* device_ = nullptr;
+  size_t offset_ = 0;
+};
+
+// A prepared weight on the GPU.
+struct CudaLinear {
+  Tensor weight;       // [out, in] in the GEMM's input dtype (act dtype, int8 or fp8)
+  Tensor scales;       // f32 [out]: int8 / fp8 per-channel scales (undefined otherwise)
+  Tensor smooth;       // f32 [in]: SmoothQuant factors for W8A8 (undefined: none)
+  Tensor bias;         // f32 [out] or undefined
+  WeightFormat format = WeightFormat::kNative;
+  cuda::GemmKind kind = cuda::GemmKind::kBF16;
+  std::vector<std::optional<cuda::GemmChoice>> choices;  // tuned per M bucket (empty: heuristic)
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const CudaBackendOptions& o) : options_(o) {}
+
+  Status Init() {
+    FERRY_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+    FERRY_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    pool_ = std::make_shared<DevicePool>(options_.device);
+    FERRY_RETURN_IF_ERROR(staging_.Init());
+    FERRY_ASSIGN_OR_RETURN(gemm_, cuda::LtGemm::Create(32 << 20));
+    cudaDeviceProp prop{};
+    FERRY_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, options_.device));
+    name_ = std::string("cuda:") + prop.name + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
+    return Status::Ok();
+  }
+  ~CudaBackend() override {
+    if (stream_ != nullptr) {
+      cudaStreamSynchronize(stream_);
+      cudaStreamDestroy(stream_);
+    }
+  }
+
+  Device device() const override { return Device::Cuda(options_.device); }
+  std::string Name() const override { return name_; }
+  DType activation_dtype() const override { return options_.activations; }
+  DType kv_cache_dtype() const override { return options_.kv_cache; }
+
+  Tensor Allocate(const Shape& shape, DType dtype) override {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    auto block = pool_->Get(static_cast<size_t>(n) * DTypeSize(dtype));
+    if (!block.ok()) {
+      FERRY_LOG_ERROR("GPU allocation of {} bytes failed: {}", n * DTypeSize(dtype), block.status().message());
+      return Tensor();
+    }
+    std::shared_ptr<void> mem = std::move(block).value();
+    return Tensor::FromBorrowed(mem.get(), shape, dtype, mem, device());
+  }
+
+  // --- weights ---------------------------------------------------------------------------
+
+  Status PrepareLinear(LinearWeight& w) override;
+  Result<SerializedLinear> SerializeLinear(const LinearWeight& w) override;
+  Result<LinearWeight> DeserializeLinear(const SerializedLinear& s) override;
+  Status Linear(const Tensor& x, const LinearWeight& w, Tensor& y) override;
+
+  // --- elementwise -----------------------------------------------------------------------
+
+  Status Embedding(const Tensor& table, const int32_t* ids, int64_t n, Tensor& out) override {
+    FERRY_ASSIGN_OR_RETURN(const Tensor* t, Resident(table));
+    FERRY_ASSIGN_OR_RETURN(void* d_ids, Stage(ids, n * sizeof(int32_t)));
+    return cuda::EmbeddingGather(t->raw(), t->dtype(), static_cast<const int32_t*>(d_ids), n, t->dim(1), out.raw(),
+                                 out.dtype(), stream_);
+  }
+  Status RmsNorm(const Tensor& x, const Tensor& gamma, float eps, Tensor& out) override {
+    FERRY_ASSIGN_OR_RETURN(const Tensor* g, ResidentF32(gamma));
+    return cuda::RmsNorm(x.raw(), g->data<float>(), eps, x.dim(0), x.dim(1), out.raw(), x.dtype(), stream_);
+  }
+  Status AddRmsNorm(Tensor& residual, const Tensor& delta, const Tensor& gamma, float eps, Tensor& out) override {
+    FERRY_ASSIGN_OR_RETURN(const Tensor* g, ResidentF32(gamma));
+    return cuda::AddRmsNorm(residual.raw(), delta.raw(), g->data<float>(), eps, residual.dim(0), residual.dim(1),
+                            out.raw(), residual.dtype(), stream_);
+  }
+  Status LayerNorm(const Tensor& x, const Tensor& delta, const Tensor& gamma, const Tensor& beta, float eps,
+                   Tensor& out) override {
+    FERRY_ASSIGN_OR_RETURN(const Tensor* g, ResidentF32(gamma));
+    FERRY_ASSIGN_OR_RETURN(const Tensor* b, ResidentF32(beta));
+    return cuda::LayerNorm(x.raw(), delta.defined() ? delta.raw() : nullptr, g->data<float>(), b->data<float>(), eps,
+                           x.dim(0), x.dim(1), out.raw(), x.dtype(), stream_);
+  }
+  Status Rope(Tensor& q, Tensor& k, int num_heads, int num_kv_heads, const int32_t* positions,
+              const RopeTable& table) override {
+    const int64_t T = q.dim(0);
+    FERRY_ASSIGN_OR_RETURN(void* d_pos, Stage(positions, T * sizeof(int32_t)));
+    FERRY_ASSIGN_OR_RETURN(const float* inv_freq, RopeFrequencies(table));
+    return cuda::Rope(q.raw(), k.raw(), T, num_heads, num_kv_heads, table.head_dim,
+                      static_cast<const int32_t*>(d_pos), inv_freq, q.dtype(), stream_);
+  }
+  Status SiluMul(const Tensor& gate_up, Tensor& out) override {
+    return cuda::SiluMul(gate_up.raw(), gate_up.dim(0), out.dim(1), out.raw(), out.dtype(), stream_);
+  }
+  Status Gelu(Tensor& x) override { return cuda::Gelu(x.raw(), x.numel(), x.dtype(), stream_); }
+  Status Tanh(Tensor& x) override { return cuda::Tanh(x.raw(), x.numel(), x.dtype(), stream_); }
+  Status Add(Tensor& x, const Tensor& y) override { return cuda::Add(x.raw(), y.raw(), x.numel(), x.dtype(), stream_); }
+  Status CopyColumns(const Tensor& src, int64_t col_begin, Tensor& dst) override {
+    return cuda::CopyColumns(src.raw(), src.dim(0), src.dim(1), col_begin, dst.raw(), dst.dim(1), src.dtype(), stream_);
+  }
+
+  // --- KV cache and attention ------------------------------------------------------------
+
+  Status WriteKv(const Tensor& k, const Tensor& v, const int32_t* slots, KvLayer& layer) override {
+    const int64_t T = k.dim(0);
+    const int kv_heads = static_cast<int>(layer.k.dim(1));
+    const int head_dim = static_cast<int>(layer.k.dim(3));
+    FERRY_ASSIGN_OR_RETURN(void* d_slots, Stage(slots, T * sizeof(int32_t)));
+    return cuda::WriteKv(k.raw(), v.raw(), static_cast<const int32_t*>(d_slots), T, kv_heads, head_dim,
+                         layer.block_tokens, layer.k.raw(), layer.v.raw(), k.dtype(), layer.k.dtype(), stream_);
+  }
+  Status PagedAttention(const Tensor& q, const KvLayer& layer, const std::vector<SeqSpan>& spans,
+                        const AttentionParams& params, Tensor& out) override;
+  Status DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
+                        const AttentionParams& params, Tensor& out) override;
+
+  // --- host transfers --------------------------------------------------------------------
+
+  Result<Tensor> ToHost(const Tensor& t) override {
+    if (t.device().is_cpu()) return t.ToF32();
+    Tensor f = t;
+    if (t.dtype() != DType::kF32) {
+      f = Allocate(t.shape(), DType::kF32);
+      FERRY_RETURN_IF_ERROR(cuda::Convert(t.raw(), t.dtype(), f.raw(), DType::kF32, t.numel(), stream_));
+    }
+    Tensor host = Tensor::Empty(t.shape(), DType::kF32);
+    FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host.raw(), f.raw(), host.nbytes(), cudaMemcpyDeviceToHost, stream_));
+    FERRY_RETURN_IF_ERROR(Synchronize());
+    return host;
+  }
+  Status Synchronize() override {
+    FERRY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    staging_.Reset();
+    return Status::Ok();
+  }
+
+ private:
+  Result<void*> Stage(const void* host, size_t bytes) { return staging_.Put(host, bytes, stream_); }
+  Result<Tensor> UploadBytes(const void* host, const Shape& shape, DType dtype);
+
+  // A host weight tensor's device copy (uploaded once, keyed by its address); device
+  // tensors are returned as they are.
+  Result<const Tensor*> Resident(const Tensor& t) { return Upload(t, t.dtype()); }
+  Result<const Tensor*> ResidentF32(const Tensor& t) { return Upload(t, DType::kF32); }
+  Result<const Tensor*> Upload(const Tensor& t, DType dtype) {
+    if (!t.device().is_cpu()) return &t;
+    std::lock_guard<std::mutex> lock(uploads_mu_);
+    auto it = uploads_.find(t.raw());
+    if (it != uploads_.end()) return &it->second;
+    Tensor host = dtype == DType::kF32 ? t.ToF32() : t;
+    Tensor dev = Allocate(host.shape(), host.dtype());
+    if (!dev.defined()) return ResourceExhausted("no GPU memory for a " + t.DebugString() + " weight");
+    FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice, stream_));
+    FERRY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    keep_.push_back(t);  // the host address stays valid (and unique) while cached
+    return &uploads_.emplace(t.raw(), std::move(dev)).first->second;
+  }
+  Result<const float*> RopeFrequencies(const RopeTable& table) {
+    std::lock_guard<std::mutex> lock(uploads_mu_);
+    auto it = rope_.find(&table);
+    if (it == rope_.end() || it->second.first != table.inv_freq) {
+      Tensor dev = Allocate({static_cast<int64_t>(table.inv_freq.size())}, DType::kF32);
+      FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev.raw(), table.inv_freq.data(), dev.nbytes(),
+                                                 cudaMemcpyHostToDevice, stream_));
+      FERRY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+      it = rope_.insert_or_assign(&table, std::make_pair(table.inv_freq, dev)).first;
+    }
+    return it->second.second.data<float>();
+  }
+
+  const CudaBackendOptions options_;
+  std::string name_;
+  cudaStream_t stream_ = nullptr;
+  std::shared_ptr<DevicePool> pool_;
+  Staging staging_;
+  std::unique_ptr<cuda::LtGemm> gemm_;
+  std::vector<int32_t> meta_;  // attention batch description, reused between calls
+  std::mutex uploads_mu_;
+  std::unordered_map<const void*, Tensor> uploads_;  // GUARDED_BY(uploads_mu_)
+  std::vector<Tensor> keep_;                         // GUARDED_BY(uploads_mu_)
+  std::unordered_map<const RopeTable*, std::pair<std::vector<float>, Tensor>> rope_;  // GUARDED_BY(uploads_mu_)
+};
+
+}  // namespace
+
+// --- linear layers ---------------------------------------------------------------------------
+
+namespace {
+
+// Host-side per-output-channel symmetric int8 quantization of w [n, k] (f32), optionally
+// after multiplying column j by smooth[j] (SmoothQuant: x / s, W * s).
+void QuantizeWeightInt8(const float* w, int64_t n, int64_t k, const float* smooth, std::vector<int8_t>& q,
+                        std::vector<float>& scales) {
+  q.resize(static_cast<size_t>(n * k));
+  scales.resize(static_cast<size_t>(n));
+  std::vector<float> row(static_cast<size_t>(k));
+  for (int64_t r = 0; r < n; ++r) {
+    float amax = 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      row[j] = w[r * k + j] * (smooth != nullptr ? smooth[j] : 1.0f);
+      amax = std::max(amax, std::fabs(row[j]));
+    }
+    const float scale = amax / 127.0f;
+    scales[r] = scale;
+    const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      q[r * k + j] = static_cast<int8_t>(std::clamp(std::nearbyint(row[j] * inv), -127.0f, 127.0f));
+    }
+  }
+}
+
+// Per-output-channel fp8 e4m3: scale = max|w| / 448.
+void QuantizeWeightFp8(const float* w, int64_t n, int64_t k, std::vector<uint8_t>& q, std::vector<float>& scales) {
+  q.resize(static_cast<size_t>(n * k));
+  scales.resize(static_cast<size_t>(n));
+  std::vector<float> scaled(static_cast<size_t>(k));
+  for (int64_t r = 0; r < n; ++r) {
+    float amax = 0.0f;
+    for (int64_t j = 0; j < k; ++j) amax = std::max(amax, std::fabs(w[r * k + j]));
+    const float scale = amax / 448.0f;
+    scales[r] = scale;
+    const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    for (int64_t j = 0; j < k; ++j) scaled[j] = w[r * k + j] * inv;
+    ConvertFromF32(DType::kF8E4M3, scaled.data(), q.data() + r * k, static_cast<size_t>(k));
+  }
+}
+
+cuda::GemmKind FloatKind(DType act) {
+  switch (act) {
+    case DType::kBF16: return cuda::GemmKind::kBF16;
+    case DType::kF16: return cuda::GemmKind::kF16;
+    default: return cuda::GemmKind::kF32;
+  }
+}
+
+}  // namespace
+
+Result<Tensor> CudaBackend::UploadBytes(const void* host, const Shape& shape, DType dtype) {
+  Tensor dev = Allocate(shape, dtype);
+  if (!dev.defined()) return ResourceExhausted("out of GPU memory for a weight");
+  FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev.raw(), host, dev.nbytes(), cudaMemcpyHostToDevice, stream_));
+  FERRY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return dev;
+}
+
+Status CudaBackend::PrepareLinear(LinearWeight& w) {
+  if (!w.weight.defined() || w.weight.rank() != 2) return InvalidArgument("PrepareLinear: weight must be [out, in]");
+  const int64_t n = w.weight.dim(0), k = w.weight.dim(1);
+  auto lin = std::make_shared<CudaLinear>();
+  lin->format = w.format;
+  const Tensor f = w.weight.ToF32();
+  switch (w.format) {
+    case WeightFormat::kNative:
+    case WeightFormat::kF32:
+    case WeightFormat::kBF16:
+    case WeightFormat::kF16: {
+      // On the GPU a float weight takes the activations' dtype: cuBLASLt multiplies like types.
+      const DType act = options_.activations;
+      lin->kind = FloatKind(act);
+      Tensor host = Tensor::Empty({n, k}, act);
+      ConvertFromF32(act, f.data<float>(), host.raw(), static_cast<size_t>(n * k));
+      FERRY_ASSIGN_OR_RETURN(lin->weight, UploadBytes(host.raw(), {n, k}, act));
+      break;
+    }
+    case WeightFormat::kInt8:
+    case WeightFormat::kInt8W8A8: {
+      const bool w8a8 = w.format == WeightFormat::kInt8W8A8;
+      lin->kind = w8a8 ? cuda::GemmKind::kInt8 : cuda::GemmKind::kInt8WeightOnly;
+      Tensor smooth_host;
+      if (w8a8 && w.smooth.defined()) {
+        smooth_host = w.smooth.ToF32();
+        if (smooth_host.numel() != k) return InvalidArgument("SmoothQuant factors do not match the weight");
+        FERRY_ASSIGN_OR_RETURN(lin->smooth, UploadBytes(smooth_host.raw(), {k}, DType::kF32));
+      }
+      std::vector<int8_t> q;
+      std::vector<float> scales;
+      QuantizeWeightInt8(f.data<float>(), n, k, smooth_host.defined() ? smooth_host.data<float>() : nullptr, q, scales);
+      FERRY_ASSIGN_OR_RETURN(lin->weight, UploadBytes(q.data(), {n, k}, DType::kI8));
+      FERRY_ASSIGN_OR_RETURN(lin->scales, UploadBytes(scales.data(), {n}, DType::kF32));
+      break;
+    }
+    case WeightFormat::kFp8: {
+      lin->kind = cuda::GemmKind::kFp8;
+      std::vector<uint8_t> q;
+      std::vector<float> scales;
+      QuantizeWeightFp8(f.data<float>(), n, k, q, scales);
+      FERRY_ASSIGN_OR_RETURN(lin->weight, UploadBytes(q.data(), {n, k}, DType::kF8E4M3));
+      FERRY_ASSIGN_OR_RETURN(lin->scales, UploadBytes(scales.data(), {n}, DType::kF32));
+      break;
+    }
+  }
+  if (w.bias.defined()) {
+    const Tensor b = w.bias.ToF32();
+    FERRY_ASSIGN_OR_RETURN(lin->bias, UploadBytes(b.raw(), {n}, DType::kF32));
+  }
+  w.out = n;
+  w.in = k;
+  w.packed = lin;
+  w.weight = Tensor();  // the GPU copy is what runs
+  w.smooth = Tensor();
+  return Status::Ok();
+}
+
+Status CudaBackend::Linear(const Tensor& x, const LinearWeight& w, Tensor& y) {
+  const auto* lin = static_cast<const CudaLinear*>(w.packed.get());
+  if (lin == nullptr) return FailedPrecondition("Linear: weight was not prepared for the CUDA backend");
+  const int64_t m = x.dim(0), n = w.out_features(), k = w.in_features();
+  if (x.dim(1) != k || y.dim(0) != m || y.dim(1) != n) {
+    return InvalidArgument("Linear: shapes x " + x.DebugString() + ", y " + y.DebugString() + " do not fit [" +
+                           std::to_string(n) + ", " + std::to_string(k) + "]");
+  }
+  if (m == 0) return Status::Ok();
+  cuda::GemmProblem p;
+  p.kind = lin->kind;
+  p.out_dtype = y.dtype();
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.has_bias = lin->bias.defined();
+  p.bias_dtype = DType::kF32;
+  p.small_m_max = w.small_m_max;
+  cuda::GemmArgs a;
+  a.x = x.raw();
+  a.w = lin->weight.raw();
+  a.y = y.raw();
+  a.bias = p.has_bias ? lin->bias.raw() : nullptr;
+  Tensor q, row_scales;
+  if (lin->kind == cuda::GemmKind::kInt8 || lin->kind == cuda::GemmKind::kFp8) {
+    // Per-token dynamic activation quantization.
+    row_scales = Allocate({m}, DType::kF32);
+    if (lin->kind == cuda::GemmKind::kInt8) {
+      q = Allocate({m, k}, DType::kI8);
+      FERRY_RETURN_IF_ERROR(cuda::QuantizeRowsInt8(x.raw(), m, k, lin->smooth.defined() ? lin->smooth.data<float>()
+                                                                                         : nullptr,
+                                                   q.data<int8_t>(), row_scales.data<float>(), x.dtype(), stream_));
+    } else {
+      q = Allocate({m, k}, DType::kF8E4M3);
+      FERRY_RETURN_IF_ERROR(cuda::QuantizeRowsFp8(x.raw(), m, k, q.raw(), row_scales.data<float>(), x.dtype(), stream_));
+      p.fp8_scaling = cuda::Fp8Scaling::kPerRowCol;
+    }
+    a.x = q.raw();
+    a.x_scale = row_scales.data<float>();
+  }
+  if (lin->kind == cuda::GemmKind::kInt8 || lin->kind == cuda::GemmKind::kFp8 ||
+      lin->kind == cuda::GemmKind::kInt8WeightOnly) {
+    a.w_scale = lin->scales.data<float>();
+  }
+  const cuda::GemmChoice* choice = nullptr;
+  const int bucket = cuda::GemmMBucket(m);
+  if (bucket < static_cast<int>(lin->choices.size()) && lin->choices[bucket].has_value()) choice = &*lin->choices[bucket];
+  return gemm_->Run(p, a, stream_, choice);
+}
+
+// A CUDA engine's linear: layout JSON plus blobs (weight, scales, smooth, bias) copied to the host.
+Result<SerializedLinear> CudaBackend::SerializeLinear(const LinearWeight& w) {
+  const auto* lin = static_cast<const CudaLinear*>(w.packed.get());
+  if (lin == nullptr) return FailedPrecondition("SerializeLinear: weight was not prepared");
+  nlohmann::json layout = {{"backend", "cuda"}, {"format", WeightFormatName(lin->format)},
+                           {"kind", std::string(cuda::GemmKindName(lin->kind))}, {"out", w.out_features()},
+                           {"in", w.in_features()}};
+  SerializedLinear s;
+  auto add = [&](const char* name, const Tensor& t) -> Status {
+    if (!t.defined()) return Status::Ok();
+    Tensor host = Tensor::Empty(t.shape(), t.dtype());
+    FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost));
+    layout["blobs"].push_back(name);
+    s.blobs.push_back(std::move(host));
+    return Status::Ok();
+  };
+  FERRY_RETURN_IF_ERROR(add("weight", lin->weight));
+  FERRY_RETURN_IF_ERROR(add("scales", lin->scales));
+  FERRY_RETURN_IF_ERROR(add("smooth", lin->smooth));
+  FERRY_RETURN_IF_ERROR(add("bias", lin->bias));
+  json choices = json::array();
+  for (const auto& c : lin->choices) choices.push_back(c ? json(c->ToString()) : json(nullptr));
+  layout["gemm_choices"] = choices;
+  s.layout_json = layout.dump();
+  return s;
+}
+
+Result<LinearWeight> CudaBackend::DeserializeLinear(const SerializedLinear& s) {
+  json layout;
+  try {
+    layout = json::parse(s.layout_json);
+  } catch (const json::exception& e) {
+    return DataLoss(std::string("bad linear layout: ") + e.what());
+  }
+  if (layout.value("backend", "") != "cuda") {
+    return FailedPrecondition("this weight was packed for another backend; rebuild the engine with --device cuda");
+  }
+  auto lin = std::make_shared<CudaLinear>();
+  FERRY_ASSIGN_OR_RETURN(lin->format, ParseWeightFormat(layout.value("format", "")));
+  const std::string kind = layout.value("kind", "");
+  bool known = false;
+  for (auto k : {cuda::GemmKind::kF32, cuda::GemmKind::kBF16, cuda::GemmKind::kF16, cuda::GemmKind::kFp8,
+                 cuda::GemmKind::kInt8, cuda::GemmKind::kInt8WeightOnly}) {
+    if (kind == cuda::GemmKindName(k)) {
+      lin->kind = k;
+      known = true;
+    }
+  }
+  if (!known) return DataLoss("unknown GEMM kind '" + kind + "'");
+  const json names = layout.value("blobs", json::array());
+  if (names.size() != s.blobs.size()) return DataLoss("linear layout names " + std::to_string(names.size()) + " blobs");
+  for (size_t i = 0; i < names.size(); ++i) {
+    const Tensor& b = s.blobs[i];
+    FERRY_ASSIGN_OR_RETURN(Tensor dev, UploadBytes(b.raw(), b.shape(), b.dtype()));
+    const std::string name = names[i];
+    if (name == "weight") lin->weight = dev;
+    else if (name == "scales") lin->scales = dev;
+    else if (name == "smooth") lin->smooth = dev;
+    else if (name == "bias") lin->bias = dev;
+    else return DataLoss("unknown linear blob '" + name + "'");
+  }
+  if (!lin->weight.defined() || lin->weight.rank() != 2) return DataLoss("linear without a weight blob");
+  for (const json& c : layout.value("gemm_choices", json::array())) {
+    if (c.is_string()) {
+      FERRY_ASSIGN_OR_RETURN(cuda::GemmChoice choice, cuda::GemmChoice::FromString(c.get<std::string>()));
+      lin->choices.push_back(choice);
+    } else {
+      lin->choices.push_back(std::nullopt);
+    }
+  }
+  LinearWeight w;
+  w.format = lin->format;
+  w.out = lin->weight.dim(0);
+  w.in = lin->weight.dim(1);
+  w.packed = lin;
+  return w;
+}
+
+// --- attention -------------------------------------------------------------------------------
+
+Status CudaBackend::PagedAttention(const Tensor& q, const KvLayer& layer, const std::vector<SeqSpan>& spans,
+                                   const AttentionParams& params, Tensor& out) {
+  const int S = static_cast<int>(spans.size());
+  if (S == 0) return Status::Ok();
+  const int bt = layer.block_tokens;
+  int max_blocks = 1, max_q = 1, max_ctx = 1;
+  for (const SeqSpan& s : spans) {
+    max_blocks = std::max(max_blocks, (s.context_len + bt - 1) / bt);
+    max_q = std::max(max_q, s.q_len);
+    max_ctx = std::max(max_ctx, s.context_len);
+  }
+  // One staged array: q_begin[S], q_len[S], context_len[S], block_tables[S * max_blocks].
+  std::vector<int32_t>& meta = meta_;
+  meta.assign(static_cast<size_t>(3 * S + S * max_blocks), 0);
+  for (int i = 0; i < S; ++i) {
+    const SeqSpan& s = spans[i];
+    meta[i] = s.q_begin;
+    meta[S + i] = s.q_len;
+    meta[2 * S + i] = s.context_len;
+    const int nb = (s.context_len + bt - 1) / bt;
+    std::copy(s.block_table, s.block_table + nb, meta.begin() + 3 * S + static_cast<int64_t>(i) * max_blocks);
+  }
+  FERRY_ASSIGN_OR_RETURN(void* d_meta, Stage(meta.data(), meta.size() * sizeof(int32_t)));
+  const int32_t* dm = static_cast<const int32_t*>(d_meta);
+  cuda::PagedAttentionArgs a;
+  a.q = q.raw();
+  a.out = out.raw();
+  a.act_dtype = q.dtype();
+  a.num_tokens = static_cast<int>(q.dim(0));
+  a.k_cache = layer.k.raw();
+  a.v_cache = layer.v.raw();
+  a.kv_dtype = layer.k.dtype();
+  a.block_tokens = bt;
+  a.num_seqs = S;
+  a.q_begin = dm;
+  a.q_len = dm + S;
+  a.context_len = dm + 2 * S;
+  a.block_tables = dm + 3 * S;
+  a.max_blocks_per_seq = max_blocks;
+  a.max_q_len = max_q;
+  a.max_context_len = max_ctx;
+  a.num_heads = params.num_heads;
+  a.num_kv_heads = params.num_kv_heads;
+  a.head_dim = params.head_dim;
+  a.scale = params.scale;
+  a.causal = params.causal;
+  FERRY_ASSIGN_OR_RETURN(size_t ws, cuda::PagedAttentionWorkspaceBytes(S, params.num_heads, params.num_kv_heads,
+                                                                      params.head_dim, max_ctx));
+  Tensor workspace;
+  if (ws > 0) {
+    workspace = Allocate({static_cast<int64_t>(ws)}, DType::kI8);
+    a.workspace = workspace.raw();
+    a.workspace_bytes = ws;
+  }
+  return cuda::PagedAttention(a, stream_);
+}
+
+Status CudaBackend::DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
+                                   const AttentionParams& params, Tensor& out) {
+  const int S = static_cast<int>(spans.size());
+  if (S == 0) return Status::Ok();
+  std::vector<int32_t>& meta = meta_;
+  meta.resize(static_cast<size_t>(2 * S));
+  for (int i = 0; i < S; ++i) {
+    meta[i] = spans[i].q_begin;
+    meta[S + i] = spans[i].q_len;
+  }
+  FERRY_ASSIGN_OR_RETURN(void* d_meta, Stage(meta.data(), meta.size() * sizeof(int32_t)));
+  const int32_t* dm = static_cast<const int32_t*>(d_meta);
+  cuda::DenseAttentionArgs a;
+  a.q = q.raw();
+  a.k = k.raw();
+  a.v = v.raw();
+  a.out = out.raw();
+  a.dtype = q.dtype();
+  a.num_tokens = static_cast<int>(q.dim(0));
+  a.num_seqs = S;
+  a.q_begin = dm;
+  a.q_len = dm + S;
+  a.num_heads = params.num_heads;
+  a.num_kv_heads = params.num_kv_heads;
+  a.head_dim = params.head_dim;
+  a.scale = params.scale;
+  a.causal = params.causal;
+  return cuda::DenseAttention(a, stream_);
+}
+
+bool CudaAvailable() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+Result<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& options) {
+  if (!CudaAvailable()) return Unavailable("no CUDA device is available");
+  if (options.activations != DType::kBF16 && options.activations != DType::kF16 && options.activations != DType::kF32) {
+    return InvalidArgument("CUDA activations must be bf16, f16 or f32");
+  }
+  auto be = std::make_unique<CudaBackend>(options);
+  FERRY_RETURN_IF_ERROR(be->Init());
+  return std::unique_ptr<Backend>(std::move(be));
+}
+
+}  // namespace ferry::backend

@@ -1,0 +1,183 @@
+// Every fixture model through the CUDA backend against its Hugging Face references, with
+// f32 activations (the CPU's tolerance) and bf16 activations (a bf16 tolerance), plus the
+// demo models on the GPU against the CPU engine.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+
+#include "backend/cuda_backend.h"
+#include "engine/engine.h"
+#include "engine/generator.h"
+#include "io/safetensors.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+using testing::MaxAbs;
+using testing::MaxDiff;
+using testing::ToFloats;
+using testing::ToIds;
+
+#define SKIP_WITHOUT_GPU() \
+  if (!backend::CudaAvailable()) GTEST_SKIP() << "no CUDA device present"
+
+struct Case {
+  std::string model;
+  DType activations;
+  double tolerance;  // max |ours - ref| <= tolerance * max |ref|
+};
+
+std::string Name(const ::testing::TestParamInfo<Case>& info) {
+  std::string n = info.param.model + "_" + std::string(DTypeName(info.param.activations));
+  for (char& c : n) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return n;
+}
+
+engine::EngineOptions Cuda(DType activations) {
+  engine::EngineOptions o;
+  o.device = "cuda";
+  o.cuda_activations = activations;
+  return o;
+}
+
+class CudaDecoderFixtureTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaDecoderFixtureTest, LogitsMatchReference) {
+  SKIP_WITHOUT_GPU();
+  const Case& c = GetParam();
+  const std::string dir = testing::FixturePath("models/" + c.model);
+  auto e = engine::Engine::Load(dir, Cuda(c.activations));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  engine::RunnerOptions ro;
+  ro.max_batch_seqs = 8;
+  ro.max_seq_len = 256;
+  auto runner = engine::DecoderRunner::Create(*e, ro);
+  ASSERT_TRUE(runner.ok()) << runner.status().ToString();
+  auto ref = io::SafetensorsFile::Open(dir + "/reference.safetensors");
+  ASSERT_TRUE(ref.ok());
+  std::ifstream in(dir + "/reference.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  const int vocab = (*e)->config().vocab_size;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<float>> expected;
+  for (const auto& p : j["prompts"]) {
+    const std::string key = "p" + std::to_string(p["index"].get<int>());
+    prompts.push_back(ToIds((*ref)->Get(key + ".input_ids").value()));
+    expected.push_back(ToFloats((*ref)->Get(key + ".last_logits").value()));
+  }
+  // Each prompt alone, then all of them as one ragged batch.
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto logits = (*runner)->executor().Step({{static_cast<int64_t>(i), prompts[i], 0, false}});
+    ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+    (*runner)->cache().Free(static_cast<int64_t>(i));
+    EXPECT_LE(MaxDiff(logits->data<float>(), expected[i].data(), vocab), c.tolerance * MaxAbs(expected[i]))
+        << c.model << " prompt " << i;
+  }
+  std::vector<engine::SeqStep> steps;
+  for (size_t i = 0; i < prompts.size(); ++i) steps.push_back({static_cast<int64_t>(i), prompts[i], 0, false});
+  auto batched = (*runner)->executor().Step(steps);
+  ASSERT_TRUE(batched.ok()) << batched.status().ToString();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    (*runner)->cache().Free(static_cast<int64_t>(i));
+    EXPECT_LE(MaxDiff(batched->data<float>() + i * vocab, expected[i].data(), vocab), c.tolerance * MaxAbs(expected[i]))
+        << c.model << " prompt " << i << " in the ragged batch";
+  }
+}
+
+TEST_P(CudaDecoderFixtureTest, DecodeWithKvCacheMatchesFullRecompute) {
+  SKIP_WITHOUT_GPU();
+  const Case& c = GetParam();
+  auto e = engine::Engine::Load(testing::FixturePath("models/" + c.model), Cuda(c.activations));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  engine::RunnerOptions ro;
+  ro.max_batch_seqs = 4;
+  ro.max_seq_len = 128;
+  auto runner = engine::DecoderRunner::Create(*e, ro);
+  ASSERT_TRUE(runner.ok());
+  const int vocab = (*e)->config().vocab_size;
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back((i * 37 + 11) % vocab);
+  // Prefill 30 in chunks of 7, then decode 10 one by one; compare the last logits.
+  auto& ex = (*runner)->executor();
+  Result<Tensor> last = InvalidArgument("unset");
+  for (int pos = 0; pos < 40;) {
+    const int n = pos < 30 ? std::min(7, 30 - pos) : 1;
+    last = ex.Step({{1, std::span<const int32_t>(ids.data() + pos, n), pos, false}});
+    ASSERT_TRUE(last.ok()) << last.status().ToString();
+    pos += n;
+  }
+  (*runner)->cache().Free(1);
+  auto full = ex.Step({{2, ids, 0, false}});
+  ASSERT_TRUE(full.ok());
+  (*runner)->cache().Free(2);
+  const std::vector<float> ref(full->data<float>(), full->data<float>() + vocab);
+  EXPECT_LE(MaxDiff(last->data<float>(), ref.data(), vocab), c.tolerance * MaxAbs(ref));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaDecoderFixtureTest,
+                         ::testing::Values(Case{"llama-tiny", DType::kF32, 1e-3}, Case{"llama3-tiny", DType::kF32, 1e-3},
+                                           Case{"qwen2-tiny", DType::kF32, 1e-3},
+                                           Case{"llama-tiny", DType::kBF16, 3e-2},
+                                           Case{"llama3-tiny", DType::kBF16, 3e-2},
+                                           Case{"qwen2-tiny", DType::kBF16, 3e-2},
+                                           Case{"llama3-tiny", DType::kF16, 1e-2}),
+                         Name);
+
+TEST(CudaEncoderFixtureTest, BertMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = testing::FixturePath("models/bert-tiny");
+  for (DType act : {DType::kF32, DType::kBF16}) {
+    auto gpu = engine::Engine::Load(dir, Cuda(act));
+    ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+    auto cpu = engine::Engine::Load(dir);
+    ASSERT_TRUE(cpu.ok());
+    std::vector<engine::EncodedInput> inputs;
+    for (const char* text : {"The movie was wonderful!", "I did not like it at all, not one bit.", "ok"}) {
+      auto enc = (*cpu)->tokenizer()->EncodeWithSpecial(text);
+      ASSERT_TRUE(enc.ok());
+      inputs.push_back({enc->ids, enc->type_ids});
+    }
+    auto want = engine::Embed(**cpu, inputs, engine::Pooling::kMean, false);
+    auto got = engine::Embed(**gpu, inputs, engine::Pooling::kMean, false);
+    ASSERT_TRUE(want.ok() && got.ok()) << got.status().ToString();
+    const std::vector<float> w = ToFloats(*want), g = ToFloats(*got);
+    const double tol = (act == DType::kF32 ? 1e-4 : 3e-2) * MaxAbs(w);
+    EXPECT_LE(MaxDiff(g.data(), w.data(), w.size()), tol) << std::string(DTypeName(act));
+    if ((*cpu)->encoder()->has_classifier()) {
+      auto lw = engine::Classify(**cpu, inputs);
+      auto lg = engine::Classify(**gpu, inputs);
+      ASSERT_TRUE(lw.ok() && lg.ok());
+      const std::vector<float> a = ToFloats(*lw), b = ToFloats(*lg);
+      EXPECT_LE(MaxDiff(a.data(), b.data(), a.size()), (act == DType::kF32 ? 1e-4 : 3e-2) * MaxAbs(a));
+    }
+  }
+}
+
+TEST(CudaDemoModelTest, KjvDecoderOnTheGpuAgreesWithTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = testing::SourcePath("models/demo/kjv-decoder");
+  auto cpu = engine::Engine::Load(dir);
+  auto gpu = engine::Engine::Load(dir, Cuda(DType::kBF16));
+  ASSERT_TRUE(cpu.ok() && gpu.ok()) << gpu.status().ToString();
+  auto prompt = (*cpu)->EncodePrompt("And the LORD said unto Moses,");
+  ASSERT_TRUE(prompt.ok());
+  engine::RunnerOptions ro;
+  ro.max_batch_seqs = 2;
+  ro.max_seq_len = 512;
+  auto rc = engine::DecoderRunner::Create(*cpu, ro);
+  auto rg = engine::DecoderRunner::Create(*gpu, ro);
+  ASSERT_TRUE(rc.ok() && rg.ok());
+  auto lc = (*rc)->executor().Step({{1, *prompt, 0, false}});
+  auto lg = (*rg)->executor().Step({{1, *prompt, 0, false}});
+  ASSERT_TRUE(lc.ok() && lg.ok()) << lg.status().ToString();
+  const std::vector<float> a = ToFloats(*lc), b = ToFloats(*lg);
+  EXPECT_LE(MaxDiff(a.data(), b.data(), a.size()), 3e-2 * MaxAbs(a));
+}
+
+}  // namespace
+}  // namespace ferry
