@@ -1,0 +1,155 @@
+// Device-side building blocks shared by the element-wise, norm, RoPE, KV-cache,
+// quantization and sampling kernels: f32 widening/rounding of every storage type, 16-byte
+// vector access, block reductions, and host-side dtype dispatch and launch sizing.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace ferry::cuda::kernels_internal {
+
+// ---- scalar conversions (f32 <-> storage), all rounding to nearest even ----
+
+__device__ __forceinline__ float ToF32(float v) { return v; }
+__device__ __forceinline__ float ToF32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float ToF32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float ToF32(__nv_fp8_e4m3 v) { return static_cast<float>(v); }
+
+template <typename T>
+__device__ __forceinline__ T FromF32(float v);
+template <>
+__device__ __forceinline__ float FromF32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half FromF32<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromF32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+// Saturating (+-448, as core/dtype.h's F32ToF8E4M3); NaN stays NaN.
+template <>
+__device__ __forceinline__ __nv_fp8_e4m3 FromF32<__nv_fp8_e4m3>(float v) {
+  __nv_fp8_e4m3 r;
+  r.__x = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+  return r;
+}
+
+// ---- vector access ----
+
+// N elements of T moved as one aligned access (16 bytes for the usual N = 16 / sizeof(T)).
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
+template <typename T, int N>
+__device__ __forceinline__ void LoadF32(const T* p, float (&out)[N]) {
+  const Vec<T, N> a = *reinterpret_cast<const Vec<T, N>*>(p);
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = ToF32(a.v[i]);
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void StoreF32(T* p, const float (&in)[N]) {
+  Vec<T, N> a;
+#pragma unroll
+  for (int i = 0; i < N; ++i) a.v[i] = FromF32<T>(in[i]);
+  *reinterpret_cast<Vec<T, N>*>(p) = a;
+}
+
+// Elements per 16-byte access.
+template <typename T>
+inline constexpr int kVec16 = static_cast<int>(16 / sizeof(T));
+
+// ---- reductions (blockDim.x a multiple of 32, at most 1024) ----
+
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float WarpMax(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Every thread gets the block's total. `scratch` holds 32 floats; the leading barrier lets
+// consecutive reductions share it.
+__device__ __forceinline__ float BlockSum(float v, float* scratch) {
+  v = WarpSum(v);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x >> 5) ? scratch[lane] : 0.0f;
+  return WarpSum(v);
+}
+
+__device__ __forceinline__ float BlockMax(float v, float* scratch) {
+  v = WarpMax(v);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x >> 5) ? scratch[lane] : 0.0f;
+  return WarpMax(v);
+}
+
+// ---- host side ----
+
+inline bool Aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Threads for one block per row of `nvec` vectors: a multiple of 32, at most `cap`.
+inline int RowThreads(int64_t nvec, int cap) {
+  const int64_t t = CeilDiv(nvec, 32) * 32;
+  return static_cast<int>(t < 32 ? 32 : (t > cap ? cap : t));
+}
+
+// Blocks for a grid-stride loop over `work_blocks` blocks of work: enough to fill the GPU
+// several times over, no more. (Two attribute queries: no synchronization.)
+inline int GridBlocks(int64_t work_blocks) {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) {
+    sms = 132;  // the launch that follows reports the error
+  }
+  const int64_t cap = static_cast<int64_t>(sms) * 16;
+  if (work_blocks < 1) return 1;
+  return static_cast<int>(work_blocks < cap ? work_blocks : cap);
+}
+
+// Calls f(T{}) with T the device type of a float dtype (kF32, kF16, kBF16).
+template <typename F>
+Status DispatchAct(DType act, const char* what, F&& f) {
+  switch (act) {
+    case DType::kF32:
+      return f(float{});
+    case DType::kF16:
+      return f(__half{});
+    case DType::kBF16:
+      return f(__nv_bfloat16{});
+    default:
+      return InvalidArgument(std::string(what) + ": activations must be f32, f16 or bf16, got " +
+                             std::string(DTypeName(act)));
+  }
+}
+
+// As DispatchAct, also accepting kF8E4M3 (storage-only types: tables, caches, conversions).
+template <typename F>
+Status DispatchStorage(DType dtype, const char* what, F&& f) {
+  if (dtype == DType::kF8E4M3) return f(__nv_fp8_e4m3{});
+  if (dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16) return DispatchAct(dtype, what, f);
+  return InvalidArgument(std::string(what) + ": dtype must be f32, f16, bf16 or f8_e4m3, got " +
+                         std::string(DTypeName(dtype)));
+}
+
+}  // namespace ferry::cuda::kernels_internal

@@ -1,0 +1,131 @@
+// Host-callable CUDA kernels for everything but GEMM and attention: embedding, norms,
+// RoPE, activations, KV-cache writes, dtype conversion, activation quantization and
+// sampling. The CPU kernels in kernels/cpu are the reference semantics.
+//
+// Conventions for every function here:
+//  - pointers are device pointers unless a comment says otherwise; tensors are row-major
+//    and contiguous;
+//  - `act` is the activation dtype (kF32, kF16 or kBF16); all arithmetic is in f32 and
+//    results are rounded to `act` (nearest even) once, on store;
+//  - the work is enqueued on `stream` and the returned Status reports argument errors and
+//    the launch itself (not the kernel's completion); nothing is allocated;
+//  - data-dependent indices (token ids, cache slots) cannot be checked on the device: the
+//    caller validates them on the host, where they come from.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace ferry::cuda {
+
+// out[i, :] = table[ids[i], :]; table [vocab, hidden] in f32, bf16, f16 or fp8 e4m3, out
+// [n, hidden] in `act`. ids must lie in [0, vocab).
+Status EmbeddingGather(const void* table, DType table_dtype, const int32_t* ids, int64_t n, int64_t hidden, void* out,
+                       DType act, cudaStream_t stream);
+
+// out = x * rsqrt(mean(x^2) + eps) * gamma over each row of [rows, cols]; out may be x.
+Status RmsNorm(const void* x, const float* gamma, float eps, int64_t rows, int64_t cols, void* out, DType act,
+               cudaStream_t stream);
+
+// residual += delta (stored rounded to `act`); out = RmsNorm(residual) of the f32 sum, as
+// the CPU computes it. out must not alias residual (it may alias delta).
+Status AddRmsNorm(void* residual, const void* delta, const float* gamma, float eps, int64_t rows, int64_t cols,
+                  void* out, DType act, cudaStream_t stream);
+
+// out = LayerNorm(x (+ delta when delta is not null)) * gamma + beta over each row, with the
+// CPU's shifted two-pass mean and variance. out may alias x or delta.
+Status LayerNorm(const void* x, const void* delta, const float* gamma, const float* beta, float eps, int64_t rows,
+                 int64_t cols, void* out, DType act, cudaStream_t stream);
+
+// Rotary embedding in place on q [tokens, num_heads*head_dim] and k [tokens,
+// num_kv_heads*head_dim] (k may be null), Hugging Face rotate_half pairing: element i pairs
+// with i + head_dim/2 and turns by positions[t] * inv_freq[i] (inv_freq has head_dim/2
+// entries). The angle and its sine and cosine are computed in double, so positions of 128k
+// and beyond keep full f32 accuracy.
+Status Rope(void* q, void* k, int64_t tokens, int num_heads, int num_kv_heads, int head_dim, const int32_t* positions,
+            const float* inv_freq, DType act, cudaStream_t stream);
+
+// Writes k, v [tokens, num_kv_heads*head_dim] (in `act`) into the paged caches k_cache,
+// v_cache [num_blocks, num_kv_heads, block_tokens, head_dim] (in `cache_dtype`) at
+// slots[t] = block * block_tokens + offset; a negative slot marks a padding row and is
+// skipped. cache_dtype is kF32, kF16, kBF16 or kF8E4M3. An fp8 cache stores the values
+// themselves as e4m3 (per-tensor scale 1), rounded to nearest even and saturated to
+// +-448; it suits models whose keys and values stay well inside that range.
+Status WriteKv(const void* k, const void* v, const int32_t* slots, int64_t tokens, int num_kv_heads, int head_dim,
+               int block_tokens, void* k_cache, void* v_cache, DType act, DType cache_dtype, cudaStream_t stream);
+
+// Rope then WriteKv in one pass: q and k are rotated in place and the rotated k, with v,
+// is written into the caches. Same arguments and semantics as the two calls in sequence.
+Status RopeWriteKv(void* q, void* k, const void* v, int64_t tokens, int num_heads, int num_kv_heads, int head_dim,
+                   const int32_t* positions, const float* inv_freq, const int32_t* slots, int block_tokens,
+                   void* k_cache, void* v_cache, DType act, DType cache_dtype, cudaStream_t stream);
+
+// out[r, :] = silu(gate_up[r, :inter]) * gate_up[r, inter:]; gate_up [rows, 2*inter].
+Status SiluMul(const void* gate_up, int64_t rows, int64_t inter, void* out, DType act, cudaStream_t stream);
+
+// In place, exact (erf) GELU over n elements.
+Status Gelu(void* x, int64_t n, DType act, cudaStream_t stream);
+
+// In place tanh over n elements.
+Status Tanh(void* x, int64_t n, DType act, cudaStream_t stream);
+
+// x += y over n elements.
+Status Add(void* x, const void* y, int64_t n, DType act, cudaStream_t stream);
+
+// dst[r, :dst_cols] = src[r, col_begin : col_begin + dst_cols] for rows rows (splits a fused
+// QKV result). src and dst must not overlap.
+Status CopyColumns(const void* src, int64_t rows, int64_t src_cols, int64_t col_begin, void* dst, int64_t dst_cols,
+                   DType act, cudaStream_t stream);
+
+// dst = src converted element-wise, among kF32, kF16, kBF16 and kF8E4M3 (to e4m3: nearest
+// even, saturated to +-448, NaN stays NaN), as core/dtype.h converts on the host.
+Status Convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, cudaStream_t stream);
+
+// Per-row symmetric int8 quantization, bit-identical to the CPU W8A8 path: x' = x / smooth
+// (smooth null: x' = x), amax = max |x'|, q = round_half_even(x' * (127 / amax)) clamped to
+// [-127, 127], row_scales[r] = amax / 127 (an all-zero row: q = 0, scale 0). q [rows, cols].
+Status QuantizeRowsInt8(const void* x, int64_t rows, int64_t cols, const float* smooth, int8_t* q, float* row_scales,
+                        DType act, cudaStream_t stream);
+
+// Per-row fp8 quantization: amax = max |x|, q = e4m3(x * (448 / amax)) (nearest even,
+// saturated), row_scales[r] = amax / 448 (an all-zero row: q = 0, scale 0). q [rows, cols].
+Status QuantizeRowsFp8(const void* x, int64_t rows, int64_t cols, void* q, float* row_scales, DType act,
+                       cudaStream_t stream);
+
+// One row's sampling settings (engine::SamplingParams with the seed resolved). The draw is
+// a pure function of (seed, counter, logits): the same request samples the same tokens
+// whatever batch it rides in. Use the number of tokens generated so far as the counter.
+struct SamplingParamsGpu {
+  float temperature = 1.0f;         // 0: greedy (argmax, ties to the lowest id)
+  int32_t top_k = 0;                // 0: off
+  float top_p = 1.0f;               // 1: off
+  float min_p = 0.0f;               // 0: off
+  float repetition_penalty = 1.0f;  // 1: off
+  uint64_t seed = 0;
+  uint64_t counter = 0;
+};
+
+// Picks one token per row of logits [rows, vocab] (f32) into out_tokens [rows], with the
+// processors of engine::Sampler in its order: repetition penalty (each distinct token of
+// the row's history once: positive logits divided, negative multiplied), temperature,
+// top-k, top-p, min-p; then a draw from the renormalized survivors. `params` is a host
+// array of rows entries (copied into the launch; it may be freed on return).
+// history_tokens/history_offsets (device) hold each row's prompt and generated tokens:
+// row r's are history_tokens[history_offsets[r] .. history_offsets[r + 1]); both may be
+// null when no row has a repetition penalty. Ids outside [0, vocab) are ignored.
+//
+// Greedy rows reproduce engine::Argmax exactly. Sampled rows follow the CPU sampler's
+// distribution, not its random stream: the draw is a Gumbel-max race over the survivors
+// with counter-based (Philox) noise, and the top-p cut-off accumulates probabilities in
+// 2^-42 fixed point so it is deterministic; its decision can differ from the CPU's only
+// when the cumulative mass lies within about 1e-7 of top_p. Logits must not be NaN.
+Status SampleRows(const float* logits, int rows, int vocab, const SamplingParamsGpu* params,
+                  const int32_t* history_tokens, const int64_t* history_offsets, int32_t* out_tokens,
+                  cudaStream_t stream);
+
+}  // namespace ferry::cuda
