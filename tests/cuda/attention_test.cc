@@ -423,6 +423,94 @@ TEST(CudaPagedAttention, MismatchedSixteenBitCache) {
   RunPaged(c);
 }
 
+// An f32 cache (f32 models keep their cache in f32 to match their CPU references) runs on
+// the f32 kernel, under f32 and under 16-bit activations.
+TEST(CudaPagedAttention, F32Cache) {
+  FERRY_SKIP_WITHOUT_GPU();
+  PagedCase c;
+  c.kv = DType::kF32;
+  c.seqs = {{1, 500}, {37, 300}, {1, 17}, {100, 100}};
+  c.seed = 12;
+  for (DType act : {DType::kF32, DType::kBF16, DType::kF16}) {
+    c.act = act;
+    SCOPED_TRACE(Describe(c));
+    RunPaged(c);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// Small heads: 16 (the test models) and 32 (the demo decoder), on the tensor-core kernels
+// (16-bit and e4m3 caches) and on the f32 kernel (f32 activations over bf16 and f32 caches,
+// and a mismatched 16-bit cache), which splits a warp over keys below head_dim 32.
+const DtypePair kSmallHeadDtypePairs[] = {{DType::kBF16, DType::kBF16},  {DType::kF16, DType::kF16},
+                                          {DType::kBF16, DType::kF8E4M3}, {DType::kF32, DType::kBF16},
+                                          {DType::kF32, DType::kF32},     {DType::kBF16, DType::kF16}};
+
+// Runs `c` for head_dim 16 and 32, GQA 4/2 and 4/1, every dtype pair above.
+void RunSmallHeads(PagedCase c) {
+  for (int head_dim : {16, 32}) {
+    for (int kv_heads : {2, 1}) {
+      for (const DtypePair& d : kSmallHeadDtypePairs) {
+        c.num_heads = 4;
+        c.num_kv_heads = kv_heads;
+        c.head_dim = head_dim;
+        c.act = d.act;
+        c.kv = d.kv;
+        SCOPED_TRACE(Describe(c));
+        RunPaged(c);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(CudaPagedAttention, SmallHeadDimsDecode) {
+  FERRY_SKIP_WITHOUT_GPU();
+  PagedCase c;
+  c.seqs = {{1, 1}, {1, 2}, {1, 15}, {1, 16}, {1, 17}, {1, 63}, {1, 64}, {1, 65}, {1, 129}, {1, 300}};
+  c.seed = 13;
+  RunSmallHeads(c);
+}
+
+// One sequence alone: its 300 keys are split over several CTAs and merged.
+TEST(CudaPagedAttention, SmallHeadDimsDecodeSplits) {
+  FERRY_SKIP_WITHOUT_GPU();
+  PagedCase c;
+  c.seqs = {{1, 300}};
+  c.seed = 14;
+  RunSmallHeads(c);
+}
+
+TEST(CudaPagedAttention, SmallHeadDimsPrefill) {
+  FERRY_SKIP_WITHOUT_GPU();
+  PagedCase c;
+  c.seqs = {{2, 2}, {17, 17}, {64, 64}, {65, 65}, {300, 300}};
+  c.seed = 15;
+  RunSmallHeads(c);
+}
+
+TEST(CudaPagedAttention, SmallHeadDimsMixed) {
+  FERRY_SKIP_WITHOUT_GPU();
+  for (int block_tokens : {8, 16, 32}) {
+    PagedCase c;
+    c.block_tokens = block_tokens;
+    c.seqs = {{1, 300}, {200, 200}, {1, 1}, {37, 300}, {5, 5}, {1, 33}, {2, 50}, {16, 16}};
+    c.seed = 16 + block_tokens;
+    RunSmallHeads(c);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(CudaPagedAttention, SmallHeadDimsNonCausalSharp) {
+  FERRY_SKIP_WITHOUT_GPU();
+  PagedCase c;
+  c.causal = false;
+  c.q_amplitude = 8.0f;
+  c.seqs = {{50, 120}, {1, 33}, {16, 16}, {1, 300}};
+  c.seed = 17;
+  RunSmallHeads(c);
+}
+
 TEST(CudaPagedAttention, RejectsBadArguments) {
   FERRY_SKIP_WITHOUT_GPU();
   DeviceBuffer buf(1 << 20);
@@ -453,7 +541,7 @@ TEST(CudaPagedAttention, RejectsBadArguments) {
   a.num_kv_heads = 3;
   EXPECT_EQ(cuda::PagedAttention(a, nullptr).code(), StatusCode::kInvalidArgument);
   a.num_kv_heads = 2;
-  a.kv_dtype = DType::kF32;
+  a.kv_dtype = DType::kI8;
   EXPECT_EQ(cuda::PagedAttention(a, nullptr).code(), StatusCode::kInvalidArgument);
   a.kv_dtype = DType::kBF16;
   a.q_row_stride = 100;  // not a multiple of 8
@@ -619,12 +707,37 @@ TEST(CudaDenseAttention, CausalGqaHeadDim128) {
   }
 }
 
+TEST(CudaDenseAttention, SmallHeadDims) {
+  FERRY_SKIP_WITHOUT_GPU();
+  for (int head_dim : {16, 32}) {
+    for (int kv_heads : {2, 1}) {
+      for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+        for (bool causal : {false, true}) {
+          DenseCase c;
+          c.num_heads = 4;
+          c.num_kv_heads = kv_heads;
+          c.head_dim = head_dim;
+          c.dtype = dtype;
+          c.causal = causal;
+          c.fused_qkv = kv_heads == 1;
+          c.lens = {1, 7, 65, 300, 16};
+          c.seed = 4;
+          RunDense(c);
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaDenseAttention, RejectsUnsupportedHeadDim) {
   FERRY_SKIP_WITHOUT_GPU();
   cuda::DenseAttentionArgs a;
   a.num_heads = 4;
   a.num_kv_heads = 4;
   a.head_dim = 80;
+  EXPECT_EQ(cuda::DenseAttention(a, nullptr).code(), StatusCode::kUnimplemented);
+  a.head_dim = 8;
   EXPECT_EQ(cuda::DenseAttention(a, nullptr).code(), StatusCode::kUnimplemented);
 }
 

@@ -5,8 +5,10 @@
 //
 // Numerics: scores, softmax and the output accumulate in f32. With 16-bit activations the
 // products run on the tensor cores (Q and P rounded to the activation dtype, as
-// FlashAttention does); with f32 activations, or a 16-bit cache of the other 16-bit dtype,
-// a plain f32 kernel runs instead (exact to f32 rounding, slower).
+// FlashAttention does); with f32 activations, an f32 cache, or a 16-bit cache of the other
+// 16-bit dtype, a plain f32 kernel runs instead (exact to f32 rounding, slower).
+//
+// Head sizes: 16, 32, 64 and 128, on both paths.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,8 +40,9 @@ struct PagedAttentionArgs {
   int64_t q_row_stride = 0;
   int64_t out_row_stride = 0;
 
-  // [num_blocks, num_kv_heads, block_tokens, head_dim] in kv_dtype: kBF16, kF16, or kF8E4M3
-  // (values stored directly, scale 1, widened on load).
+  // [num_blocks, num_kv_heads, block_tokens, head_dim] in kv_dtype: kBF16, kF16, kF8E4M3
+  // (values stored directly, scale 1, widened on load), or kF32 (read by the f32 kernel,
+  // whatever the activation dtype).
   const void* k_cache = nullptr;
   const void* v_cache = nullptr;
   DType kv_dtype = DType::kBF16;
@@ -64,7 +67,7 @@ struct PagedAttentionArgs {
 
   int num_heads = 0;
   int num_kv_heads = 0;  // divides num_heads (GQA/MQA)
-  int head_dim = 0;      // 64 or 128
+  int head_dim = 0;      // 16, 32, 64 or 128
   float scale = 0.0f;    // usually 1/sqrt(head_dim)
   bool causal = true;    // the query at position p sees positions <= p; false: all context_len
 
@@ -112,7 +115,7 @@ struct DenseAttentionArgs {
 
   int num_heads = 0;
   int num_kv_heads = 0;
-  int head_dim = 0;  // 64 or 128
+  int head_dim = 0;  // 16, 32, 64 or 128
   float scale = 0.0f;
   bool causal = false;  // encoders (BERT) attend both ways
 };

@@ -98,14 +98,15 @@ Status CheckArgs(const PagedAttentionArgs& a) {
     return bad("num_heads " + std::to_string(a.num_heads) + " is not a multiple of num_kv_heads " +
                std::to_string(a.num_kv_heads));
   }
-  if (a.head_dim != 64 && a.head_dim != 128) {
+  if (!attention_detail::SupportedHeadDim(a.head_dim)) {
     return Unimplemented(attention_detail::HeadDimMessage("PagedAttention", a.head_dim));
   }
   if (a.act_dtype != DType::kBF16 && a.act_dtype != DType::kF16 && a.act_dtype != DType::kF32) {
     return bad(std::string("activation dtype ") + std::string(DTypeName(a.act_dtype)) + " (bf16, f16 or f32)");
   }
-  if (a.kv_dtype != DType::kBF16 && a.kv_dtype != DType::kF16 && a.kv_dtype != DType::kF8E4M3) {
-    return bad(std::string("cache dtype ") + std::string(DTypeName(a.kv_dtype)) + " (bf16, f16 or f8e4m3)");
+  if (a.kv_dtype != DType::kBF16 && a.kv_dtype != DType::kF16 && a.kv_dtype != DType::kF8E4M3 &&
+      a.kv_dtype != DType::kF32) {
+    return bad(std::string("cache dtype ") + std::string(DTypeName(a.kv_dtype)) + " (bf16, f16, f8e4m3 or f32)");
   }
   if (a.num_seqs == 0 || a.num_tokens == 0) return Status::Ok();
   if (a.num_seqs > 65535) return bad("at most 65535 sequences per call");
@@ -127,7 +128,8 @@ Status CheckArgs(const PagedAttentionArgs& a) {
   return Status::Ok();
 }
 
-// The tensor-core path runs for 16-bit activations over a cache of the same dtype or e4m3.
+// The tensor-core path runs for 16-bit activations over a cache of the same dtype or e4m3;
+// everything else (f32 activations, an f32 cache, mismatched 16-bit dtypes) on the f32 kernel.
 bool UseTensorCores(DType act, DType kv) {
   return (act == DType::kBF16 || act == DType::kF16) && (kv == act || kv == DType::kF8E4M3);
 }

@@ -639,17 +639,24 @@ __global__ void __launch_bounds__(HD) CombineSplitsKernel(const Params p) {
 
 // ---------------------------------------------------------------------------------------
 // Plain f32 kernel, for f32 activations (where 16-bit tensor-core products would cost
-// precision) and for caches whose 16-bit dtype differs from the activations'. One CTA per
-// (query token, KV head); its warps take the heads of the group, one row each. Per 32 keys a
-// lane scores one key, then the warp accumulates P V with each lane owning HD / 32 columns.
+// precision), f32 caches, and caches whose 16-bit dtype differs from the activations'. One
+// CTA per (query token, KV head); its warps take the heads of the group, one row each. Per 32
+// keys a lane scores one key, then the warp accumulates P V with each lane owning kCols
+// columns. Below head_dim 32 a row of V spans fewer than 32 lanes, so the warp splits into
+// kKeyLanes groups that take alternate keys and are summed at the end.
 template <typename A, typename KvT, int HD, Mode kMode>
 __global__ void __launch_bounds__(128) SimtAttentionKernel(const Params p) {
   constexpr int kWarps = 4;
-  constexpr int kCols = HD / 32;
+  constexpr int kCols = HD >= 32 ? HD / 32 : 1;
+  constexpr int kColLanes = HD / kCols;
+  constexpr int kKeyLanes = 32 / kColLanes;
+  static_assert(HD % 32 == 0 || 32 % HD == 0, "a row of V maps onto whole lanes");
   __shared__ float q_s[kWarps][HD];
   __shared__ int found[2];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
+  const int col0 = (lane % kColLanes) * kCols;
+  const int key_lane = lane / kColLanes;
   const int kv_head = blockIdx.y;
   if (warp == 0) {
     auto rows = [](int ql) { return ql > 0 ? ql : 0; };
@@ -708,17 +715,29 @@ __global__ void __launch_bounds__(128) SimtAttentionKernel(const Params p) {
 #pragma unroll
       for (int e = 0; e < kCols; ++e) acc[e] *= alpha;
       const int count = min(32, nkeys - key0);
-      for (int jj = 0; jj < count; ++jj) {
-        const float pj = __shfl_sync(0xffffffffu, pv, jj);
-        const KvT* vr = v_src + KeyOffset<kMode, HD>(p, table, q_base, kv_head, key0 + jj) + lane * kCols;
+      for (int j0 = 0; j0 < count; j0 += kKeyLanes) {
+        // Every lane shuffles (the whole warp must), only lanes with a real key read V: the
+        // table entries past the context are not valid blocks.
+        const int jj = j0 + key_lane;
+        const float pj = __shfl_sync(0xffffffffu, pv, jj & 31);
+        if (jj < count) {
+          const KvT* vr = v_src + KeyOffset<kMode, HD>(p, table, q_base, kv_head, key0 + jj) + col0;
 #pragma unroll
-        for (int e = 0; e < kCols; ++e) acc[e] = fmaf(pj, ToFloat(vr[e]), acc[e]);
+          for (int e = 0; e < kCols; ++e) acc[e] = fmaf(pj, ToFloat(vr[e]), acc[e]);
+        }
       }
     }
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    A* dst = out + token * p.out_stride + static_cast<int64_t>(head) * HD + lane * kCols;
 #pragma unroll
-    for (int e = 0; e < kCols; ++e) dst[e] = FromFloat<A>(acc[e] * inv);
+    for (int d = kColLanes; d < 32; d <<= 1) {
+#pragma unroll
+      for (int e = 0; e < kCols; ++e) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], d);
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    if (key_lane == 0) {
+      A* dst = out + token * p.out_stride + static_cast<int64_t>(head) * HD + col0;
+#pragma unroll
+      for (int e = 0; e < kCols; ++e) dst[e] = FromFloat<A>(acc[e] * inv);
+    }
     __syncwarp();
   }
 }
@@ -726,8 +745,14 @@ __global__ void __launch_bounds__(128) SimtAttentionKernel(const Params p) {
 // ---------------------------------------------------------------------------------------
 // Host-side launchers (defined in the .cu files).
 
+// Every kernel is instantiated for these head sizes: 64 and 128 for real models, 16 and 32
+// for small ones (the tensor-core tiling only needs head_dim to be whole 16-wide mma steps).
+inline bool SupportedHeadDim(int head_dim) {
+  return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
+}
+
 inline std::string HeadDimMessage(const char* op, int head_dim) {
-  return std::string(op) + ": head_dim " + std::to_string(head_dim) + " is not supported (64 or 128)";
+  return std::string(op) + ": head_dim " + std::to_string(head_dim) + " is not supported (16, 32, 64 or 128)";
 }
 
 // Calls f(std::integral_constant<int, HD>) for the supported head sizes.
@@ -735,6 +760,8 @@ template <typename F>
 Status WithHeadDim(const char* op, int head_dim, F&& f) {
   if (head_dim == 64) return f(std::integral_constant<int, 64>{});
   if (head_dim == 128) return f(std::integral_constant<int, 128>{});
+  if (head_dim == 16) return f(std::integral_constant<int, 16>{});
+  if (head_dim == 32) return f(std::integral_constant<int, 32>{});
   return Unimplemented(HeadDimMessage(op, head_dim));
 }
 
@@ -766,7 +793,7 @@ Status LaunchPagedPrefill(const Params& p, DType act, DType kv, int head_dim, in
 // All spans of a dense batch on the tensor cores (act bf16 or f16).
 Status LaunchDenseFlash(const Params& p, DType act, int head_dim, int num_tokens, cudaStream_t stream);
 // Every row of a paged (kMode kDecode/kPrefill ignored: all rows) or dense batch on the f32
-// SIMT kernel. kv is the cache dtype (paged) or act (dense).
+// SIMT kernel. kv is the cache dtype (paged: bf16, f16, e4m3 or f32) or act (dense).
 Status LaunchSimt(const Params& p, bool dense, DType act, DType kv, int head_dim, int num_tokens,
                   cudaStream_t stream);
 

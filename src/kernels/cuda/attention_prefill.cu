@@ -68,7 +68,7 @@ Status CheckArgs(const DenseAttentionArgs& a) {
     return bad("num_heads " + std::to_string(a.num_heads) + " is not a multiple of num_kv_heads " +
                std::to_string(a.num_kv_heads));
   }
-  if (a.head_dim != 64 && a.head_dim != 128) {
+  if (!attention_detail::SupportedHeadDim(a.head_dim)) {
     return Unimplemented(attention_detail::HeadDimMessage("DenseAttention", a.head_dim));
   }
   if (a.dtype != DType::kBF16 && a.dtype != DType::kF16 && a.dtype != DType::kF32) {

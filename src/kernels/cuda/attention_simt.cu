@@ -1,5 +1,5 @@
-// The f32 SIMT attention kernel's launches: f32 activations (paged or dense), and 16-bit
-// activations over a cache of the other 16-bit dtype.
+// The f32 SIMT attention kernel's launches: f32 activations (paged or dense), f32 caches,
+// and 16-bit activations over a cache of the other 16-bit dtype.
 #include <cstdint>
 
 #include "kernels/cuda/attention_kernels.cuh"
@@ -24,6 +24,7 @@ Status ForCache(const Params& p, bool dense, DType kv, int num_tokens, cudaStrea
     case DType::kBF16: return LaunchSimtKernel<A, Bf16, HD, Mode::kPrefill>(p, num_tokens, stream);
     case DType::kF16: return LaunchSimtKernel<A, Half, HD, Mode::kPrefill>(p, num_tokens, stream);
     case DType::kF8E4M3: return LaunchSimtKernel<A, Fp8, HD, Mode::kPrefill>(p, num_tokens, stream);
+    case DType::kF32: return LaunchSimtKernel<A, float, HD, Mode::kPrefill>(p, num_tokens, stream);
     default: return InvalidArgument("attention: unsupported cache dtype");
   }
 }
