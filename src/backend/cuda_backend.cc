@@ -100,13 +100,40 @@ class Staging {
     if (device_ != nullptr) cudaFree(device_);
   }
 
-  // Device copy of `bytes` bytes at `src`.
+  // Device copy of `bytes` bytes at `src`. The layers of one step stage the same arrays
+  // (positions, slots, the attention batch) again and again: an array already staged since
+  // the last reset, from the same address with the same bytes, is not copied twice.
   Result<void*> Put(const void* src, size_t bytes, cudaStream_t stream) {
+    for (const Entry& e : entries_) {
+      if (e.host == src && e.bytes.size() == bytes && std::memcmp(e.bytes.data(), src, bytes) == 0) return e.device;
+    }
+    FERRY_ASSIGN_OR_RETURN(void* d, Copy(src, bytes, stream));
+    if (entries_.size() < kMaxEntries) {
+      const char* p = static_cast<const char*>(src);
+      entries_.push_back(Entry{src, std::vector<char>(p, p + bytes), d});
+    }
+    return d;
+  }
+  void Reset() {
+    offset_ = 0;
+    entries_.clear();
+  }
+
+ private:
+  struct Entry {
+    const void* host;
+    std::vector<char> bytes;
+    void* device;
+  };
+  static constexpr size_t kMaxEntries = 16;
+
+  Result<void*> Copy(const void* src, size_t bytes, cudaStream_t stream) {
     const size_t size = (bytes + 255) & ~static_cast<size_t>(255);
     if (size > kBytes) return ResourceExhausted("staging buffer too small for " + std::to_string(bytes) + " bytes");
     if (offset_ + size > kBytes) {
       FERRY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
       offset_ = 0;
+      entries_.clear();
     }
     char* h = static_cast<char*>(host_) + offset_;
     char* d = static_cast<char*>(device_) + offset_;
@@ -115,12 +142,11 @@ class Staging {
     offset_ += size;
     return static_cast<void*>(d);
   }
-  void Reset() { offset_ = 0; }
 
- private:
   void* host_ = nullptr;
   void* device_ = nullptr;
   size_t offset_ = 0;
+  std::vector<Entry> entries_;  // staged since the last reset
 };
 
 // A prepared weight on the GPU.
