@@ -3,6 +3,7 @@
 // cuBLASLt cannot run. References accumulate in double over the same rounded (or quantized)
 // inputs the GPU reads; outputs are poisoned with NaN before every call.
 #include "kernels/cuda/gemm.h"
+#include "cuda_test_util.h"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -26,11 +27,6 @@
 namespace ferry::cuda {
 namespace {
 
-bool HaveGpu() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
 int ComputeCapability() {
   int device = 0, major = 0, minor = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return 0;
@@ -39,61 +35,11 @@ int ComputeCapability() {
   return major * 10 + minor;
 }
 
-#define FERRY_SKIP_WITHOUT_GPU() \
-  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device"
-
-#define FERRY_ASSERT_OK(expr)                                 \
-  do {                                                        \
-    const ::ferry::Status ferry_test_status_ = (expr);        \
-    ASSERT_TRUE(ferry_test_status_.ok()) << ferry_test_status_.ToString(); \
-  } while (0)
-
 #define FERRY_ASSERT_CUDA(expr) ASSERT_EQ((expr), cudaSuccess) << cudaGetErrorString(cudaGetLastError())
 
-// Device memory owned for a test's scope.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
-    if (cudaMalloc(&ptr_, std::max<size_t>(bytes, 1)) != cudaSuccess) ptr_ = nullptr;
-  }
-  ~DeviceBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(o.bytes_) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    if (this != &o) {
-      if (ptr_ != nullptr) cudaFree(ptr_);
-      ptr_ = std::exchange(o.ptr_, nullptr);
-      bytes_ = o.bytes_;
-    }
-    return *this;
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  void* get() const { return ptr_; }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-DeviceBuffer Upload(const void* data, size_t bytes) {
-  DeviceBuffer b(bytes);
-  if (b.get() != nullptr && bytes > 0) cudaMemcpy(b.get(), data, bytes, cudaMemcpyHostToDevice);
-  return b;
-}
-
-template <typename T>
-DeviceBuffer Upload(const std::vector<T>& v) {
-  return Upload(v.data(), v.size() * sizeof(T));
-}
+using testing::DeviceBuffer;
+using testing::HaveGpu;
+using testing::Upload;
 
 // Host bytes of `values` in a float dtype (bf16, f16, f32, e4m3).
 std::vector<uint8_t> Encode(DType dtype, const std::vector<float>& values) {
