@@ -104,26 +104,32 @@ class Staging {
   // (positions, slots, the attention batch) again and again: an array already staged since
   // the last reset, from the same address with the same bytes, is not copied twice.
   Result<void*> Put(const void* src, size_t bytes, cudaStream_t stream) {
-    for (const Entry& e : entries_) {
+    for (size_t i = 0; i < used_; ++i) {
+      const Entry& e = entries_[i];
       if (e.host == src && e.bytes.size() == bytes && std::memcmp(e.bytes.data(), src, bytes) == 0) return e.device;
     }
     FERRY_ASSIGN_OR_RETURN(void* d, Copy(src, bytes, stream));
-    if (entries_.size() < kMaxEntries) {
+    if (used_ < kMaxEntries) {
+      // Entries keep their buffers between steps, so the steady state allocates nothing.
+      if (used_ == entries_.size()) entries_.emplace_back();
+      Entry& e = entries_[used_++];
       const char* p = static_cast<const char*>(src);
-      entries_.push_back(Entry{src, std::vector<char>(p, p + bytes), d});
+      e.host = src;
+      e.bytes.assign(p, p + bytes);
+      e.device = d;
     }
     return d;
   }
   void Reset() {
     offset_ = 0;
-    entries_.clear();
+    used_ = 0;
   }
 
  private:
   struct Entry {
-    const void* host;
+    const void* host = nullptr;
     std::vector<char> bytes;
-    void* device;
+    void* device = nullptr;
   };
   static constexpr size_t kMaxEntries = 16;
 
@@ -133,7 +139,7 @@ class Staging {
     if (offset_ + size > kBytes) {
       FERRY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
       offset_ = 0;
-      entries_.clear();
+      used_ = 0;
     }
     char* h = static_cast<char*>(host_) + offset_;
     char* d = static_cast<char*>(device_) + offset_;
@@ -146,7 +152,8 @@ class Staging {
   void* host_ = nullptr;
   void* device_ = nullptr;
   size_t offset_ = 0;
-  std::vector<Entry> entries_;  // staged since the last reset
+  std::vector<Entry> entries_;  // [0, used_): staged since the last reset
+  size_t used_ = 0;
 };
 
 // A prepared weight on the GPU.

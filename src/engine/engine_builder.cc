@@ -47,8 +47,8 @@ Result<Precision> ParsePrecision(const std::string& p, const std::string& device
   if (p == "int8-wo") return Precision{backend::WeightFormat::kInt8, DType::kBF16, false};
   if (p == "int8") return Precision{backend::WeightFormat::kInt8W8A8, DType::kBF16, true};
   if (p == "fp8") {
-    return Unimplemented("precision fp8 needs the CUDA backend (Hopper); it is not available for device '" +
-                         device + "'");
+    return Unimplemented("precision fp8 runs on GPUs only (sm_89+), and ferry build writes CPU engines only so far; " +
+                         std::string("it is not available for device '") + device + "'");
   }
   return InvalidArgument("unknown precision '" + p + "' (fp32, bf16, fp16, int8-wo, int8, fp8)");
 }
@@ -304,7 +304,10 @@ Status CheckFingerprint(const nlohmann::json& fp) {
 Result<BuildReport> BuildEngine(const std::string& model_dir, const std::string& output_path, const BuildOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   if (o.device != "cpu") {
-    return Unimplemented("device '" + o.device + "': this build of ferry has only the CPU backend");
+    // GPU engine files (GPU weight layouts, tuned GEMM choices, a GPU fingerprint) are not
+    // written yet; the CUDA backend runs checkpoints directly (--device cuda).
+    return Unimplemented("device '" + o.device + "': ferry build writes CPU engines only so far; run the checkpoint " +
+                         "itself on the GPU with --device cuda");
   }
   FERRY_ASSIGN_OR_RETURN(Precision precision, ParsePrecision(o.precision, o.device));
   std::error_code ec;

@@ -178,10 +178,10 @@ void ContinuousBatcher::Loop() {
       deadline = stop_deadline_;
     }
     if (stopping && (seqs_.empty() || Clock::now() >= deadline)) {
+      TakeInbox();  // a request submitted just before Stop is cancelled with the rest
       std::vector<uint64_t> left;
       for (auto& [handle, seq] : seqs_) left.push_back(handle);
       for (uint64_t h : left) Finish(*seqs_.at(h), FinishReason::kAbort);
-      TakeInbox();  // anything submitted while stopping (none: Submit refuses)
       UpdateCounters();
       return;
     }

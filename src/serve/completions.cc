@@ -315,11 +315,9 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     std::lock_guard<std::mutex> lock(mu_);
     Choice& c = choices_[i];
     const Clock::time_point now = Clock::now();
-    if (ev.queue_seconds > 0 || (!ev.tokens.empty() && c.generated == 0)) {
-      if (!queue_recorded_) {
-        tier_.request_queue_time_seconds->Observe(ev.queue_seconds);
-        queue_recorded_ = true;
-      }
+    if (!queue_recorded_ && (ev.queue_seconds > 0 || !ev.tokens.empty())) {
+      tier_.request_queue_time_seconds->Observe(ev.queue_seconds);  // the first scheduled choice's wait
+      queue_recorded_ = true;
     }
     if (!ev.prompt_tokens.empty() && p_.logprobs >= 0 && p_.echo) {
       size_t offset = 0;

@@ -99,7 +99,7 @@ class EncoderJob : public std::enable_shared_from_this<EncoderJob> {
     for (size_t i = 0; i < n; ++i) {
       auto work = std::make_shared<EncoderWork>();
       work->kind = p_.kind;
-      work->input = p_.inputs[i];
+      work->input = std::move(p_.inputs[i]);
       work->done = [self, i](Result<std::vector<float>> r) { self->OnDone(i, std::move(r)); };
       auto item = std::make_shared<sched::BatchItem>();
       item->priority_level = p_.priority;
@@ -169,7 +169,7 @@ class EncoderJob : public std::enable_shared_from_this<EncoderJob> {
 
   std::shared_ptr<RequestContext> ctx_;
   ServedModel& model_;
-  const EncoderParams p_;
+  EncoderParams p_;  // inputs are moved into the queue items
   std::function<json(const std::vector<std::vector<float>>&, int64_t)> format_;
   ServerMetrics::TierMetrics tier_;
   int64_t prompt_tokens_ = 0;
