@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "backend/cuda_backend.h"
+
 namespace ferry::backend {
 
 Status Backend::CopyColumns(const Tensor& src, int64_t col_begin, Tensor& dst) {
@@ -18,6 +20,15 @@ Status Backend::CopyColumns(const Tensor& src, int64_t col_begin, Tensor& dst) {
     std::memcpy(d + r * row_bytes, s + r * src.strides()[0] * elem, row_bytes);
   }
   return Status::Ok();
+}
+
+Result<int> ParseCudaDevice(const std::string& device) {
+  if (device == "cuda") return 0;
+  if (device.rfind("cuda:", 0) == 0 && device.size() > 5 && device.size() < 9 &&
+      device.find_first_not_of("0123456789", 5) == std::string::npos) {
+    return std::stoi(device.substr(5));
+  }
+  return InvalidArgument("device must be cpu, cuda or cuda:N, got '" + device + "'");
 }
 
 }  // namespace ferry::backend

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -91,6 +93,29 @@ struct AttentionParams {
   bool causal = true;
 };
 
+// Step graphs (CUDA graphs): which recording a step belongs to (recordings bake in their
+// owner's KV cache, so each owner has its own), and the longest context any of its
+// sequences may have (it sizes the attention launch and the staged block tables).
+struct GraphKey {
+  int64_t owner = 0;
+  int64_t id = 0;
+  int plan_context = 0;
+};
+
+// One row's sampling settings for Backend::SampleTokens (engine::SamplingParams with the
+// seed resolved). The draw is a pure function of (seed, counter, logits); the caller passes
+// the number of tokens generated so far as the counter.
+struct TokenSampling {
+  float temperature = 1.0f;  // 0: greedy
+  int top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  uint64_t seed = 0;
+  uint64_t counter = 0;
+  std::span<const int32_t> history;  // prompt and generated tokens (repetition penalty)
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -111,6 +136,15 @@ class Backend {
   virtual Result<LinearWeight> DeserializeLinear(const SerializedLinear& s) = 0;
   // y[M, N] = x[M, K] · W[N, K]^T (+ bias).
   virtual Status Linear(const Tensor& x, const LinearWeight& w, Tensor& y) = 0;
+  // Engine builds: times this prepared weight's kernel choices on the device for each
+  // row-count bucket the backend distinguishes and keeps the fastest in the weight, where
+  // SerializeLinear stores them (the engine's tuned choices). Weights of one shape and
+  // format are timed once. Returns a JSON description of the choices, or "" when this
+  // backend tunes nothing this way (the CPU's choice is made by the engine builder).
+  virtual Result<std::string> TuneLinear(LinearWeight& w) {
+    (void)w;
+    return std::string();
+  }
 
   // out[i, :] = table[ids[i], :] (table any float dtype, out activation dtype).
   virtual Status Embedding(const Tensor& table, const int32_t* ids, int64_t n, Tensor& out) = 0;
@@ -154,6 +188,38 @@ class Backend {
   // Copies a device tensor to host memory (f32 contiguous); identity-ish on the CPU.
   virtual Result<Tensor> ToHost(const Tensor& t) = 0;
   virtual Status Synchronize() = 0;
+
+  // --- step graphs -----------------------------------------------------------------------
+  // A backend that can record a step's device work and replay it returns true. RunGraph then
+  // runs `body` (one step's backend calls) eagerly and captures it the first time it sees
+  // key.id, and afterwards replays the recording: `body` runs again on the host only so that
+  // the step's small input arrays (token ids, positions, slots, block tables) reach the
+  // recorded staging slots, and nothing is launched from it. The body must make the same
+  // calls with the same shapes for the same key (the backend checks, and fails the call when
+  // they differ, dropping the recording); tensors it allocates are the recording's buffers
+  // and hold valid results until the next RunGraph. No sequence may exceed key.plan_context.
+  virtual bool supports_graphs() const { return false; }
+  virtual Status RunGraph(const GraphKey& key, const std::function<Status()>& body) {
+    (void)key;
+    return body();
+  }
+  // Drops every recording of `owner` (when its KV cache goes away).
+  virtual void ReleaseGraphs(int64_t owner) { (void)owner; }
+  // Recordings held (for reports and tests).
+  virtual int graph_count() const { return 0; }
+
+  // --- sampling on the device ------------------------------------------------------------
+  // Whether SampleTokens runs where the logits are (a GPU), so that only token ids travel to
+  // the host. The CPU backend's logits are host memory already: it returns false.
+  virtual bool samples_on_device() const { return false; }
+  // One token per row of logits [rows.size(), vocab] (any float dtype) into `tokens`; a row
+  // with a NaN or infinite logit gets -1.
+  virtual Status SampleTokens(const Tensor& logits, std::span<const TokenSampling> rows, std::vector<int32_t>& tokens) {
+    (void)logits;
+    (void)rows;
+    (void)tokens;
+    return Unimplemented(Name() + " samples on the host");
+  }
 };
 
 // The CPU backend (oneDNN + ferry's vectorized kernels).

@@ -8,9 +8,10 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
-#include <optional>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -103,12 +104,15 @@ class Staging {
   // Device copy of `bytes` bytes at `src`. The layers of one step stage the same arrays
   // (positions, slots, the attention batch) again and again: an array already staged since
   // the last reset, from the same address with the same bytes, is not copied twice.
-  Result<void*> Put(const void* src, size_t bytes, cudaStream_t stream) {
+  // `copy`: enqueue the host-to-device copy (false while a step graph replays: its recorded
+  // copy reads the pinned slot when the graph runs). `may_wait`: when the ring is full, wait
+  // for the stream and start over (not allowed while a graph is captured or replayed).
+  Result<void*> Put(const void* src, size_t bytes, cudaStream_t stream, bool copy = true, bool may_wait = true) {
     for (size_t i = 0; i < used_; ++i) {
       const Entry& e = entries_[i];
       if (e.host == src && e.bytes.size() == bytes && std::memcmp(e.bytes.data(), src, bytes) == 0) return e.device;
     }
-    FERRY_ASSIGN_OR_RETURN(void* d, Copy(src, bytes, stream));
+    FERRY_ASSIGN_OR_RETURN(void* d, Copy(src, bytes, stream, copy, may_wait));
     if (used_ < kMaxEntries) {
       // Entries keep their buffers between steps, so the steady state allocates nothing.
       if (used_ == entries_.size()) entries_.emplace_back();
@@ -133,10 +137,11 @@ class Staging {
   };
   static constexpr size_t kMaxEntries = 16;
 
-  Result<void*> Copy(const void* src, size_t bytes, cudaStream_t stream) {
+  Result<void*> Copy(const void* src, size_t bytes, cudaStream_t stream, bool copy, bool may_wait) {
     const size_t size = (bytes + 255) & ~static_cast<size_t>(255);
     if (size > kBytes) return ResourceExhausted("staging buffer too small for " + std::to_string(bytes) + " bytes");
     if (offset_ + size > kBytes) {
+      if (!may_wait) return ResourceExhausted("a step graph stages more than " + std::to_string(kBytes) + " bytes");
       FERRY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
       offset_ = 0;
       used_ = 0;
@@ -144,7 +149,7 @@ class Staging {
     char* h = static_cast<char*>(host_) + offset_;
     char* d = static_cast<char*>(device_) + offset_;
     std::memcpy(h, src, bytes);
-    FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, stream));
+    if (copy) FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, stream));
     offset_ += size;
     return static_cast<void*>(d);
   }
@@ -175,6 +180,7 @@ class CudaBackend final : public Backend {
     FERRY_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
     FERRY_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     pool_ = std::make_shared<DevicePool>(options_.device);
+    graph_pool_ = std::make_shared<DevicePool>(options_.device);
     FERRY_RETURN_IF_ERROR(staging_.Init());
     FERRY_ASSIGN_OR_RETURN(gemm_, cuda::LtGemm::Create(32 << 20));
     cudaDeviceProp prop{};
@@ -185,6 +191,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     if (stream_ != nullptr) {
       cudaStreamSynchronize(stream_);
+      graphs_.clear();
       cudaStreamDestroy(stream_);
     }
   }
@@ -194,16 +201,21 @@ class CudaBackend final : public Backend {
   DType activation_dtype() const override { return options_.activations; }
   DType kv_cache_dtype() const override { return options_.kv_cache; }
 
+  // Tensors the models allocate. While a step graph is captured they come from the graphs'
+  // own pool and are recorded; while it replays, the recorded buffers are handed out again
+  // in the same order, so the caller finds the graph's results where the graph writes them.
   Tensor Allocate(const Shape& shape, DType dtype) override {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    auto block = pool_->Get(static_cast<size_t>(n) * DTypeSize(dtype));
-    if (!block.ok()) {
-      FERRY_LOG_ERROR("GPU allocation of {} bytes failed: {}", n * DTypeSize(dtype), block.status().message());
-      return Tensor();
+    if (mode_ == GraphMode::kReplay) {
+      const size_t i = alloc_cursor_++;
+      if (i < graph_->buffers.size() && graph_->buffers[i].shape == shape && graph_->buffers[i].dtype == dtype) {
+        return Tensor::FromBorrowed(graph_->buffers[i].data, shape, dtype, nullptr, device());
+      }
+      Diverged("allocation " + std::to_string(i) + " differs from the recording");
+      return Scratch(shape, dtype);  // keeps the body running; RunGraph fails the step
     }
-    std::shared_ptr<void> mem = std::move(block).value();
-    return Tensor::FromBorrowed(mem.get(), shape, dtype, mem, device());
+    Tensor t = Scratch(shape, dtype);
+    if (mode_ == GraphMode::kCapture && t.defined()) graph_->buffers.push_back({t.raw(), shape, dtype});
+    return t;
   }
 
   // --- weights ---------------------------------------------------------------------------
@@ -212,26 +224,31 @@ class CudaBackend final : public Backend {
   Result<SerializedLinear> SerializeLinear(const LinearWeight& w) override;
   Result<LinearWeight> DeserializeLinear(const SerializedLinear& s) override;
   Status Linear(const Tensor& x, const LinearWeight& w, Tensor& y) override;
+  Result<std::string> TuneLinear(LinearWeight& w) override;
 
   // --- elementwise -----------------------------------------------------------------------
 
   Status Embedding(const Tensor& table, const int32_t* ids, int64_t n, Tensor& out) override {
-    FERRY_ASSIGN_OR_RETURN(const Tensor* t, Resident(table));
     FERRY_ASSIGN_OR_RETURN(void* d_ids, Stage(ids, n * sizeof(int32_t)));
+    if (replaying()) return Status::Ok();
+    FERRY_ASSIGN_OR_RETURN(const Tensor* t, Resident(table));
     return cuda::EmbeddingGather(t->raw(), t->dtype(), static_cast<const int32_t*>(d_ids), n, t->dim(1), out.raw(),
                                  out.dtype(), stream_);
   }
   Status RmsNorm(const Tensor& x, const Tensor& gamma, float eps, Tensor& out) override {
+    if (replaying()) return Status::Ok();
     FERRY_ASSIGN_OR_RETURN(const Tensor* g, ResidentF32(gamma));
     return cuda::RmsNorm(x.raw(), g->data<float>(), eps, x.dim(0), x.dim(1), out.raw(), x.dtype(), stream_);
   }
   Status AddRmsNorm(Tensor& residual, const Tensor& delta, const Tensor& gamma, float eps, Tensor& out) override {
+    if (replaying()) return Status::Ok();
     FERRY_ASSIGN_OR_RETURN(const Tensor* g, ResidentF32(gamma));
     return cuda::AddRmsNorm(residual.raw(), delta.raw(), g->data<float>(), eps, residual.dim(0), residual.dim(1),
                             out.raw(), residual.dtype(), stream_);
   }
   Status LayerNorm(const Tensor& x, const Tensor& delta, const Tensor& gamma, const Tensor& beta, float eps,
                    Tensor& out) override {
+    if (replaying()) return Status::Ok();
     FERRY_ASSIGN_OR_RETURN(const Tensor* g, ResidentF32(gamma));
     FERRY_ASSIGN_OR_RETURN(const Tensor* b, ResidentF32(beta));
     return cuda::LayerNorm(x.raw(), delta.defined() ? delta.raw() : nullptr, g->data<float>(), b->data<float>(), eps,
@@ -241,17 +258,29 @@ class CudaBackend final : public Backend {
               const RopeTable& table) override {
     const int64_t T = q.dim(0);
     FERRY_ASSIGN_OR_RETURN(void* d_pos, Stage(positions, T * sizeof(int32_t)));
+    if (replaying()) return Status::Ok();
     FERRY_ASSIGN_OR_RETURN(const float* inv_freq, RopeFrequencies(table));
     return cuda::Rope(q.raw(), k.raw(), T, num_heads, num_kv_heads, table.head_dim,
                       static_cast<const int32_t*>(d_pos), inv_freq, q.dtype(), stream_);
   }
   Status SiluMul(const Tensor& gate_up, Tensor& out) override {
+    if (replaying()) return Status::Ok();
     return cuda::SiluMul(gate_up.raw(), gate_up.dim(0), out.dim(1), out.raw(), out.dtype(), stream_);
   }
-  Status Gelu(Tensor& x) override { return cuda::Gelu(x.raw(), x.numel(), x.dtype(), stream_); }
-  Status Tanh(Tensor& x) override { return cuda::Tanh(x.raw(), x.numel(), x.dtype(), stream_); }
-  Status Add(Tensor& x, const Tensor& y) override { return cuda::Add(x.raw(), y.raw(), x.numel(), x.dtype(), stream_); }
+  Status Gelu(Tensor& x) override {
+    if (replaying()) return Status::Ok();
+    return cuda::Gelu(x.raw(), x.numel(), x.dtype(), stream_);
+  }
+  Status Tanh(Tensor& x) override {
+    if (replaying()) return Status::Ok();
+    return cuda::Tanh(x.raw(), x.numel(), x.dtype(), stream_);
+  }
+  Status Add(Tensor& x, const Tensor& y) override {
+    if (replaying()) return Status::Ok();
+    return cuda::Add(x.raw(), y.raw(), x.numel(), x.dtype(), stream_);
+  }
   Status CopyColumns(const Tensor& src, int64_t col_begin, Tensor& dst) override {
+    if (replaying()) return Status::Ok();
     return cuda::CopyColumns(src.raw(), src.dim(0), src.dim(1), col_begin, dst.raw(), dst.dim(1), src.dtype(), stream_);
   }
 
@@ -262,6 +291,7 @@ class CudaBackend final : public Backend {
     const int kv_heads = static_cast<int>(layer.k.dim(1));
     const int head_dim = static_cast<int>(layer.k.dim(3));
     FERRY_ASSIGN_OR_RETURN(void* d_slots, Stage(slots, T * sizeof(int32_t)));
+    if (replaying()) return Status::Ok();
     return cuda::WriteKv(k.raw(), v.raw(), static_cast<const int32_t*>(d_slots), T, kv_heads, head_dim,
                          layer.block_tokens, layer.k.raw(), layer.v.raw(), k.dtype(), layer.k.dtype(), stream_);
   }
@@ -274,9 +304,10 @@ class CudaBackend final : public Backend {
 
   Result<Tensor> ToHost(const Tensor& t) override {
     if (t.device().is_cpu()) return t.ToF32();
+    FERRY_RETURN_IF_ERROR(NotInGraph("ToHost"));
     Tensor f = t;
     if (t.dtype() != DType::kF32) {
-      f = Allocate(t.shape(), DType::kF32);
+      f = Scratch(t.shape(), DType::kF32);
       FERRY_RETURN_IF_ERROR(cuda::Convert(t.raw(), t.dtype(), f.raw(), DType::kF32, t.numel(), stream_));
     }
     Tensor host = Tensor::Empty(t.shape(), DType::kF32);
@@ -285,14 +316,92 @@ class CudaBackend final : public Backend {
     return host;
   }
   Status Synchronize() override {
+    FERRY_RETURN_IF_ERROR(NotInGraph("Synchronize"));
     FERRY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     staging_.Reset();
+    ++generation_;
     return Status::Ok();
   }
 
+  // --- step graphs and sampling ------------------------------------------------------------
+
+  bool supports_graphs() const override { return true; }
+  Status RunGraph(const GraphKey& key, const std::function<Status()>& body) override;
+  int graph_count() const override { return static_cast<int>(graphs_.size()); }
+  void ReleaseGraphs(int64_t owner) override {
+    if (mode_ != GraphMode::kOff) return;
+    cudaStreamSynchronize(stream_);
+    std::erase_if(graphs_, [owner](const auto& g) { return g.first.first == owner; });
+  }
+  bool samples_on_device() const override { return true; }
+  Status SampleTokens(const Tensor& logits, std::span<const TokenSampling> rows, std::vector<int32_t>& tokens) override;
+
  private:
-  Result<void*> Stage(const void* host, size_t bytes) { return staging_.Put(host, bytes, stream_); }
+  enum class GraphMode : uint8_t { kOff, kCapture, kReplay };
+
+  // One captured step: the executable graph, the buffers the body allocated (in order) and
+  // the sizes of everything it staged or launched with host-side bounds, which a replay's
+  // body must repeat exactly.
+  struct StepGraph {
+    struct Buffer {
+      void* data = nullptr;
+      Shape shape;
+      DType dtype = DType::kF32;
+    };
+    cudaGraphExec_t exec = nullptr;
+    std::vector<Buffer> buffers;
+    std::vector<int64_t> trace;
+    StepGraph() = default;
+    StepGraph(const StepGraph&) = delete;
+    StepGraph& operator=(const StepGraph&) = delete;
+    ~StepGraph() {
+      if (exec != nullptr) cudaGraphExecDestroy(exec);
+    }
+  };
+
+  bool replaying() const { return mode_ == GraphMode::kReplay; }
+  Status NotInGraph(const char* what) const {
+    if (mode_ == GraphMode::kOff) return Status::Ok();
+    return FailedPrecondition(std::string(what) + " cannot run inside a step graph");
+  }
+  void Diverged(const std::string& what) {
+    if (graph_error_.ok()) graph_error_ = Internal("step graph replay diverged: " + what);
+  }
+  // Records (capture) or checks (replay) a size that shapes the recorded work.
+  void Trace(int64_t value) {
+    if (mode_ == GraphMode::kCapture) {
+      graph_->trace.push_back(value);
+    } else if (mode_ == GraphMode::kReplay) {
+      const size_t i = trace_cursor_++;
+      if (i >= graph_->trace.size() || graph_->trace[i] != value) {
+        Diverged("traced size " + std::to_string(i) + " is " + std::to_string(value));
+      }
+    }
+  }
+  // Device memory the backend itself needs (never replayed to the caller): from the graphs'
+  // pool while capturing, so that no eager work ever shares a recorded buffer.
+  Tensor Scratch(const Shape& shape, DType dtype) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    DevicePool& pool = mode_ == GraphMode::kCapture ? *graph_pool_ : *pool_;
+    auto block = pool.Get(static_cast<size_t>(n) * DTypeSize(dtype));
+    if (!block.ok()) {
+      FERRY_LOG_ERROR("GPU allocation of {} bytes failed: {}", n * DTypeSize(dtype), block.status().message());
+      return Tensor();
+    }
+    std::shared_ptr<void> mem = std::move(block).value();
+    return Tensor::FromBorrowed(mem.get(), shape, dtype, mem, device());
+  }
+  Result<void*> Stage(const void* host, size_t bytes) {
+    if (mode_ == GraphMode::kOff) return staging_.Put(host, bytes, stream_);
+    Trace(static_cast<int64_t>(bytes));
+    return staging_.Put(host, bytes, stream_, /*copy=*/mode_ == GraphMode::kCapture, /*may_wait=*/false);
+  }
   Result<Tensor> UploadBytes(const void* host, const Shape& shape, DType dtype);
+  // The GEMM of y = x · W^T: problem, pointers and (W8A8, fp8) the activations quantized per
+  // token into q and row_scales, which must live until the GEMM has run.
+  Status SetUpGemm(const Tensor& x, const CudaLinear& lin, int64_t n, Tensor& y, cuda::GemmProblem& p,
+                   cuda::GemmArgs& a, Tensor& q, Tensor& row_scales);
 
   // A host weight tensor's device copy (uploaded once, keyed by its address); device
   // tensors are returned as they are.
@@ -304,7 +413,7 @@ class CudaBackend final : public Backend {
     auto it = uploads_.find(t.raw());
     if (it != uploads_.end()) return &it->second;
     Tensor host = dtype == DType::kF32 ? t.ToF32() : t;
-    Tensor dev = Allocate(host.shape(), host.dtype());
+    Tensor dev = Scratch(host.shape(), host.dtype());
     if (!dev.defined()) return ResourceExhausted("no GPU memory for a " + t.DebugString() + " weight");
     FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice, stream_));
     FERRY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
@@ -315,7 +424,7 @@ class CudaBackend final : public Backend {
     std::lock_guard<std::mutex> lock(uploads_mu_);
     auto it = rope_.find(&table);
     if (it == rope_.end() || it->second.first != table.inv_freq) {
-      Tensor dev = Allocate({static_cast<int64_t>(table.inv_freq.size())}, DType::kF32);
+      Tensor dev = Scratch({static_cast<int64_t>(table.inv_freq.size())}, DType::kF32);
       FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev.raw(), table.inv_freq.data(), dev.nbytes(),
                                                  cudaMemcpyHostToDevice, stream_));
       FERRY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
@@ -331,6 +440,25 @@ class CudaBackend final : public Backend {
   Staging staging_;
   std::unique_ptr<cuda::LtGemm> gemm_;
   std::vector<int32_t> meta_;  // attention batch description, reused between calls
+  std::vector<cuda::SamplingParamsGpu> sample_params_;
+  // TuneLinear's choices by (kind, out, in, bias): weights of one shape are timed once.
+  std::map<std::tuple<int, int64_t, int64_t, bool>, std::vector<std::optional<cuda::GemmChoice>>> tuned_;
+  std::vector<int32_t> history_;  // SampleTokens: every row's history, back to back
+  std::vector<int64_t> offsets_;
+  // The last attention batch staged in this generation (layers after the first reuse it).
+  std::vector<SeqSpan> meta_spans_;
+  const void* meta_device_ = nullptr;
+  uint64_t meta_generation_ = 0;
+  uint64_t generation_ = 1;  // bumped whenever the staging ring restarts
+  // Step graphs.
+  GraphMode mode_ = GraphMode::kOff;
+  StepGraph* graph_ = nullptr;  // the one being captured or replayed
+  size_t alloc_cursor_ = 0;
+  size_t trace_cursor_ = 0;
+  int plan_context_ = 0;
+  Status graph_error_;
+  std::shared_ptr<DevicePool> graph_pool_;
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<StepGraph>> graphs_;  // by (owner, id)
   std::mutex uploads_mu_;
   std::unordered_map<const void*, Tensor> uploads_;  // GUARDED_BY(uploads_mu_)
   std::vector<Tensor> keep_;                         // GUARDED_BY(uploads_mu_)
@@ -392,7 +520,7 @@ cuda::GemmKind FloatKind(DType act) {
 }  // namespace
 
 Result<Tensor> CudaBackend::UploadBytes(const void* host, const Shape& shape, DType dtype) {
-  Tensor dev = Allocate(shape, dtype);
+  Tensor dev = Scratch(shape, dtype);
   if (!dev.defined()) return ResourceExhausted("out of GPU memory for a weight");
   FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev.raw(), host, dev.nbytes(), cudaMemcpyHostToDevice, stream_));
   FERRY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
@@ -457,6 +585,43 @@ Status CudaBackend::PrepareLinear(LinearWeight& w) {
   return Status::Ok();
 }
 
+Status CudaBackend::SetUpGemm(const Tensor& x, const CudaLinear& lin, int64_t n, Tensor& y, cuda::GemmProblem& p,
+                              cuda::GemmArgs& a, Tensor& q, Tensor& row_scales) {
+  const int64_t m = x.dim(0), k = x.dim(1);
+  p.kind = lin.kind;
+  p.out_dtype = y.dtype();
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.has_bias = lin.bias.defined();
+  p.bias_dtype = DType::kF32;
+  a.x = x.raw();
+  a.w = lin.weight.raw();
+  a.y = y.raw();
+  a.bias = p.has_bias ? lin.bias.raw() : nullptr;
+  if (lin.kind == cuda::GemmKind::kInt8 || lin.kind == cuda::GemmKind::kFp8) {
+    // Per-token dynamic activation quantization.
+    row_scales = Scratch({m}, DType::kF32);
+    if (lin.kind == cuda::GemmKind::kInt8) {
+      q = Scratch({m, k}, DType::kI8);
+      FERRY_RETURN_IF_ERROR(cuda::QuantizeRowsInt8(x.raw(), m, k, lin.smooth.defined() ? lin.smooth.data<float>()
+                                                                                       : nullptr,
+                                                   q.data<int8_t>(), row_scales.data<float>(), x.dtype(), stream_));
+    } else {
+      q = Scratch({m, k}, DType::kF8E4M3);
+      FERRY_RETURN_IF_ERROR(cuda::QuantizeRowsFp8(x.raw(), m, k, q.raw(), row_scales.data<float>(), x.dtype(), stream_));
+      p.fp8_scaling = cuda::Fp8Scaling::kPerRowCol;
+    }
+    a.x = q.raw();
+    a.x_scale = row_scales.data<float>();
+  }
+  if (lin.kind == cuda::GemmKind::kInt8 || lin.kind == cuda::GemmKind::kFp8 ||
+      lin.kind == cuda::GemmKind::kInt8WeightOnly) {
+    a.w_scale = lin.scales.data<float>();
+  }
+  return Status::Ok();
+}
+
 Status CudaBackend::Linear(const Tensor& x, const LinearWeight& w, Tensor& y) {
   const auto* lin = static_cast<const CudaLinear*>(w.packed.get());
   if (lin == nullptr) return FailedPrecondition("Linear: weight was not prepared for the CUDA backend");
@@ -465,46 +630,60 @@ Status CudaBackend::Linear(const Tensor& x, const LinearWeight& w, Tensor& y) {
     return InvalidArgument("Linear: shapes x " + x.DebugString() + ", y " + y.DebugString() + " do not fit [" +
                            std::to_string(n) + ", " + std::to_string(k) + "]");
   }
-  if (m == 0) return Status::Ok();
+  if (m == 0 || replaying()) return Status::Ok();
   cuda::GemmProblem p;
-  p.kind = lin->kind;
-  p.out_dtype = y.dtype();
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.has_bias = lin->bias.defined();
-  p.bias_dtype = DType::kF32;
-  p.small_m_max = w.small_m_max;
   cuda::GemmArgs a;
-  a.x = x.raw();
-  a.w = lin->weight.raw();
-  a.y = y.raw();
-  a.bias = p.has_bias ? lin->bias.raw() : nullptr;
   Tensor q, row_scales;
-  if (lin->kind == cuda::GemmKind::kInt8 || lin->kind == cuda::GemmKind::kFp8) {
-    // Per-token dynamic activation quantization.
-    row_scales = Allocate({m}, DType::kF32);
-    if (lin->kind == cuda::GemmKind::kInt8) {
-      q = Allocate({m, k}, DType::kI8);
-      FERRY_RETURN_IF_ERROR(cuda::QuantizeRowsInt8(x.raw(), m, k, lin->smooth.defined() ? lin->smooth.data<float>()
-                                                                                         : nullptr,
-                                                   q.data<int8_t>(), row_scales.data<float>(), x.dtype(), stream_));
-    } else {
-      q = Allocate({m, k}, DType::kF8E4M3);
-      FERRY_RETURN_IF_ERROR(cuda::QuantizeRowsFp8(x.raw(), m, k, q.raw(), row_scales.data<float>(), x.dtype(), stream_));
-      p.fp8_scaling = cuda::Fp8Scaling::kPerRowCol;
-    }
-    a.x = q.raw();
-    a.x_scale = row_scales.data<float>();
-  }
-  if (lin->kind == cuda::GemmKind::kInt8 || lin->kind == cuda::GemmKind::kFp8 ||
-      lin->kind == cuda::GemmKind::kInt8WeightOnly) {
-    a.w_scale = lin->scales.data<float>();
-  }
+  FERRY_RETURN_IF_ERROR(SetUpGemm(x, *lin, n, y, p, a, q, row_scales));
+  p.small_m_max = w.small_m_max;
   const cuda::GemmChoice* choice = nullptr;
   const int bucket = cuda::GemmMBucket(m);
   if (bucket < static_cast<int>(lin->choices.size()) && lin->choices[bucket].has_value()) choice = &*lin->choices[bucket];
   return gemm_->Run(p, a, stream_, choice);
+}
+
+Result<std::string> CudaBackend::TuneLinear(LinearWeight& w) {
+  auto* lin = static_cast<CudaLinear*>(w.packed.get());
+  if (lin == nullptr) return FailedPrecondition("TuneLinear: weight was not prepared for the CUDA backend");
+  FERRY_RETURN_IF_ERROR(NotInGraph("TuneLinear"));
+  const int64_t n = w.out_features(), k = w.in_features();
+  const auto key = std::make_tuple(static_cast<int>(lin->kind), n, k, lin->bias.defined());
+  auto it = tuned_.find(key);
+  if (it != tuned_.end()) {
+    lin->choices = it->second;
+    return std::string();
+  }
+  const DType act = options_.activations;
+  json report = {{"kind", std::string(cuda::GemmKindName(lin->kind))}, {"n", n}, {"k", k}, {"buckets", json::array()}};
+  std::vector<std::optional<cuda::GemmChoice>> choices(cuda::kGemmMBuckets);
+  // Inputs of the largest bucket, in the activation dtype; smaller buckets use their first rows.
+  const int64_t max_m = cuda::GemmBucketTuneM(cuda::kGemmMBuckets - 1);
+  std::vector<float> host(static_cast<size_t>(max_m * k));
+  uint64_t h = 0x243F6A8885A308D3ull;
+  for (float& v : host) {
+    h = h * 6364136223846793005ull + 1442695040888963407ull;
+    v = static_cast<float>(static_cast<int64_t>(h >> 40) - (1 << 23)) / static_cast<float>(1 << 23);
+  }
+  FERRY_ASSIGN_OR_RETURN(Tensor x32, UploadBytes(host.data(), {max_m, k}, DType::kF32));
+  Tensor x = Scratch({max_m, k}, act);
+  Tensor y = Scratch({max_m, n}, act);
+  if (!x.defined() || !y.defined()) return ResourceExhausted("no GPU memory to tune a [" + std::to_string(n) + ", " +
+                                                             std::to_string(k) + "] weight");
+  FERRY_RETURN_IF_ERROR(cuda::Convert(x32.raw(), DType::kF32, x.raw(), act, max_m * k, stream_));
+  for (int b = 0; b < cuda::kGemmMBuckets; ++b) {
+    const int64_t m = cuda::GemmBucketTuneM(b);
+    Tensor xb = x.Slice(0, m), yb = y.Slice(0, m);
+    cuda::GemmProblem p;
+    cuda::GemmArgs a;
+    Tensor q, row_scales;
+    FERRY_RETURN_IF_ERROR(SetUpGemm(xb, *lin, n, yb, p, a, q, row_scales));
+    FERRY_ASSIGN_OR_RETURN(cuda::GemmChoice choice, gemm_->Tune(p, a, stream_));
+    report["buckets"].push_back({{"m", m}, {"choice", choice.ToString()}, {"us", choice.measured_us}});
+    choices[b] = choice;
+  }
+  lin->choices = choices;
+  tuned_.emplace(key, std::move(choices));
+  return report.dump();
 }
 
 // A CUDA engine's linear: layout JSON plus blobs (weight, scales, smooth, bias) copied to the host.
@@ -598,19 +777,43 @@ Status CudaBackend::PagedAttention(const Tensor& q, const KvLayer& layer, const 
     max_q = std::max(max_q, s.q_len);
     max_ctx = std::max(max_ctx, s.context_len);
   }
-  // One staged array: q_begin[S], q_len[S], context_len[S], block_tables[S * max_blocks].
-  std::vector<int32_t>& meta = meta_;
-  meta.assign(static_cast<size_t>(3 * S + S * max_blocks), 0);
-  for (int i = 0; i < S; ++i) {
-    const SeqSpan& s = spans[i];
-    meta[i] = s.q_begin;
-    meta[S + i] = s.q_len;
-    meta[2 * S + i] = s.context_len;
-    const int nb = (s.context_len + bt - 1) / bt;
-    std::copy(s.block_table, s.block_table + nb, meta.begin() + 3 * S + static_cast<int64_t>(i) * max_blocks);
+  if (mode_ != GraphMode::kOff) {
+    // A recorded step is sized for the graph's planning context, not for this batch.
+    if (max_ctx > plan_context_) {
+      return InvalidArgument("a sequence of " + std::to_string(max_ctx) + " tokens exceeds the step graph's " +
+                             std::to_string(plan_context_));
+    }
+    max_ctx = plan_context_;
+    max_blocks = (plan_context_ + bt - 1) / bt;
+    Trace(S);
+    Trace(max_q);
   }
-  FERRY_ASSIGN_OR_RETURN(void* d_meta, Stage(meta.data(), meta.size() * sizeof(int32_t)));
-  const int32_t* dm = static_cast<const int32_t*>(d_meta);
+  // One staged array: q_begin[S], q_len[S], context_len[S], block_tables[S * max_blocks]. The
+  // layers of a step pass the same batch: it is built and staged once per generation.
+  const bool same = meta_generation_ == generation_ && meta_spans_.size() == spans.size() &&
+                    std::equal(spans.begin(), spans.end(), meta_spans_.begin(), [](const SeqSpan& a, const SeqSpan& b) {
+                      return a.q_begin == b.q_begin && a.q_len == b.q_len && a.context_len == b.context_len &&
+                             a.block_table == b.block_table;
+                    }) &&
+                    meta_.size() == static_cast<size_t>(3 * S + S * max_blocks);
+  if (!same) {
+    std::vector<int32_t>& meta = meta_;
+    meta.assign(static_cast<size_t>(3 * S + S * max_blocks), 0);
+    for (int i = 0; i < S; ++i) {
+      const SeqSpan& s = spans[i];
+      meta[i] = s.q_begin;
+      meta[S + i] = s.q_len;
+      meta[2 * S + i] = s.context_len;
+      const int nb = (s.context_len + bt - 1) / bt;
+      std::copy(s.block_table, s.block_table + nb, meta.begin() + 3 * S + static_cast<int64_t>(i) * max_blocks);
+    }
+    FERRY_ASSIGN_OR_RETURN(void* d_meta, Stage(meta.data(), meta.size() * sizeof(int32_t)));
+    meta_spans_.assign(spans.begin(), spans.end());
+    meta_device_ = d_meta;
+    meta_generation_ = generation_;
+  }
+  if (replaying()) return Status::Ok();
+  const int32_t* dm = static_cast<const int32_t*>(meta_device_);
   cuda::PagedAttentionArgs a;
   a.q = q.raw();
   a.out = out.raw();
@@ -637,7 +840,7 @@ Status CudaBackend::PagedAttention(const Tensor& q, const KvLayer& layer, const 
                                                                       params.head_dim, max_ctx));
   Tensor workspace;
   if (ws > 0) {
-    workspace = Allocate({static_cast<int64_t>(ws)}, DType::kI8);
+    workspace = Scratch({static_cast<int64_t>(ws)}, DType::kI8);
     a.workspace = workspace.raw();
     a.workspace_bytes = ws;
   }
@@ -655,6 +858,7 @@ Status CudaBackend::DenseAttention(const Tensor& q, const Tensor& k, const Tenso
     meta[S + i] = spans[i].q_len;
   }
   FERRY_ASSIGN_OR_RETURN(void* d_meta, Stage(meta.data(), meta.size() * sizeof(int32_t)));
+  if (replaying()) return Status::Ok();
   const int32_t* dm = static_cast<const int32_t*>(d_meta);
   cuda::DenseAttentionArgs a;
   a.q = q.raw();
@@ -672,6 +876,142 @@ Status CudaBackend::DenseAttention(const Tensor& q, const Tensor& k, const Tenso
   a.scale = params.scale;
   a.causal = params.causal;
   return cuda::DenseAttention(a, stream_);
+}
+
+// --- step graphs -----------------------------------------------------------------------------
+
+Status CudaBackend::RunGraph(const GraphKey& key, const std::function<Status()>& body) {
+  if (mode_ != GraphMode::kOff) return FailedPrecondition("step graphs do not nest");
+  if (key.plan_context <= 0) return InvalidArgument("a step graph needs a positive planning context");
+  // Earlier work has finished with the staging ring: a recording restarts it at offset 0.
+  FERRY_RETURN_IF_ERROR(Synchronize());
+  const std::pair<int64_t, int64_t> id{key.owner, key.id};
+  auto it = graphs_.find(id);
+  struct ModeReset {
+    CudaBackend* be;
+    ~ModeReset() {
+      be->mode_ = GraphMode::kOff;
+      be->graph_ = nullptr;
+    }
+  };
+  if (it == graphs_.end()) {
+    // First sight: run the step eagerly, which uploads host weights, plans the GEMMs and
+    // sizes their scratch (none of which may happen during a capture), then record it.
+    FERRY_RETURN_IF_ERROR(body());
+    FERRY_RETURN_IF_ERROR(Synchronize());
+    auto g = std::make_unique<StepGraph>();
+    ModeReset reset{this};
+    mode_ = GraphMode::kCapture;
+    graph_ = g.get();
+    plan_context_ = key.plan_context;
+    FERRY_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+    const Status st = body();
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    if (!st.ok()) {
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      return st.WithContext("capturing a step graph");
+    }
+    FERRY_CUDA_RETURN_IF_ERROR(end);
+    const cudaError_t inst = cudaGraphInstantiate(&g->exec, graph, 0);
+    cudaGraphDestroy(graph);
+    FERRY_CUDA_RETURN_IF_ERROR(inst);
+    g->trace.push_back(static_cast<int64_t>(g->buffers.size()));  // never empty once captured
+    StepGraph* captured = g.get();
+    graphs_[id] = std::move(g);
+    // The eager run computed this step, but the caller holds the capture's buffers: fill them.
+    FERRY_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(captured->exec, stream_));
+    return Status::Ok();
+  }
+  StepGraph& g = *it->second;
+  {
+    ModeReset reset{this};
+    mode_ = GraphMode::kReplay;
+    graph_ = &g;
+    plan_context_ = key.plan_context;
+    alloc_cursor_ = 0;
+    trace_cursor_ = 0;
+    graph_error_ = Status::Ok();
+    FERRY_RETURN_IF_ERROR(body());
+    Trace(static_cast<int64_t>(alloc_cursor_));
+    if (trace_cursor_ != g.trace.size() || alloc_cursor_ != g.buffers.size()) Diverged("the step made fewer calls");
+  }
+  if (!graph_error_.ok()) {
+    graphs_.erase(id);  // recaptured on the next call
+    return graph_error_;
+  }
+  FERRY_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(g.exec, stream_));
+  return Status::Ok();
+}
+
+// --- sampling ----------------------------------------------------------------------------------
+
+Status CudaBackend::SampleTokens(const Tensor& logits, std::span<const TokenSampling> rows,
+                                 std::vector<int32_t>& tokens) {
+  FERRY_RETURN_IF_ERROR(NotInGraph("SampleTokens"));
+  const int n = static_cast<int>(rows.size());
+  tokens.assign(static_cast<size_t>(n), -1);
+  if (n == 0) return Status::Ok();
+  if (logits.rank() != 2 || logits.dim(0) < n) {
+    return InvalidArgument("SampleTokens: logits " + logits.DebugString() + " for " + std::to_string(n) + " rows");
+  }
+  const int64_t vocab = logits.dim(1);
+  const Tensor* f32 = &logits;
+  Tensor converted;
+  Tensor uploaded;
+  if (logits.device().is_cpu()) {
+    const Tensor host = logits.Slice(0, n).Clone();
+    FERRY_ASSIGN_OR_RETURN(uploaded, UploadBytes(host.raw(), host.shape(), host.dtype()));
+    f32 = &uploaded;
+  }
+  if (f32->dtype() != DType::kF32) {
+    converted = Scratch({n, vocab}, DType::kF32);
+    FERRY_RETURN_IF_ERROR(cuda::Convert(f32->raw(), f32->dtype(), converted.raw(), DType::kF32, n * vocab, stream_));
+    f32 = &converted;
+  }
+  std::vector<cuda::SamplingParamsGpu>& params = sample_params_;
+  params.resize(static_cast<size_t>(n));
+  bool penalty = false;
+  for (int r = 0; r < n; ++r) {
+    const TokenSampling& t = rows[r];
+    params[r] = cuda::SamplingParamsGpu{t.temperature, t.top_k, t.top_p, t.min_p, t.repetition_penalty, t.seed, t.counter};
+    penalty = penalty || t.repetition_penalty != 1.0f;
+  }
+  const int32_t* d_history = nullptr;
+  const int64_t* d_offsets = nullptr;
+  if (penalty) {
+    history_.clear();
+    offsets_.assign(1, 0);
+    for (const TokenSampling& t : rows) {
+      history_.insert(history_.end(), t.history.begin(), t.history.end());
+      offsets_.push_back(static_cast<int64_t>(history_.size()));
+    }
+    if (history_.empty()) history_.push_back(-1);
+    FERRY_ASSIGN_OR_RETURN(void* h, Stage(history_.data(), history_.size() * sizeof(int32_t)));
+    FERRY_ASSIGN_OR_RETURN(void* o, Stage(offsets_.data(), offsets_.size() * sizeof(int64_t)));
+    d_history = static_cast<const int32_t*>(h);
+    d_offsets = static_cast<const int64_t*>(o);
+  }
+  Tensor out = Scratch({n}, DType::kI32);
+  FERRY_RETURN_IF_ERROR(cuda::SampleRows(f32->data<float>(), n, static_cast<int>(vocab), params.data(), d_history,
+                                         d_offsets, out.data<int32_t>(), stream_));
+  FERRY_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(tokens.data(), out.raw(), static_cast<size_t>(n) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+  return Synchronize();
+}
+
+Result<CudaDeviceInfo> QueryCudaDevice(int device) {
+  if (!CudaAvailable()) return Unavailable("no CUDA device is available");
+  CudaDeviceInfo info;
+  cudaDeviceProp prop{};
+  FERRY_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
+  info.name = prop.name;
+  info.cc_major = prop.major;
+  info.cc_minor = prop.minor;
+  FERRY_CUDA_RETURN_IF_ERROR(cudaRuntimeGetVersion(&info.runtime_version));
+  FERRY_CUDA_RETURN_IF_ERROR(cudaDriverGetVersion(&info.driver_version));
+  info.cublaslt_version = cublasLtGetVersion();
+  return info;
 }
 
 bool CudaAvailable() {

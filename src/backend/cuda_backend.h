@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "backend/backend.h"
 
@@ -18,6 +19,22 @@ struct CudaBackendOptions {
 
 // Whether a CUDA device is present and usable (false when built without CUDA).
 bool CudaAvailable();
+
+// What a GPU engine file is tied to: the device's architecture and the libraries whose
+// kernels and algorithm ids it stores.
+struct CudaDeviceInfo {
+  std::string name;
+  int cc_major = 0;
+  int cc_minor = 0;
+  int runtime_version = 0;   // cudaRuntimeGetVersion, e.g. 13000
+  int driver_version = 0;    // cudaDriverGetVersion
+  size_t cublaslt_version = 0;  // cublasLtGetVersion
+  std::string arch() const { return "sm_" + std::to_string(cc_major) + std::to_string(cc_minor); }
+};
+// Unavailable without a device (or without the CUDA backend in this build).
+Result<CudaDeviceInfo> QueryCudaDevice(int device);
+// The device index of "cuda" / "cuda:N" (InvalidArgument for anything else).
+Result<int> ParseCudaDevice(const std::string& device);
 
 // Unavailable when there is no GPU or the build has no CUDA backend.
 Result<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& options);

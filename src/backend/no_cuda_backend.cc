@@ -11,6 +11,10 @@ Result<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions&) {
   return Unavailable("this ferry was built without the CUDA backend (configure with -DFERRY_CUDA=ON)");
 }
 
+Result<CudaDeviceInfo> QueryCudaDevice(int) {
+  return Unavailable("this ferry was built without the CUDA backend (configure with -DFERRY_CUDA=ON)");
+}
+
 }  // namespace ferry::backend
 
 #endif  // FERRY_HAVE_CUDA

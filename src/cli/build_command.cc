@@ -45,7 +45,10 @@ int RunInspect(const InspectOptions& o) {
   out["file_bytes"] = (*f)->size();
   out["format_version"] = (*f)->format_version();
   out["fingerprint"] = (*f)->fingerprint();
-  out["compatible_here"] = engine::CheckFingerprint((*f)->fingerprint()).ok();
+  const std::string built_for = (*f)->fingerprint().value("device", "cpu");
+  const Status here = engine::CheckFingerprint((*f)->fingerprint(), built_for == "cuda" ? "cuda" : "cpu");
+  out["compatible_here"] = here.ok();
+  if (!here.ok()) out["incompatible_because"] = here.message();
   out["build"] = m.value("build", nlohmann::json::object());
   out["model"] = m.value("model", nlohmann::json::object());
   if (m.contains("files") && m["files"].contains("config.json") && m["files"]["config.json"].is_string()) {
@@ -97,7 +100,7 @@ void RegisterBuild(CLI::App& app, int& exit_code) {
   CLI::App* sub = app.add_subcommand("build", "Compile a checkpoint into an engine file");
   sub->add_option("--model", o->model, "Checkpoint directory")->required();
   sub->add_option("--precision", o->build.precision, "fp32, bf16, fp16, int8-wo, int8 (W8A8), fp8 (CUDA)");
-  sub->add_option("--device", o->build.device, "cpu or cuda");
+  sub->add_option("--device", o->build.device, "cpu, cuda or cuda:N (GPU engines are laid out and tuned on that GPU)");
   sub->add_option("-o,--output", o->output, "Engine file to write")->required();
   sub->add_option("--calibration", o->build.calibration_path, "Calibration text or JSONL (int8)");
   sub->add_option("--calibration-tokens", o->build.calibration_tokens, "Tokens of calibration text to run");

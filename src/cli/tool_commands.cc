@@ -49,6 +49,7 @@ struct BenchModelOptions {
   bool json = false;
   std::string device = "cpu";
   std::string activations = "bf16";
+  bool eager = false;
 };
 
 int RunBenchModel(const BenchModelOptions& o) {
@@ -66,6 +67,7 @@ int RunBenchModel(const BenchModelOptions& o) {
   mo.decode_steps = o.decode_steps;
   mo.decode_context = o.decode_context;
   mo.repeats = o.repeats;
+  mo.step_graphs = !o.eager;
   nlohmann::json all = nlohmann::json::array();
   for (int t : o.threads) {
     SetComputeThreads(t);
@@ -82,6 +84,8 @@ int RunBenchModel(const BenchModelOptions& o) {
                                {"step_ms", r->decode_step_ms[i].second}});
       }
       j["weight_gb"] = r->weight_gb;
+      j["step_graphs"] = r->step_graphs;
+      j["device_sampling"] = r->device_sampling;
       if (!o.json) {
         std::printf("threads=%d  prefill(%d tok): %.1f tok/s", t, o.prompt_len, r->prefill_tokens_per_s);
         for (auto& [b, tps] : r->decode_tokens_per_s) std::printf("  decode(batch %d): %.2f tok/s", b, tps);
@@ -131,6 +135,7 @@ void RegisterBench(CLI::App& app, int& exit_code) {
   sub->add_option("--device", o->device, "cpu, cuda or cuda:N");
   sub->add_option("--activations", o->activations, "CUDA activation dtype: bf16, f16 or f32");
   sub->add_option("--repeats", o->repeats, "Best of N");
+  sub->add_flag("--eager", o->eager, "Decode without step graphs (CUDA graphs), for comparison");
   sub->add_flag("--json", o->json, "JSON output");
   sub->callback([o, &exit_code] { exit_code = RunBenchModel(*o); });
   RegisterColdstart(*bench, exit_code);

@@ -14,20 +14,12 @@ namespace fs = std::filesystem;
 
 Result<std::unique_ptr<backend::Backend>> MakeBackend(const EngineOptions& options) {
   if (options.device == "cpu") return backend::MakeCpuBackend();
-  if (options.device.rfind("cuda", 0) == 0) {
-    backend::CudaBackendOptions co;
-    if (options.device.size() > 4) {
-      if (options.device[4] != ':' || options.device.size() == 5 ||
-          options.device.find_first_not_of("0123456789", 5) != std::string::npos) {
-        return InvalidArgument("device must be cpu, cuda or cuda:N, got '" + options.device + "'");
-      }
-      co.device = std::stoi(options.device.substr(5));
-    }
-    co.activations = options.cuda_activations;
-    co.kv_cache = options.cuda_activations;
-    return backend::MakeCudaBackend(co);
-  }
-  return InvalidArgument("device must be cpu, cuda or cuda:N, got '" + options.device + "'");
+  FERRY_ASSIGN_OR_RETURN(const int index, backend::ParseCudaDevice(options.device));
+  backend::CudaBackendOptions co;
+  co.device = index;
+  co.activations = options.cuda_activations;
+  co.kv_cache = options.cuda_activations;
+  return backend::MakeCudaBackend(co);
 }
 
 Result<std::shared_ptr<Engine>> Engine::Load(const std::string& path, const EngineOptions& options) {
@@ -105,7 +97,7 @@ Result<std::shared_ptr<Engine>> Engine::LoadEngineFile(const std::string& path, 
   SetComputeThreads(options.threads);
   FERRY_ASSIGN_OR_RETURN(std::shared_ptr<io::EngineFile> file, io::EngineFile::Open(path));
   const std::string where = "engine file '" + path + "'";
-  FERRY_RETURN_IF_ERROR(CheckFingerprint(file->fingerprint()).WithContext(where));
+  FERRY_RETURN_IF_ERROR(CheckFingerprint(file->fingerprint(), options.device).WithContext(where));
   const nlohmann::json& m = file->manifest();
   for (const char* key : {"files", "binary_files", "model", "build", "tensors", "linears"}) {
     if (!m.contains(key) || !m[key].is_object()) {
@@ -135,7 +127,12 @@ Result<std::shared_ptr<Engine>> Engine::LoadEngineFile(const std::string& path, 
     e->tokenizer_ = std::move(tok).value();
   }
 
-  FERRY_ASSIGN_OR_RETURN(e->backend_, MakeBackend(options));
+  // A GPU engine's weights are stored in the activation dtype it was built for.
+  EngineOptions backend_options = options;
+  if (e->build_info_.contains("activations")) {
+    FERRY_ASSIGN_OR_RETURN(backend_options.cuda_activations, ParseDType(e->build_info_.value("activations", "")));
+  }
+  FERRY_ASSIGN_OR_RETURN(e->backend_, MakeBackend(backend_options));
   backend::Backend& be = *e->backend_;
   const bool verify = options.verify;
   model::PreparedSource src;

@@ -11,6 +11,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "backend/cuda_backend.h"
 #include "core/logging.h"
 #include "core/mapped_file.h"
 #include "core/thread_pool.h"
@@ -40,17 +41,26 @@ struct Precision {
   bool calibrate;
 };
 
-Result<Precision> ParsePrecision(const std::string& p, const std::string& device) {
+Result<Precision> ParsePrecision(const std::string& p, bool cuda) {
   if (p == "fp32") return Precision{backend::WeightFormat::kF32, DType::kF32, false};
   if (p == "bf16") return Precision{backend::WeightFormat::kBF16, DType::kBF16, false};
   if (p == "fp16") return Precision{backend::WeightFormat::kF16, DType::kF16, false};
   if (p == "int8-wo") return Precision{backend::WeightFormat::kInt8, DType::kBF16, false};
   if (p == "int8") return Precision{backend::WeightFormat::kInt8W8A8, DType::kBF16, true};
   if (p == "fp8") {
-    return Unimplemented("precision fp8 runs on GPUs only (sm_89+), and ferry build writes CPU engines only so far; " +
-                         std::string("it is not available for device '") + device + "'");
+    // e4m3 weights with per-channel scales; activations are scaled per token at run time,
+    // so fp8 needs no calibration pass.
+    if (cuda) return Precision{backend::WeightFormat::kFp8, DType::kBF16, false};
+    return InvalidArgument("precision fp8 runs on GPUs only (sm_89+): build it with --device cuda");
   }
   return InvalidArgument("unknown precision '" + p + "' (fp32, bf16, fp16, int8-wo, int8, fp8)");
+}
+
+// The activation (and KV cache) dtype a GPU engine of this precision runs with.
+DType CudaActivations(const std::string& precision) {
+  if (precision == "fp32") return DType::kF32;
+  if (precision == "fp16") return DType::kF16;
+  return DType::kBF16;
 }
 
 std::string CpuIsa() {
@@ -270,46 +280,74 @@ nlohmann::json DescribeTensor(const Tensor& t, const io::BlobRef& ref) {
 
 std::string DefaultCalibrationPath() { return std::string(FERRY_DATA_DIR) + "/calibration/kjv_calibration.jsonl"; }
 
-nlohmann::json CurrentFingerprint(const std::string& device) {
-  const dnnl_version_t* v = dnnl_version();
+Result<nlohmann::json> CurrentFingerprint(const std::string& device) {
   nlohmann::json fp;
-  fp["device"] = device;
-  fp["cpu_isa"] = CpuIsa();
   fp["ferry_version"] = FERRY_VERSION;
   fp["weight_layout_version"] = 1;
-  fp["libraries"] = {{"onednn", std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-                                    std::to_string(v->patch)}};
+  if (device == "cpu") {
+    const dnnl_version_t* v = dnnl_version();
+    fp["device"] = "cpu";
+    fp["cpu_isa"] = CpuIsa();
+    fp["libraries"] = {{"onednn", std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+                                      std::to_string(v->patch)}};
+    return fp;
+  }
+  FERRY_ASSIGN_OR_RETURN(const int index, backend::ParseCudaDevice(device));
+  FERRY_ASSIGN_OR_RETURN(const backend::CudaDeviceInfo gpu, backend::QueryCudaDevice(index));
+  fp["device"] = "cuda";
+  fp["gpu"] = gpu.name;
+  fp["arch"] = gpu.arch();
+  fp["libraries"] = {{"cuda_runtime", gpu.runtime_version}, {"cublaslt", gpu.cublaslt_version}};
   return fp;
 }
 
-Status CheckFingerprint(const nlohmann::json& fp) {
-  const std::string device = fp.value("device", "");
-  if (device != "cpu") {
-    return FailedPrecondition("engine was built for device '" + device + "'; this ferry runs it only on the CPU" +
-                              (device == "cuda" ? " backend it has (the CUDA backend is not in this build)" : ""));
-  }
-  const std::string isa = fp.value("cpu_isa", "");
-  const std::string here = CpuIsa();
-  auto rank = [](const std::string& s) { return s == "avx512" ? 2 : s == "avx2" ? 1 : 0; };
-  if (rank(isa) > rank(here)) {
-    return FailedPrecondition("engine was built for CPU ISA '" + isa + "', this CPU only has '" + here + "'");
-  }
+Status CheckFingerprint(const nlohmann::json& fp, const std::string& device) {
+  const std::string built = fp.value("device", "");
+  const bool on_gpu = device != "cpu";
   if (fp.value("weight_layout_version", 0) != 1) {
     return FailedPrecondition("engine uses weight layout version " + std::to_string(fp.value("weight_layout_version", 0)) +
                               ", this ferry reads version 1");
+  }
+  if (built == "cpu") {
+    if (on_gpu) {
+      return FailedPrecondition("engine was built for the CPU; build a GPU engine with `ferry build --device cuda`, "
+                                "or run the checkpoint itself with --device " + device);
+    }
+    const std::string isa = fp.value("cpu_isa", "");
+    const std::string here = CpuIsa();
+    auto rank = [](const std::string& s) { return s == "avx512" ? 2 : s == "avx2" ? 1 : 0; };
+    if (rank(isa) > rank(here)) {
+      return FailedPrecondition("engine was built for CPU ISA '" + isa + "', this CPU only has '" + here + "'");
+    }
+    return Status::Ok();
+  }
+  if (built != "cuda") return FailedPrecondition("engine was built for an unknown device '" + built + "'");
+  const std::string arch = fp.value("arch", "");
+  if (!on_gpu) return FailedPrecondition("engine was built for a GPU (" + arch + "); load it with --device cuda");
+  FERRY_ASSIGN_OR_RETURN(const int index, backend::ParseCudaDevice(device));
+  auto gpu = backend::QueryCudaDevice(index);
+  if (!gpu.ok()) return gpu.status().WithContext("engine was built for a GPU (" + arch + ")");
+  if (gpu->arch() != arch) {
+    return FailedPrecondition("engine was built and tuned for " + arch + " (" + fp.value("gpu", "") + "), this GPU is " +
+                              gpu->arch() + " (" + gpu->name + "): rebuild it on this GPU");
+  }
+  const nlohmann::json libs = fp.value("libraries", nlohmann::json::object());
+  const size_t lt = libs.value("cublaslt", size_t{0});
+  if (lt != gpu->cublaslt_version) {
+    return FailedPrecondition("engine stores GEMM algorithms tuned with cuBLASLt " + std::to_string(lt) +
+                              ", this process has cuBLASLt " + std::to_string(gpu->cublaslt_version) +
+                              ": rebuild the engine");
   }
   return Status::Ok();
 }
 
 Result<BuildReport> BuildEngine(const std::string& model_dir, const std::string& output_path, const BuildOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (o.device != "cpu") {
-    // GPU engine files (GPU weight layouts, tuned GEMM choices, a GPU fingerprint) are not
-    // written yet; the CUDA backend runs checkpoints directly (--device cuda).
-    return Unimplemented("device '" + o.device + "': ferry build writes CPU engines only so far; run the checkpoint " +
-                         "itself on the GPU with --device cuda");
-  }
-  FERRY_ASSIGN_OR_RETURN(Precision precision, ParsePrecision(o.precision, o.device));
+  const bool cuda = o.device != "cpu";
+  if (cuda) FERRY_RETURN_IF_ERROR(backend::ParseCudaDevice(o.device).status());
+  FERRY_ASSIGN_OR_RETURN(Precision precision, ParsePrecision(o.precision, cuda));
+  // The fingerprint first: a GPU build fails here, before any work, when there is no GPU.
+  FERRY_ASSIGN_OR_RETURN(const nlohmann::json fingerprint, CurrentFingerprint(o.device));
   std::error_code ec;
   if (!fs::is_directory(model_dir, ec)) return InvalidArgument("'" + model_dir + "' is not a checkpoint directory");
   FERRY_ASSIGN_OR_RETURN(io::ModelConfig config, io::LoadModelConfig(model_dir));
@@ -330,7 +368,11 @@ Result<BuildReport> BuildEngine(const std::string& model_dir, const std::string&
   lo.linear_format = precision.format;
   lo.table_dtype = precision.table_dtype;
   lo.smooth = &smooth;
-  std::unique_ptr<backend::Backend> be = backend::MakeCpuBackend();
+  // A GPU engine's weights are laid out (and tuned) by the CUDA backend itself.
+  EngineOptions eo;
+  eo.device = o.device;
+  eo.cuda_activations = CudaActivations(o.precision);
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> be, MakeBackend(eo));
   std::unique_ptr<model::DecoderModel> decoder;
   std::unique_ptr<model::EncoderModel> encoder;
   if (config.family == io::ModelFamily::kDecoder) {
@@ -350,14 +392,22 @@ Result<BuildReport> BuildEngine(const std::string& model_dir, const std::string&
     FERRY_RETURN_IF_ERROR(decoder ? decoder->Visit(collect) : encoder->Visit(collect));
   }
   nlohmann::json tuned;
-  if (o.tune) {
+  if (o.tune && cuda) {
+    nlohmann::json shapes = nlohmann::json::array();
+    for (auto& [key, w] : all_linears) {
+      FERRY_ASSIGN_OR_RETURN(std::string report, be->TuneLinear(*w));
+      if (!report.empty()) shapes.push_back(nlohmann::json::parse(report));
+    }
+    tuned = {{"choice", "cuBLASLt algorithm (or the fused int8 small-M kernel) per weight shape and M bucket, "
+                        "timed in CUDA graphs on this GPU"},
+             {"linear_shapes", shapes}};
+  } else if (o.tune) {
     FERRY_ASSIGN_OR_RETURN(nlohmann::json shapes, TuneLinears(*be, all_linears));
     tuned = {{"choice", "small_m_max: largest rows that run the one-pass decode kernel (else blocked GEMM)"},
              {"threads", ComputeThreads()},
              {"linear_shapes", shapes}};
   }
 
-  const nlohmann::json fingerprint = CurrentFingerprint(o.device);
   FERRY_ASSIGN_OR_RETURN(auto writer, io::EngineWriter::Create(output_path, fingerprint));
   nlohmann::json tensors = nlohmann::json::object(), linears = nlohmann::json::object();
   nlohmann::json index = nlohmann::json::array();
@@ -418,6 +468,7 @@ Result<BuildReport> BuildEngine(const std::string& model_dir, const std::string&
                        {"max_batch_tokens", max_batch_tokens},
                        {"source", fs::absolute(model_dir, ec).string()},
                        {"weight_format", backend::WeightFormatName(precision.format)}};
+  if (cuda) manifest["build"]["activations"] = std::string(DTypeName(eo.cuda_activations));
   if (precision.calibrate) manifest["build"]["calibration"] = report.calibration;
   if (!tuned.is_null()) manifest["tuned"] = tuned;
   manifest["tensors"] = tensors;

@@ -24,6 +24,9 @@ Result<std::unique_ptr<DecoderRunner>> DecoderRunner::Create(std::shared_ptr<Eng
   kc.dtype = r->engine_->backend().kv_cache_dtype();
   FERRY_ASSIGN_OR_RETURN(r->cache_, KvCache::Create(kc, r->engine_->backend()));
   r->executor_ = std::make_unique<StepExecutor>(*r->engine_->decoder(), *r->cache_);
+  if (options.step_graphs) {
+    r->executor_->SetGraphOptions(StepGraphOptions{r->options_.max_batch_seqs, r->options_.max_seq_len});
+  }
   return r;
 }
 

@@ -32,6 +32,7 @@ struct RunnerOptions {
   int max_batch_seqs = 8;    // sequences the KV cache is sized for
   int block_tokens = 16;
   int prefill_chunk = 0;     // 0: whole prompts in one step; else chunked prefill of this size
+  bool step_graphs = true;   // decode steps as recorded graphs, where the backend supports them
 };
 
 // Thread-compatible. Owns a KV cache sized for max_batch_seqs sequences of max_seq_len.

@@ -37,6 +37,8 @@ class KvCache {
   // Cache slot of the token at `position` of `seq` (must be reserved).
   int32_t Slot(int64_t seq, int32_t position) const;
 
+  // A block no sequence ever gets: padding rows of a fixed-size step write their K/V there.
+  int32_t padding_block() const { return config_.num_blocks; }
   int BlocksFor(int32_t tokens) const { return (tokens + config_.block_tokens - 1) / config_.block_tokens; }
   int num_free_blocks() const { return static_cast<int>(free_.size()); }
   int num_blocks() const { return config_.num_blocks; }

@@ -28,10 +28,28 @@ Status BenchDecoder(const std::shared_ptr<Engine>& engine, const ModelBenchOptio
   RunnerOptions ro;
   ro.max_batch_seqs = max_batch;
   ro.max_seq_len = std::max(o.prompt_len, o.decode_context + o.decode_steps + 1);
+  ro.step_graphs = o.step_graphs;
   FERRY_ASSIGN_OR_RETURN(auto runner, DecoderRunner::Create(engine, ro));
   StepExecutor& ex = runner->executor();
   KvCache& cache = runner->cache();
   r.weight_gb = static_cast<double>(engine->decoder()->weight_bytes()) / 1e9;
+  // Greedy decoding as the server runs it: on a GPU the token is picked there and only its id
+  // comes back; on the CPU the logits are host memory and the argmax runs on them.
+  r.device_sampling = engine->backend().samples_on_device();
+  std::vector<backend::TokenSampling> greedy(static_cast<size_t>(max_batch));
+  for (backend::TokenSampling& g : greedy) g.temperature = 0.0f;
+  auto decode_step = [&](const std::vector<SeqStep>& steps) -> Status {
+    if (r.device_sampling) {
+      FERRY_ASSIGN_OR_RETURN(std::vector<int32_t> next,
+                             ex.StepAndSample(steps, std::span(greedy.data(), steps.size())));
+      return Status::Ok();
+    }
+    FERRY_ASSIGN_OR_RETURN(Tensor logits, ex.Step(steps));
+    for (int64_t i = 0; i < logits.dim(0); ++i) {
+      (void)Argmax(std::span<const float>(logits.data<float>() + i * logits.dim(1), logits.dim(1)));
+    }
+    return Status::Ok();
+  };
 
   // Prefill: one prompt of prompt_len tokens in one step (best of N; the first run warms).
   const std::vector<int32_t> prompt = RandomIds(o.prompt_len, vocab, 1);
@@ -64,7 +82,7 @@ Status BenchDecoder(const std::shared_ptr<Engine>& engine, const ModelBenchOptio
           const int pos = o.decode_context + i;
           steps[b] = SeqStep{b, std::span<const int32_t>(ctx[b].data() + pos, 1), pos, false};
         }
-        FERRY_ASSIGN_OR_RETURN(Tensor logits, ex.Step(steps));
+        FERRY_RETURN_IF_ERROR(decode_step(steps));
       }
       best_step = std::min(best_step, Seconds(t0, Clock::now()) / o.decode_steps);
       for (int b = 0; b < batch; ++b) cache.Free(b);
@@ -72,6 +90,7 @@ Status BenchDecoder(const std::shared_ptr<Engine>& engine, const ModelBenchOptio
     r.decode_step_ms.emplace_back(batch, best_step * 1e3);
     r.decode_tokens_per_s.emplace_back(batch, batch / best_step);
   }
+  r.step_graphs = engine->backend().graph_count();
   return Status::Ok();
 }
 

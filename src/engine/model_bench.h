@@ -17,6 +17,7 @@ struct ModelBenchOptions {
   int encoder_batch = 32;                // encoder: sequences per batch
   int encoder_seq_len = 128;             // encoder: tokens per sequence
   int repeats = 3;                       // best of N for each measurement
+  bool step_graphs = true;               // decode steps as recorded graphs where the backend has them
 };
 
 struct ModelBenchResult {
@@ -26,6 +27,8 @@ struct ModelBenchResult {
   std::vector<std::pair<int, double>> decode_step_ms;       // (batch, ms per step)
   double encoder_sequences_per_s = 0;
   double weight_gb = 0;
+  int step_graphs = 0;          // recordings the decode runs made (0: eager)
+  bool device_sampling = false;  // decode tokens picked on the device (only ids reach the host)
 };
 
 Result<ModelBenchResult> BenchModel(std::shared_ptr<Engine> engine, const ModelBenchOptions& options);

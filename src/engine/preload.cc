@@ -46,7 +46,8 @@ Result<std::unique_ptr<PreloadedModel>> PreloadedModel::Create(const std::string
     ro.max_batch_seqs = o.max_batch_seqs;
     ro.block_tokens = o.block_tokens;
     FERRY_ASSIGN_OR_RETURN(p->runner_, DecoderRunner::Create(p->engine_, ro));
-    if (p->options_.decode_batches.empty()) p->options_.decode_batches = PowersUpTo(1, o.max_batch_seqs, 2);
+    // Every decode batch bucket, so that each step graph is recorded before the first request.
+    if (p->options_.decode_batches.empty()) p->options_.decode_batches = GraphBatchBuckets(o.max_batch_seqs);
     if (p->options_.prefill_lengths.empty()) {
       p->options_.prefill_lengths = PowersUpTo(16, std::min(p->options_.max_batch_tokens, max_seq), 4);
     }

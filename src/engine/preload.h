@@ -19,7 +19,7 @@ struct PreloadOptions {
   int max_batch_seqs = 8;    // decoder: sequences the KV cache holds
   int max_batch_tokens = 0;  // decoder: tokens per step (0: max_seq_len)
   int block_tokens = 16;
-  std::vector<int> decode_batches;  // decode buckets (default: 1, 2, 4, ... max_batch_seqs)
+  std::vector<int> decode_batches;  // decode buckets (default: GraphBatchBuckets(max_batch_seqs))
   std::vector<int> prefill_lengths; // prefill buckets (default: 16, 64, 256, ... max_batch_tokens)
   std::vector<int> encoder_batches{1, 8, 32};
   std::vector<int> encoder_lengths; // default: 16, 64, ... the model's context

@@ -1,10 +1,41 @@
 #include "engine/step_executor.h"
 
+#include <algorithm>
+#include <atomic>
 #include <string>
 
 namespace ferry::engine {
 
-Result<Tensor> StepExecutor::Step(const std::vector<SeqStep>& steps) {
+std::vector<int> GraphBatchBuckets(int max_batch) {
+  std::vector<int> buckets;
+  for (int b : {1, 2, 4, 8}) {
+    if (b < max_batch) buckets.push_back(b);
+  }
+  for (int p = 16; p < max_batch; p *= 2) {
+    buckets.push_back(p);
+    if (p * 3 / 2 < max_batch) buckets.push_back(p * 3 / 2);
+  }
+  if (max_batch > 0) buckets.push_back(max_batch);
+  return buckets;
+}
+
+namespace {
+std::atomic<int64_t> next_graph_owner{1};
+}  // namespace
+
+StepExecutor::StepExecutor(model::DecoderModel& model, KvCache& cache)
+    : model_(model), cache_(cache), graph_owner_(next_graph_owner.fetch_add(1)) {}
+
+StepExecutor::~StepExecutor() { model_.backend().ReleaseGraphs(graph_owner_); }
+
+void StepExecutor::SetGraphOptions(const StepGraphOptions& options) {
+  graph_options_ = options;
+  if (!model_.backend().supports_graphs() || options.plan_context <= 0) graph_options_.max_batch = 0;
+  graph_buckets_ = GraphBatchBuckets(graph_options_.max_batch);
+  padding_table_.assign(1, cache_.padding_block());
+}
+
+Status StepExecutor::Run(const std::vector<SeqStep>& steps, Tensor& logits, int64_t& rows) {
   if (steps.empty()) return InvalidArgument("empty step");
   const int max_pos = model_.config().max_position_embeddings;
   for (const SeqStep& s : steps) {
@@ -34,6 +65,8 @@ Result<Tensor> StepExecutor::Step(const std::vector<SeqStep>& steps) {
   b.slots.clear();
   b.spans.clear();
   b.logit_rows.clear();
+  bool decode_only = true;
+  int32_t longest = 0;
   for (const SeqStep& s : steps) {
     backend::SeqSpan span;
     span.q_begin = static_cast<int32_t>(b.token_ids.size());
@@ -48,10 +81,48 @@ Result<Tensor> StepExecutor::Step(const std::vector<SeqStep>& steps) {
       if (s.all_logits || i == span.q_len - 1) b.logit_rows.push_back(span.q_begin + i);
     }
     b.spans.push_back(span);
+    decode_only = decode_only && span.q_len == 1 && !s.all_logits;
+    longest = std::max(longest, span.context_len);
+  }
+  rows = static_cast<int64_t>(b.logit_rows.size());
+  const int n = static_cast<int>(steps.size());
+  const bool graphed = decode_only && n <= graph_options_.max_batch && longest <= graph_options_.plan_context;
+  if (!graphed) return model_.Forward(b, cache_.layers(), logits);
+
+  // Pad to the bucket: each padding row is a one-token sequence in the padding block.
+  const int bucket = *std::lower_bound(graph_buckets_.begin(), graph_buckets_.end(), n);
+  const int32_t pad_slot = cache_.padding_block() * cache_.config().block_tokens;
+  for (int i = n; i < bucket; ++i) {
+    b.token_ids.push_back(0);
+    b.positions.push_back(0);
+    b.slots.push_back(pad_slot);
+    b.spans.push_back(backend::SeqSpan{i, 1, 1, padding_table_.data()});
+    b.logit_rows.push_back(i);
+  }
+  ++graphed_steps_;
+  return model_.backend().RunGraph(backend::GraphKey{graph_owner_, bucket, graph_options_.plan_context},
+                                   [&] { return model_.Forward(b, cache_.layers(), logits); });
+}
+
+Result<Tensor> StepExecutor::Step(const std::vector<SeqStep>& steps) {
+  Tensor logits;
+  int64_t rows = 0;
+  FERRY_RETURN_IF_ERROR(Run(steps, logits, rows));
+  return model_.backend().ToHost(logits.dim(0) == rows ? logits : logits.Slice(0, rows));
+}
+
+Result<std::vector<int32_t>> StepExecutor::StepAndSample(const std::vector<SeqStep>& steps,
+                                                         std::span<const backend::TokenSampling> sampling) {
+  if (sampling.size() != steps.size()) return InvalidArgument("one sampling setting per step is needed");
+  for (const SeqStep& s : steps) {
+    if (s.all_logits) return InvalidArgument("StepAndSample returns no logits; all_logits needs Step");
   }
   Tensor logits;
-  FERRY_RETURN_IF_ERROR(model_.Forward(b, cache_.layers(), logits));
-  return model_.backend().ToHost(logits);
+  int64_t rows = 0;
+  FERRY_RETURN_IF_ERROR(Run(steps, logits, rows));
+  std::vector<int32_t> tokens;
+  FERRY_RETURN_IF_ERROR(model_.backend().SampleTokens(logits, sampling, tokens));
+  return tokens;
 }
 
 }  // namespace ferry::engine

@@ -113,7 +113,8 @@ Result<uint64_t> ContinuousBatcher::Submit(GenerationRequest request) {
     }
     handle = next_handle_++;
     seq->handle = handle;
-    seq->sampler = engine::Sampler(seq->req.sampling.seed.value_or(handle * 0x9E3779B97F4A7C15ull));
+    seq->seed = seq->req.sampling.seed.value_or(handle * 0x9E3779B97F4A7C15ull);
+    seq->sampler = engine::Sampler(seq->seed);
     if (options_.default_timeout_ms > 0 && !seq->req.deadline) {
       seq->req.deadline = seq->req.arrival + std::chrono::milliseconds(options_.default_timeout_ms);
     }
@@ -326,6 +327,41 @@ Status ContinuousBatcher::RunSteps(const std::vector<Seq*>& seqs, const std::vec
     st.tokens = std::span<const int32_t>(s.tokens.data() + s.num_computed, counts[i]);
     st.all_logits = s.req.prompt_logprobs && !s.prompt_logprobs_done && s.num_computed < s.prompt_len;
   }
+  // Where the logits live on a GPU and nobody asked for log-probabilities, tokens are sampled
+  // there and only their ids come back.
+  const bool device_sampling =
+      !custom_step_ && executor_.model().backend().samples_on_device() &&
+      std::none_of(seqs.begin(), seqs.end(), [](const Seq* s) { return s->req.logprobs >= 0; }) &&
+      std::none_of(steps.begin(), steps.end(), [](const engine::SeqStep& st) { return st.all_logits; });
+  if (device_sampling) {
+    sampling_.resize(seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const Seq& s = *seqs[i];
+      const engine::SamplingParams& sp = s.req.sampling;
+      sampling_[i] = backend::TokenSampling{sp.temperature, sp.top_k, sp.top_p, sp.min_p, sp.repetition_penalty,
+                                            s.seed, static_cast<uint64_t>(s.generated), std::span(s.tokens)};
+    }
+    Result<std::vector<int32_t>> sampled = [&]() -> Result<std::vector<int32_t>> {
+      try {
+        return executor_.StepAndSample(steps, sampling_);
+      } catch (const std::exception& e) {
+        return Internal(std::string("step failed: ") + e.what());
+      }
+    }();
+    if (!sampled.ok()) return sampled.status();
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      Seq& s = *seqs[i];
+      s.num_computed += counts[i];
+      if (s.num_computed < static_cast<int32_t>(s.tokens.size())) continue;  // mid-prefill chunk
+      const int32_t next = (*sampled)[i];
+      if (next < 0) {
+        Fail(s, Internal("the model produced non-finite logits for this request"), "nonfinite_logits");
+        continue;
+      }
+      Emit(s, next, {});
+    }
+    return Status::Ok();
+  }
   Result<Tensor> result = [&]() -> Result<Tensor> {
     try {
       return step_(steps);
@@ -362,23 +398,26 @@ Status ContinuousBatcher::RunSteps(const std::vector<Seq*>& seqs, const std::vec
       Fail(s, Internal("the model produced non-finite logits for this request"), "nonfinite_logits");
       continue;
     }
-    const int32_t next = s.sampler.Sample(r, s.req.sampling, s.tokens);
-    GenerationEvent ev;
-    ev.tokens.push_back(MakeTokenOutput(next, r, s.req.logprobs, logprob_scratch_));
-    s.tokens.push_back(next);
-    s.generated += 1;
-    const bool eos = !s.req.ignore_eos &&
-                     std::find(s.req.stop_ids.begin(), s.req.stop_ids.end(), next) != s.req.stop_ids.end();
-    if (eos) {
-      ev.finished = true;
-      ev.finish_reason = FinishReason::kStop;
-    } else if (s.generated >= s.req.max_tokens || static_cast<int>(s.tokens.size()) >= max_seq_len_) {
-      ev.finished = true;
-      ev.finish_reason = FinishReason::kLength;
-    }
-    Deliver(s, ev);
+    Emit(s, s.sampler.Sample(r, s.req.sampling, s.tokens), r);
   }
   return Status::Ok();
+}
+
+void ContinuousBatcher::Emit(Seq& s, int32_t next, std::span<const float> row) {
+  GenerationEvent ev;
+  ev.tokens.push_back(MakeTokenOutput(next, row, s.req.logprobs, logprob_scratch_));
+  s.tokens.push_back(next);
+  s.generated += 1;
+  const bool eos = !s.req.ignore_eos &&
+                   std::find(s.req.stop_ids.begin(), s.req.stop_ids.end(), next) != s.req.stop_ids.end();
+  if (eos) {
+    ev.finished = true;
+    ev.finish_reason = FinishReason::kStop;
+  } else if (s.generated >= s.req.max_tokens || static_cast<int>(s.tokens.size()) >= max_seq_len_) {
+    ev.finished = true;
+    ev.finish_reason = FinishReason::kLength;
+  }
+  Deliver(s, ev);
 }
 
 void ContinuousBatcher::Deliver(Seq& s, GenerationEvent& ev) {

@@ -62,7 +62,11 @@ class ContinuousBatcher {
   ~ContinuousBatcher();
 
   // Replaces the step function (call before Start()).
-  void SetStepFunction(StepFunction step) { step_ = std::move(step); }
+  // A replaced step function returns host logits, so tokens are then sampled on the host.
+  void SetStepFunction(StepFunction step) {
+    step_ = std::move(step);
+    custom_step_ = true;
+  }
 
   Status Start();
   // Validates and queues. InvalidArgument/OutOfRange for a request that can never run;
@@ -94,6 +98,7 @@ class ContinuousBatcher {
     bool prompt_logprobs_done = false;
     RequestState state = RequestState::kQueued;
     engine::Sampler sampler{0};
+    uint64_t seed = 0;  // the sampler's seed, also used by device sampling
     std::vector<TokenOutput> pending_prompt;
   };
 
@@ -105,6 +110,8 @@ class ContinuousBatcher {
   void Finish(Seq& s, FinishReason reason);
   void Fail(Seq& s, const Status& error, const std::string& reason);
   void Deliver(Seq& s, GenerationEvent& event);
+  // Appends the sampled token `next` and delivers it (row: its logits, when on the host).
+  void Emit(Seq& s, int32_t next, std::span<const float> row);
   void Remove(uint64_t handle);
   void UpdateCounters();
 
@@ -116,6 +123,8 @@ class ContinuousBatcher {
   const ContinuousBatchingOptions options_;
   BatcherObserver* observer_;
   StepFunction step_;
+  bool custom_step_ = false;
+  std::vector<backend::TokenSampling> sampling_;  // device sampling settings, reused
 
   // Shared with submitters.
   mutable std::mutex mu_;

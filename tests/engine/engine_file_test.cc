@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "backend/cuda_backend.h"
 #include "engine/engine.h"
 #include "engine/engine_builder.h"
 #include "engine/generator.h"
@@ -144,10 +145,26 @@ TEST(EngineFileTest, Fp8IsRefusedOnTheCpuAndUnknownPrecisionsToo) {
   engine::BuildOptions bo = Untuned();
   bo.precision = "fp8";
   auto r = engine::BuildEngine(testing::FixturePath("models/qwen2-tiny"), tmp.File("x.ferry"), bo);
-  EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("--device cuda"), std::string::npos) << r.status().ToString();
   bo.precision = "int4";
   EXPECT_EQ(engine::BuildEngine(testing::FixturePath("models/qwen2-tiny"), tmp.File("x.ferry"), bo).status().code(),
             StatusCode::kInvalidArgument);
+  EXPECT_FALSE(fs::exists(tmp.File("x.ferry")));
+}
+
+TEST(EngineFileTest, GpuBuildsNeedAGpuAndAKnownDevice) {
+  TempDir tmp;
+  engine::BuildOptions bo = Untuned();
+  bo.precision = "bf16";
+  bo.device = "tpu";
+  EXPECT_EQ(engine::BuildEngine(testing::FixturePath("models/qwen2-tiny"), tmp.File("x.ferry"), bo).status().code(),
+            StatusCode::kInvalidArgument);
+  if (!backend::CudaAvailable()) {
+    bo.device = "cuda";
+    const Status s = engine::BuildEngine(testing::FixturePath("models/qwen2-tiny"), tmp.File("x.ferry"), bo).status();
+    EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  }
   EXPECT_FALSE(fs::exists(tmp.File("x.ferry")));
 }
 
@@ -243,6 +260,9 @@ TEST_F(BadEngineFileTest, MismatchedFingerprint) {
     std::memset(b.data() + 64, 0, 4096 - 64);
     std::memcpy(b.data() + 64, replacement.data(), n);
     const Status s = LoadStatus(Write("f.ferry", b));
+    if (replacement.find("cuda") != std::string::npos) {
+      EXPECT_NE(s.message().find("--device cuda"), std::string::npos) << s.ToString();
+    }
     if (replacement.find("avx1024") != std::string::npos) {
       // An unknown ISA name ranks below what we have: accepted. Only known, stronger ISAs fail.
       continue;

@@ -37,7 +37,10 @@ TEST_F(KvCacheTest, ReserveGrowsBlockTablesAndSlotsAreDistinct) {
   for (int p = 0; p < 4; ++p) slots.insert(cache_->Slot(2, p));
   EXPECT_EQ(slots.size(), 12u);
   EXPECT_EQ(cache_->layers().size(), 2u);
-  EXPECT_EQ(cache_->layers()[0].k.shape(), (Shape{6, 2, 4, 8}));
+  // Six blocks for sequences plus the padding block, which no sequence is ever given.
+  EXPECT_EQ(cache_->layers()[0].k.shape(), (Shape{7, 2, 4, 8}));
+  EXPECT_EQ(cache_->padding_block(), 6);
+  for (int32_t s : slots) EXPECT_LT(s / 4, 6);
 }
 
 TEST_F(KvCacheTest, ExhaustionFailsWithoutSideEffectsAndFreeReturnsBlocks) {

@@ -61,7 +61,9 @@ struct PagedAttentionArgs {
 
   // Host-side bounds over the batch, which size the launches. max_q_len must bound every
   // q_len (1 means a decode-only batch: the prefill kernel is not launched). max_context_len
-  // plans the decode split; a longer context still computes correctly, only less evenly.
+  // plans how many splits the decode grid has; each row divides its own context among them
+  // on the device, so a graph captured for a bound replays correctly (and evenly) for any
+  // shorter contexts, and a longer context is still correct, only less evenly split.
   int max_q_len = 0;
   int max_context_len = 0;
 

@@ -44,7 +44,6 @@ int SplitLimit(int64_t ctas_per_split, int num_sms) {
 
 struct DecodePlan {
   int splits = 1;
-  int split_tokens = 0;
 };
 
 // Chooses the split of the longest context that minimizes (waves of CTAs) x (keys per CTA +
@@ -63,7 +62,6 @@ DecodePlan PlanDecode(int num_seqs, int num_kv_heads, int group, int max_context
     if (best_cost < 0 || cost < best_cost) {
       best_cost = cost;
       best.splits = static_cast<int>(used);
-      best.split_tokens = static_cast<int>(tokens);
     }
   }
   return best;
@@ -206,7 +204,7 @@ Status PagedAttention(const PagedAttentionArgs& a, cudaStream_t stream) {
   FERRY_ASSIGN_OR_RETURN(const int sms, CurrentSmCount());
   const DecodePlan plan = PlanDecode(a.num_seqs, a.num_kv_heads, p.group, a.max_context_len, sms);
   p.splits = plan.splits;
-  p.split_tokens = plan.split_tokens;
+  p.split_granule = kDecodeStageKeys;
   if (plan.splits > 1) {
     const size_t need = PartialBytes(static_cast<int64_t>(a.num_seqs) * plan.splits, a.num_heads, a.head_dim);
     if (a.workspace == nullptr || a.workspace_bytes < need || !Aligned16(a.workspace)) {

@@ -50,16 +50,29 @@ struct Params {
   float scale = 0.0f;
   float scale_log2 = 0.0f;  // scale * log2(e): the tensor-core kernels use exp2
   bool causal = true;
-  // Split decode: each decode row's keys are cut into `splits` ranges of split_tokens keys
-  // (the last one takes the rest); partial results go to the workspace.
+  // Split decode: the grid has `splits` CTAs per decode row and KV head; a row's context is
+  // cut into at most that many ranges, each a whole number of split_granule keys, sized on
+  // the device from the row's own length (DecodeSplit), so the launch depends only on the
+  // bound it was planned for (and a CUDA graph replays it for any shorter context).
+  // Partial results go to the workspace.
   int splits = 1;
-  int split_tokens = 0;
+  int split_granule = 64;
   float* partial_o = nullptr;    // [num_seqs * splits * num_heads][head_dim], normalized
   float* partial_lse = nullptr;  // [num_seqs * splits * num_heads], log2(sum) + max (log2 domain)
 };
 
 // ---------------------------------------------------------------------------------------
 // Small device helpers.
+
+// How a decode row of ctx >= 1 keys is split: x = number of ranges, y = keys per range (the
+// last range takes the rest). Ranges are whole granules, as many as the grid allows.
+__device__ __forceinline__ int2 DecodeSplit(const Params& p, int ctx) {
+  const int g = p.split_granule;
+  const int granules = max((ctx + g - 1) / g, 1);
+  const int want = min(p.splits, granules);
+  const int tokens = ((ctx + want - 1) / want + g - 1) / g * g;
+  return make_int2((ctx + tokens - 1) / tokens, tokens);
+}
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -315,12 +328,13 @@ __global__ void __launch_bounds__(128) FlashAttentionKernel(const Params p) {
     row0 = (blockIdx.y % row_tiles) * 16;
     rows = min(16, p.group - row0);
     ctx = p.context_len[seq];
-    nsplits = min(p.splits, (ctx + p.split_tokens - 1) / p.split_tokens);
+    const int2 plan = DecodeSplit(p, ctx);
+    nsplits = plan.x;
     split = blockIdx.x;
     if (split >= nsplits) return;
     first_pos = ctx - 1;
-    k_begin = split * p.split_tokens;
-    k_end = split == nsplits - 1 ? ctx : k_begin + p.split_tokens;
+    k_begin = split * plan.y;
+    k_end = split == nsplits - 1 ? ctx : k_begin + plan.y;
   } else {
     __shared__ int found[2];
     kv_head = blockIdx.y;
@@ -616,7 +630,7 @@ __global__ void __launch_bounds__(HD) CombineSplitsKernel(const Params p) {
   const int seq = blockIdx.y;
   if (p.q_len[seq] != 1) return;
   const int ctx = p.context_len[seq];
-  const int nsplits = min(p.splits, (ctx + p.split_tokens - 1) / p.split_tokens);
+  const int nsplits = DecodeSplit(p, ctx).x;
   if (nsplits <= 1) return;  // written directly by the decode kernel
   const int64_t first = static_cast<int64_t>(seq) * p.splits * p.num_heads + head;
   float mmax = -INFINITY;

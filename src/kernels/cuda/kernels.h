@@ -123,7 +123,8 @@ struct SamplingParamsGpu {
 // distribution, not its random stream: the draw is a Gumbel-max race over the survivors
 // with counter-based (Philox) noise, and the top-p cut-off accumulates probabilities in
 // 2^-42 fixed point so it is deterministic; its decision can differ from the CPU's only
-// when the cumulative mass lies within about 1e-7 of top_p. Logits must not be NaN.
+// when the cumulative mass lies within about 1e-7 of top_p. A row with a NaN or infinite
+// logit gets token -1.
 Status SampleRows(const float* logits, int rows, int vocab, const SamplingParamsGpu* params,
                   const int32_t* history_tokens, const int64_t* history_offsets, int32_t* out_tokens,
                   cudaStream_t stream);

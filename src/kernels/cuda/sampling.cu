@@ -232,12 +232,18 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const float* logits, in
   // Argmax as engine::Argmax: the first strictly greater value wins, starting from id 0 at -inf.
   float best = -INFINITY;
   int best_id = 0;
+  int nonfinite = 0;
   for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
     const float l = logit(i);
+    nonfinite |= !isfinite(l);
     if (l > best) {
       best = l;
       best_id = i;
     }
+  }
+  if (__syncthreads_or(nonfinite)) {  // a broken row fails its request, not the batch
+    if (threadIdx.x == 0) out_tokens[row] = -1;
+    return;
   }
   BlockArgMax(best, best_id, scratch_f, scratch_i);
   if (p.temperature == 0.0f) {

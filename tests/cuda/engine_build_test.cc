@@ -1,0 +1,149 @@
+// GPU engine files: `ferry build --device cuda` for every precision, with GEMM choices tuned
+// on this GPU and stored, a GPU fingerprint, loading onto the device, and the refusals
+// around them (a GPU engine on the CPU, a CPU engine on the GPU).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+
+#include "backend/cuda_backend.h"
+#include "engine/engine.h"
+#include "engine/engine_builder.h"
+#include "engine/generator.h"
+#include "io/engine_file.h"
+#include "io/safetensors.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+using testing::MaxAbs;
+using testing::MaxDiff;
+using testing::ToFloats;
+using testing::ToIds;
+
+namespace fs = std::filesystem;
+
+#define SKIP_WITHOUT_GPU() \
+  if (!backend::CudaAvailable()) GTEST_SKIP() << "no CUDA device present"
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = "/tmp/ferry_cuda_engine_XXXXXX";
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+std::vector<float> LastLogits(const std::shared_ptr<engine::Engine>& e, const std::vector<int32_t>& ids) {
+  auto runner = engine::DecoderRunner::Create(e, {.max_seq_len = 256, .max_batch_seqs = 1});
+  EXPECT_TRUE(runner.ok()) << runner.status().ToString();
+  auto logits = (*runner)->executor().Step({{1, ids, 0, false}});
+  EXPECT_TRUE(logits.ok()) << logits.status().ToString();
+  return ToFloats(*logits);
+}
+
+engine::EngineOptions OnGpu() {
+  engine::EngineOptions o;
+  o.device = "cuda";
+  return o;
+}
+
+// Each precision against the float64 reference, within a bound for that precision (the
+// CPU engines' bounds; fp8 keeps three mantissa bits, so it gets the widest).
+TEST(CudaEngineBuildTest, EveryPrecisionBuildsTunesLoadsAndMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  TempDir tmp;
+  const std::string model = "llama3-tiny";
+  const std::string dir = testing::FixturePath("models/" + model);
+  auto ref = io::SafetensorsFile::Open(dir + "/reference.safetensors");
+  ASSERT_TRUE(ref.ok());
+  const std::vector<int32_t> ids = ToIds((*ref)->Get("p1.input_ids").value());
+  const std::vector<float> expected = ToFloats((*ref)->Get("p1.last_logits").value());
+  auto gpu = backend::QueryCudaDevice(0);
+  ASSERT_TRUE(gpu.ok());
+  const std::vector<std::pair<std::string, double>> precisions = {
+      {"fp32", 1e-3}, {"bf16", 4e-2}, {"fp16", 1e-2}, {"int8-wo", 6e-2}, {"int8", 1.5e-1}, {"fp8", 2e-1}};
+  for (const auto& [precision, rel] : precisions) {
+    SCOPED_TRACE(precision);
+    const std::string path = tmp.File(precision + ".ferry");
+    engine::BuildOptions bo;
+    bo.device = "cuda";
+    bo.precision = precision;
+    bo.calibration_tokens = 512;
+    auto built = engine::BuildEngine(dir, path, bo);
+    ASSERT_TRUE(built.ok()) << built.status().ToString();
+
+    auto file = io::EngineFile::Open(path);
+    ASSERT_TRUE(file.ok());
+    const nlohmann::json& fp = (*file)->fingerprint();
+    EXPECT_EQ(fp.value("device", ""), "cuda");
+    EXPECT_EQ(fp.value("arch", ""), gpu->arch());
+    EXPECT_EQ(fp["libraries"].value("cublaslt", size_t{0}), gpu->cublaslt_version);
+    const nlohmann::json& m = (*file)->manifest();
+    EXPECT_EQ(m["build"].value("device", ""), "cuda");
+    int tuned = 0;
+    for (const auto& [key, l] : m["linears"].items()) {
+      EXPECT_EQ(l["layout"].value("backend", ""), "cuda") << key;
+      for (const auto& c : l["layout"]["gemm_choices"]) tuned += c.is_string();
+    }
+    EXPECT_GT(tuned, 0) << "no tuned GEMM choice stored";
+    EXPECT_FALSE(m["tuned"]["linear_shapes"].empty());
+
+    auto e = engine::Engine::Load(path, OnGpu());
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    const std::vector<float> got = LastLogits(*e, ids);
+    ASSERT_EQ(got.size(), expected.size());
+    EXPECT_LE(MaxDiff(got.data(), expected.data(), got.size()), rel * MaxAbs(expected));
+
+    const Status on_cpu = engine::Engine::Load(path).status();
+    EXPECT_EQ(on_cpu.code(), StatusCode::kFailedPrecondition) << on_cpu.ToString();
+    EXPECT_NE(on_cpu.message().find("--device cuda"), std::string::npos) << on_cpu.ToString();
+  }
+}
+
+TEST(CudaEngineBuildTest, EncoderEngineOnTheGpu) {
+  SKIP_WITHOUT_GPU();
+  TempDir tmp;
+  const std::string dir = testing::FixturePath("models/bert-tiny");
+  for (const std::string precision : {"fp16", "int8"}) {
+    const std::string path = tmp.File(precision + ".ferry");
+    engine::BuildOptions bo;
+    bo.device = "cuda";
+    bo.precision = precision;
+    bo.calibration_tokens = 512;
+    auto built = engine::BuildEngine(dir, path, bo);
+    ASSERT_TRUE(built.ok()) << precision << ": " << built.status().ToString();
+    auto cpu = engine::Engine::Load(dir);
+    auto gpu = engine::Engine::Load(path, OnGpu());
+    ASSERT_TRUE(cpu.ok() && gpu.ok()) << gpu.status().ToString();
+    auto enc = (*cpu)->tokenizer()->EncodeWithSpecial("The movie was wonderful!");
+    ASSERT_TRUE(enc.ok());
+    auto a = engine::Embed(**cpu, {engine::EncodedInput{enc->ids, enc->type_ids}}, engine::Pooling::kCls, false);
+    auto b = engine::Embed(**gpu, {engine::EncodedInput{enc->ids, enc->type_ids}}, engine::Pooling::kCls, false);
+    ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+    const std::vector<float> fa = ToFloats(*a), fb = ToFloats(*b);
+    EXPECT_LE(MaxDiff(fa.data(), fb.data(), fa.size()), (precision == "fp16" ? 1e-2 : 1e-1) * MaxAbs(fa)) << precision;
+  }
+}
+
+TEST(CudaEngineBuildTest, CpuEnginesAreRefusedOnTheGpu) {
+  SKIP_WITHOUT_GPU();
+  TempDir tmp;
+  engine::BuildOptions bo;
+  bo.tune = false;
+  bo.precision = "bf16";
+  ASSERT_TRUE(engine::BuildEngine(testing::FixturePath("models/qwen2-tiny"), tmp.File("cpu.ferry"), bo).ok());
+  const Status s = engine::Engine::Load(tmp.File("cpu.ferry"), OnGpu()).status();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_NE(s.message().find("ferry build --device cuda"), std::string::npos) << s.ToString();
+}
+
+}  // namespace
+}  // namespace ferry
