@@ -4,14 +4,37 @@
 # --device cuda`) and PyTorch (bench/torch_baseline.py: transformers eager with SDPA and
 # torch.compile reduce-overhead) on the same weights, plus the copy bandwidth and bf16
 # matmul rate measured in the same run. Results go to OUT_DIR as JSON lines.
-# usage: bench/cuda_bench.sh FERRY OUT_DIR [SCRATCH_DIR] ; MODELS="1b 8b bert" picks the models.
+#
+# Decoders: the checkpoint with step graphs (CUDA graphs) and, at 512 tokens, without them
+# (--eager) for comparison; for the 1b shape also GPU engine files (`ferry build --device
+# cuda`, GEMMs tuned on this GPU) of each precision in VARIANTS. bert-base: the checkpoint
+# with f16 and bf16 activations and engines of each precision in BERT_VARIANTS.
+#
+# usage: bench/cuda_bench.sh FERRY OUT_DIR [SCRATCH_DIR]
+#   MODELS="1b 8b bert"  VARIANTS="bf16 int8-wo int8 fp8"  BERT_VARIANTS="fp16 int8"
 set -euo pipefail
 ferry=$1
 out=$2
 scratch=${3:-/tmp/ferry-cuda-bench}
 models=${MODELS:-1b 8b bert}
+variants=${VARIANTS:-bf16 int8-wo int8 fp8}
+bert_variants=${BERT_VARIANTS:-fp16 int8}
 mkdir -p "$out" "$scratch"
 here=$(cd "$(dirname "$0")" && pwd)
+
+# Adds the JSON object $1 to the first result of `ferry bench model --json` on stdin.
+tag() {
+  python3 -c "import json,sys; r=json.load(sys.stdin)[0]; r.update(json.loads(sys.argv[1])); print(json.dumps(r))" "$1"
+}
+
+# Builds a GPU engine of precision $2 from checkpoint $1 into $3, recording the build time.
+build_engine() {
+  local t0 t1
+  t0=$(date +%s.%N)
+  "$ferry" build --model "$1" --device cuda --precision "$2" --calibration-tokens 2048 -o "$3" >/dev/null
+  t1=$(date +%s.%N)
+  python3 -c "print(round($t1 - $t0, 1))"
+}
 
 python3 "$here/torch_baseline.py" none --limits-only > "$out/limits.json"
 cat "$out/limits.json"
@@ -28,17 +51,36 @@ for m in $models; do
   if [[ $m == bert ]]; then
     for act in f16 bf16; do
       "$ferry" bench model --model "$ckpt" --device cuda --activations "$act" --threads 1 --repeats 5 --json \
-        | python3 -c "import json,sys; r=json.load(sys.stdin)[0]; r.update(model='$preset', activations='$act'); print(json.dumps(r))" \
-        | tee -a "$out/ferry.jsonl"
+        | tag "{\"model\": \"$preset\", \"variant\": \"checkpoint-$act\"}" | tee -a "$out/ferry.jsonl"
     done
+    for prec in $bert_variants; do
+      engine="$scratch/$preset-$prec.ferry"
+      secs=$(build_engine "$ckpt" "$prec" "$engine")
+      "$ferry" bench model --model "$engine" --device cuda --threads 1 --repeats 5 --json \
+        | tag "{\"model\": \"$preset\", \"variant\": \"engine-$prec\", \"build_s\": $secs}" | tee -a "$out/ferry.jsonl"
+      rm -f "$engine"
+    done
+    python3 "$here/torch_baseline.py" "$ckpt" --encoder \
+      | python3 -c "import json,sys; r=json.load(sys.stdin); r.update(model='$preset'); print(json.dumps(r))" \
+      | tee -a "$out/torch.jsonl"
     continue
   fi
+  decode=(--batch 1,8,64 --decode-context 512 --decode-steps 32 --repeats 5 --threads 1 --json)
   for len in 512 2048; do
-    "$ferry" bench model --model "$ckpt" --device cuda --threads 1 --prompt-len "$len" --batch 1,8,64 \
-      --decode-context 512 --decode-steps 32 --repeats 5 --json \
-      | python3 -c "import json,sys; r=json.load(sys.stdin)[0]; r.update(model='$preset'); print(json.dumps(r))" \
-      | tee -a "$out/ferry.jsonl"
+    "$ferry" bench model --model "$ckpt" --device cuda --prompt-len "$len" "${decode[@]}" \
+      | tag "{\"model\": \"$preset\", \"variant\": \"checkpoint-bf16\"}" | tee -a "$out/ferry.jsonl"
   done
+  "$ferry" bench model --model "$ckpt" --device cuda --prompt-len 512 --eager "${decode[@]}" \
+    | tag "{\"model\": \"$preset\", \"variant\": \"checkpoint-bf16-eager\"}" | tee -a "$out/ferry.jsonl"
+  if [[ $m == 1b ]]; then
+    for prec in $variants; do
+      engine="$scratch/$preset-$prec.ferry"
+      secs=$(build_engine "$ckpt" "$prec" "$engine")
+      "$ferry" bench model --model "$engine" --device cuda --prompt-len 2048 "${decode[@]}" \
+        | tag "{\"model\": \"$preset\", \"variant\": \"engine-$prec\", \"build_s\": $secs}" | tee -a "$out/ferry.jsonl"
+      rm -f "$engine"
+    done
+  fi
   python3 "$here/torch_baseline.py" "$ckpt" --prompt-lens 512,2048 --batches 1,8,64 --context 512 \
     | python3 -c "import json,sys; r=json.load(sys.stdin); r.update(model='$preset'); print(json.dumps(r))" \
     | tee -a "$out/torch.jsonl"

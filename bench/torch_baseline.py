@@ -4,9 +4,12 @@ Measures, on the GPU, in one process:
   * the device-to-device copy bandwidth and the bf16 matmul rate (the roofline inputs);
   * Hugging Face transformers (eager modules, SDPA attention): prefill tokens/s for one
     prompt, decode tokens/s at several batch sizes with a given context;
-  * the same decode under torch.compile (mode "reduce-overhead", a static KV cache).
+  * the same decode under torch.compile (mode "reduce-overhead", a static KV cache);
+  * with --encoder, a BERT-style checkpoint instead: sequences/s of one batch
+    (--encoder-batch x --encoder-len tokens) in fp16, eager and under torch.compile.
 Prints one JSON object. Any part that fails is reported with its error instead of a number.
 usage: torch_baseline.py CHECKPOINT [--prompt-lens 512,2048] [--batches 1,8,64] [--context 512]
+       torch_baseline.py CHECKPOINT --encoder [--encoder-batch 32] [--encoder-len 128]
 """
 import argparse
 import json
@@ -104,6 +107,24 @@ def compiled_decode(model, batch, context, vocab):
     return batch * steps / (time.perf_counter() - t0)
 
 
+def encoder(checkpoint, batch, length):
+    from transformers import AutoModel
+    model = AutoModel.from_pretrained(checkpoint, dtype=torch.float16, attn_implementation="sdpa")
+    model = model.cuda().eval()
+    ids = torch.randint(10, model.config.vocab_size - 10, (batch, length), device="cuda")
+    mask = torch.ones_like(ids)
+    out = {"batch": batch, "seq_len": length}
+    with torch.inference_mode():
+        out["eager_sequences_per_s"] = batch / timed(lambda: model(input_ids=ids, attention_mask=mask), repeats=10)
+        try:
+            compiled = torch.compile(model, mode="reduce-overhead")
+            out["compiled_sequences_per_s"] = batch / timed(lambda: compiled(input_ids=ids, attention_mask=mask),
+                                                            repeats=10, warmup=3)
+        except Exception as e:  # noqa: BLE001
+            out["compiled_sequences_per_s"] = f"error: {type(e).__name__}: {e}"[:300]
+    return out
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("checkpoint")
@@ -112,8 +133,18 @@ def main():
     p.add_argument("--context", type=int, default=512)
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--limits-only", action="store_true")
+    p.add_argument("--encoder", action="store_true")
+    p.add_argument("--encoder-batch", type=int, default=32)
+    p.add_argument("--encoder-len", type=int, default=128)
     a = p.parse_args()
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    if a.encoder:
+        try:
+            result["encoder"] = encoder(a.checkpoint, a.encoder_batch, a.encoder_len)
+        except Exception as e:  # noqa: BLE001
+            result["encoder"] = f"error: {type(e).__name__}: {e}"[:300]
+        print(json.dumps(result))
+        return
     result.update(device_limits())
     if not a.limits_only:
         try:

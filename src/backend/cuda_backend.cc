@@ -532,8 +532,29 @@ Status CudaBackend::PrepareLinear(LinearWeight& w) {
   const int64_t n = w.weight.dim(0), k = w.weight.dim(1);
   auto lin = std::make_shared<CudaLinear>();
   lin->format = w.format;
+  if (w.format == WeightFormat::kInt8W8A8 || w.format == WeightFormat::kFp8) {
+    // int8 (IMMA) and fp8 GEMMs take only some shapes (N and K multiples of 4, or 16): a
+    // layer they cannot run, such as a classifier head of 3 labels or a vocabulary of
+    // 50257, stays in the activation dtype, as TensorRT keeps such layers in higher precision.
+    cuda::GemmProblem probe;
+    probe.kind = w.format == WeightFormat::kFp8 ? cuda::GemmKind::kFp8 : cuda::GemmKind::kInt8;
+    probe.out_dtype = options_.activations == DType::kF32 ? DType::kBF16 : options_.activations;
+    probe.m = 1;
+    probe.n = n;
+    probe.k = k;
+    probe.has_bias = w.bias.defined();
+    probe.fp8_scaling = cuda::Fp8Scaling::kPerRowCol;
+    const Status fits = gemm_->CheckProblem(probe);
+    if (fits.code() == StatusCode::kInvalidArgument) {
+      FERRY_LOG_INFO("a [{}, {}] weight stays in {} ({} GEMMs cannot take it: {})", n, k,
+                     DTypeName(options_.activations), WeightFormatName(w.format), fits.message());
+      lin->format = WeightFormat::kNative;
+    } else if (!fits.ok()) {
+      return fits;
+    }
+  }
   const Tensor f = w.weight.ToF32();
-  switch (w.format) {
+  switch (lin->format) {
     case WeightFormat::kNative:
     case WeightFormat::kF32:
     case WeightFormat::kBF16:
@@ -548,7 +569,7 @@ Status CudaBackend::PrepareLinear(LinearWeight& w) {
     }
     case WeightFormat::kInt8:
     case WeightFormat::kInt8W8A8: {
-      const bool w8a8 = w.format == WeightFormat::kInt8W8A8;
+      const bool w8a8 = lin->format == WeightFormat::kInt8W8A8;
       lin->kind = w8a8 ? cuda::GemmKind::kInt8 : cuda::GemmKind::kInt8WeightOnly;
       Tensor smooth_host;
       if (w8a8 && w.smooth.defined()) {
@@ -579,6 +600,7 @@ Status CudaBackend::PrepareLinear(LinearWeight& w) {
   }
   w.out = n;
   w.in = k;
+  w.format = lin->format;
   w.packed = lin;
   w.weight = Tensor();  // the GPU copy is what runs
   w.smooth = Tensor();

@@ -101,7 +101,10 @@ Status StepExecutor::Run(const std::vector<SeqStep>& steps, Tensor& logits, int6
   }
   ++graphed_steps_;
   return model_.backend().RunGraph(backend::GraphKey{graph_owner_, bucket, graph_options_.plan_context},
-                                   [&] { return model_.Forward(b, cache_.layers(), logits); });
+                                   [&] {
+                                     logits = Tensor();  // each run allocates its own, as recorded
+                                     return model_.Forward(b, cache_.layers(), logits);
+                                   });
 }
 
 Result<Tensor> StepExecutor::Step(const std::vector<SeqStep>& steps) {

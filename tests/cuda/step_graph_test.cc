@@ -102,7 +102,7 @@ TEST_P(StepGraphTest, GraphedDecodeMatchesEagerAcrossBucketsAndContexts) {
 
 TEST_P(StepGraphTest, DeviceGreedySamplingEqualsHostArgmax) {
   SKIP_WITHOUT_GPU();
-  auto e = LoadOnGpu("llama-tiny", GetParam());
+  auto e = LoadOnGpu("qwen2-tiny", GetParam());
   ASSERT_NE(e, nullptr);
   const int vocab = e->config().vocab_size;
   auto runner = MakeRunner(e, true);
