@@ -22,6 +22,17 @@ Status Backend::CopyColumns(const Tensor& src, int64_t col_begin, Tensor& dst) {
   return Status::Ok();
 }
 
+Status Backend::RopeQkvWriteKv(const Tensor& qkv, int num_heads, int num_kv_heads, const int32_t* positions,
+                               const RopeTable& table, const int32_t* slots, KvLayer& layer, Tensor& q, Tensor& k,
+                               Tensor& v) {
+  const int64_t q_dim = q.dim(1), kv_dim = k.dim(1);
+  FERRY_RETURN_IF_ERROR(CopyColumns(qkv, 0, q));
+  FERRY_RETURN_IF_ERROR(CopyColumns(qkv, q_dim, k));
+  FERRY_RETURN_IF_ERROR(CopyColumns(qkv, q_dim + kv_dim, v));
+  FERRY_RETURN_IF_ERROR(Rope(q, k, num_heads, num_kv_heads, positions, table));
+  return WriteKv(k, v, slots, layer);
+}
+
 Result<int> ParseCudaDevice(const std::string& device) {
   if (device == "cuda") return 0;
   if (device.rfind("cuda:", 0) == 0 && device.size() > 5 && device.size() < 9 &&

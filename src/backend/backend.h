@@ -168,6 +168,14 @@ class Backend {
   // x += y (same shape).
   virtual Status Add(Tensor& x, const Tensor& y) = 0;
 
+  // The input side of attention on a fused QKV projection qkv [T, (nh + 2 nkv) * hd] (q
+  // columns, then k, then v): q [T, nh * hd] gets the rotated queries; the rotated keys and
+  // the values go into the cache at `slots`. k and v [T, nkv * hd] are scratch for backends
+  // that run it as CopyColumns, Rope and WriteKv (the default); others do it in one pass.
+  virtual Status RopeQkvWriteKv(const Tensor& qkv, int num_heads, int num_kv_heads, const int32_t* positions,
+                                const RopeTable& table, const int32_t* slots, KvLayer& layer, Tensor& q, Tensor& k,
+                                Tensor& v);
+
   // Writes k/v rows [T, num_kv_heads*head_dim] into the cache at slots
   // (slot = block_id * block_tokens + offset in block).
   virtual Status WriteKv(const Tensor& k, const Tensor& v, const int32_t* slots, KvLayer& layer) = 0;

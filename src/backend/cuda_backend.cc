@@ -295,6 +295,27 @@ class CudaBackend final : public Backend {
     return cuda::WriteKv(k.raw(), v.raw(), static_cast<const int32_t*>(d_slots), T, kv_heads, head_dim,
                          layer.block_tokens, layer.k.raw(), layer.v.raw(), k.dtype(), layer.k.dtype(), stream_);
   }
+  Status RopeQkvWriteKv(const Tensor& qkv, int num_heads, int num_kv_heads, const int32_t* positions,
+                        const RopeTable& table, const int32_t* slots, KvLayer& layer, Tensor& q, Tensor& k,
+                        Tensor& v) override {
+    (void)k;  // one pass: no split copies of k and v
+    (void)v;
+    const int64_t T = qkv.dim(0);
+    const int head_dim = static_cast<int>(layer.k.dim(3));
+    if (qkv.dim(1) != static_cast<int64_t>(num_heads + 2 * num_kv_heads) * head_dim || q.dim(0) != T ||
+        layer.k.dim(1) != num_kv_heads) {
+      return InvalidArgument("RopeQkvWriteKv: qkv " + qkv.DebugString() + ", q " + q.DebugString() +
+                             " and the cache do not fit");
+    }
+    FERRY_ASSIGN_OR_RETURN(void* d_pos, Stage(positions, T * sizeof(int32_t)));
+    FERRY_ASSIGN_OR_RETURN(void* d_slots, Stage(slots, T * sizeof(int32_t)));
+    if (replaying()) return Status::Ok();
+    FERRY_ASSIGN_OR_RETURN(const float* inv_freq, RopeFrequencies(table));
+    return cuda::RopeQkvWriteKv(qkv.raw(), q.raw(), T, num_heads, num_kv_heads, head_dim,
+                                static_cast<const int32_t*>(d_pos), inv_freq, static_cast<const int32_t*>(d_slots),
+                                layer.block_tokens, layer.k.raw(), layer.v.raw(), qkv.dtype(), layer.k.dtype(),
+                                stream_);
+  }
   Status PagedAttention(const Tensor& q, const KvLayer& layer, const std::vector<SeqSpan>& spans,
                         const AttentionParams& params, Tensor& out) override;
   Status DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,

@@ -229,11 +229,8 @@ Status DecoderModel::Forward(const DecoderBatch& batch, std::vector<backend::KvL
       FERRY_RETURN_IF_ERROR(be.AddRmsNorm(x, delta, L.attn_norm, c.rms_norm_eps, h));
     }
     FERRY_RETURN_IF_ERROR(RunLinear(static_cast<int>(l), "qkv", h, L.qkv, qkv));
-    FERRY_RETURN_IF_ERROR(be.CopyColumns(qkv, 0, q));
-    FERRY_RETURN_IF_ERROR(be.CopyColumns(qkv, q_dim, k));
-    FERRY_RETURN_IF_ERROR(be.CopyColumns(qkv, q_dim + kv_dim, v));
-    FERRY_RETURN_IF_ERROR(be.Rope(q, k, c.num_heads, c.num_kv_heads, batch.positions.data(), rope_));
-    FERRY_RETURN_IF_ERROR(be.WriteKv(k, v, batch.slots.data(), kv[l]));
+    FERRY_RETURN_IF_ERROR(be.RopeQkvWriteKv(qkv, c.num_heads, c.num_kv_heads, batch.positions.data(), rope_,
+                                            batch.slots.data(), kv[l], q, k, v));
     FERRY_RETURN_IF_ERROR(be.PagedAttention(q, kv[l], batch.spans, ap, attn));
     FERRY_RETURN_IF_ERROR(RunLinear(static_cast<int>(l), "o", attn, L.o, delta));
     FERRY_RETURN_IF_ERROR(be.AddRmsNorm(x, delta, L.mlp_norm, c.rms_norm_eps, h));

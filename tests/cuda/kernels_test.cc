@@ -510,7 +510,8 @@ TEST(CudaKernels, WriteKvMatchesCpu) {
   }
 }
 
-// The fused kernel equals Rope followed by WriteKv, bit for bit.
+// The fused kernels (separate q, k, v, or one QKV projection) equal Rope followed by
+// WriteKv, bit for bit.
 TEST(CudaKernels, RopeWriteKvEqualsRopeThenWriteKv) {
   FERRY_SKIP_WITHOUT_GPU();
   uint64_t seed = 1100;
@@ -553,6 +554,23 @@ TEST(CudaKernels, RopeWriteKvEqualsRopeThenWriteKv) {
         EXPECT_TRUE(Download<uint8_t>(k1, kb) == Download<uint8_t>(k2, kb)) << what << " k";
         EXPECT_TRUE(Download<uint8_t>(kc1, cache_bytes) == Download<uint8_t>(kc2, cache_bytes)) << what << " k cache";
         EXPECT_TRUE(Download<uint8_t>(vc1, cache_bytes) == Download<uint8_t>(vc2, cache_bytes)) << what << " v cache";
+
+        // The same from one fused QKV projection: rows of q, then k, then v columns.
+        std::vector<float> qkv;
+        for (int64_t t = 0; t < c.tokens; ++t) {
+          qkv.insert(qkv.end(), q.begin() + t * qw, q.begin() + (t + 1) * qw);
+          qkv.insert(qkv.end(), k.begin() + t * kw, k.begin() + (t + 1) * kw);
+          qkv.insert(qkv.end(), v.begin() + t * kw, v.begin() + (t + 1) * kw);
+        }
+        DeviceBuffer dqkv = UploadAs(act, qkv), q3 = PoisonedBuffer(qb);
+        DeviceBuffer kc3 = PoisonedBuffer(cache_bytes), vc3 = PoisonedBuffer(cache_bytes);
+        FERRY_ASSERT_OK(RopeQkvWriteKv(dqkv.get(), q3.get(), c.tokens, heads, c.kv_heads, c.head_dim,
+                                       dpos.as<int32_t>(), dfreq.as<float>(), dslots.as<int32_t>(), c.block_tokens,
+                                       kc3.get(), vc3.get(), act, cache_dtype, nullptr));
+        FERRY_ASSERT_SYNC();
+        EXPECT_TRUE(Download<uint8_t>(q1, qb) == Download<uint8_t>(q3, qb)) << what << " fused q";
+        EXPECT_TRUE(Download<uint8_t>(kc1, cache_bytes) == Download<uint8_t>(kc3, cache_bytes)) << what << " fused k cache";
+        EXPECT_TRUE(Download<uint8_t>(vc1, cache_bytes) == Download<uint8_t>(vc3, cache_bytes)) << what << " fused v cache";
       }
     }
   }

@@ -65,6 +65,14 @@ Status RopeWriteKv(void* q, void* k, const void* v, int64_t tokens, int num_head
                    const int32_t* positions, const float* inv_freq, const int32_t* slots, int block_tokens,
                    void* k_cache, void* v_cache, DType act, DType cache_dtype, cudaStream_t stream);
 
+// RopeWriteKv reading a fused QKV projection qkv [tokens, (num_heads + 2 num_kv_heads) *
+// head_dim] (the q columns, then k, then v), which is left as it is: q_out [tokens,
+// num_heads * head_dim] gets the rotated queries, the caches the rotated keys and the values.
+// The same results as splitting qkv into q, k and v and calling RopeWriteKv, in one pass.
+Status RopeQkvWriteKv(const void* qkv, void* q_out, int64_t tokens, int num_heads, int num_kv_heads, int head_dim,
+                      const int32_t* positions, const float* inv_freq, const int32_t* slots, int block_tokens,
+                      void* k_cache, void* v_cache, DType act, DType cache_dtype, cudaStream_t stream);
+
 // out[r, :] = silu(gate_up[r, :inter]) * gate_up[r, inter:]; gate_up [rows, 2*inter].
 Status SiluMul(const void* gate_up, int64_t rows, int64_t inter, void* out, DType act, cudaStream_t stream);
 

@@ -16,18 +16,33 @@ using namespace kernels_internal;  // NOLINT(google-build-using-namespace)
 
 constexpr int kMaxThreads = 256;
 
+// Where a RoPE pass reads and writes. Rows are `*_stride` elements apart, so q, k and v can
+// be separate tensors or column ranges of one fused QKV projection. k_in null: q only;
+// k_out null: the rotated keys go only to the cache.
+template <typename T>
+struct RopeIo {
+  const T* q_in = nullptr;
+  T* q_out = nullptr;
+  int64_t q_in_stride = 0, q_out_stride = 0;
+  const T* k_in = nullptr;
+  T* k_out = nullptr;
+  int64_t k_in_stride = 0, k_out_stride = 0;
+  const T* v_in = nullptr;  // kWriteKv only
+  int64_t v_stride = 0;
+};
+
 // Per token t: element i of each head pairs with i + half and turns by
 // positions[t] * inv_freq[i]. V consecutive pairs per thread step (V divides half).
 // kWriteKv: the rotated k and the unrotated v also go to the caches at slots[t] (skipped
 // when negative); C is the cache's element type.
 template <typename T, typename C, int V, bool kWriteKv>
-__global__ void RopeKernel(T* q, T* k, const T* v, int64_t tokens, int num_heads, int num_kv_heads, int head_dim,
+__global__ void RopeKernel(const RopeIo<T> io, int64_t tokens, int num_heads, int num_kv_heads, int head_dim,
                            const int32_t* positions, const float* inv_freq, const int32_t* slots, int block_tokens,
                            C* k_cache, C* v_cache) {
   extern __shared__ float table[];  // cos[half] then sin[half]
   const int half = head_dim / 2;
   const int nvec = half / V;
-  const int heads = num_heads + (k != nullptr ? num_kv_heads : 0);
+  const int heads = num_heads + (io.k_in != nullptr ? num_kv_heads : 0);
   for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
     __syncthreads();  // the previous token's readers of the table are done
     const double pos = static_cast<double>(positions[t]);
@@ -49,10 +64,16 @@ __global__ void RopeKernel(T* q, T* k, const T* v, int64_t tokens, int num_heads
     for (int w = threadIdx.x; w < heads * nvec; w += blockDim.x) {
       const int h = w / nvec;
       const int i0 = (w % nvec) * V;
-      T* head = h < num_heads ? q + (t * num_heads + h) * head_dim : k + (t * num_kv_heads + (h - num_heads)) * head_dim;
+      const bool is_q = h < num_heads;
+      const int kh = h - num_heads;
+      const T* src = is_q ? io.q_in + t * io.q_in_stride + static_cast<int64_t>(h) * head_dim
+                          : io.k_in + t * io.k_in_stride + static_cast<int64_t>(kh) * head_dim;
+      T* dst = is_q ? io.q_out + t * io.q_out_stride + static_cast<int64_t>(h) * head_dim
+                    : (io.k_out != nullptr ? io.k_out + t * io.k_out_stride + static_cast<int64_t>(kh) * head_dim
+                                           : nullptr);
       float a[V], b[V];
-      LoadF32<T, V>(head + i0, a);
-      LoadF32<T, V>(head + half + i0, b);
+      LoadF32<T, V>(src + i0, a);
+      LoadF32<T, V>(src + half + i0, b);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         const float c = table[i0 + j], s = table[half + i0 + j];
@@ -61,20 +82,22 @@ __global__ void RopeKernel(T* q, T* k, const T* v, int64_t tokens, int num_heads
         a[j] = x1;
         b[j] = x2;
       }
-      StoreF32<T, V>(head + i0, a);
-      StoreF32<T, V>(head + half + i0, b);
+      if (dst != nullptr) {
+        StoreF32<T, V>(dst + i0, a);
+        StoreF32<T, V>(dst + half + i0, b);
+      }
       if constexpr (kWriteKv) {
-        if (h >= num_heads && cache_token >= 0) {
-          C* dst = k_cache + cache_token + static_cast<int64_t>(h - num_heads) * block_tokens * head_dim;
-          // The cache holds what k now holds: the rotated values rounded to T.
+        if (!is_q && cache_token >= 0) {
+          C* cache = k_cache + cache_token + static_cast<int64_t>(kh) * block_tokens * head_dim;
+          // The cache holds what k would hold: the rotated values rounded to T.
           float ra[V], rb[V];
 #pragma unroll
           for (int j = 0; j < V; ++j) {
             ra[j] = ToF32(FromF32<T>(a[j]));
             rb[j] = ToF32(FromF32<T>(b[j]));
           }
-          StoreF32<C, V>(dst + i0, ra);
-          StoreF32<C, V>(dst + half + i0, rb);
+          StoreF32<C, V>(cache + i0, ra);
+          StoreF32<C, V>(cache + half + i0, rb);
         }
       }
     }
@@ -85,7 +108,7 @@ __global__ void RopeKernel(T* q, T* k, const T* v, int64_t tokens, int num_heads
           const int h = w / per_head;
           const int i0 = (w % per_head) * V;
           float a[V];
-          LoadF32<T, V>(v + (t * num_kv_heads + h) * head_dim + i0, a);
+          LoadF32<T, V>(io.v_in + t * io.v_stride + static_cast<int64_t>(h) * head_dim + i0, a);
           StoreF32<C, V>(v_cache + cache_token + static_cast<int64_t>(h) * block_tokens * head_dim + i0, a);
         }
       }
@@ -113,6 +136,56 @@ int RopeThreads(int heads, int head_dim, int vec) {
 
 int TokenBlocks(int64_t tokens) { return static_cast<int>(tokens < (1 << 20) ? tokens : (1 << 20)); }
 
+// Whether the V-wide vector loads and stores fit every pointer and row of `io`.
+template <typename T, typename C, int V>
+bool VectorFits(const RopeIo<T>& io, int head_dim, const void* k_cache, const void* v_cache) {
+  if ((head_dim / 2) % V != 0) return false;
+  const auto fits = [](const void* p, int64_t stride) {
+    return p == nullptr || (Aligned(p, 16) && (stride * static_cast<int64_t>(sizeof(T))) % 16 == 0);
+  };
+  return fits(io.q_in, io.q_in_stride) && fits(io.q_out, io.q_out_stride) && fits(io.k_in, io.k_in_stride) &&
+         fits(io.k_out, io.k_out_stride) && fits(io.v_in, io.v_stride) &&
+         (k_cache == nullptr || (Aligned(k_cache, V * sizeof(C)) && Aligned(v_cache, V * sizeof(C))));
+}
+
+template <typename T, typename C, bool kWriteKv>
+Status LaunchRope(const RopeIo<T>& io, int64_t tokens, int num_heads, int num_kv_heads, int head_dim,
+                  const int32_t* positions, const float* inv_freq, const int32_t* slots, int block_tokens,
+                  void* k_cache, void* v_cache, cudaStream_t stream) {
+  constexpr int V = kVec16<T>;
+  const int heads = num_heads + (io.k_in != nullptr ? num_kv_heads : 0);
+  const size_t smem = static_cast<size_t>(head_dim) * sizeof(float);
+  C* kc = static_cast<C*>(k_cache);
+  C* vc = static_cast<C*>(v_cache);
+  if (VectorFits<T, C, V>(io, head_dim, k_cache, v_cache)) {
+    RopeKernel<T, C, V, kWriteKv><<<TokenBlocks(tokens), RopeThreads(heads, head_dim, V), smem, stream>>>(
+        io, tokens, num_heads, num_kv_heads, head_dim, positions, inv_freq, slots, block_tokens, kc, vc);
+  } else {
+    RopeKernel<T, C, 1, kWriteKv><<<TokenBlocks(tokens), RopeThreads(heads, head_dim, 1), smem, stream>>>(
+        io, tokens, num_heads, num_kv_heads, head_dim, positions, inv_freq, slots, block_tokens, kc, vc);
+  }
+  FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
+  return Status::Ok();
+}
+
+// RopeWriteKv over any RopeIo (the caches and slots are checked here).
+Status RopeWriteKvIo(const char* what, auto make_io, int64_t tokens, int num_heads, int num_kv_heads, int head_dim,
+                     const int32_t* positions, const float* inv_freq, const int32_t* slots, int block_tokens,
+                     void* k_cache, void* v_cache, DType act, DType cache_dtype, cudaStream_t stream) {
+  if (block_tokens <= 0) return InvalidArgument(std::string(what) + ": block_tokens must be positive");
+  if (tokens == 0) return Status::Ok();
+  if (slots == nullptr || k_cache == nullptr || v_cache == nullptr) return InvalidArgument(std::string(what) + ": null pointer");
+  return DispatchAct(act, what, [&](auto act_tag) -> Status {
+    using T = decltype(act_tag);
+    const RopeIo<T> io = make_io(act_tag);
+    return DispatchStorage(cache_dtype, what, [&](auto cache_tag) -> Status {
+      using C = decltype(cache_tag);
+      return LaunchRope<T, C, true>(io, tokens, num_heads, num_kv_heads, head_dim, positions, inv_freq, slots,
+                                    block_tokens, k_cache, v_cache, stream);
+    });
+  });
+}
+
 }  // namespace
 
 Status Rope(void* q, void* k, int64_t tokens, int num_heads, int num_kv_heads, int head_dim, const int32_t* positions,
@@ -122,22 +195,13 @@ Status Rope(void* q, void* k, int64_t tokens, int num_heads, int num_kv_heads, i
   if (tokens == 0) return Status::Ok();
   return DispatchAct(act, "Rope", [&](auto tag) -> Status {
     using T = decltype(tag);
-    constexpr int V = kVec16<T>;
-    T* qt = static_cast<T*>(q);
-    T* kt = static_cast<T*>(k);
-    const int heads = num_heads + (k != nullptr ? num_kv_heads : 0);
-    const size_t smem = static_cast<size_t>(head_dim) * sizeof(float);
-    if ((head_dim / 2) % V == 0 && Aligned(q, 16) && (k == nullptr || Aligned(k, 16))) {
-      RopeKernel<T, T, V, false><<<TokenBlocks(tokens), RopeThreads(heads, head_dim, V), smem, stream>>>(
-          qt, kt, nullptr, tokens, num_heads, num_kv_heads, head_dim, positions, inv_freq, nullptr, 1, nullptr,
-          nullptr);
-    } else {
-      RopeKernel<T, T, 1, false><<<TokenBlocks(tokens), RopeThreads(heads, head_dim, 1), smem, stream>>>(
-          qt, kt, nullptr, tokens, num_heads, num_kv_heads, head_dim, positions, inv_freq, nullptr, 1, nullptr,
-          nullptr);
-    }
-    FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
-    return Status::Ok();
+    RopeIo<T> io;
+    io.q_in = io.q_out = static_cast<T*>(q);
+    io.q_in_stride = io.q_out_stride = static_cast<int64_t>(num_heads) * head_dim;
+    io.k_in = io.k_out = static_cast<T*>(k);
+    io.k_in_stride = io.k_out_stride = static_cast<int64_t>(num_kv_heads) * head_dim;
+    return LaunchRope<T, T, false>(io, tokens, num_heads, num_kv_heads, head_dim, positions, inv_freq, nullptr, 1,
+                                   nullptr, nullptr, stream);
   });
 }
 
@@ -146,36 +210,42 @@ Status RopeWriteKv(void* q, void* k, const void* v, int64_t tokens, int num_head
                    void* k_cache, void* v_cache, DType act, DType cache_dtype, cudaStream_t stream) {
   FERRY_RETURN_IF_ERROR(
       CheckRopeArgs("RopeWriteKv", q, tokens, num_heads, num_kv_heads, head_dim, true, positions, inv_freq));
-  if (block_tokens <= 0) return InvalidArgument("RopeWriteKv: block_tokens must be positive");
-  if (tokens == 0) return Status::Ok();
-  if (k == nullptr || v == nullptr || slots == nullptr || k_cache == nullptr || v_cache == nullptr) {
-    return InvalidArgument("RopeWriteKv: null pointer");
-  }
-  return DispatchAct(act, "RopeWriteKv", [&](auto act_tag) -> Status {
-    using T = decltype(act_tag);
-    return DispatchStorage(cache_dtype, "RopeWriteKv cache", [&](auto cache_tag) -> Status {
-      using C = decltype(cache_tag);
-      constexpr int V = kVec16<T>;
-      T* qt = static_cast<T*>(q);
-      T* kt = static_cast<T*>(k);
-      const T* vt = static_cast<const T*>(v);
-      C* kc = static_cast<C*>(k_cache);
-      C* vc = static_cast<C*>(v_cache);
-      const int heads = num_heads + num_kv_heads;
-      const size_t smem = static_cast<size_t>(head_dim) * sizeof(float);
-      const bool vec = (head_dim / 2) % V == 0 && Aligned(q, 16) && Aligned(k, 16) && Aligned(v, 16) &&
-                       Aligned(k_cache, V * sizeof(C)) && Aligned(v_cache, V * sizeof(C));
-      if (vec) {
-        RopeKernel<T, C, V, true><<<TokenBlocks(tokens), RopeThreads(heads, head_dim, V), smem, stream>>>(
-            qt, kt, vt, tokens, num_heads, num_kv_heads, head_dim, positions, inv_freq, slots, block_tokens, kc, vc);
-      } else {
-        RopeKernel<T, C, 1, true><<<TokenBlocks(tokens), RopeThreads(heads, head_dim, 1), smem, stream>>>(
-            qt, kt, vt, tokens, num_heads, num_kv_heads, head_dim, positions, inv_freq, slots, block_tokens, kc, vc);
-      }
-      FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
-      return Status::Ok();
-    });
-  });
+  if (tokens > 0 && (k == nullptr || v == nullptr)) return InvalidArgument("RopeWriteKv: null pointer");
+  auto make_io = [&](auto tag) {
+    using T = decltype(tag);
+    RopeIo<T> io;
+    io.q_in = io.q_out = static_cast<T*>(q);
+    io.q_in_stride = io.q_out_stride = static_cast<int64_t>(num_heads) * head_dim;
+    io.k_in = io.k_out = static_cast<T*>(k);
+    io.k_in_stride = io.k_out_stride = io.v_stride = static_cast<int64_t>(num_kv_heads) * head_dim;
+    io.v_in = static_cast<const T*>(v);
+    return io;
+  };
+  return RopeWriteKvIo("RopeWriteKv", make_io, tokens, num_heads, num_kv_heads, head_dim, positions, inv_freq, slots,
+                       block_tokens, k_cache, v_cache, act, cache_dtype, stream);
+}
+
+Status RopeQkvWriteKv(const void* qkv, void* q_out, int64_t tokens, int num_heads, int num_kv_heads, int head_dim,
+                      const int32_t* positions, const float* inv_freq, const int32_t* slots, int block_tokens,
+                      void* k_cache, void* v_cache, DType act, DType cache_dtype, cudaStream_t stream) {
+  FERRY_RETURN_IF_ERROR(
+      CheckRopeArgs("RopeQkvWriteKv", qkv, tokens, num_heads, num_kv_heads, head_dim, true, positions, inv_freq));
+  if (tokens > 0 && q_out == nullptr) return InvalidArgument("RopeQkvWriteKv: null pointer");
+  const int64_t q_dim = static_cast<int64_t>(num_heads) * head_dim, kv_dim = static_cast<int64_t>(num_kv_heads) * head_dim;
+  auto make_io = [&](auto tag) {
+    using T = decltype(tag);
+    const T* base = static_cast<const T*>(qkv);
+    RopeIo<T> io;
+    io.q_in = base;
+    io.q_out = static_cast<T*>(q_out);
+    io.q_in_stride = io.k_in_stride = io.v_stride = q_dim + 2 * kv_dim;
+    io.q_out_stride = q_dim;
+    io.k_in = base + q_dim;
+    io.v_in = base + q_dim + kv_dim;
+    return io;
+  };
+  return RopeWriteKvIo("RopeQkvWriteKv", make_io, tokens, num_heads, num_kv_heads, head_dim, positions, inv_freq,
+                       slots, block_tokens, k_cache, v_cache, act, cache_dtype, stream);
 }
 
 }  // namespace ferry::cuda
