@@ -12,6 +12,7 @@
 #
 # usage: bench/cuda_bench.sh FERRY OUT_DIR [SCRATCH_DIR]
 #   MODELS="1b 8b bert"  VARIANTS="bf16 int8-wo int8 fp8"  BERT_VARIANTS="fp16 int8"
+#   ENGINES_ONLY=1: decoders run only their engine variants (to split the work over calls)
 set -euo pipefail
 ferry=$1
 out=$2
@@ -66,11 +67,12 @@ for m in $models; do
     continue
   fi
   decode=(--batch 1,8,64 --decode-context 512 --decode-steps 32 --repeats 5 --threads 1 --json)
-  for len in 512 2048; do
+  engines_only=${ENGINES_ONLY:-}
+  [[ -n $engines_only ]] || for len in 512 2048; do
     "$ferry" bench model --model "$ckpt" --device cuda --prompt-len "$len" "${decode[@]}" \
       | tag "{\"model\": \"$preset\", \"variant\": \"checkpoint-bf16\"}" | tee -a "$out/ferry.jsonl"
   done
-  "$ferry" bench model --model "$ckpt" --device cuda --prompt-len 512 --eager "${decode[@]}" \
+  [[ -n $engines_only ]] || "$ferry" bench model --model "$ckpt" --device cuda --prompt-len 512 --eager "${decode[@]}" \
     | tag "{\"model\": \"$preset\", \"variant\": \"checkpoint-bf16-eager\"}" | tee -a "$out/ferry.jsonl"
   if [[ $m == 1b ]]; then
     for prec in $variants; do
@@ -81,7 +83,7 @@ for m in $models; do
       rm -f "$engine"
     done
   fi
-  python3 "$here/torch_baseline.py" "$ckpt" --prompt-lens 512,2048 --batches 1,8,64 --context 512 \
+  [[ -n $engines_only ]] || python3 "$here/torch_baseline.py" "$ckpt" --prompt-lens 512,2048 --batches 1,8,64 --context 512 \
     | python3 -c "import json,sys; r=json.load(sys.stdin); r.update(model='$preset'); print(json.dumps(r))" \
     | tee -a "$out/torch.jsonl"
 done
