@@ -1,5 +1,6 @@
 #include "backend/backend.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend/cuda_backend.h"
@@ -20,6 +21,39 @@ Status Backend::CopyColumns(const Tensor& src, int64_t col_begin, Tensor& dst) {
     std::memcpy(d + r * row_bytes, s + r * src.strides()[0] * elem, row_bytes);
   }
   return Status::Ok();
+}
+
+Status Backend::PoolRows(const Tensor& x, const std::vector<SeqSpan>& spans, bool mean, Tensor& out) {
+  if (x.dtype() != DType::kF32 || out.dtype() != DType::kF32 || !x.device().is_cpu() || x.rank() != 2 ||
+      out.rank() != 2 || out.dim(0) != static_cast<int64_t>(spans.size()) || out.dim(1) != x.dim(1)) {
+    return InvalidArgument("PoolRows: cannot pool " + x.DebugString() + " into " + out.DebugString());
+  }
+  const int64_t H = x.dim(1);
+  for (size_t s = 0; s < spans.size(); ++s) {
+    const SeqSpan& sp = spans[s];
+    if (sp.q_begin < 0 || sp.q_len <= 0 || sp.q_begin + sp.q_len > x.dim(0)) {
+      return InvalidArgument("PoolRows: span outside the rows");
+    }
+    float* dst = out.data<float>() + static_cast<int64_t>(s) * H;
+    const float* src = x.data<float>() + static_cast<int64_t>(sp.q_begin) * H;
+    if (!mean) {
+      std::memcpy(dst, src, static_cast<size_t>(H) * sizeof(float));
+      continue;
+    }
+    std::fill(dst, dst + H, 0.0f);
+    for (int32_t t = 0; t < sp.q_len; ++t)
+      for (int64_t j = 0; j < H; ++j) dst[j] += src[t * H + j];
+    for (int64_t j = 0; j < H; ++j) dst[j] /= static_cast<float>(sp.q_len);
+  }
+  return Status::Ok();
+}
+
+Status Backend::DenseAttentionQkv(const Tensor& qkv, const std::vector<SeqSpan>& spans,
+                                  const AttentionParams& params, Tensor& q, Tensor& k, Tensor& v, Tensor& out) {
+  FERRY_RETURN_IF_ERROR(CopyColumns(qkv, 0, q));
+  FERRY_RETURN_IF_ERROR(CopyColumns(qkv, q.dim(1), k));
+  FERRY_RETURN_IF_ERROR(CopyColumns(qkv, q.dim(1) + k.dim(1), v));
+  return DenseAttention(q, k, v, spans, params, out);
 }
 
 Status Backend::RopeQkvWriteKv(const Tensor& qkv, int num_heads, int num_kv_heads, const int32_t* positions,

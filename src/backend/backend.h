@@ -189,6 +189,17 @@ class Backend {
                                 const std::vector<SeqSpan>& spans, const AttentionParams& params,
                                 Tensor& out) = 0;
 
+  // Sentence embeddings, reduced where the hidden states live: out[s, :] = x[q_begin, :] of
+  // spans[s] (first: the CLS row) or the mean of its q_len rows (f32 sums). The default works
+  // on host f32 memory.
+  virtual Status PoolRows(const Tensor& x, const std::vector<SeqSpan>& spans, bool mean, Tensor& out);
+
+  // DenseAttention on a fused QKV projection qkv [T, (nh + 2 nkv) * hd] (q columns, then k,
+  // then v). q, k and v are scratch for backends that split it with CopyColumns first (the
+  // default); others read it in place.
+  virtual Status DenseAttentionQkv(const Tensor& qkv, const std::vector<SeqSpan>& spans,
+                                   const AttentionParams& params, Tensor& q, Tensor& k, Tensor& v, Tensor& out);
+
   // dst[r, :] = src[r, col_begin : col_begin + dst.cols] for every row (splits a fused
   // QKV result into contiguous Q, K and V). The default works on host memory.
   virtual Status CopyColumns(const Tensor& src, int64_t col_begin, Tensor& dst);

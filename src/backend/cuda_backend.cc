@@ -166,7 +166,8 @@ struct CudaLinear {
   Tensor weight;       // [out, in] in the GEMM's input dtype (act dtype, int8 or fp8)
   Tensor scales;       // f32 [out]: int8 / fp8 per-channel scales (undefined otherwise)
   Tensor smooth;       // f32 [in]: SmoothQuant factors for W8A8 (undefined: none)
-  Tensor bias;         // f32 [out] or undefined
+  Tensor bias;         // [out] or undefined: the activation dtype for float kinds (cuBLASLt adds
+                       // it in its epilogue), f32 for int8 and fp8 (added by ferry's epilogue)
   WeightFormat format = WeightFormat::kNative;
   cuda::GemmKind kind = cuda::GemmKind::kBF16;
   std::vector<std::optional<cuda::GemmChoice>> choices;  // tuned per M bucket (empty: heuristic)
@@ -279,6 +280,26 @@ class CudaBackend final : public Backend {
     if (replaying()) return Status::Ok();
     return cuda::Add(x.raw(), y.raw(), x.numel(), x.dtype(), stream_);
   }
+  Status PoolRows(const Tensor& x, const std::vector<SeqSpan>& spans, bool mean, Tensor& out) override {
+    const int64_t S = static_cast<int64_t>(spans.size());
+    if (out.dim(0) != S || out.dim(1) != x.dim(1) || out.dtype() != x.dtype()) {
+      return InvalidArgument("PoolRows: cannot pool " + x.DebugString() + " into " + out.DebugString());
+    }
+    std::vector<int32_t>& rows = pool_rows_;
+    rows.resize(static_cast<size_t>(2 * S));
+    for (int64_t s = 0; s < S; ++s) {
+      if (spans[s].q_begin < 0 || spans[s].q_len <= 0 || spans[s].q_begin + spans[s].q_len > x.dim(0)) {
+        return InvalidArgument("PoolRows: span outside the rows");
+      }
+      rows[s] = spans[s].q_begin;
+      rows[S + s] = spans[s].q_len;
+    }
+    FERRY_ASSIGN_OR_RETURN(void* d_rows, Stage(rows.data(), rows.size() * sizeof(int32_t)));
+    if (replaying()) return Status::Ok();
+    const auto* begin = static_cast<const int32_t*>(d_rows);
+    if (!mean) return cuda::EmbeddingGather(x.raw(), x.dtype(), begin, S, x.dim(1), out.raw(), out.dtype(), stream_);
+    return cuda::MeanRows(x.raw(), x.dim(1), begin, begin + S, S, out.raw(), x.dtype(), stream_);
+  }
   Status CopyColumns(const Tensor& src, int64_t col_begin, Tensor& dst) override {
     if (replaying()) return Status::Ok();
     return cuda::CopyColumns(src.raw(), src.dim(0), src.dim(1), col_begin, dst.raw(), dst.dim(1), src.dtype(), stream_);
@@ -320,6 +341,8 @@ class CudaBackend final : public Backend {
                         const AttentionParams& params, Tensor& out) override;
   Status DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
                         const AttentionParams& params, Tensor& out) override;
+  Status DenseAttentionQkv(const Tensor& qkv, const std::vector<SeqSpan>& spans, const AttentionParams& params,
+                           Tensor& q, Tensor& k, Tensor& v, Tensor& out) override;
 
   // --- host transfers --------------------------------------------------------------------
 
@@ -419,6 +442,10 @@ class CudaBackend final : public Backend {
     return staging_.Put(host, bytes, stream_, /*copy=*/mode_ == GraphMode::kCapture, /*may_wait=*/false);
   }
   Result<Tensor> UploadBytes(const void* host, const Shape& shape, DType dtype);
+  // Dense attention over q, k and v rows `*_stride` elements apart (0: packed).
+  Status RunDenseAttention(const void* q, const void* k, const void* v, int64_t q_stride, int64_t kv_stride,
+                           DType dtype, int64_t tokens, const std::vector<SeqSpan>& spans,
+                           const AttentionParams& params, Tensor& out);
   // The GEMM of y = x · W^T: problem, pointers and (W8A8, fp8) the activations quantized per
   // token into q and row_scales, which must live until the GEMM has run.
   Status SetUpGemm(const Tensor& x, const CudaLinear& lin, int64_t n, Tensor& y, cuda::GemmProblem& p,
@@ -462,6 +489,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::LtGemm> gemm_;
   std::vector<int32_t> meta_;  // attention batch description, reused between calls
   std::vector<cuda::SamplingParamsGpu> sample_params_;
+  std::vector<int32_t> pool_rows_;  // PoolRows: first rows, then lengths
   // TuneLinear's choices by (kind, out, in, bias): weights of one shape are timed once.
   std::map<std::tuple<int, int64_t, int64_t, bool>, std::vector<std::optional<cuda::GemmChoice>>> tuned_;
   std::vector<int32_t> history_;  // SampleTokens: every row's history, back to back
@@ -617,7 +645,12 @@ Status CudaBackend::PrepareLinear(LinearWeight& w) {
   }
   if (w.bias.defined()) {
     const Tensor b = w.bias.ToF32();
-    FERRY_ASSIGN_OR_RETURN(lin->bias, UploadBytes(b.raw(), {n}, DType::kF32));
+    const bool float_kind = lin->kind == cuda::GemmKind::kBF16 || lin->kind == cuda::GemmKind::kF16 ||
+                            lin->kind == cuda::GemmKind::kF32;
+    const DType bias_dtype = float_kind ? options_.activations : DType::kF32;
+    Tensor host = Tensor::Empty({n}, bias_dtype);
+    ConvertFromF32(bias_dtype, b.data<float>(), host.raw(), static_cast<size_t>(n));
+    FERRY_ASSIGN_OR_RETURN(lin->bias, UploadBytes(host.raw(), {n}, bias_dtype));
   }
   w.out = n;
   w.in = k;
@@ -637,7 +670,7 @@ Status CudaBackend::SetUpGemm(const Tensor& x, const CudaLinear& lin, int64_t n,
   p.n = n;
   p.k = k;
   p.has_bias = lin.bias.defined();
-  p.bias_dtype = DType::kF32;
+  p.bias_dtype = p.has_bias ? lin.bias.dtype() : DType::kF32;
   a.x = x.raw();
   a.w = lin.weight.raw();
   a.y = y.raw();
@@ -892,6 +925,28 @@ Status CudaBackend::PagedAttention(const Tensor& q, const KvLayer& layer, const 
 
 Status CudaBackend::DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
                                    const AttentionParams& params, Tensor& out) {
+  return RunDenseAttention(q.raw(), k.raw(), v.raw(), 0, 0, q.dtype(), q.dim(0), spans, params, out);
+}
+
+Status CudaBackend::DenseAttentionQkv(const Tensor& qkv, const std::vector<SeqSpan>& spans,
+                                      const AttentionParams& params, Tensor& q, Tensor& k, Tensor& v, Tensor& out) {
+  (void)q;  // read in place from the fused projection
+  (void)k;
+  (void)v;
+  const int64_t q_dim = static_cast<int64_t>(params.num_heads) * params.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(params.num_kv_heads) * params.head_dim;
+  if (qkv.dim(1) != q_dim + 2 * kv_dim) {
+    return InvalidArgument("DenseAttentionQkv: " + qkv.DebugString() + " is not a fused QKV projection of this shape");
+  }
+  const size_t elem = DTypeSize(qkv.dtype());
+  const char* base = static_cast<const char*>(qkv.raw());
+  return RunDenseAttention(base, base + q_dim * elem, base + (q_dim + kv_dim) * elem, qkv.dim(1), qkv.dim(1),
+                           qkv.dtype(), qkv.dim(0), spans, params, out);
+}
+
+Status CudaBackend::RunDenseAttention(const void* q, const void* k, const void* v, int64_t q_stride,
+                                      int64_t kv_stride, DType dtype, int64_t tokens,
+                                      const std::vector<SeqSpan>& spans, const AttentionParams& params, Tensor& out) {
   const int S = static_cast<int>(spans.size());
   if (S == 0) return Status::Ok();
   std::vector<int32_t>& meta = meta_;
@@ -904,12 +959,14 @@ Status CudaBackend::DenseAttention(const Tensor& q, const Tensor& k, const Tenso
   if (replaying()) return Status::Ok();
   const int32_t* dm = static_cast<const int32_t*>(d_meta);
   cuda::DenseAttentionArgs a;
-  a.q = q.raw();
-  a.k = k.raw();
-  a.v = v.raw();
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.q_row_stride = q_stride;
+  a.kv_row_stride = kv_stride;
   a.out = out.raw();
-  a.dtype = q.dtype();
-  a.num_tokens = static_cast<int>(q.dim(0));
+  a.dtype = dtype;
+  a.num_tokens = static_cast<int>(tokens);
   a.num_seqs = S;
   a.q_begin = dm;
   a.q_len = dm + S;

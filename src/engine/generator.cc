@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 namespace ferry::engine {
 
@@ -129,7 +130,10 @@ Result<std::vector<GenerateResult>> DecoderRunner::Generate(const std::vector<Ge
 
 namespace {
 
-Result<model::EncoderOutput> RunEncoder(const Engine& engine, const std::vector<EncodedInput>& inputs) {
+// Runs the encoder and brings back only what is asked for: the logits, and with `pooling`
+// the pooled rows (reduced on the device), never the whole hidden state.
+Result<model::EncoderOutput> RunEncoder(const Engine& engine, const std::vector<EncodedInput>& inputs,
+                                        std::optional<Pooling> pooling) {
   if (engine.encoder() == nullptr) return InvalidArgument("model '" + engine.path() + "' is not an encoder");
   if (inputs.empty()) return InvalidArgument("no inputs");
   model::EncoderBatch b;
@@ -155,7 +159,14 @@ Result<model::EncoderOutput> RunEncoder(const Engine& engine, const std::vector<
   }
   model::EncoderOutput out;
   FERRY_RETURN_IF_ERROR(engine.encoder()->Forward(b, out));
-  FERRY_ASSIGN_OR_RETURN(out.hidden, engine.backend().ToHost(out.hidden));
+  backend::Backend& be = engine.backend();
+  if (pooling.has_value()) {
+    Tensor pooled = be.Allocate({static_cast<int64_t>(b.spans.size()), out.hidden.dim(1)}, out.hidden.dtype());
+    FERRY_RETURN_IF_ERROR(be.PoolRows(out.hidden, b.spans, *pooling == Pooling::kMean, pooled));
+    FERRY_ASSIGN_OR_RETURN(out.hidden, be.ToHost(pooled));
+  } else {
+    out.hidden = Tensor();
+  }
   if (out.logits.defined()) {
     FERRY_ASSIGN_OR_RETURN(out.logits, engine.backend().ToHost(out.logits));
   }
@@ -168,33 +179,22 @@ Result<Tensor> Classify(const Engine& engine, const std::vector<EncodedInput>& i
   if (engine.encoder() != nullptr && !engine.encoder()->has_classifier()) {
     return InvalidArgument("model '" + engine.path() + "' has no classification head");
   }
-  FERRY_ASSIGN_OR_RETURN(model::EncoderOutput out, RunEncoder(engine, inputs));
+  FERRY_ASSIGN_OR_RETURN(model::EncoderOutput out, RunEncoder(engine, inputs, std::nullopt));
   return out.logits;
 }
 
 Result<Tensor> Embed(const Engine& engine, const std::vector<EncodedInput>& inputs, Pooling pooling, bool normalize) {
-  FERRY_ASSIGN_OR_RETURN(model::EncoderOutput out, RunEncoder(engine, inputs));
-  const int64_t H = engine.config().hidden_size;
-  Tensor emb = Tensor::Zeros({static_cast<int64_t>(inputs.size()), H}, DType::kF32);
-  const float* hidden = out.hidden.data<float>();
-  int64_t row = 0;
-  for (size_t s = 0; s < inputs.size(); ++s) {
-    float* dst = emb.data<float>() + s * H;
-    const int64_t len = static_cast<int64_t>(inputs[s].ids.size());
-    if (pooling == Pooling::kCls) {
-      std::memcpy(dst, hidden + row * H, H * sizeof(float));
-    } else {
-      for (int64_t t = 0; t < len; ++t)
-        for (int64_t j = 0; j < H; ++j) dst[j] += hidden[(row + t) * H + j];
-      for (int64_t j = 0; j < H; ++j) dst[j] /= static_cast<float>(len);
-    }
-    if (normalize) {
+  FERRY_ASSIGN_OR_RETURN(model::EncoderOutput out, RunEncoder(engine, inputs, pooling));
+  Tensor emb = out.hidden;  // [inputs, hidden] f32, pooled
+  if (normalize) {
+    const int64_t H = emb.dim(1);
+    for (int64_t s = 0; s < emb.dim(0); ++s) {
+      float* dst = emb.data<float>() + s * H;
       double norm = 0.0;
       for (int64_t j = 0; j < H; ++j) norm += static_cast<double>(dst[j]) * dst[j];
       const float inv = static_cast<float>(1.0 / std::max(std::sqrt(norm), 1e-12));
       for (int64_t j = 0; j < H; ++j) dst[j] *= inv;
     }
-    row += len;
   }
   return emb;
 }

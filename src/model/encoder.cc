@@ -203,10 +203,7 @@ Status EncoderModel::Forward(const EncoderBatch& batch, EncoderOutput& out) {
     const Layer& L = layers_[l];
     const int li = static_cast<int>(l);
     FERRY_RETURN_IF_ERROR(RunLinear(li, "qkv", x, L.qkv, qkv));
-    FERRY_RETURN_IF_ERROR(be.CopyColumns(qkv, 0, q));
-    FERRY_RETURN_IF_ERROR(be.CopyColumns(qkv, H, k));
-    FERRY_RETURN_IF_ERROR(be.CopyColumns(qkv, 2 * H, v));
-    FERRY_RETURN_IF_ERROR(be.DenseAttention(q, k, v, batch.spans, ap, attn));
+    FERRY_RETURN_IF_ERROR(be.DenseAttentionQkv(qkv, batch.spans, ap, q, k, v, attn));
     FERRY_RETURN_IF_ERROR(RunLinear(li, "attn_out", attn, L.attn_out, tmp));
     FERRY_RETURN_IF_ERROR(be.LayerNorm(tmp, x, L.attn_ln_gamma, L.attn_ln_beta, c.layer_norm_eps, tmp2));
     std::swap(x, tmp2);

@@ -90,6 +90,11 @@ Status Add(void* x, const void* y, int64_t n, DType act, cudaStream_t stream);
 Status CopyColumns(const void* src, int64_t rows, int64_t src_cols, int64_t col_begin, void* dst, int64_t dst_cols,
                    DType act, cudaStream_t stream);
 
+// out[s, :] = the mean of rows [begin[s], begin[s] + len[s]) of x [*, cols] (f32 sums, in
+// row order); an empty range gives zeros. begin and len are device arrays of n entries.
+Status MeanRows(const void* x, int64_t cols, const int32_t* begin, const int32_t* len, int64_t n, void* out, DType act,
+                cudaStream_t stream);
+
 // dst = src converted element-wise, among kF32, kF16, kBF16 and kF8E4M3 (to e4m3: nearest
 // even, saturated to +-448, NaN stays NaN), as core/dtype.h converts on the host.
 Status Convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, cudaStream_t stream);
