@@ -142,12 +142,17 @@ TEST(CudaEncoderFixtureTest, BertMatchesReference) {
       ASSERT_TRUE(enc.ok());
       inputs.push_back({enc->ids, enc->type_ids});
     }
-    auto want = engine::Embed(**cpu, inputs, engine::Pooling::kMean, false);
-    auto got = engine::Embed(**gpu, inputs, engine::Pooling::kMean, false);
-    ASSERT_TRUE(want.ok() && got.ok()) << got.status().ToString();
-    const std::vector<float> w = ToFloats(*want), g = ToFloats(*got);
-    const double tol = (act == DType::kF32 ? 1e-4 : 3e-2) * MaxAbs(w);
-    EXPECT_LE(MaxDiff(g.data(), w.data(), w.size()), tol) << std::string(DTypeName(act));
+    // Pooling runs on the device (the CLS row gathered, or the mean of each input's rows).
+    for (engine::Pooling pooling : {engine::Pooling::kMean, engine::Pooling::kCls}) {
+      auto want = engine::Embed(**cpu, inputs, pooling, true);
+      auto got = engine::Embed(**gpu, inputs, pooling, true);
+      ASSERT_TRUE(want.ok() && got.ok()) << got.status().ToString();
+      ASSERT_EQ(got->shape(), (Shape{3, (*cpu)->config().hidden_size}));
+      const std::vector<float> w = ToFloats(*want), g = ToFloats(*got);
+      const double tol = (act == DType::kF32 ? 1e-4 : 3e-2) * MaxAbs(w);
+      EXPECT_LE(MaxDiff(g.data(), w.data(), w.size()), tol)
+          << std::string(DTypeName(act)) << (pooling == engine::Pooling::kMean ? " mean" : " cls");
+    }
     if ((*cpu)->encoder()->has_classifier()) {
       auto lw = engine::Classify(**cpu, inputs);
       auto lg = engine::Classify(**gpu, inputs);

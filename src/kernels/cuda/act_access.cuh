@@ -1,5 +1,5 @@
 // Device-side building blocks shared by the element-wise, norm, RoPE, KV-cache,
-// quantization and sampling kernels: f32 widening/rounding of every storage type, 16-byte
+// quantization, sampling and GEMM epilogue kernels: f32 widening/rounding of every storage type, 16-byte
 // vector access, block reductions, and host-side dtype dispatch and launch sizing.
 #pragma once
 
@@ -22,6 +22,7 @@ __device__ __forceinline__ float ToF32(float v) { return v; }
 __device__ __forceinline__ float ToF32(__half v) { return __half2float(v); }
 __device__ __forceinline__ float ToF32(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float ToF32(__nv_fp8_e4m3 v) { return static_cast<float>(v); }
+__device__ __forceinline__ float ToF32(int32_t v) { return static_cast<float>(v); }  // GEMM accumulators
 
 template <typename T>
 __device__ __forceinline__ T FromF32(float v);

@@ -1,11 +1,9 @@
 // The kernels around cuBLASLt GEMMs: dequantizing epilogues (int32 / f32 accumulators with
 // per-row and per-column scales, bias, GELU), bias + activation in place, int8 weight
 // dequantization, and the fused int8 weight-only kernel for small M.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 
+#include "kernels/cuda/act_access.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm.h"
 
@@ -21,19 +19,9 @@ int GridFor(int64_t items, int threads = kThreads) {
   return static_cast<int>(std::clamp<int64_t>((items + threads - 1) / threads, 1, kMaxBlocks));
 }
 
-__device__ __forceinline__ float ToF32(float v) { return v; }
-__device__ __forceinline__ float ToF32(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float ToF32(__half v) { return __half2float(v); }
-__device__ __forceinline__ float ToF32(int32_t v) { return static_cast<float>(v); }
-
-template <typename T>
-__device__ __forceinline__ T FromF32(float v);
-template <>
-__device__ __forceinline__ float FromF32<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromF32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half FromF32<__half>(float v) { return __float2half_rn(v); }
+using kernels_internal::DispatchAct;
+using kernels_internal::FromF32;
+using kernels_internal::ToF32;
 
 __device__ __forceinline__ float Activate(float v, GemmActivation act) {
   switch (act) {
@@ -131,19 +119,10 @@ template <typename Acc>
 Status DispatchScaleEpilogueOut(const void* acc, int64_t m, int64_t n, const float* xs, bool per_row,
                                 const float* ws, bool per_col, const void* bias, DType bias_dtype,
                                 GemmActivation act, void* y, DType y_dtype, int64_t ldy, cudaStream_t stream) {
-  switch (y_dtype) {
-    case DType::kF32:
-      return LaunchScaleEpilogue<Acc, float>(acc, m, n, xs, per_row, ws, per_col, bias, bias_dtype, act, y, ldy,
-                                             stream);
-    case DType::kBF16:
-      return LaunchScaleEpilogue<Acc, __nv_bfloat16>(acc, m, n, xs, per_row, ws, per_col, bias, bias_dtype, act, y,
-                                                     ldy, stream);
-    case DType::kF16:
-      return LaunchScaleEpilogue<Acc, __half>(acc, m, n, xs, per_row, ws, per_col, bias, bias_dtype, act, y, ldy,
-                                              stream);
-    default:
-      return InvalidArgument("GEMM scale epilogue writes f32, bf16 or f16, not " + std::string(DTypeName(y_dtype)));
-  }
+  return DispatchAct(y_dtype, "GEMM scale epilogue output", [&](auto tag) {
+    return LaunchScaleEpilogue<Acc, decltype(tag)>(acc, m, n, xs, per_row, ws, per_col, bias, bias_dtype, act, y, ldy,
+                                                   stream);
+  });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -414,32 +393,23 @@ Status ScaleEpilogue(const void* acc, DType acc_dtype, int64_t m, int64_t n, con
 Status BiasActivation(void* y, DType y_dtype, int64_t m, int64_t n, int64_t ldy, const void* bias, DType bias_dtype,
                       GemmActivation act, cudaStream_t stream) {
   if (m == 0 || n == 0 || (bias == nullptr && act == GemmActivation::kNone)) return Status::Ok();
-  switch (y_dtype) {
-    case DType::kF32: return LaunchBiasActivation<float>(y, m, n, ldy, bias, bias_dtype, act, stream);
-    case DType::kBF16: return LaunchBiasActivation<__nv_bfloat16>(y, m, n, ldy, bias, bias_dtype, act, stream);
-    case DType::kF16: return LaunchBiasActivation<__half>(y, m, n, ldy, bias, bias_dtype, act, stream);
-    default:
-      return InvalidArgument("GEMM bias/activation writes f32, bf16 or f16, not " + std::string(DTypeName(y_dtype)));
-  }
+  return DispatchAct(y_dtype, "GEMM bias/activation output", [&](auto tag) {
+    return LaunchBiasActivation<decltype(tag)>(y, m, n, ldy, bias, bias_dtype, act, stream);
+  });
 }
 
 Status DequantizeInt8Rows(const int8_t* w, int64_t n, int64_t k, const float* scale, void* out, DType out_dtype,
                           cudaStream_t stream) {
   if (n == 0 || k == 0) return Status::Ok();
-  switch (out_dtype) {
-    case DType::kF32: return LaunchDequantize<float>(w, n, k, scale, out, stream);
-    case DType::kBF16: return LaunchDequantize<__nv_bfloat16>(w, n, k, scale, out, stream);
-    case DType::kF16: return LaunchDequantize<__half>(w, n, k, scale, out, stream);
-    default:
-      return InvalidArgument("int8 dequantization writes f32, bf16 or f16, not " +
-                             std::string(DTypeName(out_dtype)));
-  }
+  return DispatchAct(out_dtype, "int8 dequantization output", [&](auto tag) {
+    return LaunchDequantize<decltype(tag)>(w, n, k, scale, out, stream);
+  });
 }
 
 bool SmallMSupported(const void* x, DType x_dtype, int64_t ldx, const int8_t* w, int64_t k) {
-  const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  using kernels_internal::Aligned;
   const bool float_type = x_dtype == DType::kF32 || x_dtype == DType::kBF16 || x_dtype == DType::kF16;
-  return float_type && k % 16 == 0 && aligned16(x) && aligned16(w) &&
+  return float_type && k % 16 == 0 && Aligned(x, 16) && Aligned(w, 16) &&
          (ldx * static_cast<int64_t>(DTypeSize(x_dtype))) % 16 == 0;
 }
 
@@ -450,13 +420,9 @@ Status Int8WeightOnlySmallM(const void* x, DType x_dtype, int64_t ldx, int64_t m
     return InvalidArgument("int8 weight-only small-M kernel needs K % 16 == 0 and 16-byte aligned rows");
   }
   if (m == 0) return Status::Ok();
-  switch (x_dtype) {
-    case DType::kF32: return LaunchSmallM<float>(x, ldx, m, w, scale, n, k, bias, bias_dtype, act, y, ldy, stream);
-    case DType::kBF16:
-      return LaunchSmallM<__nv_bfloat16>(x, ldx, m, w, scale, n, k, bias, bias_dtype, act, y, ldy, stream);
-    case DType::kF16: return LaunchSmallM<__half>(x, ldx, m, w, scale, n, k, bias, bias_dtype, act, y, ldy, stream);
-    default: return InvalidArgument("int8 weight-only small-M kernel takes f32, bf16 or f16 activations");
-  }
+  return DispatchAct(x_dtype, "int8 weight-only small-M kernel", [&](auto tag) {
+    return LaunchSmallM<decltype(tag)>(x, ldx, m, w, scale, n, k, bias, bias_dtype, act, y, ldy, stream);
+  });
 }
 
 }  // namespace ferry::cuda::gemm_kernels
