@@ -74,6 +74,9 @@ for m in $models; do
   done
   [[ -n $engines_only ]] || "$ferry" bench model --model "$ckpt" --device cuda --prompt-len 512 --eager "${decode[@]}" \
     | tag "{\"model\": \"$preset\", \"variant\": \"checkpoint-bf16-eager\"}" | tee -a "$out/ferry.jsonl"
+  [[ -n $engines_only ]] || python3 "$here/torch_baseline.py" "$ckpt" --prompt-lens 512,2048 --batches 1,8,64 --context 512 \
+    | python3 -c "import json,sys; r=json.load(sys.stdin); r.update(model='$preset'); print(json.dumps(r))" \
+    | tee -a "$out/torch.jsonl"
   if [[ $m == 1b ]]; then
     for prec in $variants; do
       engine="$scratch/$preset-$prec.ferry"
@@ -83,7 +86,4 @@ for m in $models; do
       rm -f "$engine"
     done
   fi
-  [[ -n $engines_only ]] || python3 "$here/torch_baseline.py" "$ckpt" --prompt-lens 512,2048 --batches 1,8,64 --context 512 \
-    | python3 -c "import json,sys; r=json.load(sys.stdin); r.update(model='$preset'); print(json.dumps(r))" \
-    | tee -a "$out/torch.jsonl"
 done
