@@ -49,6 +49,7 @@ struct BenchModelOptions {
   bool json = false;
   std::string device = "cpu";
   std::string activations = "bf16";
+  std::string kv_cache = "auto";
   bool eager = false;
 };
 
@@ -58,6 +59,11 @@ int RunBenchModel(const BenchModelOptions& o) {
   auto act = ParseDType(o.activations);
   if (!act.ok()) return Fail(act.status());
   eo.cuda_activations = act.value();
+  if (o.kv_cache != "auto") {
+    auto kv = ParseDType(o.kv_cache);
+    if (!kv.ok()) return Fail(kv.status());
+    eo.cuda_kv_cache = kv.value();
+  }
   auto engine_or = engine::Engine::Load(o.model, eo);
   if (!engine_or.ok()) return Fail(engine_or.status());
   std::shared_ptr<engine::Engine> engine = std::move(engine_or).value();
@@ -134,6 +140,7 @@ void RegisterBench(CLI::App& app, int& exit_code) {
   sub->add_option("--decode-context", o->decode_context, "Tokens in each sequence's KV cache before decoding");
   sub->add_option("--device", o->device, "cpu, cuda or cuda:N");
   sub->add_option("--activations", o->activations, "CUDA activation dtype: bf16, f16 or f32");
+  sub->add_option("--kv-cache-dtype", o->kv_cache, "CUDA KV cache dtype: auto (the activations'), bf16, f16, f32 or fp8");
   sub->add_option("--repeats", o->repeats, "Best of N");
   sub->add_flag("--eager", o->eager, "Decode without step graphs (CUDA graphs), for comparison");
   sub->add_flag("--json", o->json, "JSON output");

@@ -18,7 +18,12 @@ Result<std::unique_ptr<backend::Backend>> MakeBackend(const EngineOptions& optio
   backend::CudaBackendOptions co;
   co.device = index;
   co.activations = options.cuda_activations;
-  co.kv_cache = options.cuda_activations;
+  co.kv_cache = options.cuda_kv_cache.value_or(options.cuda_activations);
+  if (co.kv_cache != DType::kBF16 && co.kv_cache != DType::kF16 && co.kv_cache != DType::kF32 &&
+      co.kv_cache != DType::kF8E4M3) {
+    return InvalidArgument("the KV cache dtype must be bf16, f16, f32 or fp8, got " +
+                           std::string(DTypeName(co.kv_cache)));
+  }
   return backend::MakeCudaBackend(co);
 }
 

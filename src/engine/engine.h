@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "backend/backend.h"
@@ -19,7 +20,8 @@ struct EngineOptions {
   int threads = 0;      // compute threads; 0 = all cores
   bool verify = true;   // engine files: check every blob's CRC-32C while loading
   std::string device = "cpu";  // "cpu" or "cuda" / "cuda:N"
-  DType cuda_activations = DType::kBF16;  // CUDA: activation and KV-cache dtype (bf16, f16, f32)
+  DType cuda_activations = DType::kBF16;  // CUDA: activation dtype (bf16, f16, f32); engine files set their own
+  std::optional<DType> cuda_kv_cache = std::nullopt;  // CUDA: KV-cache dtype (bf16, f16, f32, f8e4m3); unset: the activations'
 };
 
 // The backend `options.device` names (Unavailable when that device is absent).

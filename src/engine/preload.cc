@@ -45,6 +45,7 @@ Result<std::unique_ptr<PreloadedModel>> PreloadedModel::Create(const std::string
     ro.max_seq_len = max_seq;
     ro.max_batch_seqs = o.max_batch_seqs;
     ro.block_tokens = o.block_tokens;
+    ro.step_graphs = o.step_graphs;
     FERRY_ASSIGN_OR_RETURN(p->runner_, DecoderRunner::Create(p->engine_, ro));
     // Every decode batch bucket, so that each step graph is recorded before the first request.
     if (p->options_.decode_batches.empty()) p->options_.decode_batches = GraphBatchBuckets(o.max_batch_seqs);

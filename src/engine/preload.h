@@ -24,6 +24,7 @@ struct PreloadOptions {
   std::vector<int> encoder_batches{1, 8, 32};
   std::vector<int> encoder_lengths; // default: 16, 64, ... the model's context
   bool warmup = true;
+  bool step_graphs = true;  // decode steps as recorded graphs where the backend has them (CUDA)
 };
 
 struct PreloadTimings {

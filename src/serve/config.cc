@@ -359,8 +359,8 @@ Status ParseDynamicBatching(const YAML::Node& node, const std::string& path, sch
 Status ParseModel(const YAML::Node& node, const std::string& path, ModelConfig& out) {
   FERRY_ASSIGN_OR_RETURN(const MapReader m,
                          MapReader::Open(node, path,
-                                         {"name", "path", "threads", "device", "batching", "dynamic_batching",
-                                          "warmup"}));
+                                         {"name", "path", "threads", "device", "activations", "kv_cache_dtype",
+                                          "enforce_eager", "batching", "dynamic_batching", "warmup"}));
   FERRY_RETURN_IF_ERROR(m.Require("name"));
   FERRY_RETURN_IF_ERROR(m.Require("path"));
   FERRY_RETURN_IF_ERROR(m.String("name", out.name));
@@ -370,6 +370,21 @@ Status ParseModel(const YAML::Node& node, const std::string& path, ModelConfig& 
   if (out.device != "cpu" && out.device != "cuda" && out.device.rfind("cuda:", 0) != 0) {
     return InvalidArgument(m.Path("device") + ": must be cpu, cuda or cuda:N");
   }
+  if (const YAML::Node* act = m.Find("activations")) {
+    FERRY_ASSIGN_OR_RETURN(out.activations, ReadEnum<DType>(*act, m.Path("activations"),
+                                                             {{"bf16", DType::kBF16},
+                                                              {"f16", DType::kF16},
+                                                              {"f32", DType::kF32}}));
+  }
+  if (const YAML::Node* kv = m.Find("kv_cache_dtype")) {
+    FERRY_ASSIGN_OR_RETURN(out.kv_cache_dtype, ReadEnum<std::optional<DType>>(*kv, m.Path("kv_cache_dtype"),
+                                                                              {{"auto", std::nullopt},
+                                                                               {"bf16", DType::kBF16},
+                                                                               {"f16", DType::kF16},
+                                                                               {"f32", DType::kF32},
+                                                                               {"fp8", DType::kF8E4M3}}));
+  }
+  FERRY_RETURN_IF_ERROR(m.Bool("enforce_eager", out.enforce_eager));
   if (const YAML::Node* batching = m.Find("batching")) {
     FERRY_RETURN_IF_ERROR(ParseContinuousBatching(*batching, m.Path("batching"), out.batching));
   }

@@ -48,6 +48,9 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Create(const ModelConfig& conf
   engine::PreloadOptions po;
   po.engine.threads = config.threads;
   po.engine.device = config.device;
+  po.engine.cuda_activations = config.activations;
+  po.engine.cuda_kv_cache = config.kv_cache_dtype;
+  po.step_graphs = !config.enforce_eager;
   po.max_seq_len = config.batching.max_seq_len;
   po.max_batch_seqs = config.batching.max_num_seqs;
   po.max_batch_tokens = config.batching.max_num_batched_tokens;

@@ -133,6 +133,10 @@ models:
     path: /srv/models/dec
     threads: 6
     warmup: false
+    device: cuda:1
+    activations: f16
+    kv_cache_dtype: fp8
+    enforce_eager: true
     batching:
       max_num_seqs: 8
       max_num_batched_tokens: 64
@@ -189,6 +193,10 @@ log:
   EXPECT_EQ(m.path, "/srv/models/dec");
   EXPECT_EQ(m.threads, 6);
   EXPECT_FALSE(m.warmup);
+  EXPECT_EQ(m.device, "cuda:1");
+  EXPECT_EQ(m.activations, DType::kF16);
+  EXPECT_EQ(m.kv_cache_dtype, DType::kF8E4M3);
+  EXPECT_TRUE(m.enforce_eager);
   EXPECT_EQ(m.batching.max_num_seqs, 8);
   EXPECT_EQ(m.batching.max_num_batched_tokens, 64);
   EXPECT_EQ(m.batching.max_seq_len, 1024);
@@ -234,6 +242,10 @@ TEST(ServerConfigTest, DefaultsWhenKeysAreAbsent) {
   ASSERT_EQ(c.models.size(), 1u);
   EXPECT_EQ(c.models[0].threads, 0);
   EXPECT_TRUE(c.models[0].warmup);
+  EXPECT_EQ(c.models[0].device, "cpu");
+  EXPECT_EQ(c.models[0].activations, DType::kBF16);
+  EXPECT_FALSE(c.models[0].kv_cache_dtype.has_value());
+  EXPECT_FALSE(c.models[0].enforce_eager);
   EXPECT_EQ(c.models[0].batching.max_num_seqs, sched::ContinuousBatchingOptions().max_num_seqs);
   EXPECT_EQ(c.models[0].dynamic_batching.max_batch_size, 32);
 
@@ -277,6 +289,10 @@ const BadConfig kBadConfigs[] = {
     {"bad log level", "auth: {mode: none}\nlog: {level: verbose}\n",
      "log.level: expected one of trace, debug, info, warn, error; got 'verbose'"},
     {"bad auth mode", "auth: {mode: open}\n", "auth.mode: expected one of keys, none; got 'open'"},
+    {"bad kv cache dtype", "auth: {mode: none}\nmodels: [{name: m, path: p, kv_cache_dtype: int4}]\n",
+     "models[0].kv_cache_dtype: expected one of auto, bf16, f16, f32, fp8; got 'int4'"},
+    {"bad activations", "auth: {mode: none}\nmodels: [{name: m, path: p, activations: fp8}]\n",
+     "models[0].activations: expected one of bf16, f16, f32; got 'fp8'"},
     {"bad timeout_action",
      "auth: {mode: none}\nmodels: [{name: m, path: p, dynamic_batching: {default_queue_policy: "
      "{timeout_action: drop}}}]\n",
