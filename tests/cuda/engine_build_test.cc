@@ -5,7 +5,6 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
-#include <filesystem>
 
 #include "backend/cuda_backend.h"
 #include "engine/engine.h"
@@ -13,6 +12,8 @@
 #include "engine/generator.h"
 #include "io/engine_file.h"
 #include "io/safetensors.h"
+#include "io/temp_dir.h"
+#include "cuda_test_util.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -23,23 +24,7 @@ using testing::MaxDiff;
 using testing::ToFloats;
 using testing::ToIds;
 
-namespace fs = std::filesystem;
-
-#define SKIP_WITHOUT_GPU() \
-  if (!backend::CudaAvailable()) GTEST_SKIP() << "no CUDA device present"
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = "/tmp/ferry_cuda_engine_XXXXXX";
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 std::vector<float> LastLogits(const std::shared_ptr<engine::Engine>& e, const std::vector<int32_t>& ids) {
   auto runner = engine::DecoderRunner::Create(e, {.max_seq_len = 256, .max_batch_seqs = 1});
@@ -47,6 +32,16 @@ std::vector<float> LastLogits(const std::shared_ptr<engine::Engine>& e, const st
   auto logits = (*runner)->executor().Step({{1, ids, 0, false}});
   EXPECT_TRUE(logits.ok()) << logits.status().ToString();
   return ToFloats(*logits);
+}
+
+// Builds a GPU engine of `precision` (tuned, calibrated briefly for int8) at `path`.
+Result<engine::BuildReport> BuildOnGpu(const std::string& dir, const std::string& precision,
+                                       const std::string& path) {
+  engine::BuildOptions bo;
+  bo.device = "cuda";
+  bo.precision = precision;
+  bo.calibration_tokens = 512;
+  return engine::BuildEngine(dir, path, bo);
 }
 
 engine::EngineOptions OnGpu() {
@@ -58,7 +53,7 @@ engine::EngineOptions OnGpu() {
 // Each precision against the float64 reference, within a bound for that precision (the
 // CPU engines' bounds; fp8 keeps three mantissa bits, so it gets the widest).
 TEST(CudaEngineBuildTest, EveryPrecisionBuildsTunesLoadsAndMatchesTheReference) {
-  SKIP_WITHOUT_GPU();
+  FERRY_SKIP_WITHOUT_GPU();
   TempDir tmp;
   const std::string model = "llama3-tiny";
   const std::string dir = testing::FixturePath("models/" + model);
@@ -73,11 +68,7 @@ TEST(CudaEngineBuildTest, EveryPrecisionBuildsTunesLoadsAndMatchesTheReference) 
   for (const auto& [precision, rel] : precisions) {
     SCOPED_TRACE(precision);
     const std::string path = tmp.File(precision + ".ferry");
-    engine::BuildOptions bo;
-    bo.device = "cuda";
-    bo.precision = precision;
-    bo.calibration_tokens = 512;
-    auto built = engine::BuildEngine(dir, path, bo);
+    auto built = BuildOnGpu(dir, precision, path);
     ASSERT_TRUE(built.ok()) << built.status().ToString();
 
     auto file = io::EngineFile::Open(path);
@@ -109,16 +100,12 @@ TEST(CudaEngineBuildTest, EveryPrecisionBuildsTunesLoadsAndMatchesTheReference) 
 }
 
 TEST(CudaEngineBuildTest, EncoderEngineOnTheGpu) {
-  SKIP_WITHOUT_GPU();
+  FERRY_SKIP_WITHOUT_GPU();
   TempDir tmp;
   const std::string dir = testing::FixturePath("models/bert-tiny");
   for (const std::string precision : {"fp16", "int8"}) {
     const std::string path = tmp.File(precision + ".ferry");
-    engine::BuildOptions bo;
-    bo.device = "cuda";
-    bo.precision = precision;
-    bo.calibration_tokens = 512;
-    auto built = engine::BuildEngine(dir, path, bo);
+    auto built = BuildOnGpu(dir, precision, path);
     ASSERT_TRUE(built.ok()) << precision << ": " << built.status().ToString();
     auto cpu = engine::Engine::Load(dir);
     auto gpu = engine::Engine::Load(path, OnGpu());
@@ -134,7 +121,7 @@ TEST(CudaEngineBuildTest, EncoderEngineOnTheGpu) {
 }
 
 TEST(CudaEngineBuildTest, CpuEnginesAreRefusedOnTheGpu) {
-  SKIP_WITHOUT_GPU();
+  FERRY_SKIP_WITHOUT_GPU();
   TempDir tmp;
   engine::BuildOptions bo;
   bo.tune = false;

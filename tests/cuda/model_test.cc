@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "engine/generator.h"
 #include "io/safetensors.h"
+#include "cuda_test_util.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -20,9 +21,6 @@ using testing::MaxAbs;
 using testing::MaxDiff;
 using testing::ToFloats;
 using testing::ToIds;
-
-#define SKIP_WITHOUT_GPU() \
-  if (!backend::CudaAvailable()) GTEST_SKIP() << "no CUDA device present"
 
 struct Case {
   std::string model;
@@ -48,7 +46,7 @@ engine::EngineOptions Cuda(DType activations) {
 class CudaDecoderFixtureTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaDecoderFixtureTest, LogitsMatchReference) {
-  SKIP_WITHOUT_GPU();
+  FERRY_SKIP_WITHOUT_GPU();
   const Case& c = GetParam();
   const std::string dir = testing::FixturePath("models/" + c.model);
   auto e = engine::Engine::Load(dir, Cuda(c.activations));
@@ -90,7 +88,7 @@ TEST_P(CudaDecoderFixtureTest, LogitsMatchReference) {
 }
 
 TEST_P(CudaDecoderFixtureTest, DecodeWithKvCacheMatchesFullRecompute) {
-  SKIP_WITHOUT_GPU();
+  FERRY_SKIP_WITHOUT_GPU();
   const Case& c = GetParam();
   auto e = engine::Engine::Load(testing::FixturePath("models/" + c.model), Cuda(c.activations));
   ASSERT_TRUE(e.ok()) << e.status().ToString();
@@ -129,7 +127,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaDecoderFixtureTest,
                          Name);
 
 TEST(CudaEncoderFixtureTest, BertMatchesReference) {
-  SKIP_WITHOUT_GPU();
+  FERRY_SKIP_WITHOUT_GPU();
   const std::string dir = testing::FixturePath("models/bert-tiny");
   for (DType act : {DType::kF32, DType::kBF16}) {
     auto gpu = engine::Engine::Load(dir, Cuda(act));
@@ -164,7 +162,7 @@ TEST(CudaEncoderFixtureTest, BertMatchesReference) {
 }
 
 TEST(CudaDemoModelTest, KjvDecoderOnTheGpuAgreesWithTheCpu) {
-  SKIP_WITHOUT_GPU();
+  FERRY_SKIP_WITHOUT_GPU();
   const std::string dir = testing::SourcePath("models/demo/kjv-decoder");
   auto cpu = engine::Engine::Load(dir);
   auto gpu = engine::Engine::Load(dir, Cuda(DType::kBF16));

@@ -14,6 +14,7 @@
 #include "engine/generator.h"
 #include "engine/sampler.h"
 #include "sched/continuous_batcher.h"
+#include "cuda_test_util.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -22,9 +23,6 @@ namespace {
 using testing::MaxAbs;
 using testing::MaxDiff;
 using testing::ToFloats;
-
-#define SKIP_WITHOUT_GPU() \
-  if (!backend::CudaAvailable()) GTEST_SKIP() << "no CUDA device present"
 
 std::shared_ptr<engine::Engine> LoadOnGpu(const std::string& model, DType activations) {
   engine::EngineOptions o;
@@ -56,7 +54,7 @@ class StepGraphTest : public ::testing::TestWithParam<DType> {};
 // Five sequences of different lengths decode together, then drop out one by one, so the
 // batch walks through the buckets 8, 4, 2 and 1 (with padding rows) while contexts grow.
 TEST_P(StepGraphTest, GraphedDecodeMatchesEagerAcrossBucketsAndContexts) {
-  SKIP_WITHOUT_GPU();
+  FERRY_SKIP_WITHOUT_GPU();
   const DType act = GetParam();
   auto e = LoadOnGpu("llama3-tiny", act);
   ASSERT_NE(e, nullptr);
@@ -101,7 +99,7 @@ TEST_P(StepGraphTest, GraphedDecodeMatchesEagerAcrossBucketsAndContexts) {
 }
 
 TEST_P(StepGraphTest, DeviceGreedySamplingEqualsHostArgmax) {
-  SKIP_WITHOUT_GPU();
+  FERRY_SKIP_WITHOUT_GPU();
   auto e = LoadOnGpu("qwen2-tiny", GetParam());
   ASSERT_NE(e, nullptr);
   const int vocab = e->config().vocab_size;
@@ -133,7 +131,7 @@ INSTANTIATE_TEST_SUITE_P(Activations, StepGraphTest, ::testing::Values(DType::kB
                          [](const ::testing::TestParamInfo<DType>& i) { return std::string(DTypeName(i.param)); });
 
 TEST(StepGraphBackendTest, ReplayThatDiffersFromTheRecordingFailsAndIsRecaptured) {
-  SKIP_WITHOUT_GPU();
+  FERRY_SKIP_WITHOUT_GPU();
   auto be = backend::MakeCudaBackend({});
   ASSERT_TRUE(be.ok()) << be.status().ToString();
   backend::Backend& b = **be;
@@ -161,7 +159,7 @@ TEST(StepGraphBackendTest, ReplayThatDiffersFromTheRecordingFailsAndIsRecaptured
 }
 
 TEST(DeviceSamplingTest, NonFiniteRowsGetMinusOneAndOthersTheirArgmax) {
-  SKIP_WITHOUT_GPU();
+  FERRY_SKIP_WITHOUT_GPU();
   auto be = backend::MakeCudaBackend({});
   ASSERT_TRUE(be.ok());
   constexpr int kVocab = 3000;
@@ -187,7 +185,7 @@ TEST(DeviceSamplingTest, NonFiniteRowsGetMinusOneAndOthersTheirArgmax) {
 // steps as graphs; with f32 activations its greedy outputs equal each prompt generated alone
 // with host sampling and no graphs.
 TEST(GpuContinuousBatcherTest, DeviceSamplingAndGraphsEqualSequentialGreedy) {
-  SKIP_WITHOUT_GPU();
+  FERRY_SKIP_WITHOUT_GPU();
   using namespace std::chrono_literals;
   auto e = LoadOnGpu("llama3-tiny", DType::kF32);
   ASSERT_NE(e, nullptr);

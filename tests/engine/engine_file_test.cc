@@ -15,6 +15,7 @@
 #include "engine/preload.h"
 #include "io/engine_file.h"
 #include "io/safetensors.h"
+#include "io/temp_dir.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -27,18 +28,7 @@ using testing::ToIds;
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = "/tmp/ferry_engine_test_XXXXXX";
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 std::vector<float> LastLogits(const std::shared_ptr<engine::Engine>& e, const std::vector<int32_t>& ids) {
   auto runner = engine::DecoderRunner::Create(e, {.max_seq_len = 256, .max_batch_seqs = 1});
