@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -127,7 +128,11 @@ class Staging {
   void Reset() {
     offset_ = 0;
     used_ = 0;
+    ++epoch_;
   }
+  // Changes whenever staged data may be overwritten (a reset, or the ring wrapping around):
+  // a device pointer from an earlier epoch must not be reused.
+  uint64_t epoch() const { return epoch_; }
 
  private:
   struct Entry {
@@ -143,8 +148,7 @@ class Staging {
     if (offset_ + size > kBytes) {
       if (!may_wait) return ResourceExhausted("a step graph stages more than " + std::to_string(kBytes) + " bytes");
       FERRY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-      offset_ = 0;
-      used_ = 0;
+      Reset();
     }
     char* h = static_cast<char*>(host_) + offset_;
     char* d = static_cast<char*>(device_) + offset_;
@@ -157,6 +161,7 @@ class Staging {
   void* host_ = nullptr;
   void* device_ = nullptr;
   size_t offset_ = 0;
+  uint64_t epoch_ = 1;
   std::vector<Entry> entries_;  // [0, used_): staged since the last reset
   size_t used_ = 0;
 };
@@ -324,7 +329,8 @@ class CudaBackend final : public Backend {
     const int64_t T = qkv.dim(0);
     const int head_dim = static_cast<int>(layer.k.dim(3));
     if (qkv.dim(1) != static_cast<int64_t>(num_heads + 2 * num_kv_heads) * head_dim || q.dim(0) != T ||
-        layer.k.dim(1) != num_kv_heads) {
+        q.dim(1) != static_cast<int64_t>(num_heads) * head_dim || q.dtype() != qkv.dtype() ||
+        layer.k.dim(1) != num_kv_heads || table.head_dim != head_dim) {
       return InvalidArgument("RopeQkvWriteKv: qkv " + qkv.DebugString() + ", q " + q.DebugString() +
                              " and the cache do not fit");
     }
@@ -363,7 +369,6 @@ class CudaBackend final : public Backend {
     FERRY_RETURN_IF_ERROR(NotInGraph("Synchronize"));
     FERRY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     staging_.Reset();
-    ++generation_;
     return Status::Ok();
   }
 
@@ -371,17 +376,21 @@ class CudaBackend final : public Backend {
 
   bool supports_graphs() const override { return true; }
   Status RunGraph(const GraphKey& key, const std::function<Status()>& body) override;
+  // Records `body` as the graph `id` and launches it once (RunGraph's first sight).
+  Status Capture(const std::pair<int64_t, int64_t>& id, const GraphKey& key, const std::function<Status()>& body);
   int graph_count() const override { return static_cast<int>(graphs_.size()); }
   void ReleaseGraphs(int64_t owner) override {
     if (mode_ != GraphMode::kOff) return;
     cudaStreamSynchronize(stream_);
     std::erase_if(graphs_, [owner](const auto& g) { return g.first.first == owner; });
+    std::erase_if(eager_only_, [owner](const auto& id) { return id.first == owner; });
   }
   bool samples_on_device() const override { return true; }
   Status SampleTokens(const Tensor& logits, std::span<const TokenSampling> rows, std::vector<int32_t>& tokens) override;
 
  private:
   enum class GraphMode : uint8_t { kOff, kCapture, kReplay };
+  struct GraphScope;
 
   // One captured step: the executable graph, the buffers the body allocated (in order) and
   // the sizes of everything it staged or launched with host-side bounds, which a replay's
@@ -439,7 +448,10 @@ class CudaBackend final : public Backend {
   Result<void*> Stage(const void* host, size_t bytes) {
     if (mode_ == GraphMode::kOff) return staging_.Put(host, bytes, stream_);
     Trace(static_cast<int64_t>(bytes));
-    return staging_.Put(host, bytes, stream_, /*copy=*/mode_ == GraphMode::kCapture, /*may_wait=*/false);
+    FERRY_ASSIGN_OR_RETURN(void* slot, staging_.Put(host, bytes, stream_, /*copy=*/mode_ == GraphMode::kCapture,
+                                                    /*may_wait=*/false));
+    Trace(static_cast<int64_t>(reinterpret_cast<uintptr_t>(slot)));  // the same slot, not just the same size
+    return slot;
   }
   Result<Tensor> UploadBytes(const void* host, const Shape& shape, DType dtype);
   // Dense attention over q, k and v rows `*_stride` elements apart (0: packed).
@@ -494,11 +506,10 @@ class CudaBackend final : public Backend {
   std::map<std::tuple<int, int64_t, int64_t, bool>, std::vector<std::optional<cuda::GemmChoice>>> tuned_;
   std::vector<int32_t> history_;  // SampleTokens: every row's history, back to back
   std::vector<int64_t> offsets_;
-  // The last attention batch staged in this generation (layers after the first reuse it).
+  // The last attention batch staged in this staging epoch (layers after the first reuse it).
   std::vector<SeqSpan> meta_spans_;
   const void* meta_device_ = nullptr;
-  uint64_t meta_generation_ = 0;
-  uint64_t generation_ = 1;  // bumped whenever the staging ring restarts
+  uint64_t meta_epoch_ = 0;
   // Step graphs.
   GraphMode mode_ = GraphMode::kOff;
   StepGraph* graph_ = nullptr;  // the one being captured or replayed
@@ -508,6 +519,8 @@ class CudaBackend final : public Backend {
   Status graph_error_;
   std::shared_ptr<DevicePool> graph_pool_;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<StepGraph>> graphs_;  // by (owner, id)
+  std::set<std::pair<int64_t, int64_t>> eager_only_;  // buckets whose recording failed
+  bool capture_open_ = false;
   std::mutex uploads_mu_;
   std::unordered_map<const void*, Tensor> uploads_;  // GUARDED_BY(uploads_mu_)
   std::vector<Tensor> keep_;                         // GUARDED_BY(uploads_mu_)
@@ -865,8 +878,8 @@ Status CudaBackend::PagedAttention(const Tensor& q, const KvLayer& layer, const 
     Trace(max_q);
   }
   // One staged array: q_begin[S], q_len[S], context_len[S], block_tables[S * max_blocks]. The
-  // layers of a step pass the same batch: it is built and staged once per generation.
-  const bool same = meta_generation_ == generation_ && meta_spans_.size() == spans.size() &&
+  // layers of a step pass the same batch: it is built and staged once per staging epoch.
+  const bool same = meta_epoch_ == staging_.epoch() && meta_spans_.size() == spans.size() &&
                     std::equal(spans.begin(), spans.end(), meta_spans_.begin(), [](const SeqSpan& a, const SeqSpan& b) {
                       return a.q_begin == b.q_begin && a.q_len == b.q_len && a.context_len == b.context_len &&
                              a.block_table == b.block_table;
@@ -886,7 +899,7 @@ Status CudaBackend::PagedAttention(const Tensor& q, const KvLayer& layer, const 
     FERRY_ASSIGN_OR_RETURN(void* d_meta, Stage(meta.data(), meta.size() * sizeof(int32_t)));
     meta_spans_.assign(spans.begin(), spans.end());
     meta_device_ = d_meta;
-    meta_generation_ = generation_;
+    meta_epoch_ = staging_.epoch();
   }
   if (replaying()) return Status::Ok();
   const int32_t* dm = static_cast<const int32_t*>(meta_device_);
@@ -980,67 +993,104 @@ Status CudaBackend::RunDenseAttention(const void* q, const void* k, const void* 
 
 // --- step graphs -----------------------------------------------------------------------------
 
+// Leaves graph mode however a capture or replay ends. On failure (an error or an exception
+// from the body) it also ends a capture still open, waits for copies already enqueued and
+// restarts the staging ring, so no half-recorded graph or unwritten staged entry outlives
+// the attempt.
+struct CudaBackend::GraphScope {
+  CudaBackend* be;
+  bool ok = false;
+  ~GraphScope() {
+    be->mode_ = GraphMode::kOff;
+    be->graph_ = nullptr;
+    if (ok) return;
+    if (be->capture_open_) {
+      cudaGraph_t graph = nullptr;
+      cudaStreamEndCapture(be->stream_, &graph);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      be->capture_open_ = false;
+    }
+    cudaStreamSynchronize(be->stream_);
+    be->staging_.Reset();
+  }
+};
+
 Status CudaBackend::RunGraph(const GraphKey& key, const std::function<Status()>& body) {
   if (mode_ != GraphMode::kOff) return FailedPrecondition("step graphs do not nest");
   if (key.plan_context <= 0) return InvalidArgument("a step graph needs a positive planning context");
   // Earlier work has finished with the staging ring: a recording restarts it at offset 0.
   FERRY_RETURN_IF_ERROR(Synchronize());
   const std::pair<int64_t, int64_t> id{key.owner, key.id};
+  if (eager_only_.count(id) != 0) return body();
   auto it = graphs_.find(id);
-  struct ModeReset {
-    CudaBackend* be;
-    ~ModeReset() {
-      be->mode_ = GraphMode::kOff;
-      be->graph_ = nullptr;
-    }
-  };
   if (it == graphs_.end()) {
     // First sight: run the step eagerly, which uploads host weights, plans the GEMMs and
     // sizes their scratch (none of which may happen during a capture), then record it.
     FERRY_RETURN_IF_ERROR(body());
     FERRY_RETURN_IF_ERROR(Synchronize());
-    auto g = std::make_unique<StepGraph>();
-    ModeReset reset{this};
-    mode_ = GraphMode::kCapture;
-    graph_ = g.get();
-    plan_context_ = key.plan_context;
-    FERRY_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
-    const Status st = body();
-    cudaGraph_t graph = nullptr;
-    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
-    if (!st.ok()) {
-      if (graph != nullptr) cudaGraphDestroy(graph);
-      return st.WithContext("capturing a step graph");
-    }
-    FERRY_CUDA_RETURN_IF_ERROR(end);
-    const cudaError_t inst = cudaGraphInstantiate(&g->exec, graph, 0);
-    cudaGraphDestroy(graph);
-    FERRY_CUDA_RETURN_IF_ERROR(inst);
-    g->trace.push_back(static_cast<int64_t>(g->buffers.size()));  // never empty once captured
-    StepGraph* captured = g.get();
-    graphs_[id] = std::move(g);
-    // The eager run computed this step, but the caller holds the capture's buffers: fill them.
-    FERRY_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(captured->exec, stream_));
-    return Status::Ok();
+    const Status captured = Capture(id, key, body);
+    if (captured.ok()) return Status::Ok();
+    // The eager run worked, so the recording is what failed: this bucket runs eagerly from
+    // now on, and the step again, since the capture left the caller's buffers unwritten.
+    FERRY_LOG_WARN("decode bucket {} cannot be recorded as a CUDA graph ({}); it runs eagerly", key.id,
+                   captured.message());
+    graphs_.erase(id);
+    eager_only_.insert(id);
+    return body();
   }
   StepGraph& g = *it->second;
+  Status st;
   {
-    ModeReset reset{this};
+    GraphScope scope{this};
     mode_ = GraphMode::kReplay;
     graph_ = &g;
     plan_context_ = key.plan_context;
     alloc_cursor_ = 0;
     trace_cursor_ = 0;
     graph_error_ = Status::Ok();
-    FERRY_RETURN_IF_ERROR(body());
-    Trace(static_cast<int64_t>(alloc_cursor_));
-    if (trace_cursor_ != g.trace.size() || alloc_cursor_ != g.buffers.size()) Diverged("the step made fewer calls");
+    st = body();
+    if (st.ok()) {
+      Trace(static_cast<int64_t>(alloc_cursor_));
+      if (trace_cursor_ != g.trace.size() || alloc_cursor_ != g.buffers.size()) Diverged("the step made fewer calls");
+    }
+    scope.ok = st.ok() && graph_error_.ok();
   }
+  if (!st.ok()) return st;
   if (!graph_error_.ok()) {
     graphs_.erase(id);  // recaptured on the next call
     return graph_error_;
   }
   FERRY_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(g.exec, stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::Capture(const std::pair<int64_t, int64_t>& id, const GraphKey& key,
+                            const std::function<Status()>& body) {
+  auto g = std::make_unique<StepGraph>();
+  GraphScope scope{this};
+  mode_ = GraphMode::kCapture;
+  graph_ = g.get();
+  plan_context_ = key.plan_context;
+  FERRY_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+  capture_open_ = true;
+  const Status st = body();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+  capture_open_ = false;
+  if (!st.ok()) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    return st;
+  }
+  FERRY_CUDA_RETURN_IF_ERROR(end);
+  const cudaError_t inst = cudaGraphInstantiate(&g->exec, graph, 0);
+  cudaGraphDestroy(graph);
+  FERRY_CUDA_RETURN_IF_ERROR(inst);
+  g->trace.push_back(static_cast<int64_t>(g->buffers.size()));
+  StepGraph* captured = g.get();
+  graphs_[id] = std::move(g);
+  // The eager run computed this step, but the caller holds the capture's buffers: fill them.
+  FERRY_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(captured->exec, stream_));
+  scope.ok = true;
   return Status::Ok();
 }
 
@@ -1082,8 +1132,8 @@ Status CudaBackend::SampleTokens(const Tensor& logits, std::span<const TokenSamp
   if (penalty) {
     history_.clear();
     offsets_.assign(1, 0);
-    for (const TokenSampling& t : rows) {
-      history_.insert(history_.end(), t.history.begin(), t.history.end());
+    for (const TokenSampling& t : rows) {  // only penalized rows need their history
+      if (t.repetition_penalty != 1.0f) history_.insert(history_.end(), t.history.begin(), t.history.end());
       offsets_.push_back(static_cast<int64_t>(history_.size()));
     }
     if (history_.empty()) history_.push_back(-1);

@@ -29,6 +29,7 @@ StepExecutor::StepExecutor(model::DecoderModel& model, KvCache& cache)
 StepExecutor::~StepExecutor() { model_.backend().ReleaseGraphs(graph_owner_); }
 
 void StepExecutor::SetGraphOptions(const StepGraphOptions& options) {
+  model_.backend().ReleaseGraphs(graph_owner_);  // recorded for the old planning context
   graph_options_ = options;
   if (!model_.backend().supports_graphs() || options.plan_context <= 0) graph_options_.max_batch = 0;
   graph_buckets_ = GraphBatchBuckets(graph_options_.max_batch);

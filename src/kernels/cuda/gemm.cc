@@ -394,11 +394,13 @@ Status LtGemm::ReserveScratch(size_t bytes, cudaStream_t stream) { return Ensure
 
 Status LtGemm::EnsureScratch(size_t bytes, cudaStream_t stream) {
   if (bytes <= scratch_bytes_) return Status::Ok();
-  // Work queued on this stream may still read the old buffer.
+  // Work queued on this stream may still read the old buffer, and CUDA graphs captured
+  // earlier keep its address: it is retired, not freed. Doubling keeps the retired
+  // buffers, together, smaller than the current one.
   FERRY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  scratch_.reset();
+  if (scratch_ != nullptr) retired_scratch_.push_back(std::move(scratch_));
+  const size_t size = std::max(RoundUp(bytes, size_t{2} << 20), 2 * scratch_bytes_);
   scratch_bytes_ = 0;
-  const size_t size = RoundUp(bytes, size_t{2} << 20);
   void* ptr = nullptr;
   FERRY_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, size));
   scratch_.reset(ptr);

@@ -49,6 +49,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -167,7 +168,8 @@ class LtGemm {
   // Unimplemented for combinations this device or build cannot run (fp8 before sm_89).
   Status CheckProblem(const GemmProblem& p) const;
   // Scratch a problem may need (0 for most); Run grows the scratch when it is short, which
-  // synchronizes the stream, so reserve the largest at load time (and before graph capture).
+  // synchronizes the stream, so reserve the largest at load time. An outgrown buffer is
+  // kept until the LtGemm goes away, since CUDA graphs captured earlier still use it.
   static size_t ScratchBytes(const GemmProblem& p);
   Status ReserveScratch(size_t bytes, cudaStream_t stream);
 
@@ -229,6 +231,7 @@ class LtGemm {
   size_t workspace_bytes_ = 0;
   std::unique_ptr<void, DeviceDeleter> scratch_;
   size_t scratch_bytes_ = 0;
+  std::vector<std::unique_ptr<void, DeviceDeleter>> retired_scratch_;  // outgrown, still in recorded graphs
   LtGemmOptions options_;
   int cc_major_ = 0;
   int cc_minor_ = 0;
