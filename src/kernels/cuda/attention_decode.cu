@@ -13,6 +13,7 @@
 namespace ferry::cuda {
 namespace {
 
+using attention_detail::Aligned16;
 using attention_detail::Bf16;
 using attention_detail::Fp8;
 using attention_detail::Half;
@@ -86,19 +87,10 @@ Result<int> CurrentSmCount() {
   return sms;
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 Status CheckArgs(const PagedAttentionArgs& a) {
   auto bad = [](const std::string& what) { return InvalidArgument("PagedAttention: " + what); };
   if (a.num_seqs < 0 || a.num_tokens < 0) return bad("negative num_seqs or num_tokens");
-  if (a.num_heads <= 0 || a.num_kv_heads <= 0) return bad("num_heads and num_kv_heads must be positive");
-  if (a.num_heads % a.num_kv_heads != 0) {
-    return bad("num_heads " + std::to_string(a.num_heads) + " is not a multiple of num_kv_heads " +
-               std::to_string(a.num_kv_heads));
-  }
-  if (!attention_detail::SupportedHeadDim(a.head_dim)) {
-    return Unimplemented(attention_detail::HeadDimMessage("PagedAttention", a.head_dim));
-  }
+  FERRY_RETURN_IF_ERROR(attention_detail::CheckHeads("PagedAttention", a.num_heads, a.num_kv_heads, a.head_dim));
   if (a.act_dtype != DType::kBF16 && a.act_dtype != DType::kF16 && a.act_dtype != DType::kF32) {
     return bad(std::string("activation dtype ") + std::string(DTypeName(a.act_dtype)) + " (bf16, f16 or f32)");
   }

@@ -769,6 +769,21 @@ inline std::string HeadDimMessage(const char* op, int head_dim) {
   return std::string(op) + ": head_dim " + std::to_string(head_dim) + " is not supported (16, 32, 64 or 128)";
 }
 
+inline bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The checks PagedAttention and DenseAttention share: head counts (GQA groups) and head size.
+inline Status CheckHeads(const char* op, int num_heads, int num_kv_heads, int head_dim) {
+  if (num_heads <= 0 || num_kv_heads <= 0) {
+    return InvalidArgument(std::string(op) + ": num_heads and num_kv_heads must be positive");
+  }
+  if (num_heads % num_kv_heads != 0) {
+    return InvalidArgument(std::string(op) + ": num_heads " + std::to_string(num_heads) +
+                           " is not a multiple of num_kv_heads " + std::to_string(num_kv_heads));
+  }
+  if (!SupportedHeadDim(head_dim)) return Unimplemented(HeadDimMessage(op, head_dim));
+  return Status::Ok();
+}
+
 // Calls f(std::integral_constant<int, HD>) for the supported head sizes.
 template <typename F>
 Status WithHeadDim(const char* op, int head_dim, F&& f) {

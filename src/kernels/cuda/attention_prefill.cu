@@ -58,19 +58,12 @@ Status LaunchDenseFlash(const Params& p, DType act, int head_dim, int num_tokens
 
 namespace {
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+using attention_detail::Aligned16;
 
 Status CheckArgs(const DenseAttentionArgs& a) {
   auto bad = [](const std::string& what) { return InvalidArgument("DenseAttention: " + what); };
   if (a.num_seqs < 0 || a.num_tokens < 0) return bad("negative num_seqs or num_tokens");
-  if (a.num_heads <= 0 || a.num_kv_heads <= 0) return bad("num_heads and num_kv_heads must be positive");
-  if (a.num_heads % a.num_kv_heads != 0) {
-    return bad("num_heads " + std::to_string(a.num_heads) + " is not a multiple of num_kv_heads " +
-               std::to_string(a.num_kv_heads));
-  }
-  if (!attention_detail::SupportedHeadDim(a.head_dim)) {
-    return Unimplemented(attention_detail::HeadDimMessage("DenseAttention", a.head_dim));
-  }
+  FERRY_RETURN_IF_ERROR(attention_detail::CheckHeads("DenseAttention", a.num_heads, a.num_kv_heads, a.head_dim));
   if (a.dtype != DType::kBF16 && a.dtype != DType::kF16 && a.dtype != DType::kF32) {
     return bad(std::string("dtype ") + std::string(DTypeName(a.dtype)) + " (bf16, f16 or f32)");
   }
