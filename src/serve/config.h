@@ -23,6 +23,7 @@ struct ListenerConfig {
   int port = 8000;                       // 0: any free port (tests)
   int io_threads = 2;
   int64_t max_body_bytes = 1 << 20;
+  int64_t max_header_bytes = 32 * 1024;  // request line + headers; also a chunk line or trailer block
   int64_t header_timeout_ms = 10000;     // first byte → complete head and body (slowloris)
   int64_t idle_timeout_ms = 60000;       // keep-alive connection with no request in flight
   int64_t shutdown_timeout_ms = 30000;   // drain limit on SIGTERM

@@ -68,6 +68,8 @@ struct HttpServer::Impl {
   std::unordered_set<std::shared_ptr<Session>> sessions;  // GUARDED_BY(mu)
 
   void Accept();
+  void OnAccept(error_code ec, tcp::socket socket);
+  void CountException() { owner->io_exceptions_++; }
   void RequestStarted() { owner->requests_++; }
   void RequestEnded() { owner->requests_--; }
   void ConnectionClosed() { owner->connections_--; }
@@ -91,7 +93,8 @@ class Session : public std::enable_shared_from_this<Session> {
     error_code ec;
     auto ep = stream_.socket().remote_endpoint(ec);
     if (!ec) remote_ = ep.address().to_string() + ":" + std::to_string(ep.port());
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->WaitForRequest(); });
+    net::dispatch(stream_.get_executor(),
+                  [self = shared_from_this()] { self->Guarded("read", [&] { self->WaitForRequest(); }); });
   }
 
   // Closes the connection if it is waiting for a request (graceful shutdown).
@@ -114,17 +117,26 @@ class Session : public std::enable_shared_from_this<Session> {
   std::atomic<bool> disconnected{false};
 
  private:
-  enum class Phase { kIdle, kReading, kResponding, kClosed };
+  enum class Phase { kIdle, kReading, kResponding, kLingering, kClosed };
 
+  // Runs `body` (an I/O completion) so that a throw costs only this connection.
+  template <class F>
+  void Guarded(const char* point, F&& body);
   void WaitForRequest();
   void ReadRequest();
-  void OnRead(error_code ec);
+  void ReadMore();
+  void OnRead(error_code ec, size_t n);
+  void Parse();
+  bool CheckHead();
+  void RejectParse(error_code ec);
   void Dispatch();
   void WatchDisconnect();
   void Enqueue(std::string bytes);
   void WriteNext();
   void ResponseDone();
   void Close();
+  void LingerThenClose();
+  void Drain();
   void NotifyDisconnect();
   void SendSimple(int status, const std::string& message, bool close_after);
   std::string Head(int status, const std::string& type, const ResponseWriter::Headers& headers, bool chunked,
@@ -136,6 +148,11 @@ class Session : public std::enable_shared_from_this<Session> {
   net::steady_timer write_timer_;
   net::steady_timer read_timer_;  // the whole-request deadline (slow clients get a 408)
   bool read_timed_out_ = false;
+  std::chrono::steady_clock::time_point request_deadline_;
+  size_t request_wire_bytes_ = 0;  // bytes of this request the parser has taken
+  bool head_checked_ = false;
+  bool head_request_ = false;      // HEAD: responses carry headers only
+  std::map<std::string, std::string> request_headers_;  // captured at the end of the header
   HttpServer::Impl& server_;
   std::string remote_;
   Phase phase_ = Phase::kIdle;
@@ -149,6 +166,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool writing_ = false;
   std::function<void()> on_disconnect_;
   bool disconnect_notified_ = false;
+  size_t linger_bytes_ = 0;
+  static constexpr int64_t kLingerMs = 1000;
+  static constexpr size_t kLingerMaxBytes = 8 << 20;
 };
 
 namespace {
@@ -184,6 +204,22 @@ class Writer : public ResponseWriter {
 
 }  // namespace
 
+template <class F>
+void Session::Guarded(const char* point, F&& body) {
+  try {
+    if (server_.options.fault_injection) server_.options.fault_injection(point);
+    body();
+  } catch (const std::exception& e) {
+    server_.CountException();
+    FERRY_LOG_ERROR("connection {}: the {} handler threw ({}); closing the connection", remote_, point, e.what());
+    Close();
+  } catch (...) {
+    server_.CountException();
+    FERRY_LOG_ERROR("connection {}: the {} handler threw; closing the connection", remote_, point);
+    Close();
+  }
+}
+
 void Session::WaitForRequest() {
   phase_ = Phase::kIdle;
   in_request_ = false;
@@ -192,57 +228,171 @@ void Session::WaitForRequest() {
   // Wait for the first byte of the next request, up to the idle timeout.
   stream_.expires_after(std::chrono::milliseconds(server_.options.idle_timeout_ms));
   stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](error_code ec, size_t n) {
-    self->buffer_.commit(n);
-    if (ec) return self->Close();
-    self->ReadRequest();
+    self->Guarded("read", [&] {
+      self->buffer_.commit(n);
+      if (ec) return self->Close();
+      self->ReadRequest();
+    });
   });
 }
 
+// Requests are parsed here, from bytes this session reads itself, rather than by Beast's
+// composed read: every part of a request is then bounded (header, each chunk-size line
+// with its extensions, the trailer block, the body, the framing overhead in total, and the
+// time to receive it all), and a parser exception stays inside this connection.
 void Session::ReadRequest() {
   phase_ = Phase::kReading;
   in_request_ = true;
   parser_.emplace();
+  parser_->eager(false);  // stop after the header, so that it is checked before the body
   parser_->body_limit(server_.options.max_body_bytes);
-  parser_->header_limit(64 * 1024);
+  parser_->header_limit(static_cast<std::uint32_t>(server_.options.max_header_bytes));
+  head_checked_ = false;
+  head_request_ = false;
+  request_headers_.clear();
+  request_wire_bytes_ = 0;
   stream_.expires_never();
   read_timed_out_ = false;
-  read_timer_.expires_after(std::chrono::milliseconds(server_.options.header_timeout_ms));
+  request_deadline_ =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(server_.options.header_timeout_ms);
+  read_timer_.expires_at(request_deadline_);
   read_timer_.async_wait([self = shared_from_this()](error_code ec) {
     if (ec || self->phase_ != Phase::kReading) return;
     self->read_timed_out_ = true;
     error_code ignored;
     self->stream_.socket().cancel(ignored);
   });
-  http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](error_code ec, size_t) {
-    self->read_timer_.cancel();
-    self->OnRead(ec);
+  Parse();
+}
+
+void Session::ReadMore() {
+  stream_.async_read_some(buffer_.prepare(64 * 1024), [self = shared_from_this()](error_code ec, size_t n) {
+    self->Guarded("read", [&] { self->OnRead(ec, n); });
   });
 }
 
-void Session::OnRead(error_code ec) {
-  if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset) {
-    return Close();
-  }
-  if (read_timed_out_) {
+void Session::OnRead(error_code ec, size_t n) {
+  buffer_.commit(n);
+  if (phase_ != Phase::kReading) return;
+  // A sender that never pauses keeps completing reads, so the deadline is checked on every
+  // read, not only by the timer (which cancels a read that is waiting).
+  if (read_timed_out_ || std::chrono::steady_clock::now() >= request_deadline_) {
     SendSimple(408, "the request did not arrive within " + std::to_string(server_.options.header_timeout_ms) + " ms",
                true);
     return;
   }
+  if (ec) return Close();  // the client went away (EOF, reset) before the request was whole
+  Parse();
+}
+
+void Session::Parse() {
+  const HttpServerOptions& o = server_.options;
+  try {
+    while (!parser_->is_done() && buffer_.size() > 0) {
+      // At most one line limit's worth at a time: a chunk-size line or trailer block that
+      // does not end within it is refused below, before Beast ever sees a longer one.
+      const auto data = buffer_.data();
+      const size_t feed = std::min(data.size(), o.max_header_bytes);
+      error_code ec;
+      const size_t used = parser_->put(net::const_buffer(data.data(), feed), ec);
+      buffer_.consume(used);
+      request_wire_bytes_ += used;
+      if (ec && ec != http::error::need_more) return RejectParse(ec);
+      if (!head_checked_ && parser_->is_header_done()) {
+        head_checked_ = true;
+        if (!CheckHead()) return;
+        parser_->eager(true);
+        continue;
+      }
+      // Stop when the parser needs bytes that have not arrived; a slice that ended inside a
+      // line gets the next slice (unless nothing was taken: the line is over the limit).
+      if (used == 0 || (ec && feed == data.size())) break;
+    }
+  } catch (const std::exception& e) {
+    // Beast reports some limits by throwing (a field longer than 65,533 bytes); the limits
+    // below keep those from being reached, and this keeps any other from leaving here.
+    SendSimple(400, std::string("malformed HTTP request: ") + e.what(), true);
+    return;
+  }
+  if (parser_->is_done()) {
+    read_timer_.cancel();
+    return Dispatch();
+  }
+  // Bytes the parser could not take yet are one incomplete line or block: a header, a
+  // chunk-size line with its extensions, or the trailer block.
+  if (head_checked_ && buffer_.size() >= o.max_header_bytes) {
+    SendSimple(431, "a chunk header or the trailer block exceeds " + std::to_string(o.max_header_bytes) + " bytes",
+               true);
+    return;
+  }
+  const size_t max_wire = o.max_header_bytes + 2 * o.max_body_bytes + 64 * 1024;
+  if (request_wire_bytes_ > max_wire) {
+    SendSimple(413, "the request's chunk framing exceeds the limit of " + std::to_string(max_wire) + " bytes", true);
+    return;
+  }
+  ReadMore();
+}
+
+void Session::RejectParse(error_code ec) {
   if (ec == http::error::body_limit) {
     SendSimple(413, "the request body exceeds the limit of " + std::to_string(server_.options.max_body_bytes) +
                         " bytes", true);
-    return;
-  }
-  if (ec == http::error::header_limit) {
-    SendSimple(431, "the request headers are too large", true);
-    return;
-  }
-  if (ec) {
-    if (ec == net::error::operation_aborted || ec == net::error::bad_descriptor) return Close();
+  } else if (ec == http::error::header_limit) {
+    SendSimple(431, "the request headers exceed " + std::to_string(server_.options.max_header_bytes) + " bytes",
+               true);
+  } else {
     SendSimple(400, "malformed HTTP request: " + ec.message(), true);
-    return;
   }
-  Dispatch();
+}
+
+// The header is whole. Framing that two parsers could read differently is refused, since
+// a proxy in front might read it the other way (request smuggling).
+bool Session::CheckHead() {
+  const auto& msg = parser_->get();
+  head_request_ = msg.method() == http::verb::head;
+  int transfer_encodings = 0;
+  int content_lengths = 0;
+  for (const auto& field : msg) {
+    std::string name = Lower(std::string(field.name_string()));
+    std::string value(field.value());
+    if (name == "transfer-encoding") {
+      ++transfer_encodings;
+      if (Lower(value) != "chunked") {
+        SendSimple(400, "unsupported Transfer-Encoding '" + value + "': only 'chunked' is accepted", true);
+        return false;
+      }
+    } else if (name == "content-length") {
+      ++content_lengths;
+    }
+    auto [it, inserted] = request_headers_.emplace(name, value);
+    if (inserted) continue;
+    // Headers that decide who is calling or how the body is read must be unambiguous;
+    // other repeated headers are joined as RFC 9110 section 5.3 allows.
+    if (name == "authorization" || name == "host" || name == "content-type" || name == "content-length" ||
+        name == "transfer-encoding" || name == "x-api-key" || name == "expect") {
+      SendSimple(400, "duplicate " + std::string(field.name_string()) + " header", true);
+      return false;
+    }
+    it->second += ", " + value;
+  }
+  if (transfer_encodings > 0 && content_lengths > 0) {
+    SendSimple(400, "both Content-Length and Transfer-Encoding were sent", true);
+    return false;
+  }
+  if (transfer_encodings > 0 && msg.version() < 11) {
+    SendSimple(400, "Transfer-Encoding is not allowed in an HTTP/1.0 request", true);
+    return false;
+  }
+  auto expect = request_headers_.find("expect");
+  if (expect != request_headers_.end()) {
+    if (Lower(expect->second) != "100-continue") {
+      SendSimple(417, "unsupported Expect value '" + expect->second + "'", true);
+      return false;
+    }
+    // The client waits for this before it sends the body.
+    if (msg.version() >= 11 && !parser_->is_done()) Enqueue("HTTP/1.1 100 Continue\r\n\r\n");
+  }
+  return true;
 }
 
 void Session::Dispatch() {
@@ -258,7 +408,9 @@ void Session::Dispatch() {
   req.method = std::string(msg.method_string());
   req.target = std::string(msg.target());
   req.path = req.target.substr(0, req.target.find('?'));
-  for (const auto& field : msg) req.headers[Lower(std::string(field.name_string()))] = std::string(field.value());
+  // Trailer fields are dropped: only the header's fields reach the handler.
+  req.headers = std::move(request_headers_);
+  request_headers_.clear();
   req.body = std::move(msg.body());
   req.remote = remote_;
   WatchDisconnect();
@@ -278,21 +430,28 @@ void Session::WatchDisconnect() {
   if (watching_ || buffer_.size() > 64 * 1024) return;
   watching_ = true;
   stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](error_code ec, size_t n) {
-    self->watching_ = false;
-    self->buffer_.commit(n);
-    if (ec == net::error::operation_aborted && self->phase_ == Phase::kIdle) return self->WaitForRequest();
-    if (ec) {
-      if (self->phase_ == Phase::kResponding) {
-        self->disconnected = true;
-        self->NotifyDisconnect();
-        self->keep_alive_ = false;
-      } else {
-        self->Close();
+    self->Guarded("read", [&] {
+      self->watching_ = false;
+      self->buffer_.commit(n);
+      if (self->phase_ == Phase::kLingering) {
+        if (ec) return self->Close();
+        self->buffer_.clear();
+        return self->Drain();
       }
-      return;
-    }
-    if (self->phase_ == Phase::kResponding) return self->WatchDisconnect();
-    if (self->phase_ == Phase::kIdle) self->WaitForRequest();
+      if (ec == net::error::operation_aborted && self->phase_ == Phase::kIdle) return self->WaitForRequest();
+      if (ec) {
+        if (self->phase_ == Phase::kResponding) {
+          self->disconnected = true;
+          self->NotifyDisconnect();
+          self->keep_alive_ = false;
+        } else {
+          self->Close();
+        }
+        return;
+      }
+      if (self->phase_ == Phase::kResponding) return self->WatchDisconnect();
+      if (self->phase_ == Phase::kIdle) self->WaitForRequest();
+    });
   });
 }
 
@@ -338,7 +497,8 @@ void Session::PostSend(int status, std::string type, std::string body, ResponseW
                                      body = std::move(body), headers = std::move(headers), close_after]() mutable {
     if (self->phase_ != Phase::kResponding) return;
     if (close_after) self->keep_alive_ = false;
-    self->Enqueue(self->Head(status, type, headers, false, body.size()) + body);
+    std::string head = self->Head(status, type, headers, false, body.size());
+    self->Enqueue(self->head_request_ ? std::move(head) : std::move(head) + body);
     self->ResponseDone();
   });
 }
@@ -383,7 +543,7 @@ void Session::WriteNext() {
       server_.RequestEnded();
       response_done_ = false;
       phase_ = Phase::kIdle;
-      if (!keep_alive_ || closing_) return Close();
+      if (!keep_alive_ || closing_) return LingerThenClose();
       if (watching_) {
         stream_.socket().cancel();  // the watch read's handler continues with the next request
       } else {
@@ -397,20 +557,21 @@ void Session::WriteNext() {
   write_timer_.async_wait([self = shared_from_this()](error_code ec) {
     if (!ec) self->Close();  // the client stopped reading
   });
-  net::async_write(stream_.socket(), net::buffer(writes_.front()),
-                   [self = shared_from_this()](error_code ec, size_t) {
-                     if (ec) {
-                       self->writes_.clear();
-                       self->writing_ = false;
-                       self->disconnected = true;
-                       self->NotifyDisconnect();
-                       if (self->response_done_) self->server_.RequestEnded();
-                       self->response_done_ = false;
-                       return self->Close();
-                     }
-                     self->writes_.pop_front();
-                     self->WriteNext();
-                   });
+  net::async_write(stream_.socket(), net::buffer(writes_.front()), [self = shared_from_this()](error_code ec, size_t) {
+    self->Guarded("write", [&] {
+      if (ec) {
+        self->writes_.clear();
+        self->writing_ = false;
+        self->disconnected = true;
+        self->NotifyDisconnect();
+        if (self->response_done_) self->server_.RequestEnded();
+        self->response_done_ = false;
+        return self->Close();
+      }
+      self->writes_.pop_front();
+      self->WriteNext();
+    });
+  });
 }
 
 void Session::ResponseDone() {
@@ -423,8 +584,10 @@ void Session::SendSimple(int status, const std::string& message, bool close_afte
   stream_.expires_never();
   keep_alive_ = !close_after;
   server_.RequestStarted();
+  read_timer_.cancel();
   const std::string body = server_.error_body(status, message);
-  Enqueue(Head(status, "application/json", {}, false, body.size()) + body);
+  std::string head = Head(status, "application/json", {}, false, body.size());
+  Enqueue(head_request_ ? std::move(head) : std::move(head) + body);
   ResponseDone();
 }
 
@@ -444,42 +607,86 @@ void Session::Close() {
   server_.Remove(shared_from_this());
 }
 
+// After a response that ends the connection, the client may still be sending (the rest of
+// a refused body). Closing a socket with unread input sends a reset, and the client's stack
+// may drop the response it has not read yet. So the sending side is shut first and input
+// is read and discarded for a short while (nginx's "lingering close").
+void Session::LingerThenClose() {
+  if (phase_ == Phase::kClosed || phase_ == Phase::kLingering) return;
+  phase_ = Phase::kLingering;
+  error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+  if (ec) return Close();
+  buffer_.clear();
+  linger_bytes_ = 0;
+  read_timer_.expires_after(std::chrono::milliseconds(kLingerMs));
+  read_timer_.async_wait([self = shared_from_this()](error_code wait_ec) {
+    if (!wait_ec) self->Close();
+  });
+  if (watching_) return;  // the pending watch read continues the drain
+  Drain();
+}
+
+void Session::Drain() {
+  stream_.async_read_some(buffer_.prepare(64 * 1024), [self = shared_from_this()](error_code ec, size_t n) {
+    self->Guarded("read", [&] {
+      self->linger_bytes_ += n;
+      self->buffer_.clear();
+      if (ec || self->phase_ != Phase::kLingering || self->linger_bytes_ > kLingerMaxBytes) return self->Close();
+      self->Drain();
+    });
+  });
+}
+
 void HttpServer::Impl::Accept() {
   acceptor.async_accept(net::make_strand(ioc), [this](error_code ec, tcp::socket socket) {
-    if (ec) {
-      if (!accepting.load() || ec == net::error::operation_aborted) return;
-      // Out of file descriptors (or another transient failure): retry shortly instead of
-      // spinning on an accept that keeps failing.
-      FERRY_LOG_WARN("accept failed: {}; retrying in 50 ms", ec.message());
-      accept_retry.expires_after(std::chrono::milliseconds(50));
-      accept_retry.async_wait([this](error_code wait_ec) {
-        if (!wait_ec && accepting.load()) Accept();
-      });
-      return;
+    try {
+      if (options.fault_injection) options.fault_injection("accept");
+      OnAccept(ec, std::move(socket));
+    } catch (const std::exception& e) {
+      CountException();
+      FERRY_LOG_ERROR("the accept handler threw ({}); the connection is dropped", e.what());
+    } catch (...) {
+      CountException();
+      FERRY_LOG_ERROR("the accept handler threw; the connection is dropped");
     }
-    if (owner->connections_.load() >= options.max_connections) {
-      // Over the limit: answer 503 synchronously (tiny write) and drop the connection.
-      const std::string body = error_body(503, "too many connections");
-      const std::string msg = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-                              "Connection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-      error_code wec;
-      net::write(socket, net::buffer(msg), wec);
-      socket.close(wec);
-    } else {
-      owner->connections_++;
-      // Streamed tokens are small writes: without this, Nagle's algorithm holds each one back
-      // until the previous is acknowledged (up to the client's 40 ms delayed ACK).
-      error_code nec;
-      socket.set_option(tcp::no_delay(true), nec);
-      auto s = std::make_shared<Session>(std::move(socket), *this);
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        sessions.insert(s);
-      }
-      s->Start();
-    }
-    if (accepting.load()) Accept();
+    if (!ec && accepting.load()) Accept();  // after a failure the retry timer accepts again
   });
+}
+
+void HttpServer::Impl::OnAccept(error_code ec, tcp::socket socket) {
+  if (ec) {
+    if (!accepting.load() || ec == net::error::operation_aborted) return;
+    // Out of file descriptors (or another transient failure): retry shortly instead of
+    // spinning on an accept that keeps failing.
+    FERRY_LOG_WARN("accept failed: {}; retrying in 50 ms", ec.message());
+    accept_retry.expires_after(std::chrono::milliseconds(50));
+    accept_retry.async_wait([this](error_code wait_ec) {
+      if (!wait_ec && accepting.load()) Accept();
+    });
+    return;
+  }
+  if (owner->connections_.load() >= options.max_connections) {
+    // Over the limit: answer 503 synchronously (tiny write) and drop the connection.
+    const std::string body = error_body(503, "too many connections");
+    const std::string msg = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+                            "Connection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    error_code wec;
+    net::write(socket, net::buffer(msg), wec);
+    socket.close(wec);
+    return;
+  }
+  owner->connections_++;
+  // Streamed tokens are small writes: without this, Nagle's algorithm holds each one back
+  // until the previous is acknowledged (up to the client's 40 ms delayed ACK).
+  error_code nec;
+  socket.set_option(tcp::no_delay(true), nec);
+  auto s = std::make_shared<Session>(std::move(socket), *this);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    sessions.insert(s);
+  }
+  s->Start();
 }
 
 HttpServer::HttpServer(HttpServerOptions options, HttpHandler handler, HttpErrorBody error_body)
@@ -524,10 +731,25 @@ void HttpServer::Start() {
     impl_->threads.emplace_back([this, i] {
       const std::string name = "http:" + std::to_string(i);
       pthread_setname_np(pthread_self(), name.c_str());
-      impl_->ioc.run();
+      // Handlers catch their own exceptions; this is the last line, so that nothing thrown
+      // on an I/O thread ends the process. run() may be called again after a throw.
+      for (;;) {
+        try {
+          impl_->ioc.run();
+          return;
+        } catch (const std::exception& e) {
+          io_exceptions_++;
+          FERRY_LOG_ERROR("an I/O handler threw ({}); the I/O thread carries on", e.what());
+        } catch (...) {
+          io_exceptions_++;
+          FERRY_LOG_ERROR("an I/O handler threw; the I/O thread carries on");
+        }
+      }
     });
   }
 }
+
+void HttpServer::PostForTesting(std::function<void()> fn) { net::post(impl_->ioc, std::move(fn)); }
 
 void HttpServer::StopAccepting() {
   if (!impl_->accepting.exchange(false)) return;

@@ -21,10 +21,17 @@ struct HttpServerOptions {
   int port = 8000;                 // 0: any free port (see HttpServer::port())
   int io_threads = 2;
   size_t max_body_bytes = 1 << 20;
+  // The request line and headers together; also the most a chunk-size line (with its
+  // extensions) or a trailer block may take. Chunk framing may add at most max_body_bytes
+  // more bytes on the wire than the body itself.
+  size_t max_header_bytes = 32 * 1024;
   int64_t header_timeout_ms = 10000;  // a request must arrive whole within this once it starts
   int64_t idle_timeout_ms = 60000;    // keep-alive connections idle longer are closed
   int64_t write_timeout_ms = 60000;   // a client that stops reading its response is dropped
   int max_connections = 4096;
+  // Tests only: called at named points inside I/O handlers ("accept", "read", "write"); a
+  // throw there must cost only that connection.
+  std::function<void(const char* point)> fault_injection;
 };
 
 struct HttpRequest {
@@ -80,6 +87,12 @@ class HttpServer {
 
   int active_connections() const { return connections_.load(); }
   int active_requests() const { return requests_.load(); }
+  // Exceptions that escaped an I/O handler and were caught around the I/O loop.
+  int64_t io_exceptions() const { return io_exceptions_.load(); }
+
+  // Tests only: runs `fn` on an I/O thread outside any connection, so that a throw from it
+  // reaches the catch around the I/O loop.
+  void PostForTesting(std::function<void()> fn);
 
   struct Impl;
 
@@ -87,6 +100,7 @@ class HttpServer {
   std::unique_ptr<Impl> impl_;
   std::atomic<int> connections_{0};
   std::atomic<int> requests_{0};
+  std::atomic<int64_t> io_exceptions_{0};
   int port_ = 0;
 };
 

@@ -47,6 +47,7 @@ Server::Server(ServerConfig config, Authenticator auth)
   ho.port = config_.listener.port;
   ho.io_threads = config_.listener.io_threads;
   ho.max_body_bytes = static_cast<size_t>(config_.listener.max_body_bytes);
+  ho.max_header_bytes = static_cast<size_t>(config_.listener.max_header_bytes);
   ho.header_timeout_ms = config_.listener.header_timeout_ms;
   ho.idle_timeout_ms = config_.listener.idle_timeout_ms;
   ho.write_timeout_ms = std::max<int64_t>(config_.listener.idle_timeout_ms, 10000);

@@ -1,0 +1,239 @@
+// The HTTP layer on its own, with a handler that echoes what it was given: request
+// framing limits, refused ambiguous framings, HEAD, Expect, and that no exception thrown
+// on an I/O thread ends the process.
+#include "serve/http_server.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "test_client.h"
+
+namespace ferry::serve {
+namespace {
+
+using json = nlohmann::json;
+using testing::HttpReply;
+using testing::TestConnection;
+using namespace std::chrono_literals;
+
+std::string ErrorJson(int status, const std::string& message) {
+  return json{{"error", {{"message", message}, {"code", status}}}}.dump();
+}
+
+// Echoes the method, path, header names and body size.
+void Echo(HttpRequest&& r, std::shared_ptr<ResponseWriter> w) {
+  json headers = json::object();
+  for (const auto& [k, v] : r.headers) headers[k] = v;
+  json body{{"method", r.method}, {"path", r.path}, {"headers", headers}, {"body_bytes", r.body.size()}};
+  w->Send(200, "application/json", body.dump());
+}
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void Start(HttpServerOptions o = {}) {
+    o.port = 0;
+    o.io_threads = 2;
+    if (o.header_timeout_ms == HttpServerOptions{}.header_timeout_ms) o.header_timeout_ms = 2000;
+    server_ = std::make_unique<HttpServer>(o, Echo, ErrorJson);
+    ASSERT_TRUE(server_->Listen().ok());
+    server_->Start();
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown(1000);
+  }
+  int port() const { return server_->port(); }
+  void ExpectServing() {
+    HttpReply r = testing::Http(port(), "GET", "/ping");
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.Json()["path"], "/ping");
+  }
+  std::unique_ptr<HttpServer> server_;
+};
+
+std::string ChunkedHead(const std::string& extra = "") {
+  return "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n" + extra + "\r\n";
+}
+
+// The request that aborted the process: a trailer field of 65,534 bytes or more makes
+// Beast throw std::length_error.
+TEST_F(HttpServerTest, OversizedTrailerIsRefusedAndTheServerStaysUp) {
+  Start();
+  for (size_t n : {size_t{65534}, size_t{70000}, size_t{200000}}) {
+    TestConnection c(port());
+    c.SendRaw(ChunkedHead() + "5\r\nhello\r\n0\r\nX-T: " + std::string(n, 'a') + "\r\n\r\n");
+    HttpReply r = c.ReadReply();
+    EXPECT_EQ(r.status, 431) << n;
+    EXPECT_TRUE(r.Json().contains("error"));
+    EXPECT_TRUE(c.WaitClosed(5s));
+  }
+  ExpectServing();
+  EXPECT_EQ(server_->io_exceptions(), 0);
+}
+
+TEST_F(HttpServerTest, SmallTrailersAreAcceptedButNeverBecomeHeaders) {
+  Start();
+  TestConnection c(port());
+  c.SendRaw(ChunkedHead() + "5\r\nhello\r\n6\r\n world\r\n0\r\nAuthorization: Bearer sneaky\r\nX-T: 1\r\n\r\n");
+  HttpReply r = c.ReadReply();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json()["body_bytes"], 11);
+  EXPECT_FALSE(r.Json()["headers"].contains("authorization"));
+  EXPECT_FALSE(r.Json()["headers"].contains("x-t"));
+}
+
+TEST_F(HttpServerTest, ChunkExtensionsAreBounded) {
+  HttpServerOptions o;
+  o.max_header_bytes = 8 * 1024;
+  Start(o);
+  {
+    // One chunk-size line with a 1 MB extension: refused once it passes the line limit.
+    TestConnection c(port());
+    c.SendRaw(ChunkedHead() + "5;ext=" + std::string(1 << 20, 'e'));
+    HttpReply r = c.ReadReply();
+    EXPECT_EQ(r.status, 431);
+  }
+  {
+    // Many small extensions, each under the line limit: the framing overhead in total is
+    // bounded by the body limit.
+    o.max_body_bytes = 64 * 1024;
+    server_->Shutdown(1000);
+    Start(o);
+    TestConnection c(port());
+    std::string req = ChunkedHead();
+    const std::string chunk = "1;e=" + std::string(4000, 'x') + "\r\na\r\n";
+    while (req.size() < 400 * 1024) req += chunk;
+    c.SendRaw(req);
+    HttpReply r = c.ReadReply();
+    EXPECT_EQ(r.status, 413);
+  }
+  ExpectServing();
+}
+
+TEST_F(HttpServerTest, ASenderThatNeverPausesStillGetsTheDeadline) {
+  HttpServerOptions o;
+  o.header_timeout_ms = 600;
+  o.max_body_bytes = 64 << 20;
+  Start(o);
+  TestConnection c(port(), 10s);
+  c.SendRaw("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 60000000\r\n\r\n");
+  // Keep bytes flowing well past the deadline; the server answers 408 and closes.
+  const auto until = std::chrono::steady_clock::now() + 3s;
+  const std::string piece(16 * 1024, 'b');
+  size_t sent = 0;
+  while (std::chrono::steady_clock::now() < until && sent < 40000000) {
+    c.SendRaw(piece);
+    sent += piece.size();
+    std::this_thread::sleep_for(1ms);
+  }
+  HttpReply r = c.ReadReply();
+  EXPECT_EQ(r.status, 408) << "after " << sent << " bytes";
+  ExpectServing();
+}
+
+TEST_F(HttpServerTest, AmbiguousFramingIsRefused) {
+  Start();
+  const std::vector<std::string> requests = {
+      // Beast would read this body as a second request (chunked is not the last coding).
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n"
+      "GET /admin/status HTTP/1.1\r\nHost: x\r\n\r\n",
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\nContent-Length: 2\r\n\r\n{}",
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
+      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}x",
+      "POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\r\nAuthorization: Bearer b\r\n"
+      "Content-Length: 2\r\n\r\n{}",
+      "POST /echo HTTP/1.1\r\nHost: x\r\nHost: y\r\nContent-Length: 0\r\n\r\n",
+      "POST /echo HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+  };
+  for (const std::string& raw : requests) {
+    TestConnection c(port());
+    c.SendRaw(raw);
+    HttpReply r = c.ReadReply();
+    EXPECT_EQ(r.status, 400) << raw;
+    EXPECT_TRUE(r.Json().contains("error")) << raw;
+    // Nothing after the refused request is answered: the connection is closed.
+    EXPECT_TRUE(c.WaitClosed(5s)) << raw;
+  }
+  ExpectServing();
+}
+
+TEST_F(HttpServerTest, RepeatedOrdinaryHeadersAreJoined) {
+  Start();
+  HttpReply r = [&] {
+    TestConnection c(port());
+    c.SendRaw("GET /x HTTP/1.1\r\nHost: x\r\nAccept: a\r\nAccept: b\r\n\r\n");
+    return c.ReadReply();
+  }();
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.Json()["headers"]["accept"], "a, b");
+}
+
+TEST_F(HttpServerTest, HeadResponsesHaveNoBody) {
+  Start();
+  TestConnection c(port());
+  c.SendRaw("HEAD /x HTTP/1.1\r\nHost: x\r\n\r\n");
+  HttpReply head = c.ReadHead();
+  ASSERT_EQ(head.status, 200);
+  EXPECT_NE(head.headers["content-length"], "0");
+  // The next response on the connection starts right away: no body bytes came between.
+  HttpReply next = c.Request("GET", "/after");
+  EXPECT_EQ(next.status, 200);
+  EXPECT_EQ(next.Json()["path"], "/after");
+}
+
+TEST_F(HttpServerTest, ExpectContinueIsAnswered) {
+  Start();
+  TestConnection c(port());
+  c.SendRaw("POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n");
+  HttpReply interim = c.ReadHead();
+  EXPECT_EQ(interim.status, 100);
+  c.SendRaw("abcd");
+  HttpReply r = c.ReadReply();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.Json()["body_bytes"], 4);
+
+  TestConnection other(port());
+  other.SendRaw("POST /echo HTTP/1.1\r\nHost: x\r\nExpect: something-else\r\nContent-Length: 0\r\n\r\n");
+  EXPECT_EQ(other.ReadReply().status, 417);
+}
+
+TEST_F(HttpServerTest, AThrowInAConnectionHandlerCostsOnlyThatConnection) {
+  std::atomic<bool> fail_reads{false};
+  std::atomic<bool> fail_accepts{false};
+  HttpServerOptions o;
+  o.fault_injection = [&](const char* point) {
+    if (std::string(point) == "read" && fail_reads.load()) throw std::runtime_error("injected read fault");
+    if (std::string(point) == "accept" && fail_accepts.exchange(false)) throw std::length_error("injected");
+  };
+  Start(o);
+  {
+    TestConnection c(port());
+    fail_reads = true;
+    c.SendRaw("GET /x HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_TRUE(c.WaitClosed(5s));
+    fail_reads = false;
+  }
+  EXPECT_GE(server_->io_exceptions(), 1);
+  ExpectServing();
+  {
+    fail_accepts = true;
+    TestConnection dropped(port());
+    EXPECT_TRUE(dropped.WaitClosed(5s));
+  }
+  ExpectServing();
+}
+
+TEST_F(HttpServerTest, AThrowOutsideAnyConnectionDoesNotEndTheIoThreads) {
+  Start();
+  // More throws than there are I/O threads: each thread catches, counts and carries on.
+  for (int i = 0; i < 5; ++i) server_->PostForTesting([] { throw std::length_error("field value too large"); });
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (server_->io_exceptions() < 5 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(server_->io_exceptions(), 5);
+  for (int i = 0; i < 8; ++i) ExpectServing();
+}
+
+}  // namespace
+}  // namespace ferry::serve
