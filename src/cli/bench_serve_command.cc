@@ -1,17 +1,17 @@
-// `ferry bench serve`: the HTTP load generator (serve/load_generator.h) against ferry's
+// `ferry bench serve`: the HTTP load generator (tools/load_generator.h) against ferry's
 // server or any OpenAI-compatible one. Argument handling only.
 #include <cstdio>
 #include <fstream>
 
 #include "cli/subcommands.h"
-#include "serve/load_generator.h"
+#include "tools/load_generator.h"
 
 namespace ferry::cli {
 
 namespace {
 
 struct BenchServeArgs {
-  serve::LoadOptions load;
+  tools::LoadOptions load;
   std::string endpoint = "completions";
   std::string request_rate = "inf";
   int input_len = 0;
@@ -41,11 +41,11 @@ Status ApplyLength(const char* name, int fixed, const std::vector<int>& range, i
 }
 
 Status ToLoadOptions(BenchServeArgs& a) {
-  serve::LoadOptions& o = a.load;
-  Result<serve::LoadEndpoint> endpoint = serve::ParseLoadEndpoint(a.endpoint);
+  tools::LoadOptions& o = a.load;
+  Result<tools::LoadEndpoint> endpoint = tools::ParseLoadEndpoint(a.endpoint);
   if (!endpoint.ok()) return endpoint.status();
   o.endpoint = *endpoint;
-  Result<double> rate = serve::ParseRequestRate(a.request_rate);
+  Result<double> rate = tools::ParseRequestRate(a.request_rate);
   if (!rate.ok()) return rate.status();
   o.request_rate = *rate;
   FERRY_RETURN_IF_ERROR(ApplyLength("input-len", a.input_len, a.input_len_range, o.input_len_min, o.input_len_max));
@@ -55,19 +55,19 @@ Status ToLoadOptions(BenchServeArgs& a) {
   if (a.slo_tpot_ms > 0) o.slo.tpot_ms = a.slo_tpot_ms;
   if (a.slo_e2e_ms > 0) o.slo.e2e_ms = a.slo_e2e_ms;
   o.progress = !a.no_progress;
-  return serve::ValidateLoadOptions(o);
+  return tools::ValidateLoadOptions(o);
 }
 
 int RunBenchServe(BenchServeArgs& a) {
   Status st = ToLoadOptions(a);
   if (!st.ok()) return Fail(st);
-  Result<serve::BenchmarkReport> report = serve::RunLoadBenchmark(a.load);
+  Result<tools::BenchmarkReport> report = tools::RunLoadBenchmark(a.load);
   if (!report.ok()) return Fail(report.status());
-  std::fputs(serve::FormatReport(*report).c_str(), stdout);
+  std::fputs(tools::FormatReport(*report).c_str(), stdout);
   std::fflush(stdout);
   if (!a.json_path.empty()) {
     std::ofstream out(a.json_path);
-    out << serve::ReportToJson(*report, a.save_requests).dump(2) << "\n";
+    out << tools::ReportToJson(*report, a.save_requests).dump(2) << "\n";
     if (!out.flush()) return Fail(Internal("cannot write '" + a.json_path + "'"));
   }
   if (report->summary.completed == 0) return Fail(Unavailable("no request completed"));
@@ -78,7 +78,7 @@ int RunBenchServe(BenchServeArgs& a) {
 
 void RegisterBenchServe(CLI::App& bench, int& exit_code) {
   auto a = std::make_shared<BenchServeArgs>();
-  serve::LoadOptions& o = a->load;
+  tools::LoadOptions& o = a->load;
   CLI::App* sub = bench.add_subcommand("serve",
                                        "Load an OpenAI-compatible HTTP server and measure TTFT, TPOT, ITL, "
                                        "E2E latency, throughput and goodput");

@@ -12,8 +12,8 @@
 #include <fstream>
 
 #include "cli/subcommands.h"
-#include "engine/preload.h"
-#include "engine/request_latency.h"
+#include "sched/preload.h"
+#include "tools/request_latency.h"
 
 extern char** environ;
 
@@ -35,20 +35,19 @@ struct ColdstartOptions {
 
 // The child: preload, announce readiness on stdout, measure requests, print the result.
 int RunChild(const ColdstartOptions& o) {
-  engine::PreloadOptions po;
+  sched::PreloadOptions po;
   po.engine.threads = o.threads;
   po.engine.verify = !o.no_verify;
-  po.max_batch_seqs = 1;
+  po.core.batching.max_num_seqs = 1;  // requests run one at a time
   po.warmup = !o.no_warmup;
-  po.max_seq_len = 0;
-  auto model = engine::PreloadedModel::Create(o.models.at(0), po);
+  auto model = sched::PreloadedModel::Create("coldstart", o.models.at(0), po);
   if (!model.ok()) return Fail(model.status());
   std::printf("ready\n");
   std::fflush(stdout);
-  engine::RequestLatencyOptions ro{o.requests, o.prompt_tokens, o.max_tokens};
-  auto lat = engine::MeasureRequestLatencies(**model, ro);
+  tools::RequestLatencyOptions ro{o.requests, o.prompt_tokens, o.max_tokens};
+  auto lat = tools::MeasureRequestLatencies(**model, ro);
   if (!lat.ok()) return Fail(lat.status());
-  const engine::PreloadTimings& t = (*model)->timings();
+  const sched::PreloadTimings& t = (*model)->timings();
   nlohmann::json j = {{"load_ms", t.load_ms},       {"allocate_ms", t.allocate_ms}, {"warmup_ms", t.warmup_ms},
                       {"warmup_passes", t.warmup_passes}, {"first_ms", lat->first_ms},
                       {"median_ms", lat->median_rest_ms()}, {"requests", lat->rest_ms.size()}};

@@ -6,7 +6,7 @@
 
 #include "cli/subcommands.h"
 #include "core/thread_pool.h"
-#include "engine/evaluation.h"
+#include "tools/evaluation.h"
 
 namespace ferry::cli {
 
@@ -62,7 +62,7 @@ int RunPerplexity(const EvalOptions& o) {
     if (!ids.ok()) return Fail(ids.status());
     docs.push_back(std::move(ids).value());
   }
-  auto r = engine::Perplexity(*engine, docs, o.window);
+  auto r = tools::Perplexity(*engine, docs, o.window);
   if (!r.ok()) return Fail(r.status());
   nlohmann::json j = {{"perplexity", r->perplexity}, {"tokens", r->tokens}, {"documents", docs.size()},
                       {"windows", r->windows}, {"window", o.window}};
@@ -76,7 +76,7 @@ int RunClassifyEval(const EvalOptions& o) {
   if (Status st = ReadJsonl(o.data, true, o.limit, texts, labels); !st.ok()) return Fail(st);
   auto engine = engine::Engine::Load(o.model, {.threads = o.threads});
   if (!engine.ok()) return Fail(engine.status());
-  auto r = engine::EvaluateClassifier(**engine, texts, labels, o.max_tokens);
+  auto r = tools::EvaluateClassifier(**engine, texts, labels, o.max_tokens);
   if (!r.ok()) return Fail(r.status());
   nlohmann::json j = {{"accuracy", r->accuracy()}, {"correct", r->correct}, {"total", r->total},
                       {"truncated", r->truncated}, {"max_tokens", o.max_tokens}};
@@ -114,7 +114,7 @@ int RunCompare(const EvalOptions& o) {
       prompts.push_back(std::move(ids).value());
     }
   }
-  auto r = engine::CompareDecoders(*ref, *cand, prompts, o.steps);
+  auto r = tools::CompareDecoders(*ref, *cand, prompts, o.steps);
   if (!r.ok()) return Fail(r.status());
   nlohmann::json j = {{"max_abs_error", r->max_abs_error},
                       {"mean_abs_error", r->mean_abs_error},

@@ -5,7 +5,7 @@
 
 #include "cli/subcommands.h"
 #include "engine/engine.h"
-#include "engine/generator.h"
+#include "sched/engine_core.h"
 
 namespace ferry::cli {
 
@@ -58,7 +58,7 @@ int RunGenerate(const GenerateOptions& o) {
   std::shared_ptr<engine::Engine> engine = std::move(engine_or).value();
   if (!engine->is_decoder()) return Fail(InvalidArgument("'" + o.model + "' is not a decoder model"));
 
-  engine::GenerateRequest req;
+  sched::GenerationRequest req;
   auto ids = o.prompt_ids.empty() ? engine->EncodePrompt(o.prompt) : ParseIds(o.prompt_ids);
   if (!ids.ok()) return Fail(ids.status());
   req.prompt = std::move(ids).value();
@@ -71,36 +71,48 @@ int RunGenerate(const GenerateOptions& o) {
   req.sampling.repetition_penalty = o.repetition_penalty;
   if (o.seed >= 0) req.sampling.seed = static_cast<uint64_t>(o.seed);
   req.stop_ids = engine->StopIds();
-  req.keep_first_logits = o.dump_logits;
+  req.keep_logits = o.dump_logits;
+  const std::vector<int32_t> prompt = req.prompt;
 
-  engine::RunnerOptions ro;
-  ro.max_batch_seqs = 1;
-  ro.max_seq_len = std::min<int>(engine->config().max_position_embeddings,
-                                 std::max<int>(4096, static_cast<int>(req.prompt.size()) + o.max_tokens));
-  auto runner = engine::DecoderRunner::Create(engine, ro);
-  if (!runner.ok()) return Fail(runner.status());
-  auto results = (*runner)->Generate({req});
+  // The same engine core the server runs, with room for this one request; the whole
+  // prompt is prefilled in one step.
+  sched::EngineCoreOptions co;
+  co.batching.max_num_seqs = 1;
+  co.batching.max_seq_len = std::min<int>(engine->config().max_position_embeddings,
+                                          std::max<int>(4096, static_cast<int>(prompt.size()) + o.max_tokens));
+  co.batching.max_num_batched_tokens = std::max<int>(512, static_cast<int>(prompt.size()));
+  co.batching.max_queue_tokens = std::max<int64_t>(co.batching.max_queue_tokens, static_cast<int64_t>(prompt.size()));
+  auto core = sched::EngineCore::Create("generate", engine, co);
+  if (!core.ok()) return Fail(core.status());
+  auto results = sched::GenerateAll(**core, {std::move(req)});
   if (!results.ok()) return Fail(results.status());
-  const engine::GenerateResult& r = (*results)[0];
+  const sched::GenerationEvent& r = (*results)[0];
+  if (!r.error.ok()) return Fail(r.error);
+  std::vector<int32_t> tokens;
+  for (const sched::TokenOutput& t : r.tokens) tokens.push_back(t.token);
+  const int vocab = engine->config().vocab_size;
 
   std::string text;
   if (engine->tokenizer() != nullptr) {
-    auto decoded = engine->tokenizer()->Decode(r.tokens, /*skip_special=*/true);
+    auto decoded = engine->tokenizer()->Decode(tokens, /*skip_special=*/true);
     if (!decoded.ok()) return Fail(decoded.status());
     text = std::move(decoded).value();
   }
   if (o.json || o.dump_logits) {
     nlohmann::json out;
-    out["prompt_token_ids"] = req.prompt;
-    out["token_ids"] = r.tokens;
+    out["prompt_token_ids"] = prompt;
+    out["token_ids"] = tokens;
     out["text"] = text;
-    out["finish_reason"] = r.finish_reason;
-    if (o.dump_logits) out["first_logits"] = r.first_logits;
+    out["finish_reason"] = sched::FinishReasonName(r.finish_reason);
+    if (o.dump_logits) {
+      const size_t n = std::min<size_t>(r.logits.size(), static_cast<size_t>(vocab));
+      out["first_logits"] = std::vector<float>(r.logits.begin(), r.logits.begin() + static_cast<std::ptrdiff_t>(n));
+    }
     std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else if (engine->tokenizer() != nullptr) {
     std::printf("%s\n", text.c_str());
   } else {
-    nlohmann::json out = r.tokens;
+    nlohmann::json out = tokens;
     std::printf("%s\n", out.dump().c_str());
   }
   return 0;

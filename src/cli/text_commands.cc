@@ -6,7 +6,7 @@
 
 #include "cli/subcommands.h"
 #include "engine/engine.h"
-#include "engine/generator.h"
+#include "engine/encoder_runner.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ferry::cli {

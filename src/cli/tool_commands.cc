@@ -6,8 +6,8 @@
 #include "cli/subcommands.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
-#include "engine/model_bench.h"
-#include "model/checkpoint_maker.h"
+#include "tools/model_bench.h"
+#include "tools/checkpoint_maker.h"
 
 namespace ferry::cli {
 
@@ -24,7 +24,7 @@ struct MakeCheckpointOptions {
 int RunMakeCheckpoint(const MakeCheckpointOptions& o) {
   auto dtype = ParseDType(o.dtype);
   if (!dtype.ok()) return Fail(dtype.status());
-  model::CheckpointSpec spec;
+  tools::CheckpointSpec spec;
   spec.preset = o.preset;
   spec.dtype = *dtype;
   spec.seed = o.seed;
@@ -32,7 +32,7 @@ int RunMakeCheckpoint(const MakeCheckpointOptions& o) {
   if (!o.arch.empty() && o.preset.rfind(o.arch, 0) != 0 && !(o.arch == "bert" && o.preset.rfind("bert", 0) == 0)) {
     return Fail(InvalidArgument("preset '" + o.preset + "' is not a '" + o.arch + "' model"));
   }
-  Status st = model::MakeCheckpoint(spec, o.out);
+  Status st = tools::MakeCheckpoint(spec, o.out);
   if (!st.ok()) return Fail(st);
   std::printf("wrote %s checkpoint (%s) to %s\n", o.preset.c_str(), o.dtype.c_str(), o.out.c_str());
   return 0;
@@ -67,7 +67,7 @@ int RunBenchModel(const BenchModelOptions& o) {
   auto engine_or = engine::Engine::Load(o.model, eo);
   if (!engine_or.ok()) return Fail(engine_or.status());
   std::shared_ptr<engine::Engine> engine = std::move(engine_or).value();
-  engine::ModelBenchOptions mo;
+  tools::ModelBenchOptions mo;
   mo.prompt_len = o.prompt_len;
   mo.decode_batches = o.batches;
   mo.decode_steps = o.decode_steps;
@@ -77,7 +77,7 @@ int RunBenchModel(const BenchModelOptions& o) {
   nlohmann::json all = nlohmann::json::array();
   for (int t : o.threads) {
     SetComputeThreads(t);
-    auto r = engine::BenchModel(engine, mo);
+    auto r = tools::BenchModel(engine, mo);
     if (!r.ok()) return Fail(r.status());
     nlohmann::json j;
     j["threads"] = t;
@@ -119,7 +119,7 @@ void RegisterMakeCheckpoint(CLI::App& app, int& exit_code) {
   CLI::App* sub = app.add_subcommand("make-checkpoint", "Write a random-weight checkpoint of a real model's shape");
   sub->add_option("--arch", o->arch, "llama, mistral, qwen2 or bert (checked against the preset)");
   std::string presets;
-  for (const std::string& p : model::CheckpointPresets()) presets += (presets.empty() ? "" : ", ") + p;
+  for (const std::string& p : tools::CheckpointPresets()) presets += (presets.empty() ? "" : ", ") + p;
   sub->add_option("--preset", o->preset, "One of: " + presets)->required();
   sub->add_option("--dtype", o->dtype, "fp32, bf16 or fp16");
   sub->add_option("--seed", o->seed, "Random seed");

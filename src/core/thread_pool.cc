@@ -78,4 +78,39 @@ void SetCurrentThreadName(const std::string& name) {
   pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
 }
 
+SerialQueue::SerialQueue(ThreadPool& pool) : pool_(pool), state_(std::make_shared<State>()) {}
+
+void SerialQueue::Post(std::function<void()> task) {
+  bool schedule = false;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->tasks.push_back(std::move(task));
+    schedule = !state_->scheduled;
+    state_->scheduled = true;
+  }
+  if (schedule) {
+    ThreadPool& pool = pool_;
+    pool.Submit([&pool, state = state_] { Drain(pool, state); });
+  }
+}
+
+// Runs a bounded number of tasks, then yields the thread to other queues if more are left.
+void SerialQueue::Drain(ThreadPool& pool, const std::shared_ptr<State>& state) {
+  constexpr int kBatch = 64;
+  for (int i = 0; i < kBatch; ++i) {
+    std::function<void()> task;
+    {
+      std::lock_guard<std::mutex> lock(state->mu);
+      if (state->tasks.empty()) {
+        state->scheduled = false;
+        return;
+      }
+      task = std::move(state->tasks.front());
+      state->tasks.pop_front();
+    }
+    task();
+  }
+  pool.Submit([&pool, state] { Drain(pool, state); });
+}
+
 }  // namespace ferry

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -41,6 +42,26 @@ class ThreadPool {
   std::deque<std::function<void()>> tasks_;  // GUARDED_BY(mu_)
   bool stopping_ = false;                    // GUARDED_BY(mu_)
   std::vector<std::thread> workers_;
+};
+
+// Thread-safe. Runs the tasks posted to it one at a time, in order, on a ThreadPool's
+// threads: one request's work stays serialized while many requests share the pool.
+// Tasks still queued when it is destroyed run anyway (they keep its state alive).
+class SerialQueue {
+ public:
+  explicit SerialQueue(ThreadPool& pool);
+  void Post(std::function<void()> task);
+
+ private:
+  struct State {
+    std::mutex mu;
+    std::deque<std::function<void()>> tasks;  // GUARDED_BY(mu)
+    bool scheduled = false;                   // GUARDED_BY(mu): a drain is queued or running
+  };
+  static void Drain(ThreadPool& pool, const std::shared_ptr<State>& state);
+
+  ThreadPool& pool_;
+  std::shared_ptr<State> state_;
 };
 
 // Names the calling thread (visible in top/gdb); truncated to 15 characters.

@@ -1,5 +1,5 @@
 // Engine: a loaded model (config, tokenizer, weights prepared for one backend). Immutable
-// after Load and shareable; per-sequence state (KV cache) lives in a DecoderRunner.
+// after Load and shareable; per-sequence state (KV cache) lives in an engine core (sched::EngineCore).
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -16,7 +16,7 @@
 #include "core/mapped_file.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
-#include "engine/generator.h"
+#include "engine/encoder_runner.h"
 #include "engine/kv_cache.h"
 #include "engine/step_executor.h"
 #include "io/engine_file.h"
@@ -153,7 +153,11 @@ Result<nlohmann::json> Calibrate(const std::string& model_dir, const BuildOption
       FERRY_ASSIGN_OR_RETURN(tokenizer::Encoding enc, encode(d, false));
       std::vector<int32_t>& ids = enc.ids;
       if (static_cast<int>(ids.size()) > max_seq_len) ids.resize(max_seq_len);
-      FERRY_ASSIGN_OR_RETURN(Tensor logits, ex.Step({SeqStep{1, ids, 0, false}}));
+      FERRY_RETURN_IF_ERROR(cache->Reserve(1, static_cast<int32_t>(ids.size())));
+      SeqStep step;
+      step.seq_id = 1;
+      step.tokens = ids;
+      FERRY_ASSIGN_OR_RETURN(Tensor logits, ex.Logits({step}));
       cache->Free(1);
       tokens += static_cast<int64_t>(ids.size());
       ++used_docs;

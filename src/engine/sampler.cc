@@ -32,7 +32,34 @@ int32_t Argmax(std::span<const float> logits) {
   return best;
 }
 
-int32_t Sampler::Sample(std::span<const float> logits, const SamplingParams& p, std::span<const int32_t> history) {
+namespace {
+
+// Philox4x32 with 10 rounds (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3").
+void Philox4x32(uint32_t ctr[4], uint32_t key0, uint32_t key1) {
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * ctr[0];
+    const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * ctr[2];
+    const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
+    const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
+    const uint32_t next[4] = {hi1 ^ ctr[1] ^ key0, lo1, hi0 ^ ctr[3] ^ key1, lo0};
+    for (int i = 0; i < 4; ++i) ctr[i] = next[i];
+    key0 += 0x9E3779B9u;
+    key1 += 0xBB67AE85u;
+  }
+}
+
+}  // namespace
+
+double UniformDraw(uint64_t seed, uint64_t counter) {
+  uint32_t ctr[4] = {static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32), 0x484F5354u /* "HOST" */,
+                     0x53414D50u /* "SAMP" */};
+  Philox4x32(ctr, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+  const uint64_t bits = (static_cast<uint64_t>(ctr[0]) << 21) | (ctr[1] >> 11);  // 53 bits
+  return static_cast<double>(bits) * 0x1.0p-53;
+}
+
+int32_t Sampler::Sample(std::span<const float> logits, const SamplingParams& p, std::span<const int32_t> history,
+                        uint64_t seed, uint64_t counter) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
   scratch_.assign(logits.begin(), logits.end());
   if (p.repetition_penalty != 1.0f) {
@@ -65,7 +92,8 @@ int32_t Sampler::Sample(std::span<const float> logits, const SamplingParams& p, 
   std::sort(candidates_.begin(), candidates_.begin() + n, by_logit);
   // Softmax over the candidates, at temperature.
   const float max_logit = scratch_[candidates_[0]] * inv_t;
-  std::vector<double> probs(n);
+  std::vector<double>& probs = probs_;
+  probs.resize(n);
   double sum = 0.0;
   for (size_t i = 0; i < n; ++i) {
     probs[i] = std::exp(static_cast<double>(scratch_[candidates_[i]] * inv_t - max_logit));
@@ -90,13 +118,27 @@ int32_t Sampler::Sample(std::span<const float> logits, const SamplingParams& p, 
   }
   double total = 0.0;
   for (size_t i = 0; i < n; ++i) total += probs[i];
-  std::uniform_real_distribution<double> uniform(0.0, total);
-  double r = uniform(rng_);
+  double r = UniformDraw(seed, counter) * total;
   for (size_t i = 0; i < n; ++i) {
     r -= probs[i];
     if (r <= 0.0) return candidates_[i];
   }
   return candidates_[n - 1];
+}
+
+TokenOutput Sampler::Logprobs(std::span<const float> logits, int32_t token, int top_k) {
+  TokenOutput out;
+  out.token = token;
+  LogSoftmax(logits, scratch_);
+  out.logprob = scratch_[token];
+  if (top_k <= 0) return out;
+  const size_t k = std::min<size_t>(static_cast<size_t>(top_k), scratch_.size());
+  candidates_.resize(scratch_.size());
+  std::iota(candidates_.begin(), candidates_.end(), 0);
+  std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(k), candidates_.end(),
+                    [this](int32_t a, int32_t b) { return scratch_[a] > scratch_[b] || (scratch_[a] == scratch_[b] && a < b); });
+  for (size_t i = 0; i < k; ++i) out.top_logprobs.emplace_back(candidates_[i], scratch_[candidates_[i]]);
+  return out;
 }
 
 void Sampler::LogSoftmax(std::span<const float> logits, std::vector<float>& out) {

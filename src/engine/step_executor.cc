@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <string>
 
 namespace ferry::engine {
@@ -42,22 +43,17 @@ Status StepExecutor::Run(const std::vector<SeqStep>& steps, Tensor& logits, int6
   for (const SeqStep& s : steps) {
     if (s.tokens.empty()) return InvalidArgument("sequence " + std::to_string(s.seq_id) + " has no new tokens");
     if (s.start_pos < 0) return InvalidArgument("negative start position");
+    if (s.targets.size() > s.tokens.size()) return InvalidArgument("more targets than new tokens");
     const int64_t end = static_cast<int64_t>(s.start_pos) + static_cast<int64_t>(s.tokens.size());
     if (max_pos > 0 && end > max_pos) {
       return OutOfRange("sequence of " + std::to_string(end) + " tokens exceeds the model's context of " +
                         std::to_string(max_pos));
     }
-  }
-  // Reserve everything first; on failure release what this call added for new sequences.
-  std::vector<int64_t> fresh;
-  for (const SeqStep& s : steps) {
-    const bool existed = cache_.Contains(s.seq_id);
-    Status st = cache_.Reserve(s.seq_id, s.start_pos + static_cast<int32_t>(s.tokens.size()));
-    if (!st.ok()) {
-      for (int64_t id : fresh) cache_.Free(id);
-      return st;
+    // The scheduler reserves blocks before the step; a missing block would write out of bounds.
+    if (static_cast<int64_t>(cache_.BlockTable(s.seq_id).size()) < cache_.BlocksFor(static_cast<int32_t>(end))) {
+      return FailedPrecondition("sequence " + std::to_string(s.seq_id) + " has no KV blocks reserved for " +
+                                std::to_string(end) + " tokens");
     }
-    if (!existed) fresh.push_back(s.seq_id);
   }
 
   model::DecoderBatch& b = batch_;
@@ -79,10 +75,10 @@ Status StepExecutor::Run(const std::vector<SeqStep>& steps, Tensor& logits, int6
       b.token_ids.push_back(s.tokens[i]);
       b.positions.push_back(pos);
       b.slots.push_back(cache_.Slot(s.seq_id, pos));
-      if (s.all_logits || i == span.q_len - 1) b.logit_rows.push_back(span.q_begin + i);
+      if (!s.targets.empty() || i == span.q_len - 1) b.logit_rows.push_back(span.q_begin + i);
     }
     b.spans.push_back(span);
-    decode_only = decode_only && span.q_len == 1 && !s.all_logits;
+    decode_only = decode_only && span.q_len == 1 && s.targets.empty();
     longest = std::max(longest, span.context_len);
   }
   rows = static_cast<int64_t>(b.logit_rows.size());
@@ -108,25 +104,118 @@ Status StepExecutor::Run(const std::vector<SeqStep>& steps, Tensor& logits, int6
                                    });
 }
 
-Result<Tensor> StepExecutor::Step(const std::vector<SeqStep>& steps) {
+namespace {
+
+int64_t RowsOf(const SeqStep& s) { return s.targets.empty() ? 1 : static_cast<int64_t>(s.tokens.size()); }
+
+bool AllFinite(std::span<const float> row) {
+  for (float v : row) {
+    if (!std::isfinite(v)) return false;
+  }
+  return true;
+}
+
+SamplingParams ParamsOf(const backend::TokenSampling& s) {
+  SamplingParams p;
+  p.temperature = s.temperature;
+  p.top_k = s.top_k;
+  p.top_p = s.top_p;
+  p.min_p = s.min_p;
+  p.repetition_penalty = s.repetition_penalty;
+  return p;
+}
+
+}  // namespace
+
+Result<Tensor> StepExecutor::Logits(const std::vector<SeqStep>& steps) {
   Tensor logits;
   int64_t rows = 0;
   FERRY_RETURN_IF_ERROR(Run(steps, logits, rows));
   return model_.backend().ToHost(logits.dim(0) == rows ? logits : logits.Slice(0, rows));
 }
 
-Result<std::vector<int32_t>> StepExecutor::StepAndSample(const std::vector<SeqStep>& steps,
-                                                         std::span<const backend::TokenSampling> sampling) {
-  if (sampling.size() != steps.size()) return InvalidArgument("one sampling setting per step is needed");
-  for (const SeqStep& s : steps) {
-    if (s.all_logits) return InvalidArgument("StepAndSample returns no logits; all_logits needs Step");
+void StepExecutor::ScoreOnHost(const Tensor& logits, const std::vector<SeqStep>& steps, std::vector<SeqResult>& out) {
+  const int64_t vocab = logits.dim(1);
+  const float* data = logits.data<float>();
+  int64_t row = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const SeqStep& s = steps[i];
+    SeqResult& r = out[i];
+    for (size_t t = 0; t < s.targets.size(); ++t) {
+      r.targets.push_back(sampler_.Logprobs(std::span<const float>(data + (row + static_cast<int64_t>(t)) * vocab,
+                                                                   static_cast<size_t>(vocab)),
+                                            s.targets[t], s.top_logprobs));
+    }
+    row += RowsOf(s);
+    const std::span<const float> last(data + (row - 1) * vocab, static_cast<size_t>(vocab));
+    if (s.sample && r.token >= 0) {
+      r.sampled = s.logprobs >= 0 ? sampler_.Logprobs(last, r.token, s.logprobs) : TokenOutput{r.token, 0.0f, {}};
+    }
+    if (s.keep_logits) r.logits.assign(last.begin(), last.end());
   }
+}
+
+Result<std::vector<SeqResult>> StepExecutor::SampleOnHost(const Tensor& logits, const std::vector<SeqStep>& steps) {
+  int64_t total_rows = 0;
+  for (const SeqStep& s : steps) total_rows += RowsOf(s);
+  if (logits.rank() != 2 || logits.dim(0) != total_rows || logits.dtype() != DType::kF32) {
+    return InvalidArgument("the logits do not match the step");
+  }
+  const int64_t vocab = logits.dim(1);
+  std::vector<SeqResult> out(steps.size());
+  int64_t row = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const SeqStep& s = steps[i];
+    row += RowsOf(s);
+    if (!s.sample) continue;
+    const std::span<const float> last(logits.data<float>() + (row - 1) * vocab, static_cast<size_t>(vocab));
+    if (!AllFinite(last)) {
+      out[i].finite = false;
+      continue;
+    }
+    out[i].token = sampler_.Sample(last, ParamsOf(s.sampling), s.sampling.history, s.sampling.seed, s.sampling.counter);
+  }
+  ScoreOnHost(logits, steps, out);
+  return out;
+}
+
+Result<std::vector<SeqResult>> StepExecutor::Step(const std::vector<SeqStep>& steps) {
   Tensor logits;
   int64_t rows = 0;
   FERRY_RETURN_IF_ERROR(Run(steps, logits, rows));
-  std::vector<int32_t> tokens;
-  FERRY_RETURN_IF_ERROR(model_.backend().SampleTokens(logits, sampling, tokens));
-  return tokens;
+  backend::Backend& be = model_.backend();
+  const Tensor wanted = logits.dim(0) == rows ? logits : logits.Slice(0, rows);
+  const bool one_row_each = std::all_of(steps.begin(), steps.end(), [](const SeqStep& s) { return s.targets.empty(); });
+  if (!be.samples_on_device() || !one_row_each) {
+    FERRY_ASSIGN_OR_RETURN(Tensor host, be.ToHost(wanted));
+    return SampleOnHost(host, steps);
+  }
+  // Drawn where the logits are, for every sequence, so that a seeded sequence's tokens do not
+  // depend on whether another request in the batch asked for log-probabilities.
+  device_sampling_.resize(steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    device_sampling_[i] = steps[i].sampling;
+    if (!steps[i].sample) {
+      device_sampling_[i] = backend::TokenSampling();  // a cheap greedy pick, unused
+      device_sampling_[i].temperature = 0.0f;
+    }
+  }
+  FERRY_RETURN_IF_ERROR(be.SampleTokens(wanted, device_sampling_, device_tokens_));
+  std::vector<SeqResult> out(steps.size());
+  bool host_wanted = false;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const SeqStep& s = steps[i];
+    host_wanted = host_wanted || s.logprobs >= 0 || s.keep_logits;
+    if (!s.sample) continue;
+    out[i].token = device_tokens_[i];
+    out[i].finite = device_tokens_[i] >= 0;
+    out[i].sampled.token = out[i].token;
+  }
+  if (host_wanted) {
+    FERRY_ASSIGN_OR_RETURN(Tensor host, be.ToHost(wanted));
+    ScoreOnHost(host, steps, out);
+  }
+  return out;
 }
 
 }  // namespace ferry::engine

@@ -1,6 +1,8 @@
 // One ragged decoder step: any mix of whole prompts, prefill chunks and decode tokens,
-// each sequence adding a span of new tokens against its paged KV. The continuous batcher
-// drives exactly this call.
+// each sequence adding a span of new tokens against its paged KV, and what the step's
+// logits are for (a sampled token, log-probabilities). The scheduler (sched::EngineCore)
+// reserves the KV blocks first; the executor runs the model and samples, on whatever
+// device the engine is on, and returns tokens, never device memory.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +11,7 @@
 
 #include "core/tensor.h"
 #include "engine/kv_cache.h"
+#include "engine/sampler.h"
 #include "model/decoder.h"
 
 namespace ferry::engine {
@@ -17,7 +20,23 @@ struct SeqStep {
   int64_t seq_id = 0;
   std::span<const int32_t> tokens;  // new tokens this step
   int32_t start_pos = 0;            // position of tokens[0]; the cache holds [0, start_pos) already
-  bool all_logits = false;          // logits for every new token, not only the last
+  // Prompt log-probabilities: row i (the logits after tokens[i]) scores targets[i]. At most
+  // tokens.size() targets; when there are any, every row of the step is computed.
+  std::span<const int32_t> targets;
+  bool sample = false;          // pick the next token from the last row
+  int logprobs = -1;            // with `sample`: the chosen token's log-probability and the top k (k >= 0)
+  int top_logprobs = 0;         // for `targets`: the top k of each row
+  bool keep_logits = false;     // return the last row's logits (host f32; offline tools)
+  backend::TokenSampling sampling;  // with `sample`: settings, seed, counter and history
+};
+
+// What one sequence's step produced.
+struct SeqResult {
+  int32_t token = -1;              // the sampled token; -1 when not sampled or not finite
+  bool finite = true;              // false: the sampled row had a NaN or infinite logit
+  TokenOutput sampled;             // token + log-probabilities when logprobs >= 0
+  std::vector<TokenOutput> targets;  // one per target
+  std::vector<float> logits;       // keep_logits: the last row
 };
 
 // Step graphs for decode batches (backends that support them: CUDA graphs). A decode-only
@@ -44,16 +63,17 @@ class StepExecutor {
   void SetGraphOptions(const StepGraphOptions& options);
   const StepGraphOptions& graph_options() const { return graph_options_; }
 
-  // Reserves KV for every sequence (ResourceExhausted, with nothing reserved by this call
-  // kept, when the cache is full), runs the model, and returns host f32 logits: for each
-  // step in order, one row (its last token) or tokens.size() rows when all_logits.
-  Result<Tensor> Step(const std::vector<SeqStep>& steps);
+  // Runs the step and samples: one result per step, in order. Every sequence's blocks must
+  // be reserved for start_pos + tokens.size() tokens. Where the logits live on a GPU the
+  // tokens are drawn there, and logits travel to the host only when log-probabilities or
+  // logits were asked for.
+  Result<std::vector<SeqResult>> Step(const std::vector<SeqStep>& steps);
 
-  // The same step, then one token per step sampled where the logits are (backends with
-  // samples_on_device(); no all_logits steps): only token ids reach the host. A step whose
-  // logits are not all finite gets -1.
-  Result<std::vector<int32_t>> StepAndSample(const std::vector<SeqStep>& steps,
-                                             std::span<const backend::TokenSampling> sampling);
+  // The step's logits on the host (f32): for each step in order, one row (its last token),
+  // or tokens.size() rows when it has targets. Offline tools and tests.
+  Result<Tensor> Logits(const std::vector<SeqStep>& steps);
+  // Sampling and log-probabilities on the host from Logits()' rows.
+  Result<std::vector<SeqResult>> SampleOnHost(const Tensor& logits, const std::vector<SeqStep>& steps);
 
   KvCache& cache() { return cache_; }
   model::DecoderModel& model() { return model_; }
@@ -61,9 +81,11 @@ class StepExecutor {
   int64_t graphed_steps() const { return graphed_steps_; }
 
  private:
-  // Reserves, builds the batch and runs the model: `logits` gets the wanted rows on the
-  // device (the first `rows` of it; a graphed step has padding rows after them).
+  // Builds the batch and runs the model: `logits` gets the wanted rows on the device (the
+  // first `rows` of it; a graphed step has padding rows after them).
   Status Run(const std::vector<SeqStep>& steps, Tensor& logits, int64_t& rows);
+  // Fills log-probabilities and kept logits from host rows (sampling done elsewhere).
+  void ScoreOnHost(const Tensor& logits, const std::vector<SeqStep>& steps, std::vector<SeqResult>& out);
 
   model::DecoderModel& model_;
   KvCache& cache_;
@@ -73,6 +95,9 @@ class StepExecutor {
   std::vector<int> graph_buckets_;
   std::vector<int32_t> padding_table_;  // the block table of a padding row
   int64_t graphed_steps_ = 0;
+  std::vector<backend::TokenSampling> device_sampling_;  // reused
+  std::vector<int32_t> device_tokens_;
+  Sampler sampler_;
 };
 
 }  // namespace ferry::engine

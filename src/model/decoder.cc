@@ -189,12 +189,16 @@ Status DecoderModel::Forward(const DecoderBatch& batch, std::vector<backend::KvL
     return InvalidArgument("batch positions/slots do not match its tokens");
   }
   if (kv.size() != layers_.size()) return InvalidArgument("KV cache has the wrong number of layers");
+#ifndef NDEBUG
+  // Token ids are checked once, where a request enters (sched::EngineCore::Validate); this
+  // per-step scan only guards debug builds.
   for (int32_t id : batch.token_ids) {
     if (id < 0 || id >= c.vocab_size) {
       return InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                              std::to_string(c.vocab_size) + ")");
     }
   }
+#endif
   for (int32_t r : batch.logit_rows) {
     if (r < 0 || r >= T) return InvalidArgument("logit row " + std::to_string(r) + " outside the batch");
   }

@@ -1,6 +1,7 @@
-// Continuous (iteration-level) batching for one decoder model: a scheduler thread that,
-// every iteration, plans a ragged step (PlanStep), runs it on the step executor, samples,
-// streams tokens out, and lets finished requests leave and new ones join between steps.
+// Continuous (iteration-level) batching for one served decoder: a scheduler thread that
+// runs the model's EngineCore step after step, lets requests join and leave between steps,
+// and hands each step's events to the requests' handlers. The events are raw (token ids and
+// log-probabilities); turning them into text and responses happens off this thread.
 #pragma once
 
 #include <atomic>
@@ -12,35 +13,12 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
-#include "engine/kv_cache.h"
-#include "engine/step_executor.h"
-#include "sched/batching_options.h"
-#include "sched/generation_request.h"
-#include "sched/schedule_policy.h"
+#include "sched/engine_core.h"
 
 namespace ferry::sched {
-
-// Runs one ragged step; the default wraps StepExecutor::Step (tests inject failures here).
-using StepFunction = std::function<Result<Tensor>(const std::vector<engine::SeqStep>&)>;
-
-struct StepStats {
-  int num_seqs = 0;
-  int num_tokens = 0;
-  double seconds = 0;
-  int running = 0;
-  int waiting = 0;
-  double kv_usage = 0;  // used blocks / all blocks, after the step
-};
-
-// Metrics hooks, called on the batcher thread.
-class BatcherObserver {
- public:
-  virtual ~BatcherObserver() = default;
-  virtual void OnStep(const StepStats& stats) = 0;
-  virtual void OnPreemption(int count) = 0;
-};
 
 struct BatcherSnapshot {
   int running = 0;
@@ -52,21 +30,15 @@ struct BatcherSnapshot {
   uint64_t preemptions = 0;
 };
 
-// Thread-safe: Submit/Cancel/Snapshot from any thread; the loop owns the KV cache and
-// the executor while running.
+// Thread-safe: Submit/Cancel/Snapshot from any thread; the loop owns the core (its KV cache
+// and executor) while running.
 class ContinuousBatcher {
  public:
-  // `max_seq_len`: the longest sequence (prompt + generated) the KV cache was sized for.
-  ContinuousBatcher(std::string name, engine::StepExecutor& executor, int vocab_size, int max_seq_len,
-                    const ContinuousBatchingOptions& options, BatcherObserver* observer = nullptr);
+  ContinuousBatcher(EngineCore& core, BatcherObserver* observer = nullptr);
   ~ContinuousBatcher();
 
-  // Replaces the step function (call before Start()).
-  // A replaced step function returns host logits, so tokens are then sampled on the host.
-  void SetStepFunction(StepFunction step) {
-    step_ = std::move(step);
-    custom_step_ = true;
-  }
+  // Replaces the core's step function (tests inject faults; call before Start()).
+  void SetStepFunction(StepFunction step) { core_.SetStepFunction(std::move(step)); }
 
   Status Start();
   // Validates and queues. InvalidArgument/OutOfRange for a request that can never run;
@@ -81,70 +53,39 @@ class ContinuousBatcher {
   void Stop(std::chrono::milliseconds timeout);
 
   BatcherSnapshot Snapshot() const;
-  const std::string& name() const { return name_; }
-  int max_seq_len() const { return max_seq_len_; }
+  const std::string& name() const { return core_.name(); }
+  int max_seq_len() const { return core_.max_seq_len(); }
 
  private:
-  struct Seq {
+  struct Arrival {
     uint64_t handle = 0;
-    uint64_t arrival_order = 0;
-    GenerationRequest req;
-    std::vector<int32_t> tokens;  // prompt + generated
-    int32_t prompt_len = 0;
-    int32_t generated = 0;
-    int32_t num_computed = 0;
-    int32_t prompt_logprob_rows = 0;  // prompt positions whose log-probabilities were emitted
-    bool started = false;             // first scheduled (queue time reported)
-    bool prompt_logprobs_done = false;
-    RequestState state = RequestState::kQueued;
-    engine::Sampler sampler{0};
-    uint64_t seed = 0;  // the sampler's seed, also used by device sampling
-    std::vector<TokenOutput> pending_prompt;
+    GenerationRequest request;
   };
 
   void Loop();
   void TakeInbox();
-  void ExpireDeadlines();
-  bool RunIteration();
-  Status RunSteps(const std::vector<Seq*>& seqs, const std::vector<int32_t>& counts, Tensor& logits);
-  void Finish(Seq& s, FinishReason reason);
-  void Fail(Seq& s, const Status& error, const std::string& reason);
-  void Deliver(Seq& s, GenerationEvent& event);
-  // Appends the sampled token `next` and delivers it (row: its logits, when on the host).
-  void Emit(Seq& s, int32_t next, std::span<const float> row);
-  void Remove(uint64_t handle);
-  void UpdateCounters();
+  void Deliver(std::vector<GenerationEvent>& events);
+  void Publish();
 
-  const std::string name_;
-  engine::StepExecutor& executor_;
-  engine::KvCache& cache_;
-  const int vocab_size_;
-  const int max_seq_len_;
+  EngineCore& core_;
   const ContinuousBatchingOptions options_;
-  BatcherObserver* observer_;
-  StepFunction step_;
-  bool custom_step_ = false;
-  std::vector<backend::TokenSampling> sampling_;  // device sampling settings, reused
 
   // Shared with submitters.
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::unique_ptr<Seq>> inbox_;      // GUARDED_BY(mu_)
+  std::deque<Arrival> inbox_;                   // GUARDED_BY(mu_)
   std::vector<uint64_t> cancels_;               // GUARDED_BY(mu_)
   int64_t queued_tokens_ = 0;                   // GUARDED_BY(mu_): inbox + waiting prompt tokens
-  int queued_requests_ = 0;                     // GUARDED_BY(mu_)
+  int queued_requests_ = 0;                     // GUARDED_BY(mu_): inbox + waiting requests
   bool accepting_ = false;                      // GUARDED_BY(mu_)
   bool stop_ = false;                           // GUARDED_BY(mu_)
   Clock::time_point stop_deadline_;             // GUARDED_BY(mu_)
   uint64_t next_handle_ = 1;                    // GUARDED_BY(mu_)
-  std::unordered_map<uint64_t, bool> live_;     // GUARDED_BY(mu_): handles not yet finished
+  std::unordered_set<uint64_t> live_;           // GUARDED_BY(mu_): handles not yet finished
 
   // Owned by the loop thread.
-  std::unordered_map<uint64_t, std::unique_ptr<Seq>> seqs_;
-  std::vector<uint64_t> running_;
-  std::deque<uint64_t> waiting_;  // preempted ones go back to the front
-  uint64_t arrival_counter_ = 0;
-  std::vector<float> logprob_scratch_;
+  std::unordered_map<uint64_t, std::function<EventAction(GenerationEvent&)>> handlers_;
+  std::vector<GenerationEvent> events_;
 
   std::atomic<int> running_count_{0};
   std::atomic<int> waiting_count_{0};

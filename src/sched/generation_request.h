@@ -22,15 +22,13 @@ enum class FinishReason { kNone, kStop, kLength, kAbort };
 const char* FinishReasonName(FinishReason reason);  // "stop", "length", "abort"
 
 // One generated (or prompt) token with the log-probabilities the request asked for.
-struct TokenOutput {
-  int32_t token = 0;
-  float logprob = 0.0f;                                  // when logprobs were asked for
-  std::vector<std::pair<int32_t, float>> top_logprobs;   // best first
-};
+using TokenOutput = engine::TokenOutput;
 
-// Delivered on the batcher thread, in order; exactly one event has `finished` set and it
-// is the last. Handlers must be quick (format and hand off; no blocking I/O).
+// What a request produced in one step, in order; exactly one event has `finished` set and
+// it is the last. The server's batcher delivers them on its thread: handlers must be quick
+// (hand off; no formatting, no blocking I/O).
 struct GenerationEvent {
+  uint64_t handle = 0;                     // the request's handle in its engine core
   std::vector<TokenOutput> tokens;         // new tokens since the previous event
   std::vector<TokenOutput> prompt_tokens;  // first event only, when prompt_logprobs was asked for
   bool finished = false;
@@ -40,6 +38,7 @@ struct GenerationEvent {
   int32_t prompt_tokens_count = 0;
   int32_t generated_tokens_count = 0;
   double queue_seconds = 0;                // arrival to first scheduled (first event only)
+  std::vector<float> logits;               // keep_logits: the rows computed for it this step, [rows, vocab]
 };
 
 // What an event handler tells the batcher.
@@ -54,12 +53,14 @@ struct GenerationRequest {
   bool ignore_eos = false;
   int logprobs = -1;                 // -1: none; k >= 0: the chosen token's and the top k
   bool prompt_logprobs = false;      // log-probabilities of the prompt tokens (echo)
+  bool keep_logits = false;          // return the logits rows (offline tools: dumps, comparisons)
   int priority = 1;                  // 1 = highest
   std::string tier = "default";
   Clock::time_point arrival = Clock::now();
   std::optional<Clock::time_point> deadline;
-  // kStop ends the request with finish reason "stop" (a stop string matched).
-  std::function<EventAction(const GenerationEvent&)> on_event;
+  // Where the events go (the server's batcher; an engine core returns them instead). The
+  // handler may move from the event. kStop ends the request with finish reason "stop".
+  std::function<EventAction(GenerationEvent&)> on_event;
 };
 
 }  // namespace ferry::sched

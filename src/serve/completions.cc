@@ -5,6 +5,8 @@
 #include <mutex>
 #include <random>
 
+#include "core/thread_pool.h"
+#include "serve/output_processor.h"
 #include "serve/request_fields.h"
 #include "tokenizer/tokenizer.h"
 
@@ -46,12 +48,6 @@ std::string RandomId(const char* prefix) {
 
 int64_t UnixNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-// Largest cut <= `end` that does not split a UTF-8 character of `s`.
-size_t Utf8Boundary(const std::string& s, size_t end) {
-  while (end > 0 && end < s.size() && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
-  return end;
 }
 
 MaybeError ReadPrompts(const json& body, const ServedModel& model, CompletionParams& p) {
@@ -198,16 +194,34 @@ MaybeError ParseCompletion(const json& body, const ServedModel& model, const Pri
   return std::nullopt;
 }
 
-// One request's choices in flight. Thread-safe: events arrive on the batcher thread, the
-// disconnect notice on an I/O thread.
+json LogprobsJson(const std::vector<LogprobEntry>& entries) {
+  json lp = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+             {"text_offset", json::array()}};
+  for (const LogprobEntry& e : entries) {
+    lp["tokens"].push_back(e.token);
+    lp["token_logprobs"].push_back(e.logprob ? json(*e.logprob) : json(nullptr));
+    if (e.has_top) {
+      json top = json::object();
+      for (const auto& [token, value] : e.top) top[token] = value;
+      lp["top_logprobs"].push_back(std::move(top));
+    } else {
+      lp["top_logprobs"].push_back(nullptr);
+    }
+    lp["text_offset"].push_back(e.text_offset);
+  }
+  return lp;
+}
+
+// One request's choices in flight. The batcher thread only queues each event; the output
+// processing (detokenizing, stop strings, log-probabilities) and the formatting run on the
+// request's serial queue on the server's output workers. Thread-safe: the disconnect notice
+// arrives on an I/O thread.
 class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
  public:
-  CompletionJob(std::shared_ptr<RequestContext> ctx, ServedModel& model, CompletionParams params)
+  CompletionJob(std::shared_ptr<RequestContext> ctx, ServedModel& model, CompletionParams params, ThreadPool& workers)
       : ctx_(std::move(ctx)), model_(model), p_(std::move(params)), tok_(model.engine().tokenizer()),
         id_(RandomId("cmpl-")), created_(UnixNow()),
-        tier_(ctx_->metrics().ForTier(model.name(), ctx_->principal().tier)) {
-    for (const std::string& s : p_.stops) max_stop_ = std::max(max_stop_, s.size());
-  }
+        tier_(ctx_->metrics().ForTier(model.name(), ctx_->principal().tier)), queue_(workers) {}
 
   void Start() {
     const int total = static_cast<int>(p_.prompts.size()) * p_.n;
@@ -216,11 +230,11 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
       Choice& c = choices_[i];
       c.index = i;
       c.prompt = i / p_.n;
-      if (tok_ != nullptr) c.detok = std::make_unique<tokenizer::IncrementalDetokenizer>(*tok_, true, false);
-      if (p_.echo) {
-        c.text = p_.prompt_texts[c.prompt];
-        c.echo_len = c.text.size();
-      }
+      OutputSpec spec;
+      spec.stops = p_.stops;
+      spec.logprobs = p_.logprobs;
+      if (p_.echo) spec.echo = p_.prompt_texts[c.prompt];
+      c.out = std::make_unique<OutputProcessor>(tok_, std::move(spec));
       prompt_tokens_ += static_cast<int64_t>(p_.prompts[c.prompt].size());
     }
     remaining_ = total;
@@ -243,7 +257,10 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
       r.priority = p_.priority;
       r.tier = ctx_->principal().tier;
       r.arrival = ctx_->arrival();
-      r.on_event = [self, i](const sched::GenerationEvent& ev) { return self->OnEvent(i, ev); };
+      r.on_event = [self, i](sched::GenerationEvent& ev) {
+        self->queue_.Post([self, i, ev = std::move(ev), at = Clock::now()] { self->Process(i, ev, at); });
+        return sched::EventAction::kContinue;
+      };
       Result<uint64_t> h = model_.decoder()->Submit(std::move(r));
       std::lock_guard<std::mutex> lock(mu_);
       if (!h.ok()) {
@@ -266,19 +283,8 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     int index = 0;
     int prompt = 0;
     uint64_t handle = 0;
-    std::unique_ptr<tokenizer::IncrementalDetokenizer> detok;
-    std::string text;        // echo + generated text (cut at a stop string)
-    size_t echo_len = 0;
-    size_t emitted = 0;      // bytes of `text` already streamed
-    size_t checked = 0;      // stop strings searched up to here
-    int32_t generated = 0;
-    std::vector<int32_t> ids;  // generated token ids
-    size_t ids_emitted = 0;
-    bool stopped = false;    // a stop string matched
+    std::unique_ptr<OutputProcessor> out;
     bool done = false;
-    std::string finish_reason;
-    json lp_tokens = json::array(), lp_values = json::array(), lp_top = json::array(), lp_offsets = json::array();
-    size_t lp_emitted = 0;
     Clock::time_point last_token;
   };
 
@@ -291,113 +297,44 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     ctx_->SetLog("cancelled", why);
   }
 
-  std::string TokenText(int32_t id) const {
-    if (tok_ == nullptr) return std::to_string(id);
-    auto t = tok_->Decode(std::span<const int32_t>(&id, 1), false);
-    return t.ok() ? t.value() : std::string();
-  }
-
-  void AddLogprob(Choice& c, const sched::TokenOutput& t, bool first_prompt_token, size_t offset) {
-    c.lp_tokens.push_back(TokenText(t.token));
-    c.lp_offsets.push_back(offset);
-    if (first_prompt_token) {
-      c.lp_values.push_back(nullptr);
-      c.lp_top.push_back(nullptr);
-      return;
-    }
-    c.lp_values.push_back(t.logprob);
-    json top = json::object();
-    for (const auto& [id, lp] : t.top_logprobs) top[TokenText(id)] = lp;
-    c.lp_top.push_back(std::move(top));
-  }
-
-  sched::EventAction OnEvent(int i, const sched::GenerationEvent& ev) {
+  // One event of choice `i`, on the output worker; `at` is when the batcher produced it.
+  void Process(int i, const sched::GenerationEvent& ev, Clock::time_point at) {
     std::lock_guard<std::mutex> lock(mu_);
     Choice& c = choices_[i];
-    const Clock::time_point now = Clock::now();
+    if (c.done) return;  // a stop string ended it; the engine's last events are not needed
     if (!queue_recorded_ && (ev.queue_seconds > 0 || !ev.tokens.empty())) {
       tier_.request_queue_time_seconds->Observe(ev.queue_seconds);  // the first scheduled choice's wait
       queue_recorded_ = true;
     }
-    if (!ev.prompt_tokens.empty() && p_.logprobs >= 0 && p_.echo) {
-      size_t offset = 0;
-      for (size_t k = 0; k < ev.prompt_tokens.size(); ++k) {
-        AddLogprob(c, ev.prompt_tokens[k], k == 0, offset);
-        offset += c.lp_tokens.back().get<std::string>().size();
-      }
-    }
-    for (const sched::TokenOutput& t : ev.tokens) {
-      if (c.stopped) break;
+    const int64_t before = c.out->generated_tokens();
+    const bool ended = c.out->Add(ev);
+    const int64_t added = c.out->generated_tokens() - before;
+    for (int64_t k = 0; k < added; ++k) {
       if (!first_token_seen_) {
         first_token_seen_ = true;
-        tier_.time_to_first_token_seconds->Observe(std::chrono::duration<double>(now - ctx_->arrival()).count());
-      } else if (c.generated > 0) {
-        tier_.inter_token_latency_seconds->Observe(std::chrono::duration<double>(now - c.last_token).count());
+        tier_.time_to_first_token_seconds->Observe(std::chrono::duration<double>(at - ctx_->arrival()).count());
+      } else if (before + k > 0) {
+        tier_.inter_token_latency_seconds->Observe(std::chrono::duration<double>(at - c.last_token).count());
       }
-      c.last_token = now;
-      c.generated += 1;
-      c.ids.push_back(t.token);
-      completion_tokens_ += 1;
-      const size_t offset = c.text.size();
-      if (c.detok != nullptr) c.detok->Add(t.token, &c.text);
-      if (p_.logprobs >= 0) AddLogprob(c, t, false, offset);
-      if (CheckStops(c)) break;
+      c.last_token = at;
     }
-    if (ev.finished) {
+    completion_tokens_ += added;
+    if (ended) {
       c.done = true;
-      if (!ev.error.ok()) {
-        if (!failed_) {
-          failed_ = true;
-          failure_ = FromStatus(ev.error);
-          failure_reason_ = ev.failure_reason.empty() ? kFailureEngineError : ev.failure_reason;
-          for (Choice& o : choices_) {
-            if (!o.done && o.handle != 0) model_.decoder()->Cancel(o.handle);
-          }
+      if (c.out->stopped() && !ev.finished) model_.decoder()->Cancel(c.handle);  // end the sequence early
+      if (!c.out->error().ok() && !failed_) {
+        failed_ = true;
+        failure_ = FromStatus(c.out->error());
+        failure_reason_ = c.out->failure_reason().empty() ? kFailureEngineError : c.out->failure_reason();
+        for (Choice& o : choices_) {
+          if (!o.done && o.handle != 0) model_.decoder()->Cancel(o.handle);
         }
-      } else if (ev.finish_reason == sched::FinishReason::kAbort && !c.stopped) {
-        c.finish_reason = "abort";
+      } else if (c.out->finish_reason() == "abort") {
         aborted_ = true;
-      } else {
-        if (c.detok != nullptr && !c.stopped) {
-          c.text += c.detok->Flush();
-          CheckStops(c);
-        }
-        c.finish_reason = c.stopped || ev.finish_reason == sched::FinishReason::kStop ? "stop" : "length";
       }
     }
     if (p_.stream && !answered_) StreamChoice(c);
-    if (ev.finished && --remaining_ == 0) Complete();
-    return c.stopped ? sched::EventAction::kStop : sched::EventAction::kContinue;
-  }
-
-  // Cuts the text at the earliest stop string; true when one matched.
-  bool CheckStops(Choice& c) {
-    if (p_.stops.empty() || c.stopped) return c.stopped;
-    const size_t from = std::max(c.echo_len, c.checked >= max_stop_ ? c.checked - max_stop_ + 1 : 0);
-    size_t best = std::string::npos;
-    for (const std::string& s : p_.stops) {
-      const size_t at = c.text.find(s, from);
-      if (at != std::string::npos) best = std::min(best, at);
-    }
-    c.checked = c.text.size();
-    if (best == std::string::npos) return false;
-    c.text.resize(best);
-    c.stopped = true;
-    return true;
-  }
-
-  json ChunkLogprobs(Choice& c) {
-    if (p_.logprobs < 0) return nullptr;
-    json lp = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
-               {"text_offset", json::array()}};
-    for (size_t k = c.lp_emitted; k < c.lp_tokens.size(); ++k) {
-      lp["tokens"].push_back(c.lp_tokens[k]);
-      lp["token_logprobs"].push_back(c.lp_values[k]);
-      lp["top_logprobs"].push_back(c.lp_top[k]);
-      lp["text_offset"].push_back(c.lp_offsets[k]);
-    }
-    c.lp_emitted = c.lp_tokens.size();
-    return lp;
+    if (ended && --remaining_ == 0) Complete();
   }
 
   void EnsureStreamStarted() {
@@ -413,26 +350,19 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     return json{{"id", id_}, {"object", "text_completion"}, {"created", created_}, {"model", model_.name()}};
   }
 
-  // Streams the part of the choice's text that can no longer turn into a stop string.
+  // Streams what of the choice's output is final.
   void StreamChoice(Choice& c) {
     if (failed_) return;
-    size_t safe = c.text.size();
-    if (!c.done && !c.stopped && max_stop_ > 1) safe = safe > max_stop_ - 1 ? safe - (max_stop_ - 1) : 0;
-    safe = std::max(Utf8Boundary(c.text, safe), std::min(c.emitted, c.text.size()));
-    const bool has_text = safe > c.emitted;
-    const bool has_lp = p_.logprobs >= 0 && c.lp_emitted < c.lp_tokens.size();
-    const bool has_ids = p_.return_token_ids && c.ids_emitted < c.ids.size();
-    if (!has_text && !has_lp && !has_ids && !c.done) return;
-    if (c.done && c.finish_reason.empty()) return;  // failed or aborted: handled in Complete
+    if (c.done && c.out->finish_reason().empty()) return;  // failed: handled in Complete
+    OutputDelta d = c.out->TakeDelta();
+    const bool has_lp = p_.logprobs >= 0 && !d.logprobs.empty();
+    const bool has_ids = p_.return_token_ids && !d.token_ids.empty();
+    if (d.text.empty() && !has_lp && !has_ids && !c.done) return;
     EnsureStreamStarted();
-    json choice = {{"index", c.index}, {"text", c.text.substr(c.emitted, safe - c.emitted)}};
-    c.emitted = safe;
-    choice["logprobs"] = ChunkLogprobs(c);
-    choice["finish_reason"] = c.done ? json(c.finish_reason) : json(nullptr);
-    if (p_.return_token_ids) {
-      choice["token_ids"] = std::vector<int32_t>(c.ids.begin() + static_cast<std::ptrdiff_t>(c.ids_emitted), c.ids.end());
-      c.ids_emitted = c.ids.size();
-    }
+    json choice = {{"index", c.index}, {"text", std::move(d.text)}};
+    choice["logprobs"] = p_.logprobs >= 0 ? LogprobsJson(d.logprobs) : json(nullptr);
+    choice["finish_reason"] = c.done ? json(c.out->finish_reason()) : json(nullptr);
+    if (p_.return_token_ids) choice["token_ids"] = std::move(d.token_ids);
     json chunk = ChunkBase();
     chunk["choices"] = json::array({choice});
     if (p_.include_usage) chunk["usage"] = nullptr;
@@ -488,9 +418,9 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
       }
       return;
     }
-    std::string finish = choices_.empty() ? "length" : choices_[0].finish_reason;
+    std::string finish = choices_.empty() ? "length" : choices_[0].out->finish_reason();
     RecordOutcome(finish);
-    for (const Choice& c : choices_) ctx_->metrics().RecordSuccess(model, tier, c.finish_reason);
+    for (const Choice& c : choices_) ctx_->metrics().RecordSuccess(model, tier, c.out->finish_reason());
     if (p_.stream) {
       EnsureStreamStarted();
       if (p_.include_usage) {
@@ -506,11 +436,11 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     json out = ChunkBase();
     out["choices"] = json::array();
     for (Choice& c : choices_) {
-      json lp = p_.logprobs >= 0 ? json{{"tokens", c.lp_tokens}, {"token_logprobs", c.lp_values},
-                                        {"top_logprobs", c.lp_top}, {"text_offset", c.lp_offsets}}
-                                 : json(nullptr);
-      json choice = {{"index", c.index}, {"text", c.text}, {"logprobs", lp}, {"finish_reason", c.finish_reason}};
-      if (p_.return_token_ids) choice["token_ids"] = c.ids;
+      json choice = {{"index", c.index},
+                     {"text", c.out->text()},
+                     {"logprobs", p_.logprobs >= 0 ? LogprobsJson(c.out->logprobs()) : json(nullptr)},
+                     {"finish_reason", c.out->finish_reason()}};
+      if (p_.return_token_ids) choice["token_ids"] = c.out->token_ids();
       out["choices"].push_back(std::move(choice));
     }
     out["usage"] = Usage();
@@ -524,7 +454,7 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
   const std::string id_;
   const int64_t created_;
   ServerMetrics::TierMetrics tier_;
-  size_t max_stop_ = 0;
+  SerialQueue queue_;  // this request's output work, in event order
 
   std::mutex mu_;
   std::vector<Choice> choices_;    // GUARDED_BY(mu_)
@@ -544,14 +474,15 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
 
 }  // namespace
 
-void HandleCompletion(std::shared_ptr<RequestContext> ctx, ServedModel& model, const nlohmann::json& body) {
+void HandleCompletion(std::shared_ptr<RequestContext> ctx, ServedModel& model, const nlohmann::json& body,
+                      ThreadPool& output_workers) {
   CompletionParams params;
   if (MaybeError e = ParseCompletion(body, model, ctx->principal(), params)) {
     ctx->metrics().RecordFailure(model.name(), ctx->principal().tier, kFailureInvalidRequest);
     ctx->ReplyError(*e);
     return;
   }
-  auto job = std::make_shared<CompletionJob>(ctx, model, std::move(params));
+  auto job = std::make_shared<CompletionJob>(ctx, model, std::move(params), output_workers);
   job->Start();
 }
 

@@ -7,11 +7,15 @@
 
 #include <memory>
 
+#include "core/thread_pool.h"
 #include "serve/model_repository.h"
 #include "serve/request_context.h"
 
 namespace ferry::serve {
 
-void HandleCompletion(std::shared_ptr<RequestContext> ctx, ServedModel& model, const nlohmann::json& body);
+// Output work (detokenizing, stop strings, formatting) runs on `output_workers`, never on
+// the model's scheduler thread.
+void HandleCompletion(std::shared_ptr<RequestContext> ctx, ServedModel& model, const nlohmann::json& body,
+                      ThreadPool& output_workers);
 
 }  // namespace ferry::serve

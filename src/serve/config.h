@@ -22,6 +22,7 @@ struct ListenerConfig {
   std::string host = "127.0.0.1";
   int port = 8000;                       // 0: any free port (tests)
   int io_threads = 2;
+  int output_threads = 2;                // turn engine events into responses (detokenize, format)
   int64_t max_body_bytes = 1 << 20;
   int64_t max_header_bytes = 32 * 1024;  // request line + headers; also a chunk line or trailer block
   int64_t header_timeout_ms = 10000;     // first byte → complete head and body (slowloris)

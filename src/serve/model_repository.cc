@@ -45,31 +45,26 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Create(const ModelConfig& conf
   std::unique_ptr<ServedModel> m(new ServedModel());
   m->config_ = config;
   m->model_metrics_ = metrics.ForModel(config.name);
-  engine::PreloadOptions po;
+  sched::PreloadOptions po;
   po.engine.threads = config.threads;
   po.engine.device = config.device;
   po.engine.cuda_activations = config.activations;
   po.engine.cuda_kv_cache = config.kv_cache_dtype;
-  po.step_graphs = !config.enforce_eager;
-  po.max_seq_len = config.batching.max_seq_len;
-  po.max_batch_seqs = config.batching.max_num_seqs;
-  po.max_batch_tokens = config.batching.max_num_batched_tokens;
-  po.block_tokens = config.batching.kv_block_tokens;
+  po.core.batching = config.batching;
+  po.core.step_graphs = !config.enforce_eager;
+  po.encoder_max_seq_len = config.batching.max_seq_len;
   po.encoder_batches = {1, config.dynamic_batching.max_batch_size};
   if (config.dynamic_batching.max_batch_size > 8) po.encoder_batches.insert(po.encoder_batches.begin() + 1, 8);
   po.warmup = config.warmup;
   {
-    auto loaded = engine::PreloadedModel::Create(config.path, po);
+    auto loaded = sched::PreloadedModel::Create(config.name, config.path, po);
     if (!loaded.ok()) return loaded.status().WithContext("model '" + config.name + "'");
     m->preloaded_ = std::move(loaded).value();
   }
   engine::Engine& e = *m->preloaded_->engine();
   if (e.is_decoder()) {
-    engine::DecoderRunner& runner = *m->preloaded_->runner();
     m->observer_ = std::make_unique<MetricsObserver>(m->model_metrics_);
-    m->decoder_ = std::make_unique<sched::ContinuousBatcher>(config.name, runner.executor(), e.config().vocab_size,
-                                                             runner.options().max_seq_len, config.batching,
-                                                             m->observer_.get());
+    m->decoder_ = std::make_unique<sched::ContinuousBatcher>(*m->preloaded_->core(), m->observer_.get());
     FERRY_RETURN_IF_ERROR(m->decoder_->Start());
   } else {
     ServedModel* self = m.get();
@@ -87,7 +82,7 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Create(const ModelConfig& conf
   }
   m->created_unix_ = std::chrono::duration_cast<std::chrono::seconds>(
                          std::chrono::system_clock::now().time_since_epoch()).count();
-  const engine::PreloadTimings& t = m->preloaded_->timings();
+  const sched::PreloadTimings& t = m->preloaded_->timings();
   FERRY_LOG_INFO("model '{}' ready: load {:.0f} ms, allocate {:.0f} ms, warm-up {:.0f} ms ({} passes)", config.name,
                  t.load_ms, t.allocate_ms, t.warmup_ms, t.warmup_passes);
   return m;
@@ -95,7 +90,7 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Create(const ModelConfig& conf
 
 ServedModel::~ServedModel() { Stop(0); }
 
-int ServedModel::max_seq_len() const { return preloaded_->options().max_seq_len; }
+int ServedModel::max_seq_len() const { return preloaded_->max_seq_len(); }
 
 void ServedModel::Stop(int64_t timeout_ms) {
   if (decoder_ != nullptr) decoder_->Stop(std::chrono::milliseconds(timeout_ms));

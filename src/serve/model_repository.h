@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/generator.h"
-#include "engine/preload.h"
+#include "engine/encoder_runner.h"
+#include "sched/preload.h"
 #include "sched/continuous_batcher.h"
 #include "sched/dynamic_batcher.h"
 #include "serve/config.h"
@@ -43,7 +43,7 @@ class ServedModel {
   sched::DynamicBatcher* encoder() const { return encoder_.get(); }
   int max_seq_len() const;  // longest sequence served (decoders: prompt + generated)
   int64_t created_unix() const { return created_unix_; }
-  const engine::PreloadTimings& timings() const { return preloaded_->timings(); }
+  const sched::PreloadTimings& timings() const { return preloaded_->timings(); }
   const ServerMetrics::ModelMetrics& metrics() const { return model_metrics_; }
 
   // Stops the batcher: running work finishes within `timeout_ms`, the rest is cancelled.
@@ -54,7 +54,7 @@ class ServedModel {
   void RunEncoderBatch(std::vector<std::shared_ptr<sched::BatchItem>>& batch);
 
   ModelConfig config_;
-  std::unique_ptr<engine::PreloadedModel> preloaded_;
+  std::unique_ptr<sched::PreloadedModel> preloaded_;
   std::unique_ptr<sched::BatcherObserver> observer_;
   std::unique_ptr<sched::ContinuousBatcher> decoder_;
   std::unique_ptr<sched::DynamicBatcher> encoder_;

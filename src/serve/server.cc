@@ -64,6 +64,9 @@ Server::~Server() {
 
 Status Server::Start() {
   FERRY_RETURN_IF_ERROR(http_->Listen());
+  // Threads start here, not in the constructor: ShutdownOnSignals blocks the signals in
+  // between, and every thread must inherit that mask.
+  output_workers_ = std::make_unique<ThreadPool>(config_.listener.output_threads, "output");
   http_->Start();
   FERRY_LOG_INFO("listening on http://{}:{} (auth: {})", config_.listener.host, http_->port(),
                  AuthModeName(config_.auth.mode));
@@ -141,6 +144,7 @@ void Server::Shutdown() {
   const int64_t spent =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
   http_->Shutdown(std::max<int64_t>(budget - spent, 1000));
+  output_workers_.reset();  // runs what the batchers' last events queued, while the models still exist
   FERRY_LOG_INFO("shut down");
 }
 
@@ -167,7 +171,7 @@ json Server::AdminStatus() const {
   json models = json::array();
   for (const auto& m : models_) {
     json j = ModelCard(*m);
-    const engine::PreloadTimings& t = m->timings();
+    const sched::PreloadTimings& t = m->timings();
     j["preload_ms"] = {{"load", t.load_ms}, {"allocate", t.allocate_ms}, {"warmup", t.warmup_ms},
                        {"warmup_passes", t.warmup_passes}};
     if (m->decoder() != nullptr) {
@@ -301,7 +305,7 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
     return ctx->ReplyError(BadRequest("model '" + model_name + "' is " + (m->is_decoder() ? "a decoder" : "an encoder") +
                                           "; it does not serve " + path, "model"));
   }
-  if (completions) return HandleCompletion(ctx, *m, body);
+  if (completions) return HandleCompletion(ctx, *m, body, *output_workers_);
   if (embeddings) return HandleEmbeddings(ctx, *m, body);
   return HandleClassify(ctx, *m, body);
 }

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "serve/auth.h"
 #include "serve/config.h"
 #include "serve/http_server.h"
@@ -58,6 +59,7 @@ class Server {
   ServerMetrics metrics_;
   RequestLogger logger_;
   std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<ThreadPool> output_workers_;  // events → responses, off the scheduler threads
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -9,7 +9,8 @@
 #include "backend/cuda_backend.h"
 #include "engine/engine.h"
 #include "engine/engine_builder.h"
-#include "engine/generator.h"
+#include "decoder_test_util.h"
+#include "engine/encoder_runner.h"
 #include "io/engine_file.h"
 #include "io/safetensors.h"
 #include "io/temp_dir.h"
@@ -27,9 +28,9 @@ using testing::ToIds;
 using testing::TempDir;
 
 std::vector<float> LastLogits(const std::shared_ptr<engine::Engine>& e, const std::vector<int32_t>& ids) {
-  auto runner = engine::DecoderRunner::Create(e, {.max_seq_len = 256, .max_batch_seqs = 1});
-  EXPECT_TRUE(runner.ok()) << runner.status().ToString();
-  auto logits = (*runner)->executor().Step({{1, ids, 0, false}});
+  auto runner = testing::DecoderHarness::Create(e, 1, 256, /*graphs=*/true);
+  EXPECT_NE(runner, nullptr);
+  auto logits = runner->Step({{1, ids, 0, false}});
   EXPECT_TRUE(logits.ok()) << logits.status().ToString();
   return ToFloats(*logits);
 }

@@ -791,10 +791,10 @@ TEST(CudaKernels, SampleGreedyEqualsArgmax) {
     }
     const std::vector<int32_t> got = SampleOnGpu(b, vocab);
     for (int r = 0; r < rows; ++r) {
-      engine::Sampler cpu(0);
+      engine::Sampler cpu;
       const std::span<const float> row(&b.logits[r * vocab], vocab);
       const bool finite = std::all_of(row.begin(), row.end(), [](float v) { return std::isfinite(v); });
-      const int32_t want = finite ? cpu.Sample(row, ToEngine(b.params[r]), b.histories[r]) : -1;
+      const int32_t want = finite ? cpu.Sample(row, ToEngine(b.params[r]), b.histories[r], 0, 0) : -1;
       EXPECT_EQ(got[r], want) << "vocab " << vocab << " row " << r;
     }
   }
@@ -895,9 +895,10 @@ TEST(CudaKernels, SampleDistributionMatchesCpuSampler) {
         ++gpu_counts[t];
       }
     }
-    engine::Sampler cpu(99);
+    engine::Sampler cpu;
     for (int64_t i = 0; i < draws; ++i) {
-      ++cpu_counts[cpu.Sample(logits, ToEngine(c.params), c.with_history ? history : std::vector<int32_t>{})];
+      ++cpu_counts[cpu.Sample(logits, ToEngine(c.params), c.with_history ? history : std::vector<int32_t>{}, 99,
+                              static_cast<uint64_t>(i))];
     }
     const ChiSquare g = ChiSquareTest(gpu_counts, dist, draws);
     const ChiSquare h = ChiSquareTest(cpu_counts, dist, draws);

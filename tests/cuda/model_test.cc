@@ -9,7 +9,8 @@
 
 #include "backend/cuda_backend.h"
 #include "engine/engine.h"
-#include "engine/generator.h"
+#include "decoder_test_util.h"
+#include "engine/encoder_runner.h"
 #include "io/safetensors.h"
 #include "cuda_test_util.h"
 #include "test_util.h"
@@ -51,11 +52,8 @@ TEST_P(CudaDecoderFixtureTest, LogitsMatchReference) {
   const std::string dir = testing::FixturePath("models/" + c.model);
   auto e = engine::Engine::Load(dir, Cuda(c.activations));
   ASSERT_TRUE(e.ok()) << e.status().ToString();
-  engine::RunnerOptions ro;
-  ro.max_batch_seqs = 8;
-  ro.max_seq_len = 256;
-  auto runner = engine::DecoderRunner::Create(*e, ro);
-  ASSERT_TRUE(runner.ok()) << runner.status().ToString();
+  auto runner = testing::DecoderHarness::Create(*e, 8, 256, /*graphs=*/true);
+  ASSERT_NE(runner, nullptr);
   auto ref = io::SafetensorsFile::Open(dir + "/reference.safetensors");
   ASSERT_TRUE(ref.ok());
   std::ifstream in(dir + "/reference.json");
@@ -70,18 +68,18 @@ TEST_P(CudaDecoderFixtureTest, LogitsMatchReference) {
   }
   // Each prompt alone, then all of them as one ragged batch.
   for (size_t i = 0; i < prompts.size(); ++i) {
-    auto logits = (*runner)->executor().Step({{static_cast<int64_t>(i), prompts[i], 0, false}});
+    auto logits = runner->Step({{static_cast<int64_t>(i), prompts[i], 0, false}});
     ASSERT_TRUE(logits.ok()) << logits.status().ToString();
-    (*runner)->cache().Free(static_cast<int64_t>(i));
+    runner->cache().Free(static_cast<int64_t>(i));
     EXPECT_LE(MaxDiff(logits->data<float>(), expected[i].data(), vocab), c.tolerance * MaxAbs(expected[i]))
         << c.model << " prompt " << i;
   }
-  std::vector<engine::SeqStep> steps;
+  std::vector<testing::RawStep> steps;
   for (size_t i = 0; i < prompts.size(); ++i) steps.push_back({static_cast<int64_t>(i), prompts[i], 0, false});
-  auto batched = (*runner)->executor().Step(steps);
+  auto batched = runner->Step(steps);
   ASSERT_TRUE(batched.ok()) << batched.status().ToString();
   for (size_t i = 0; i < prompts.size(); ++i) {
-    (*runner)->cache().Free(static_cast<int64_t>(i));
+    runner->cache().Free(static_cast<int64_t>(i));
     EXPECT_LE(MaxDiff(batched->data<float>() + i * vocab, expected[i].data(), vocab), c.tolerance * MaxAbs(expected[i]))
         << c.model << " prompt " << i << " in the ragged batch";
   }
@@ -92,16 +90,13 @@ TEST_P(CudaDecoderFixtureTest, DecodeWithKvCacheMatchesFullRecompute) {
   const Case& c = GetParam();
   auto e = engine::Engine::Load(testing::FixturePath("models/" + c.model), Cuda(c.activations));
   ASSERT_TRUE(e.ok()) << e.status().ToString();
-  engine::RunnerOptions ro;
-  ro.max_batch_seqs = 4;
-  ro.max_seq_len = 128;
-  auto runner = engine::DecoderRunner::Create(*e, ro);
-  ASSERT_TRUE(runner.ok());
+  auto runner = testing::DecoderHarness::Create(*e, 4, 128, /*graphs=*/true);
+  ASSERT_NE(runner, nullptr);
   const int vocab = (*e)->config().vocab_size;
   std::vector<int32_t> ids;
   for (int i = 0; i < 40; ++i) ids.push_back((i * 37 + 11) % vocab);
   // Prefill 30 in chunks of 7, then decode 10 one by one; compare the last logits.
-  auto& ex = (*runner)->executor();
+  auto& ex = *runner;
   Result<Tensor> last = InvalidArgument("unset");
   for (int pos = 0; pos < 40;) {
     const int n = pos < 30 ? std::min(7, 30 - pos) : 1;
@@ -109,10 +104,10 @@ TEST_P(CudaDecoderFixtureTest, DecodeWithKvCacheMatchesFullRecompute) {
     ASSERT_TRUE(last.ok()) << last.status().ToString();
     pos += n;
   }
-  (*runner)->cache().Free(1);
+  runner->cache().Free(1);
   auto full = ex.Step({{2, ids, 0, false}});
   ASSERT_TRUE(full.ok());
-  (*runner)->cache().Free(2);
+  runner->cache().Free(2);
   const std::vector<float> ref(full->data<float>(), full->data<float>() + vocab);
   EXPECT_LE(MaxDiff(last->data<float>(), ref.data(), vocab), c.tolerance * MaxAbs(ref));
 }
@@ -169,14 +164,11 @@ TEST(CudaDemoModelTest, KjvDecoderOnTheGpuAgreesWithTheCpu) {
   ASSERT_TRUE(cpu.ok() && gpu.ok()) << gpu.status().ToString();
   auto prompt = (*cpu)->EncodePrompt("And the LORD said unto Moses,");
   ASSERT_TRUE(prompt.ok());
-  engine::RunnerOptions ro;
-  ro.max_batch_seqs = 2;
-  ro.max_seq_len = 512;
-  auto rc = engine::DecoderRunner::Create(*cpu, ro);
-  auto rg = engine::DecoderRunner::Create(*gpu, ro);
-  ASSERT_TRUE(rc.ok() && rg.ok());
-  auto lc = (*rc)->executor().Step({{1, *prompt, 0, false}});
-  auto lg = (*rg)->executor().Step({{1, *prompt, 0, false}});
+  auto rc = testing::DecoderHarness::Create(*cpu, 2, 512, /*graphs=*/true);
+  auto rg = testing::DecoderHarness::Create(*gpu, 2, 512, /*graphs=*/true);
+  ASSERT_TRUE(rc != nullptr && rg != nullptr);
+  auto lc = rc->Step({{1, *prompt, 0, false}});
+  auto lg = rg->Step({{1, *prompt, 0, false}});
   ASSERT_TRUE(lc.ok() && lg.ok()) << lg.status().ToString();
   const std::vector<float> a = ToFloats(*lc), b = ToFloats(*lg);
   EXPECT_LE(MaxDiff(a.data(), b.data(), a.size()), 3e-2 * MaxAbs(a));

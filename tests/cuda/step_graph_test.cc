@@ -11,7 +11,7 @@
 
 #include "backend/cuda_backend.h"
 #include "engine/engine.h"
-#include "engine/generator.h"
+#include "decoder_test_util.h"
 #include "engine/sampler.h"
 #include "sched/continuous_batcher.h"
 #include "cuda_test_util.h"
@@ -33,14 +33,29 @@ std::shared_ptr<engine::Engine> LoadOnGpu(const std::string& model, DType activa
   return e.ok() ? e.value() : nullptr;
 }
 
-std::unique_ptr<engine::DecoderRunner> MakeRunner(const std::shared_ptr<engine::Engine>& e, bool graphs) {
-  engine::RunnerOptions ro;
-  ro.max_batch_seqs = 8;
-  ro.max_seq_len = 128;
-  ro.step_graphs = graphs;
-  auto r = engine::DecoderRunner::Create(e, ro);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  return std::move(r).value();
+std::unique_ptr<testing::DecoderHarness> MakeRunner(const std::shared_ptr<engine::Engine>& e, bool graphs) {
+  auto r = testing::DecoderHarness::Create(e, 8, 128, graphs);
+  EXPECT_NE(r, nullptr);
+  return r;
+}
+
+// Greedy generation with the argmax taken on the host from the step's logits, no graphs.
+std::vector<int32_t> HostGreedy(testing::DecoderHarness& h, const std::vector<int32_t>& prompt, int max_tokens) {
+  const int vocab = h.executor().model().config().vocab_size;
+  std::vector<int32_t> seq = prompt;
+  std::vector<int32_t> out;
+  int32_t pos = 0;
+  while (static_cast<int>(out.size()) < max_tokens) {
+    auto l = h.Step({{77, std::span<const int32_t>(seq.data() + pos, seq.size() - pos), pos, false}});
+    EXPECT_TRUE(l.ok()) << l.status().ToString();
+    if (!l.ok()) break;
+    pos = static_cast<int32_t>(seq.size());
+    const int32_t next = engine::Argmax(std::span<const float>(l->data<float>(), vocab));
+    out.push_back(next);
+    seq.push_back(next);
+  }
+  h.cache().Free(77);
+  return out;
 }
 
 std::vector<int32_t> Ids(int n, int vocab, int salt) {
@@ -70,7 +85,7 @@ TEST_P(StepGraphTest, GraphedDecodeMatchesEagerAcrossBucketsAndContexts) {
   for (int s = 0; s < kSeqs; ++s) {
     pos[s] = 5 + 7 * s;  // prompts of 5..33 tokens
     for (auto* r : {graphed.get(), eager.get()}) {
-      auto l = r->executor().Step({{s, std::span<const int32_t>(ids[s].data(), pos[s]), 0, false}});
+      auto l = r->Step({{s, std::span<const int32_t>(ids[s].data(), pos[s]), 0, false}});
       ASSERT_TRUE(l.ok()) << l.status().ToString();
     }
   }
@@ -79,10 +94,10 @@ TEST_P(StepGraphTest, GraphedDecodeMatchesEagerAcrossBucketsAndContexts) {
   for (int step = 0; step < 30; ++step) {
     // 5, 4, 3, 2 and 1 live sequences: buckets 8, 4, 4, 2 and 1.
     if (step == 8 || step == 14 || step == 20 || step == 25) --live;
-    std::vector<engine::SeqStep> steps;
+    std::vector<testing::RawStep> steps;
     for (int s = 0; s < live; ++s) steps.push_back({s, std::span<const int32_t>(ids[s].data() + pos[s], 1), pos[s], false});
-    auto a = graphed->executor().Step(steps);
-    auto b = eager->executor().Step(steps);
+    auto a = graphed->Step(steps);
+    auto b = eager->Step(steps);
     ASSERT_TRUE(a.ok()) << a.status().ToString();
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     ASSERT_EQ(a->dim(0), live);
@@ -95,7 +110,7 @@ TEST_P(StepGraphTest, GraphedDecodeMatchesEagerAcrossBucketsAndContexts) {
   EXPECT_EQ(eager->executor().graphed_steps(), 0);
   EXPECT_EQ(e->backend().graph_count() - graphs_before, 4);  // buckets 8, 4, 2 and 1
   graphed.reset();
-  EXPECT_EQ(e->backend().graph_count(), graphs_before) << "a runner's recordings go with its KV cache";
+  EXPECT_EQ(e->backend().graph_count(), graphs_before) << "an executor's recordings go with its KV cache";
 }
 
 TEST_P(StepGraphTest, DeviceGreedySamplingEqualsHostArgmax) {
@@ -105,23 +120,30 @@ TEST_P(StepGraphTest, DeviceGreedySamplingEqualsHostArgmax) {
   const int vocab = e->config().vocab_size;
   auto runner = MakeRunner(e, true);
   engine::StepExecutor& ex = runner->executor();
+  ASSERT_TRUE(e->backend().samples_on_device());
   std::vector<std::vector<int32_t>> ids = {Ids(40, vocab, 1), Ids(40, vocab, 2), Ids(40, vocab, 3)};
-  for (int s = 0; s < 3; ++s) ASSERT_TRUE(ex.Step({{s, std::span<const int32_t>(ids[s].data(), 10 + s), 0, false}}).ok());
-  std::vector<backend::TokenSampling> greedy(3);
-  for (auto& g : greedy) g.temperature = 0.0f;
+  for (int s = 0; s < 3; ++s) ASSERT_TRUE(runner->Step({{s, std::span<const int32_t>(ids[s].data(), 10 + s), 0, false}}).ok());
   for (int step = 0; step < 8; ++step) {
+    std::vector<testing::RawStep> raw;
     std::vector<engine::SeqStep> steps;
     for (int s = 0; s < 3; ++s) {
       const int p = 10 + s + step;
-      steps.push_back({s, std::span<const int32_t>(ids[s].data() + p, 1), p, false});
+      raw.push_back({s, std::span<const int32_t>(ids[s].data() + p, 1), p, false});
+      engine::SeqStep st;
+      st.seq_id = s;
+      st.tokens = raw.back().tokens;
+      st.start_pos = p;
+      st.sample = true;
+      st.sampling.temperature = 0.0f;
+      steps.push_back(st);
     }
-    // The same step twice (rewriting the same K/V): host logits, then device sampling.
-    auto logits = ex.Step(steps);
-    auto tokens = ex.StepAndSample(steps, greedy);
+    // The same step twice (rewriting the same K/V): host logits, then sampling on the device.
+    auto logits = runner->Step(raw);
+    auto tokens = ex.Step(steps);
     ASSERT_TRUE(logits.ok() && tokens.ok()) << tokens.status().ToString();
     ASSERT_EQ(tokens->size(), 3u);
     for (int s = 0; s < 3; ++s) {
-      EXPECT_EQ((*tokens)[s], engine::Argmax(std::span<const float>(logits->data<float>() + s * vocab, vocab)))
+      EXPECT_EQ((*tokens)[s].token, engine::Argmax(std::span<const float>(logits->data<float>() + s * vocab, vocab)))
           << "step " << step << " seq " << s;
     }
   }
@@ -195,21 +217,15 @@ TEST(GpuContinuousBatcherTest, DeviceSamplingAndGraphsEqualSequentialGreedy) {
   std::vector<std::vector<int32_t>> expected;
   {
     auto alone = MakeRunner(e, false);
-    for (const auto& p : prompts) {
-      engine::GenerateRequest g;
-      g.prompt = p;
-      g.sampling.temperature = 0;
-      g.max_tokens = 20;
-      auto r = alone->Generate({g});
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
-      expected.push_back(r.value()[0].tokens);
-    }
+    for (const auto& p : prompts) expected.push_back(HostGreedy(*alone, p, 20));
   }
-  auto runner = MakeRunner(e, true);
-  sched::ContinuousBatchingOptions o;
-  o.max_num_seqs = 8;
-  o.max_num_batched_tokens = 32;
-  sched::ContinuousBatcher b("gpu", runner->executor(), vocab, runner->options().max_seq_len, o);
+  sched::EngineCoreOptions o;
+  o.batching.max_num_seqs = 8;
+  o.batching.max_num_batched_tokens = 32;
+  o.batching.max_seq_len = 128;
+  auto core = sched::EngineCore::Create("gpu", e, o);
+  ASSERT_TRUE(core.ok()) << core.status().ToString();
+  sched::ContinuousBatcher b(**core);
   ASSERT_TRUE(b.Start().ok());
   struct Out {
     std::mutex mu;
@@ -225,7 +241,7 @@ TEST(GpuContinuousBatcherTest, DeviceSamplingAndGraphsEqualSequentialGreedy) {
     r.sampling.temperature = 0;
     r.max_tokens = 20;
     Out* out = &outs[i];
-    r.on_event = [out](const sched::GenerationEvent& ev) {
+    r.on_event = [out](sched::GenerationEvent& ev) {
       std::lock_guard<std::mutex> lock(out->mu);
       for (const auto& t : ev.tokens) out->tokens.push_back(t.token);
       if (ev.finished) {
@@ -244,7 +260,7 @@ TEST(GpuContinuousBatcherTest, DeviceSamplingAndGraphsEqualSequentialGreedy) {
     EXPECT_EQ(outs[i].tokens, expected[i]) << "prompt " << i;
   }
   b.Stop(1s);
-  EXPECT_GT(runner->executor().graphed_steps(), 0);
+  EXPECT_GT((*core)->executor().graphed_steps(), 0);
 }
 
 }  // namespace

@@ -11,8 +11,8 @@
 #include "backend/cuda_backend.h"
 #include "engine/engine.h"
 #include "engine/engine_builder.h"
-#include "engine/generator.h"
-#include "engine/preload.h"
+#include "decoder_test_util.h"
+#include "engine/encoder_runner.h"
 #include "io/engine_file.h"
 #include "io/safetensors.h"
 #include "io/temp_dir.h"
@@ -31,9 +31,9 @@ namespace fs = std::filesystem;
 using testing::TempDir;
 
 std::vector<float> LastLogits(const std::shared_ptr<engine::Engine>& e, const std::vector<int32_t>& ids) {
-  auto runner = engine::DecoderRunner::Create(e, {.max_seq_len = 256, .max_batch_seqs = 1});
-  EXPECT_TRUE(runner.ok());
-  auto logits = (*runner)->executor().Step({{1, ids, 0, false}});
+  auto runner = testing::DecoderHarness::Create(e, 1, 256);
+  EXPECT_NE(runner, nullptr);
+  auto logits = runner->Step({{1, ids, 0, false}});
   EXPECT_TRUE(logits.ok()) << logits.status().ToString();
   return std::vector<float>(logits->data<float>(), logits->data<float>() + logits->numel());
 }
@@ -300,26 +300,6 @@ TEST(EngineFileTest, TunedKernelChoicesAreRecordedAndApplied) {
   const std::vector<float> a = LastLogits(*engine::Engine::Load(path), ids);
   const std::vector<float> b = LastLogits(*engine::Engine::Load(plain), ids);
   EXPECT_LE(MaxDiff(a, b), 1e-4 * MaxAbs(b));
-}
-
-TEST(PreloadTest, WarmsEveryBucketAndReportsPhases) {
-  TempDir tmp;
-  const std::string path = tmp.File("q.ferry");
-  ASSERT_TRUE(engine::BuildEngine(testing::FixturePath("models/qwen2-tiny"), path, Untuned()).ok());
-  engine::PreloadOptions po;
-  po.max_seq_len = 128;
-  po.max_batch_seqs = 4;
-  auto p = engine::PreloadedModel::Create(path, po);
-  ASSERT_TRUE(p.ok()) << p.status().ToString();
-  const engine::PreloadTimings& t = (*p)->timings();
-  EXPECT_GT(t.load_ms, 0);
-  EXPECT_GT(t.warmup_ms, 0);
-  // Prefill buckets 16, 64, 128 and decode buckets 1, 2, 4.
-  EXPECT_EQ((*p)->options().prefill_lengths, (std::vector<int>{16, 64, 128}));
-  EXPECT_EQ((*p)->options().decode_batches, (std::vector<int>{1, 2, 4}));
-  EXPECT_EQ(t.warmup_passes, 6);
-  // Warm-up leaves the cache empty.
-  EXPECT_EQ((*p)->runner()->cache().num_free_blocks(), (*p)->runner()->cache().num_blocks());
 }
 
 }  // namespace

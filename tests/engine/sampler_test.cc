@@ -23,17 +23,17 @@ std::vector<double> Softmax(const std::vector<float>& l, float t) {
 
 std::map<int32_t, int> Histogram(const SamplingParams& params, int n, uint64_t seed,
                                  const std::vector<int32_t>& history = {}) {
-  Sampler s(seed);
+  Sampler s;
   std::map<int32_t, int> h;
-  for (int i = 0; i < n; ++i) ++h[s.Sample(kLogits, params, history)];
+  for (int i = 0; i < n; ++i) ++h[s.Sample(kLogits, params, history, seed, static_cast<uint64_t>(i))];
   return h;
 }
 
 TEST(SamplerTest, GreedyIsArgmax) {
-  Sampler s(1);
+  Sampler s;
   SamplingParams p;
   p.temperature = 0;
-  EXPECT_EQ(s.Sample(kLogits, p, {}), 0);
+  EXPECT_EQ(s.Sample(kLogits, p, {}, 1, 0), 0);
   EXPECT_EQ(Argmax(std::vector<float>{1, 3, 3, 2}), 1);  // ties go to the lowest id
 }
 
@@ -88,28 +88,59 @@ TEST(SamplerTest, RepetitionPenaltyIsAppliedOncePerDistinctToken) {
   SamplingParams p;
   p.temperature = 0;
   p.repetition_penalty = 2.5f;  // 2.0 / 2.5 = 0.8 < 1.0: token 1 wins
-  Sampler s(3);
-  EXPECT_EQ(s.Sample(kLogits, p, std::vector<int32_t>{0, 0, 0}), 1);
+  Sampler s;
+  EXPECT_EQ(s.Sample(kLogits, p, std::vector<int32_t>{0, 0, 0}, 3, 0), 1);
   p.repetition_penalty = 1.5f;  // 2.0 / 1.5 = 1.33 > 1.0 even though 0 repeats (penalised once)
-  EXPECT_EQ(s.Sample(kLogits, p, std::vector<int32_t>{0, 0, 0, 0}), 0);
+  EXPECT_EQ(s.Sample(kLogits, p, std::vector<int32_t>{0, 0, 0, 0}, 3, 1), 0);
   // Negative logits are multiplied: token 4 (-1) becomes -1.5 and stays below token 3.
   std::vector<float> l = {-1.0f, -1.2f};
   p.repetition_penalty = 1.5f;
-  EXPECT_EQ(s.Sample(l, p, std::vector<int32_t>{0}), 1);
+  EXPECT_EQ(s.Sample(l, p, std::vector<int32_t>{0}, 3, 2), 1);
 }
 
 TEST(SamplerTest, SameSeedSameSequenceDifferentSeedDiffers) {
   SamplingParams p;
   p.temperature = 1.0f;
-  Sampler a(123), b(123), c(124);
+  Sampler a, b, c;
   std::vector<int32_t> sa, sb, sc;
-  for (int i = 0; i < 64; ++i) {
-    sa.push_back(a.Sample(kLogits, p, {}));
-    sb.push_back(b.Sample(kLogits, p, {}));
-    sc.push_back(c.Sample(kLogits, p, {}));
+  for (uint64_t i = 0; i < 64; ++i) {
+    sa.push_back(a.Sample(kLogits, p, {}, 123, i));
+    sb.push_back(b.Sample(kLogits, p, {}, 123, i));
+    sc.push_back(c.Sample(kLogits, p, {}, 124, i));
   }
   EXPECT_EQ(sa, sb);
   EXPECT_NE(sa, sc);
+  // The n-th draw is a function of (seed, n) alone: drawing out of order gives the same tokens.
+  for (uint64_t i = 64; i-- > 0;) EXPECT_EQ(b.Sample(kLogits, p, {}, 123, i), sa[i]) << i;
+}
+
+// Temperatures too small to divide by sample greedily instead of producing NaN (which picked
+// the least likely tokens).
+TEST(SamplerTest, TinyTemperaturesAreGreedy) {
+  Sampler s;
+  for (float t : {1e-6f, 1e-9f, 1e-30f, 1e-45f}) {
+    SamplingParams p;
+    p.temperature = t;
+    EXPECT_TRUE(p.greedy()) << t;
+    for (uint64_t i = 0; i < 32; ++i) EXPECT_EQ(s.Sample(kLogits, p, {}, 5, i), 0) << t;
+  }
+  SamplingParams warm;
+  warm.temperature = 1e-4f;  // still sampling, and still finite
+  EXPECT_FALSE(warm.greedy());
+  for (uint64_t i = 0; i < 32; ++i) EXPECT_EQ(s.Sample(kLogits, warm, {}, 5, i), 0);
+}
+
+TEST(SamplerTest, UniformDrawsAreUniform) {
+  constexpr int kBins = 16, kDraws = 64000;
+  std::vector<int> bins(kBins);
+  for (uint64_t i = 0; i < kDraws; ++i) {
+    const double u = UniformDraw(77, i);
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    ++bins[static_cast<int>(u * kBins)];
+  }
+  const double expected = static_cast<double>(kDraws) / kBins;
+  for (int b = 0; b < kBins; ++b) EXPECT_NEAR(bins[b], expected, 5 * std::sqrt(expected)) << b;
 }
 
 TEST(SamplerTest, ValidateRejectsBadParameters) {

@@ -32,10 +32,13 @@ TEST(EmbeddingTest, GathersRowsOfEveryDtype) {
   }
 }
 
-TEST(EmbeddingTest, RejectsOutOfRangeIdsWithoutWriting) {
+// Ids are validated once where requests enter (the engine core, the encoder's batch check),
+// so release builds do not scan them per call; debug builds still refuse them here.
+TEST(EmbeddingTest, RejectsBadShapesAndInDebugBuildsOutOfRangeIds) {
   std::mt19937 rng(52);
   auto be = backend::MakeCpuBackend();
   const Tensor table = RandomTensor({10, 4}, rng);
+#ifndef NDEBUG
   const std::vector<int32_t> ids = {1, 10};
   Tensor out = Poisoned({2, 4});
   EXPECT_FALSE(be->Embedding(table, ids.data(), 2, out).ok());
@@ -43,6 +46,7 @@ TEST(EmbeddingTest, RejectsOutOfRangeIdsWithoutWriting) {
   const std::vector<int32_t> neg = {-1};
   Tensor out1 = Poisoned({1, 4});
   EXPECT_FALSE(be->Embedding(table, neg.data(), 1, out1).ok());
+#endif
   Tensor wrong = Poisoned({2, 5});
   const std::vector<int32_t> ok_ids = {1, 2};
   EXPECT_FALSE(be->Embedding(table, ok_ids.data(), 2, wrong).ok());

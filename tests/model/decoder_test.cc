@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "engine/engine.h"
-#include "engine/generator.h"
+#include "decoder_test_util.h"
 #include "engine/sampler.h"
 #include "io/safetensors.h"
 #include "test_util.h"
@@ -56,18 +56,14 @@ class DecoderFixtureTest : public ::testing::TestWithParam<std::string> {
     engine_ = *e;
     prompts_ = LoadPrompts(dir_);
     ASSERT_FALSE(prompts_.empty());
-    engine::RunnerOptions ro;
-    ro.max_batch_seqs = static_cast<int>(prompts_.size()) + 1;
-    ro.max_seq_len = 256;
-    auto r = engine::DecoderRunner::Create(engine_, ro);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    runner_ = std::move(r).value();
+    runner_ = testing::DecoderHarness::Create(engine_, static_cast<int>(prompts_.size()) + 1, 256);
+    ASSERT_NE(runner_, nullptr);
   }
 
   std::string dir_;
   std::shared_ptr<engine::Engine> engine_;
   std::vector<Prompt> prompts_;
-  std::unique_ptr<engine::DecoderRunner> runner_;
+  std::unique_ptr<testing::DecoderHarness> runner_;
 };
 
 TEST_P(DecoderFixtureTest, LogitsMatchReference) {
@@ -75,7 +71,7 @@ TEST_P(DecoderFixtureTest, LogitsMatchReference) {
   for (size_t j = 0; j < prompts_.size(); ++j) {
     const Prompt& p = prompts_[j];
     const bool all = !p.all_logits.empty();
-    auto logits = runner_->executor().Step({{static_cast<int64_t>(j), p.ids, 0, all}});
+    auto logits = runner_->Step({{static_cast<int64_t>(j), p.ids, 0, all}});
     ASSERT_TRUE(logits.ok()) << logits.status().ToString();
     runner_->cache().Free(static_cast<int64_t>(j));
     const float* got = logits->data<float>();
@@ -96,18 +92,14 @@ TEST_P(DecoderFixtureTest, GreedyMatchesReferenceUpToAmbiguousSteps) {
     const Prompt& p = prompts_[j];
     // Measured error of our logits at the last prompt position bounds how close two
     // candidates may be before either choice is legitimate.
-    auto first = runner_->executor().Step({{999, p.ids, 0, false}});
+    auto first = runner_->Step({{999, p.ids, 0, false}});
     ASSERT_TRUE(first.ok());
     runner_->cache().Free(999);
     const double err = MaxDiff(first->data<float>(), p.last_logits.data(), vocab);
 
-    engine::GenerateRequest req;
-    req.prompt = p.ids;
-    req.sampling.temperature = 0;
-    req.max_tokens = static_cast<int>(p.greedy.size());
-    auto res = runner_->Generate({req});
+    auto res = runner_->Greedy(p.ids, static_cast<int>(p.greedy.size()));
     ASSERT_TRUE(res.ok()) << res.status().ToString();
-    const std::vector<int32_t>& got = (*res)[0].tokens;
+    const std::vector<int32_t>& got = *res;
     ASSERT_EQ(got.size(), p.greedy.size());
     if (p.min_margin > 2 * err) {
       EXPECT_EQ(got, p.greedy) << GetParam() << " prompt " << j;
@@ -117,7 +109,7 @@ TEST_P(DecoderFixtureTest, GreedyMatchesReferenceUpToAmbiguousSteps) {
     // margins, and require agreement up to the first step whose margin is within the error.
     std::vector<int32_t> ctx = p.ids;
     for (size_t s = 0; s < p.greedy.size(); ++s) {
-      auto l = runner_->executor().Step({{998, ctx, 0, false}});
+      auto l = runner_->Step({{998, ctx, 0, false}});
       ASSERT_TRUE(l.ok());
       runner_->cache().Free(998);
       std::vector<float> row(l->data<float>(), l->data<float>() + vocab);
@@ -132,13 +124,13 @@ TEST_P(DecoderFixtureTest, GreedyMatchesReferenceUpToAmbiguousSteps) {
 
 TEST_P(DecoderFixtureTest, RaggedBatchEqualsEachPromptAlone) {
   const int vocab = engine_->config().vocab_size;
-  std::vector<engine::SeqStep> steps;
+  std::vector<testing::RawStep> steps;
   for (size_t j = 0; j < prompts_.size(); ++j) steps.push_back({static_cast<int64_t>(j), prompts_[j].ids, 0, false});
-  auto batched = runner_->executor().Step(steps);
+  auto batched = runner_->Step(steps);
   ASSERT_TRUE(batched.ok()) << batched.status().ToString();
   for (size_t j = 0; j < prompts_.size(); ++j) runner_->cache().Free(static_cast<int64_t>(j));
   for (size_t j = 0; j < prompts_.size(); ++j) {
-    auto alone = runner_->executor().Step({{50, prompts_[j].ids, 0, false}});
+    auto alone = runner_->Step({{50, prompts_[j].ids, 0, false}});
     ASSERT_TRUE(alone.ok());
     runner_->cache().Free(50);
     EXPECT_LE(MaxDiff(batched->data<float>() + j * vocab, alone->data<float>(), vocab),
@@ -159,10 +151,10 @@ TEST_P(DecoderFixtureTest, ChunkedPrefillAndKvDecodeEqualFullRecompute) {
   const int32_t prompt_len = static_cast<int32_t>(p.ids.size());
   while (pos < static_cast<int32_t>(seq.size())) {
     const int32_t n = pos < prompt_len ? std::min<int32_t>(3, prompt_len - pos) : 1;
-    auto inc = runner_->executor().Step({{7, std::span<const int32_t>(seq.data() + pos, n), pos, false}});
+    auto inc = runner_->Step({{7, std::span<const int32_t>(seq.data() + pos, n), pos, false}});
     ASSERT_TRUE(inc.ok()) << inc.status().ToString();
     pos += n;
-    auto full = runner_->executor().Step({{8, std::span<const int32_t>(seq.data(), pos), 0, false}});
+    auto full = runner_->Step({{8, std::span<const int32_t>(seq.data(), pos), 0, false}});
     ASSERT_TRUE(full.ok());
     runner_->cache().Free(8);
     EXPECT_LE(MaxDiff(inc->data<float>(), full->data<float>(), vocab), 1e-4 * MaxAbs(p.last_logits) + 1e-5)
@@ -180,19 +172,15 @@ TEST(DecoderGenerateTest, Llama3TinyGreedyTextMatchesFixture) {
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   std::ifstream in(dir + "/reference.json");
   const nlohmann::json j = nlohmann::json::parse(in);
-  auto r = engine::DecoderRunner::Create(*e, {});
-  ASSERT_TRUE(r.ok());
+  auto r = testing::DecoderHarness::Create(*e, 8, std::min(4096, (*e)->config().max_position_embeddings));
+  ASSERT_NE(r, nullptr);
   for (const auto& p : j["prompts"]) {
     if (p["source"] != "text") continue;
     auto ids = (*e)->EncodePrompt(p["text"].get<std::string>());
     ASSERT_TRUE(ids.ok());
-    engine::GenerateRequest req;
-    req.prompt = *ids;
-    req.sampling.temperature = 0;
-    req.max_tokens = 24;
-    auto res = (*r)->Generate({req});
+    auto res = r->Greedy(*ids, 24);
     ASSERT_TRUE(res.ok());
-    auto text = (*e)->tokenizer()->Decode((*res)[0].tokens);
+    auto text = (*e)->tokenizer()->Decode(*res);
     ASSERT_TRUE(text.ok());
     EXPECT_EQ(*text, p["greedy_text"].get<std::string>());
   }

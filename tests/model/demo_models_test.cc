@@ -7,7 +7,8 @@
 #include <fstream>
 
 #include "engine/engine.h"
-#include "engine/generator.h"
+#include "decoder_test_util.h"
+#include "engine/encoder_runner.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 
@@ -35,8 +36,8 @@ class DemoModelsTest : public ::testing::Test {
 TEST_F(DemoModelsTest, DecoderLogitsTokensAndGreedyTextMatchPyTorch) {
   auto e = engine::Engine::Load(testing::SourcePath("models/demo/kjv-decoder"));
   ASSERT_TRUE(e.ok()) << e.status().ToString();
-  auto runner = engine::DecoderRunner::Create(*e, {});
-  ASSERT_TRUE(runner.ok());
+  auto runner = testing::DecoderHarness::Create(*e, 8, std::min(4096, (*e)->config().max_position_embeddings));
+  ASSERT_NE(runner, nullptr);
   const int vocab = (*e)->config().vocab_size;
   for (const auto& p : json_["decoder"]["prompts"]) {
     const std::string key = "p" + std::to_string(p["index"].get<int>());
@@ -44,22 +45,18 @@ TEST_F(DemoModelsTest, DecoderLogitsTokensAndGreedyTextMatchPyTorch) {
     auto encoded = (*e)->EncodePrompt(p["text"].get<std::string>());
     ASSERT_TRUE(encoded.ok());
     EXPECT_EQ(*encoded, ids) << key;
-    auto logits = (*runner)->executor().Step({{1, ids, 0, false}});
+    auto logits = runner->Step({{1, ids, 0, false}});
     ASSERT_TRUE(logits.ok()) << logits.status().ToString();
-    (*runner)->cache().Free(1);
+    runner->cache().Free(1);
     const std::vector<float> ref = ToFloats(ref_->Get(key + ".last_logits").value());
     const double err = MaxDiff(logits->data<float>(), ref.data(), vocab);
     EXPECT_LE(err, 1e-3 * MaxAbs(ref)) << key;
 
-    engine::GenerateRequest req;
-    req.prompt = ids;
-    req.sampling.temperature = 0;
-    req.max_tokens = 24;
-    auto res = (*runner)->Generate({req});
+    auto res = runner->Greedy(ids, 24);
     ASSERT_TRUE(res.ok());
     if (p["min_top2_margin"].get<double>() > 2 * err) {
-      EXPECT_EQ((*res)[0].tokens, ToIds(ref_->Get(key + ".greedy_ids").value())) << key;
-      auto text = (*e)->tokenizer()->Decode((*res)[0].tokens);
+      EXPECT_EQ(*res, ToIds(ref_->Get(key + ".greedy_ids").value())) << key;
+      auto text = (*e)->tokenizer()->Decode(*res);
       ASSERT_TRUE(text.ok());
       EXPECT_EQ(*text, p["greedy_text"].get<std::string>()) << key;
     }

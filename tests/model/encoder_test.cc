@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "engine/engine.h"
-#include "engine/generator.h"
+#include "engine/encoder_runner.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 

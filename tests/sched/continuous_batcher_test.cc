@@ -9,7 +9,7 @@
 #include <mutex>
 
 #include "engine/engine.h"
-#include "engine/generator.h"
+#include "decoder_test_util.h"
 #include "test_util.h"
 
 namespace ferry::sched {
@@ -33,7 +33,7 @@ struct Collector {
   int events = 0;
   int stop_after = 0;  // >0: ask the batcher to stop after this many tokens
 
-  std::function<EventAction(const GenerationEvent&)> Handler() {
+  std::function<EventAction(GenerationEvent&)> Handler() {
     return [this](const GenerationEvent& ev) {
       std::lock_guard<std::mutex> lock(mu);
       ++events;
@@ -72,26 +72,36 @@ class ContinuousBatcherTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { engine_.reset(); }
 
-  // A runner whose KV cache holds `kv_seqs` sequences of `max_seq_len` tokens.
-  std::unique_ptr<engine::DecoderRunner> MakeRunner(int kv_seqs, int max_seq_len) {
-    engine::RunnerOptions ro;
-    ro.max_seq_len = max_seq_len;
-    ro.max_batch_seqs = kv_seqs;
-    ro.block_tokens = 16;
-    auto r = engine::DecoderRunner::Create(engine_, ro);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return std::move(r).value();
+  // The model's engine core, with a KV cache of `kv_seqs` sequences of `max_seq_len` tokens;
+  // made by MakeBatcher, which knows the batching limits.
+  struct Runner {
+    int kv_seqs = 0;
+    int max_seq_len = 0;
+    std::unique_ptr<EngineCore> core;
+    engine::StepExecutor& executor() { return core->executor(); }
+    engine::KvCache& cache() { return core->cache(); }
+  };
+  std::unique_ptr<Runner> MakeRunner(int kv_seqs, int max_seq_len) {
+    auto r = std::make_unique<Runner>();
+    r->kv_seqs = kv_seqs;
+    r->max_seq_len = max_seq_len;
+    return r;
   }
 
-  // A batcher over `runner`'s executor and KV cache.
-  std::unique_ptr<ContinuousBatcher> MakeBatcher(engine::DecoderRunner& runner, int max_num_seqs, int budget,
+  // A batcher over a new core for `runner`.
+  std::unique_ptr<ContinuousBatcher> MakeBatcher(Runner& runner, int max_num_seqs, int budget,
                                                  int max_queue_requests = 256) {
-    ContinuousBatchingOptions o;
-    o.max_num_seqs = max_num_seqs;
-    o.max_num_batched_tokens = budget;
-    o.max_queue_requests = max_queue_requests;
-    return std::make_unique<ContinuousBatcher>("kjv", runner.executor(), engine_->config().vocab_size,
-                                               runner.options().max_seq_len, o);
+    EngineCoreOptions o;
+    o.batching.max_num_seqs = max_num_seqs;
+    o.batching.max_num_batched_tokens = budget;
+    o.batching.max_queue_requests = max_queue_requests;
+    o.batching.max_seq_len = runner.max_seq_len;
+    o.batching.kv_block_tokens = 16;
+    o.kv_seqs = runner.kv_seqs;
+    auto core = EngineCore::Create("kjv", engine_, o);
+    EXPECT_TRUE(core.ok()) << core.status().ToString();
+    runner.core = std::move(core).value();
+    return std::make_unique<ContinuousBatcher>(*runner.core);
   }
 
   std::vector<std::vector<int32_t>> Prompts(int n) {
@@ -113,17 +123,12 @@ class ContinuousBatcherTest : public ::testing::Test {
 
   // Greedy reference: each prompt generated alone.
   std::vector<std::vector<int32_t>> Sequential(const std::vector<std::vector<int32_t>>& prompts, int max_tokens) {
-    auto runner = MakeRunner(1, 256);
+    auto h = testing::DecoderHarness::Create(engine_, 1, 256);
     std::vector<std::vector<int32_t>> out;
     for (const auto& p : prompts) {
-      engine::GenerateRequest g;
-      g.prompt = p;
-      g.sampling.temperature = 0;
-      g.max_tokens = max_tokens;
-      g.stop_ids = engine_->StopIds();
-      auto r = runner->Generate({g});
+      auto r = h->Greedy(p, max_tokens, engine_->StopIds());
       EXPECT_TRUE(r.ok()) << r.status().ToString();
-      out.push_back(r.value()[0].tokens);
+      out.push_back(r.value());
     }
     return out;
   }
@@ -285,7 +290,7 @@ TEST_F(ContinuousBatcherTest, FailingBatchIsRetriedRequestByRequest) {
   ContinuousBatcher& b = *batcher;
   constexpr int32_t kPoison = 4001;
   std::atomic<int> failures{0};
-  b.SetStepFunction([&](const std::vector<engine::SeqStep>& steps) -> Result<Tensor> {
+  b.SetStepFunction([&](const std::vector<engine::SeqStep>& steps) -> Result<std::vector<engine::SeqResult>> {
     for (const auto& s : steps) {
       for (int32_t t : s.tokens) {
         if (t == kPoison) {
@@ -324,19 +329,19 @@ TEST_F(ContinuousBatcherTest, NonFiniteLogitsFailOnlyThatRequest) {
   ContinuousBatcher& b = *batcher;
   constexpr int32_t kPoison = 4002;
   const int V = engine_->config().vocab_size;
-  b.SetStepFunction([&](const std::vector<engine::SeqStep>& steps) -> Result<Tensor> {
-    auto r = runner->executor().Step(steps);
-    if (!r.ok()) return r;
+  b.SetStepFunction([&](const std::vector<engine::SeqStep>& steps) -> Result<std::vector<engine::SeqResult>> {
+    auto r = runner->executor().Logits(steps);
+    if (!r.ok()) return r.status();
     Tensor t = std::move(r).value();
     int64_t row = 0;
     for (const auto& s : steps) {
-      const int64_t rows = s.all_logits ? static_cast<int64_t>(s.tokens.size()) : 1;
+      const int64_t rows = s.targets.empty() ? 1 : static_cast<int64_t>(s.tokens.size());
       if (std::find(s.tokens.begin(), s.tokens.end(), kPoison) != s.tokens.end()) {
         t.data<float>()[(row + rows - 1) * V + 7] = NAN;
       }
       row += rows;
     }
-    return t;
+    return runner->executor().SampleOnHost(t, steps);
   });
   ASSERT_TRUE(b.Start().ok());
   Collector poisoned;
@@ -395,8 +400,8 @@ TEST_F(ContinuousBatcherTest, PromptLogprobsAcrossChunksMatchOneFullPass) {
   const auto p = Prompts(3)[2];
   ASSERT_GT(p.size(), 8u);
   // Reference: one step with every row's logits.
-  auto ref_runner = MakeRunner(1, 128);
-  auto ref = ref_runner->executor().Step({engine::SeqStep{1, p, 0, true}});
+  auto ref_runner = testing::DecoderHarness::Create(engine_, 1, 128);
+  auto ref = ref_runner->Step({{1, p, 0, true}});
   ASSERT_TRUE(ref.ok());
   ref_runner->cache().Free(1);
   const int V = engine_->config().vocab_size;

@@ -1,4 +1,4 @@
-#include "serve/load_generator.h"
+#include "tools/load_generator.h"
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
@@ -26,7 +26,7 @@
 #include <numeric>
 #include <random>
 
-namespace ferry::serve {
+namespace ferry::tools {
 
 namespace beast = boost::beast;
 namespace http = beast::http;
@@ -1102,4 +1102,4 @@ nlohmann::json ReportToJson(const BenchmarkReport& report, bool include_requests
   return j;
 }
 
-}  // namespace ferry::serve
+}  // namespace ferry::tools

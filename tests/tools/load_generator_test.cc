@@ -1,4 +1,4 @@
-#include "serve/load_generator.h"
+#include "tools/load_generator.h"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
@@ -20,7 +20,7 @@
 
 #include "io/temp_dir.h"
 
-namespace ferry::serve {
+namespace ferry::tools {
 namespace {
 
 namespace beast = boost::beast;
@@ -632,4 +632,4 @@ TEST(LoadGenEndToEndTest, ConnectionRefusedIsAClearError) {
 }
 
 }  // namespace
-}  // namespace ferry::serve
+}  // namespace ferry::tools

@@ -1,5 +1,6 @@
 // `ferry bench model`: prefill and decode throughput of one engine, measured on random
-// token ids through the same step executor the server uses.
+// token ids through the same engine core (scheduler, KV accounting, executor, sampling) the
+// server runs.
 #pragma once
 
 #include <memory>
@@ -7,7 +8,7 @@
 
 #include "engine/engine.h"
 
-namespace ferry::engine {
+namespace ferry::tools {
 
 struct ModelBenchOptions {
   int prompt_len = 512;                  // prefill: one prompt of this many tokens
@@ -31,6 +32,6 @@ struct ModelBenchResult {
   bool device_sampling = false;  // decode tokens picked on the device (only ids reach the host)
 };
 
-Result<ModelBenchResult> BenchModel(std::shared_ptr<Engine> engine, const ModelBenchOptions& options);
+Result<ModelBenchResult> BenchModel(std::shared_ptr<engine::Engine> engine, const ModelBenchOptions& options);
 
-}  // namespace ferry::engine
+}  // namespace ferry::tools

@@ -30,7 +30,7 @@
 
 #include "core/status.h"
 
-namespace ferry::serve {
+namespace ferry::tools {
 
 enum class LoadEndpoint { kCompletions, kEmbeddings, kClassify };
 
@@ -228,4 +228,4 @@ std::string FormatReport(const BenchmarkReport& report);
 // Options, summary and, with `include_requests`, one object per request.
 nlohmann::json ReportToJson(const BenchmarkReport& report, bool include_requests);
 
-}  // namespace ferry::serve
+}  // namespace ferry::tools

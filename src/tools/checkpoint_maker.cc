@@ -1,4 +1,4 @@
-#include "model/checkpoint_maker.h"
+#include "tools/checkpoint_maker.h"
 
 #include <nlohmann/json.hpp>
 
@@ -11,7 +11,7 @@
 #include "core/thread_pool.h"
 #include "io/safetensors.h"
 
-namespace ferry::model {
+namespace ferry::tools {
 
 namespace {
 
@@ -260,4 +260,4 @@ Status MakeCheckpoint(const CheckpointSpec& spec, const std::string& dir) {
   return Status::Ok();
 }
 
-}  // namespace ferry::model
+}  // namespace ferry::tools

@@ -1,4 +1,4 @@
-// Quality measurements with ferry's own engine: decoder perplexity over documents and
+// Quality measurements with ferry's own engine (decoders through the engine core): decoder perplexity over documents and
 // classifier accuracy over labelled texts. Used by `ferry eval` and the quality tables.
 #pragma once
 
@@ -8,7 +8,7 @@
 
 #include "engine/engine.h"
 
-namespace ferry::engine {
+namespace ferry::tools {
 
 struct PerplexityResult {
   double perplexity = 0;
@@ -21,7 +21,7 @@ struct PerplexityResult {
 // non-overlapping windows: window k feeds positions [wk, wk + w) and predicts
 // [wk + 1, wk + w + 1), so every token after the first is predicted exactly once and the
 // context restarts at each window. Perplexity = exp(total NLL / predicted tokens).
-Result<PerplexityResult> Perplexity(std::shared_ptr<Engine> engine, const std::vector<std::vector<int32_t>>& docs,
+Result<PerplexityResult> Perplexity(std::shared_ptr<engine::Engine> model, const std::vector<std::vector<int32_t>>& docs,
                                     int window);
 
 struct ClassificationResult {
@@ -35,7 +35,7 @@ struct ClassificationResult {
 // Tokenizes each text with the model's special tokens, truncated to max_tokens (the text
 // is cut, then [CLS]/[SEP] added, as transformers' truncation=True does), and compares
 // the argmax label with `labels`.
-Result<ClassificationResult> EvaluateClassifier(const Engine& engine, const std::vector<std::string>& texts,
+Result<ClassificationResult> EvaluateClassifier(const engine::Engine& model, const std::vector<std::string>& texts,
                                                 const std::vector<int>& labels, int max_tokens);
 
 struct AgreementResult {
@@ -54,11 +54,12 @@ struct AgreementResult {
 // the reference generates `steps` greedy tokens after each prompt; both models then score
 // prompt + continuation in one pass, and their logits and argmaxes are compared at every
 // continuation position. The candidate also generates freely to measure the common prefix.
-Result<AgreementResult> CompareDecoders(std::shared_ptr<Engine> reference, std::shared_ptr<Engine> candidate,
+Result<AgreementResult> CompareDecoders(std::shared_ptr<engine::Engine> reference,
+                                        std::shared_ptr<engine::Engine> candidate,
                                         const std::vector<std::vector<int32_t>>& prompts, int steps);
 
 // Truncates an encoding with special tokens to max_tokens keeping the trailing special
 // token(s) (e.g. [CLS] a b c [SEP] -> [CLS] a [SEP]). Returns whether it cut anything.
 bool TruncateEncoding(std::vector<int32_t>& ids, std::vector<int32_t>& type_ids, int max_tokens, int trailing_special);
 
-}  // namespace ferry::engine
+}  // namespace ferry::tools

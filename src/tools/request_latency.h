@@ -4,9 +4,9 @@
 
 #include <vector>
 
-#include "engine/preload.h"
+#include "sched/preload.h"
 
-namespace ferry::engine {
+namespace ferry::tools {
 
 struct RequestLatencyOptions {
   int requests = 100;     // measured after the first
@@ -21,7 +21,8 @@ struct RequestLatencies {
 };
 
 // Runs 1 + options.requests requests one after another (each a fresh sequence: prefill
-// and max_tokens greedy decode steps, or one encoder classification/embedding).
-Result<RequestLatencies> MeasureRequestLatencies(PreloadedModel& model, const RequestLatencyOptions& options);
+// and max_tokens greedy decode steps through the model's engine core, or one encoder
+// embedding).
+Result<RequestLatencies> MeasureRequestLatencies(sched::PreloadedModel& model, const RequestLatencyOptions& options);
 
-}  // namespace ferry::engine
+}  // namespace ferry::tools

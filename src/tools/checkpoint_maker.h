@@ -8,7 +8,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 
-namespace ferry::model {
+namespace ferry::tools {
 
 struct CheckpointSpec {
   std::string preset;  // e.g. "llama-3.2-1b", "bert-base"
@@ -22,4 +22,4 @@ std::vector<std::string> CheckpointPresets();
 // Writes the checkpoint into `dir` (created if needed).
 Status MakeCheckpoint(const CheckpointSpec& spec, const std::string& dir);
 
-}  // namespace ferry::model
+}  // namespace ferry::tools

@@ -1,0 +1,374 @@
+#include "sched/engine_core.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "core/logging.h"
+
+namespace ferry::sched {
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+    case FinishReason::kNone: break;
+  }
+  return "none";
+}
+
+namespace {
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::string name, std::shared_ptr<engine::Engine> engine,
+                                                       const EngineCoreOptions& options) {
+  if (engine == nullptr || !engine->is_decoder()) return InvalidArgument("an engine core needs a decoder engine");
+  FERRY_RETURN_IF_ERROR(options.batching.Validate());
+  std::unique_ptr<EngineCore> core(new EngineCore());
+  core->name_ = std::move(name);
+  core->engine_ = std::move(engine);
+  core->options_ = options.batching;
+  const io::ModelConfig& c = core->engine_->config();
+  int max_seq = options.batching.max_seq_len;
+  if (max_seq <= 0 && core->engine_->build_info() != nullptr) {
+    max_seq = core->engine_->build_info()->value("max_seq_len", 0);
+  }
+  if (max_seq <= 0) max_seq = std::min(c.max_position_embeddings, 4096);
+  max_seq = std::min(max_seq, c.max_position_embeddings);
+  core->max_seq_len_ = max_seq;
+  core->options_.max_seq_len = max_seq;
+  core->vocab_size_ = c.vocab_size;
+
+  const int kv_seqs = options.kv_seqs > 0 ? options.kv_seqs : options.batching.max_num_seqs;
+  engine::KvCacheConfig kc;
+  kc.num_layers = c.num_layers;
+  kc.num_kv_heads = c.num_kv_heads;
+  kc.head_dim = c.head_dim;
+  kc.block_tokens = options.batching.kv_block_tokens;
+  kc.num_blocks = kv_seqs * ((max_seq + kc.block_tokens - 1) / kc.block_tokens);
+  kc.dtype = core->engine_->backend().kv_cache_dtype();
+  FERRY_ASSIGN_OR_RETURN(core->cache_, engine::KvCache::Create(kc, core->engine_->backend()));
+  core->executor_ = std::make_unique<engine::StepExecutor>(*core->engine_->decoder(), *core->cache_);
+  if (options.step_graphs) {
+    core->executor_->SetGraphOptions(
+        engine::StepGraphOptions{std::min(kv_seqs, options.batching.max_num_seqs), max_seq});
+  }
+  return core;
+}
+
+EngineCore::~EngineCore() {
+  // Blocks go back before the cache dies (nothing observable, but the invariant holds).
+  for (auto& [handle, seq] : seqs_) cache_->Free(static_cast<int64_t>(handle));
+}
+
+Status EngineCore::Validate(const GenerationRequest& request) const {
+  const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
+  if (prompt_len == 0) return InvalidArgument("the prompt is empty");
+  if (request.max_tokens < 1) return InvalidArgument("max_tokens must be at least 1");
+  FERRY_RETURN_IF_ERROR(request.sampling.Validate());
+  if (prompt_len + request.max_tokens > max_seq_len_) {
+    return OutOfRange("this model's maximum context length is " + std::to_string(max_seq_len_) +
+                      " tokens; the request has " + std::to_string(prompt_len) + " prompt tokens and asks for " +
+                      std::to_string(request.max_tokens) + " more");
+  }
+  for (int32_t id : request.prompt) {
+    if (id < 0 || id >= vocab_size_) {
+      return InvalidArgument("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                             std::to_string(vocab_size_) + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+void EngineCore::Add(uint64_t handle, GenerationRequest request) {
+  auto seq = std::make_unique<Seq>();
+  seq->handle = handle;
+  seq->arrival_order = arrival_counter_++;
+  seq->prompt_len = static_cast<int32_t>(request.prompt.size());
+  seq->tokens = request.prompt;
+  seq->seed = request.sampling.seed.value_or(handle * 0x9E3779B97F4A7C15ull);
+  if (options_.default_timeout_ms > 0 && !request.deadline) {
+    request.deadline = request.arrival + std::chrono::milliseconds(options_.default_timeout_ms);
+  }
+  seq->req = std::move(request);
+  waiting_tokens_ += seq->prompt_len;
+  waiting_.push_back(handle);
+  seqs_.emplace(handle, std::move(seq));
+}
+
+GenerationEvent& EngineCore::NewEvent(Seq& s, std::vector<GenerationEvent>& out) {
+  GenerationEvent& ev = out.emplace_back();
+  ev.handle = s.handle;
+  if (!s.started) {
+    s.started = true;
+    ev.queue_seconds = Seconds(Clock::now() - s.req.arrival);
+  }
+  if (!s.pending_prompt.empty() && !s.prompt_logprobs_done) {
+    ev.prompt_tokens = std::move(s.pending_prompt);
+    s.pending_prompt.clear();
+  }
+  ev.prompt_tokens_count = s.prompt_len;
+  return ev;
+}
+
+bool EngineCore::Finish(uint64_t handle, FinishReason reason, std::vector<GenerationEvent>& out, const Status& error,
+                        const std::string& failure_reason) {
+  auto it = seqs_.find(handle);
+  if (it == seqs_.end()) return false;
+  Seq& s = *it->second;
+  GenerationEvent& ev = NewEvent(s, out);
+  ev.finished = true;
+  ev.finish_reason = reason;
+  ev.error = error;
+  ev.failure_reason = failure_reason;
+  ev.generated_tokens_count = s.generated;
+  Remove(handle);
+  return true;
+}
+
+void EngineCore::Fail(Seq& s, const Status& error, const std::string& reason, std::vector<GenerationEvent>& out) {
+  Finish(s.handle, FinishReason::kAbort, out, error, reason);
+}
+
+void EngineCore::ExpireDeadlines(Clock::time_point now, std::vector<GenerationEvent>& out) {
+  std::vector<uint64_t> expired;
+  for (auto& [handle, seq] : seqs_) {
+    if (seq->req.deadline && now >= *seq->req.deadline) expired.push_back(handle);
+  }
+  for (uint64_t h : expired) Finish(h, FinishReason::kAbort, out, DeadlineExceeded("request timed out"), "timeout");
+}
+
+void EngineCore::Remove(uint64_t handle) {
+  auto it = seqs_.find(handle);
+  if (it == seqs_.end()) return;
+  cache_->Free(static_cast<int64_t>(handle));
+  running_.erase(std::remove(running_.begin(), running_.end(), handle), running_.end());
+  auto w = std::find(waiting_.begin(), waiting_.end(), handle);
+  if (w != waiting_.end()) {
+    waiting_tokens_ -= static_cast<int64_t>(it->second->tokens.size());
+    waiting_.erase(w);
+  }
+  seqs_.erase(it);
+}
+
+bool EngineCore::Step(std::vector<GenerationEvent>& out) {
+  PlanInput in;
+  in.free_blocks = cache_->num_free_blocks();
+  in.block_tokens = cache_->config().block_tokens;
+  in.max_num_seqs = options_.max_num_seqs;
+  in.token_budget = options_.max_num_batched_tokens;
+  auto view = [this](const Seq& s) {
+    SeqView v;
+    v.handle = s.handle;
+    v.priority = s.req.priority;
+    v.arrival = s.arrival_order;
+    v.num_tokens = static_cast<int32_t>(s.tokens.size());
+    v.num_computed = s.num_computed;
+    v.blocks_held = static_cast<int32_t>(cache_->BlockTable(static_cast<int64_t>(s.handle)).size());
+    return v;
+  };
+  for (uint64_t h : running_) in.running.push_back(view(*seqs_.at(h)));
+  for (uint64_t h : waiting_) in.waiting.push_back(view(*seqs_.at(h)));
+  const Decision d = PlanStep(in);
+
+  for (uint64_t h : d.preempted) {
+    Seq& s = *seqs_.at(h);
+    cache_->Free(static_cast<int64_t>(h));
+    s.num_computed = 0;
+    s.state = RequestState::kQueued;
+    running_.erase(std::remove(running_.begin(), running_.end(), h), running_.end());
+    waiting_.push_front(h);
+    waiting_tokens_ += static_cast<int64_t>(s.tokens.size());
+  }
+  if (!d.preempted.empty()) {
+    preemptions_ += d.preempted.size();
+    if (observer_ != nullptr) observer_->OnPreemption(static_cast<int>(d.preempted.size()));
+    FERRY_LOG_DEBUG("{}: preempted {} sequences (recompute)", name_, d.preempted.size());
+  }
+  for (uint64_t h : d.admitted) {
+    Seq& s = *seqs_.at(h);
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), h));
+    running_.push_back(h);
+    s.state = RequestState::kRunning;
+    waiting_tokens_ -= static_cast<int64_t>(s.tokens.size());
+  }
+  if (d.steps.empty()) return false;
+
+  // The scheduler owns the KV accounting: blocks for this step are reserved here, before the
+  // executor runs (the plan made sure they are free).
+  std::vector<Seq*> seqs;
+  std::vector<int32_t> counts;
+  for (const ScheduledStep& st : d.steps) {
+    Seq& s = *seqs_.at(st.handle);
+    Status reserved = cache_->Reserve(static_cast<int64_t>(s.handle), s.num_computed + st.num_new_tokens);
+    if (!reserved.ok()) {
+      Fail(s, Internal("KV blocks planned for the step could not be reserved: " + reserved.message()),
+           "engine_error", out);
+      continue;
+    }
+    seqs.push_back(&s);
+    counts.push_back(st.num_new_tokens);
+  }
+  if (seqs.empty()) return true;
+  const Clock::time_point t0 = Clock::now();
+  Status status = RunSteps(seqs, counts, out);
+  if (!status.ok() && seqs.size() > 1) {
+    // Fault isolation: rerun each request alone so only the bad one fails.
+    FERRY_LOG_WARN("{}: step of {} sequences failed ({}); retrying each alone", name_, seqs.size(),
+                   status.message());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      Status st = RunSteps({seqs[i]}, {counts[i]}, out);
+      if (!st.ok()) Fail(*seqs[i], st, "engine_error", out);
+    }
+  } else if (!status.ok()) {
+    Fail(*seqs[0], status, "engine_error", out);
+  }
+  steps_ += 1;
+  if (observer_ != nullptr) {
+    StepStats stats;
+    stats.num_seqs = static_cast<int>(seqs.size());
+    stats.num_tokens = d.tokens;
+    stats.seconds = Seconds(Clock::now() - t0);
+    stats.running = static_cast<int>(running_.size());
+    stats.waiting = static_cast<int>(waiting_.size());
+    stats.kv_usage = 1.0 - static_cast<double>(cache_->num_free_blocks()) / std::max(1, cache_->num_blocks());
+    observer_->OnStep(stats);
+  }
+  return true;
+}
+
+Status EngineCore::RunSteps(const std::vector<Seq*>& seqs, const std::vector<int32_t>& counts,
+                            std::vector<GenerationEvent>& out) {
+  std::vector<engine::SeqStep>& steps = step_scratch_;
+  steps.assign(seqs.size(), engine::SeqStep{});
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Seq& s = *seqs[i];
+    engine::SeqStep& st = steps[i];
+    const int32_t first = s.num_computed;
+    st.seq_id = static_cast<int64_t>(s.handle);
+    st.start_pos = first;
+    st.tokens = std::span<const int32_t>(s.tokens.data() + first, counts[i]);
+    if (s.req.prompt_logprobs && !s.prompt_logprobs_done && first + 1 < s.prompt_len) {
+      // Row q scores prompt token q + 1.
+      const int32_t n = std::min(counts[i], s.prompt_len - 1 - first);
+      st.targets = std::span<const int32_t>(s.tokens.data() + first + 1, n);
+      st.top_logprobs = std::max(0, s.req.logprobs);
+    }
+    st.sample = first + counts[i] == static_cast<int32_t>(s.tokens.size());
+    st.logprobs = s.req.logprobs;
+    st.keep_logits = s.req.keep_logits;
+    const engine::SamplingParams& sp = s.req.sampling;
+    st.sampling = backend::TokenSampling{sp.greedy() ? 0.0f : sp.temperature, sp.top_k, sp.top_p, sp.min_p,
+                                         sp.repetition_penalty, s.seed, static_cast<uint64_t>(s.generated),
+                                         std::span<const int32_t>(s.tokens)};
+  }
+  Result<std::vector<engine::SeqResult>> result = [&]() -> Result<std::vector<engine::SeqResult>> {
+    try {
+      return step_ ? step_(steps) : executor_->Step(steps);
+    } catch (const std::exception& e) {
+      return Internal(std::string("step failed: ") + e.what());
+    }
+  }();
+  if (!result.ok()) return result.status();
+  std::vector<engine::SeqResult>& results = result.value();
+  if (results.size() != seqs.size()) return Internal("the step returned the wrong number of results");
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Seq& s = *seqs[i];
+    engine::SeqResult& r = results[i];
+    if (!r.targets.empty()) {
+      if (s.pending_prompt.empty()) s.pending_prompt.push_back(TokenOutput{s.tokens[0], 0.0f, {}});
+      for (TokenOutput& t : r.targets) s.pending_prompt.push_back(std::move(t));
+    }
+    s.num_computed += counts[i];
+    if (s.num_computed < static_cast<int32_t>(s.tokens.size())) {
+      // Mid-prefill chunk: nothing to report yet, except kept logits.
+      if (!r.logits.empty()) {
+        GenerationEvent& ev = NewEvent(s, out);
+        ev.logits = std::move(r.logits);
+        ev.generated_tokens_count = s.generated;
+      }
+      continue;
+    }
+    if (!r.finite || r.token < 0) {
+      Fail(s, Internal("the model produced non-finite logits for this request"), "nonfinite_logits", out);
+      continue;
+    }
+    GenerationEvent& ev = NewEvent(s, out);
+    const int32_t next = r.token;
+    r.sampled.token = next;
+    ev.tokens.push_back(std::move(r.sampled));
+    ev.logits = std::move(r.logits);
+    if (s.req.prompt_logprobs) s.prompt_logprobs_done = true;
+    s.tokens.push_back(next);
+    s.generated += 1;
+    ev.generated_tokens_count = s.generated;
+    const bool eos = !s.req.ignore_eos &&
+                     std::find(s.req.stop_ids.begin(), s.req.stop_ids.end(), next) != s.req.stop_ids.end();
+    if (eos) {
+      ev.finished = true;
+      ev.finish_reason = FinishReason::kStop;
+    } else if (s.generated >= s.req.max_tokens || static_cast<int>(s.tokens.size()) >= max_seq_len_) {
+      ev.finished = true;
+      ev.finish_reason = FinishReason::kLength;
+    }
+    if (ev.finished) Remove(s.handle);
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<GenerationEvent>> GenerateAll(EngineCore& core, std::vector<GenerationRequest> requests) {
+  std::vector<GenerationEvent> merged(requests.size());
+  std::unordered_map<uint64_t, size_t> index;
+  // Handles above anything a server would have used; the core is ours for the call.
+  uint64_t handle = 1ull << 62;
+  size_t pending = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    GenerationRequest& r = requests[i];
+    merged[i].prompt_tokens_count = static_cast<int32_t>(r.prompt.size());
+    if (r.max_tokens == 0 && !r.prompt.empty()) {  // nothing to generate
+      merged[i].finished = true;
+      merged[i].finish_reason = FinishReason::kLength;
+      continue;
+    }
+    FERRY_RETURN_IF_ERROR(core.Validate(r));
+    while (core.Contains(handle)) ++handle;
+    merged[i].handle = handle;
+    index[handle] = i;
+    core.Add(handle++, std::move(r));
+    ++pending;
+  }
+  std::vector<GenerationEvent> events;
+  while (pending > 0) {
+    events.clear();
+    const bool progressed = core.Step(events);
+    for (GenerationEvent& ev : events) {
+      auto it = index.find(ev.handle);
+      if (it == index.end()) continue;
+      GenerationEvent& m = merged[it->second];
+      for (TokenOutput& t : ev.tokens) m.tokens.push_back(std::move(t));
+      for (TokenOutput& t : ev.prompt_tokens) m.prompt_tokens.push_back(std::move(t));
+      m.logits.insert(m.logits.end(), ev.logits.begin(), ev.logits.end());
+      m.generated_tokens_count = ev.generated_tokens_count;
+      if (ev.queue_seconds > 0) m.queue_seconds = ev.queue_seconds;
+      if (ev.finished) {
+        m.finished = true;
+        m.finish_reason = ev.finish_reason;
+        m.error = ev.error;
+        m.failure_reason = ev.failure_reason;
+        --pending;
+      }
+    }
+    if (!progressed && !events.empty()) continue;
+    if (!progressed && pending > 0) {
+      // Nothing fits and nothing can leave: the KV cache is too small for these requests.
+      for (auto& [h, i] : index) core.Finish(h, FinishReason::kAbort, events);
+      return ResourceExhausted("the KV cache of model '" + core.name() + "' cannot hold these requests");
+    }
+  }
+  return merged;
+}
+
+}  // namespace ferry::sched

@@ -1,0 +1,142 @@
+// The one decoder generation loop. Requests go in; each Step() plans a ragged batch
+// (PlanStep), reserves its KV blocks, runs it on the step executor (which samples) and
+// returns what every request produced. No threads: `ferry generate`, `ferry eval`,
+// `ferry bench model` and warm-up drive it directly, and the server's ContinuousBatcher runs
+// it on its scheduler thread.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/kv_cache.h"
+#include "engine/step_executor.h"
+#include "sched/batching_options.h"
+#include "sched/generation_request.h"
+#include "sched/schedule_policy.h"
+
+namespace ferry::sched {
+
+// Runs one ragged step; the default is StepExecutor::Step (tests wrap it to inject faults).
+using StepFunction = std::function<Result<std::vector<engine::SeqResult>>(const std::vector<engine::SeqStep>&)>;
+
+struct StepStats {
+  int num_seqs = 0;
+  int num_tokens = 0;
+  double seconds = 0;
+  int running = 0;
+  int waiting = 0;
+  double kv_usage = 0;  // used blocks / all blocks, after the step
+};
+
+// Metrics hooks, called on the thread that steps.
+class BatcherObserver {
+ public:
+  virtual ~BatcherObserver() = default;
+  virtual void OnStep(const StepStats& stats) = 0;
+  virtual void OnPreemption(int count) = 0;
+};
+
+struct EngineCoreOptions {
+  ContinuousBatchingOptions batching;  // max_num_seqs, token budget, max_seq_len, block size
+  int kv_seqs = 0;                     // the KV cache holds this many sequences of max_seq_len (0: max_num_seqs)
+  bool step_graphs = true;             // decode steps as recorded graphs where the backend has them
+};
+
+// Thread-compatible: one thread at a time (the owner of the KV cache and the executor).
+class EngineCore {
+ public:
+  // A core over `engine` with its own KV cache and step executor.
+  static Result<std::unique_ptr<EngineCore>> Create(std::string name, std::shared_ptr<engine::Engine> engine,
+                                                    const EngineCoreOptions& options);
+  ~EngineCore();
+  EngineCore(const EngineCore&) = delete;
+  EngineCore& operator=(const EngineCore&) = delete;
+
+  // Whether `request` can ever run here: a clear InvalidArgument/OutOfRange otherwise. The
+  // one place prompt token ids are checked against the vocabulary.
+  Status Validate(const GenerationRequest& request) const;
+  // Queues a validated request under a handle unique in this core.
+  void Add(uint64_t handle, GenerationRequest request);
+  // Ends a request at whatever stage it is in: its KV blocks are freed and `out` gets its
+  // final event (kAbort, or the given reason and error). False for unknown handles.
+  bool Finish(uint64_t handle, FinishReason reason, std::vector<GenerationEvent>& out, const Status& error = {},
+              const std::string& failure_reason = {});
+  // Fails every request whose deadline has passed (DeadlineExceeded, "timeout").
+  void ExpireDeadlines(Clock::time_point now, std::vector<GenerationEvent>& out);
+  // One iteration: appends the events of this step to `out`. False when nothing could be
+  // scheduled (every running sequence blocked on KV blocks).
+  bool Step(std::vector<GenerationEvent>& out);
+
+  bool empty() const { return seqs_.empty(); }
+  bool Contains(uint64_t handle) const { return seqs_.count(handle) != 0; }
+  int running() const { return static_cast<int>(running_.size()); }
+  int waiting() const { return static_cast<int>(waiting_.size()); }
+  int64_t waiting_tokens() const { return waiting_tokens_; }
+  uint64_t steps() const { return steps_; }
+  uint64_t preemptions() const { return preemptions_; }
+
+  const std::string& name() const { return name_; }
+  int max_seq_len() const { return max_seq_len_; }
+  const ContinuousBatchingOptions& options() const { return options_; }
+  engine::Engine& engine() const { return *engine_; }
+  engine::KvCache& cache() { return *cache_; }
+  engine::StepExecutor& executor() { return *executor_; }
+
+  void SetStepFunction(StepFunction step) { step_ = std::move(step); }
+  void SetObserver(BatcherObserver* observer) { observer_ = observer; }
+
+ private:
+  struct Seq {
+    uint64_t handle = 0;
+    uint64_t arrival_order = 0;
+    GenerationRequest req;
+    std::vector<int32_t> tokens;  // prompt + generated
+    int32_t prompt_len = 0;
+    int32_t generated = 0;
+    int32_t num_computed = 0;
+    bool started = false;             // first scheduled (queue time reported)
+    bool prompt_logprobs_done = false;
+    RequestState state = RequestState::kQueued;
+    uint64_t seed = 0;
+    std::vector<TokenOutput> pending_prompt;
+  };
+
+  EngineCore() = default;
+  // Runs one step over `seqs`, appending their events; a failed step changes nothing.
+  Status RunSteps(const std::vector<Seq*>& seqs, const std::vector<int32_t>& counts,
+                  std::vector<GenerationEvent>& out);
+  GenerationEvent& NewEvent(Seq& s, std::vector<GenerationEvent>& out);
+  void Fail(Seq& s, const Status& error, const std::string& reason, std::vector<GenerationEvent>& out);
+  void Remove(uint64_t handle);
+
+  std::string name_;
+  std::shared_ptr<engine::Engine> engine_;
+  std::unique_ptr<engine::KvCache> cache_;
+  std::unique_ptr<engine::StepExecutor> executor_;
+  ContinuousBatchingOptions options_;
+  int max_seq_len_ = 0;
+  int vocab_size_ = 0;
+  StepFunction step_;
+  BatcherObserver* observer_ = nullptr;
+
+  std::unordered_map<uint64_t, std::unique_ptr<Seq>> seqs_;
+  std::vector<uint64_t> running_;
+  std::deque<uint64_t> waiting_;  // preempted ones go back to the front
+  int64_t waiting_tokens_ = 0;
+  uint64_t arrival_counter_ = 0;
+  uint64_t steps_ = 0;
+  uint64_t preemptions_ = 0;
+  std::vector<engine::SeqStep> step_scratch_;
+};
+
+// Offline generation through a core: adds every request, steps until all have finished,
+// and returns each request's events merged into one (tokens, prompt tokens, logits, the
+// final reason and error). For the CLI, tools and tests.
+Result<std::vector<GenerationEvent>> GenerateAll(EngineCore& core, std::vector<GenerationRequest> requests);
+
+}  // namespace ferry::sched

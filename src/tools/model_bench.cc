@@ -1,0 +1,134 @@
+#include "tools/model_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "engine/encoder_runner.h"
+#include "sched/engine_core.h"
+
+namespace ferry::tools {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+std::vector<int32_t> RandomIds(int n, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, vocab - 1);
+  std::vector<int32_t> ids(n);
+  for (int32_t& id : ids) id = dist(rng);
+  return ids;
+}
+
+sched::GenerationRequest BenchRequest(std::vector<int32_t> prompt, int max_tokens) {
+  sched::GenerationRequest r;
+  r.id = "bench";
+  r.prompt = std::move(prompt);
+  r.sampling.temperature = 0;
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  return r;
+}
+
+Status BenchDecoder(const std::shared_ptr<engine::Engine>& model, const ModelBenchOptions& o, ModelBenchResult& r) {
+  const int vocab = model->config().vocab_size;
+  const int max_batch = std::max(1, *std::max_element(o.decode_batches.begin(), o.decode_batches.end()));
+  sched::EngineCoreOptions co;
+  co.batching.max_num_seqs = max_batch;
+  co.batching.max_seq_len = std::max(o.prompt_len + 1, o.decode_context + o.decode_steps + 1);
+  // Every prompt of a measurement in one step, as a single ragged prefill.
+  co.batching.max_num_batched_tokens = std::max({o.prompt_len, max_batch * o.decode_context, max_batch});
+  co.batching.max_queue_requests = std::max(max_batch, 1);
+  co.batching.max_queue_tokens = static_cast<int64_t>(co.batching.max_num_batched_tokens) + 1;
+  co.step_graphs = o.step_graphs;
+  FERRY_ASSIGN_OR_RETURN(auto core, sched::EngineCore::Create("bench", model, co));
+  r.weight_gb = static_cast<double>(model->decoder()->weight_bytes()) / 1e9;
+  // Greedy decoding as the server runs it: on a GPU the token is picked there and only its id
+  // comes back; on the CPU the logits are host memory and the argmax runs on them.
+  r.device_sampling = model->backend().samples_on_device();
+  uint64_t next_handle = 1;
+  std::vector<sched::GenerationEvent> events;
+  auto step = [&]() -> Status {
+    events.clear();
+    if (!core->Step(events)) return Internal("the benchmark's step could not be scheduled");
+    for (const sched::GenerationEvent& ev : events) {
+      if (!ev.error.ok()) return ev.error;
+    }
+    return Status::Ok();
+  };
+
+  // Prefill: one prompt of prompt_len tokens in one step (best of N; the first run warms).
+  const std::vector<int32_t> prompt = RandomIds(o.prompt_len, vocab, 1);
+  double best = 1e30;
+  for (int rep = 0; rep < o.repeats + 1; ++rep) {
+    core->Add(next_handle++, BenchRequest(prompt, 1));
+    const auto t0 = Clock::now();
+    FERRY_RETURN_IF_ERROR(step());
+    const double s = Seconds(t0, Clock::now());
+    if (!core->empty()) return Internal("the prefill did not finish in one step");
+    if (rep > 0) best = std::min(best, s);
+  }
+  r.prefill_ms = best * 1e3;
+  r.prefill_tokens_per_s = o.prompt_len / best;
+
+  // Decode: `batch` requests with decode_context prompt tokens, prefilled together in one
+  // step, then decode_steps steps of one token each, timed.
+  for (int batch : o.decode_batches) {
+    double best_step = 1e30;
+    for (int rep = 0; rep < o.repeats; ++rep) {
+      for (int b = 0; b < batch; ++b) {
+        core->Add(next_handle++, BenchRequest(RandomIds(o.decode_context, vocab, 100 + b), o.decode_steps + 1));
+      }
+      FERRY_RETURN_IF_ERROR(step());  // the prefill (and each request's first token)
+      if (core->running() != batch || core->waiting() != 0) {
+        return Internal("the decode batch did not start in one step");
+      }
+      const auto t0 = Clock::now();
+      for (int i = 0; i < o.decode_steps; ++i) FERRY_RETURN_IF_ERROR(step());
+      best_step = std::min(best_step, Seconds(t0, Clock::now()) / o.decode_steps);
+      if (!core->empty()) return Internal("the decode requests did not finish");
+    }
+    r.decode_step_ms.emplace_back(batch, best_step * 1e3);
+    r.decode_tokens_per_s.emplace_back(batch, batch / best_step);
+  }
+  r.step_graphs = model->backend().graph_count();
+  return Status::Ok();
+}
+
+Status BenchEncoder(const std::shared_ptr<engine::Engine>& model, const ModelBenchOptions& o, ModelBenchResult& r) {
+  const int vocab = model->config().vocab_size;
+  std::vector<engine::EncodedInput> inputs(o.encoder_batch);
+  for (int b = 0; b < o.encoder_batch; ++b) {
+    inputs[b].ids = RandomIds(o.encoder_seq_len, vocab, 500 + b);
+    inputs[b].type_ids.assign(o.encoder_seq_len, 0);
+  }
+  double best = 1e30;
+  for (int rep = 0; rep < o.repeats + 1; ++rep) {
+    const auto t0 = Clock::now();
+    FERRY_ASSIGN_OR_RETURN(Tensor emb, engine::Embed(*model, inputs, engine::Pooling::kCls, false));
+    if (rep > 0) best = std::min(best, Seconds(t0, Clock::now()));
+  }
+  r.encoder_sequences_per_s = o.encoder_batch / best;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ModelBenchResult> BenchModel(std::shared_ptr<engine::Engine> model, const ModelBenchOptions& options) {
+  if (options.prompt_len <= 0 || options.decode_steps <= 0 || options.decode_context <= 0 || options.repeats <= 0) {
+    return InvalidArgument("benchmark lengths must be positive");
+  }
+  ModelBenchResult r;
+  if (model->is_decoder()) {
+    if (options.decode_batches.empty()) return InvalidArgument("no decode batch sizes");
+    FERRY_RETURN_IF_ERROR(BenchDecoder(model, options, r));
+  } else {
+    FERRY_RETURN_IF_ERROR(BenchEncoder(model, options, r));
+  }
+  return r;
+}
+
+}  // namespace ferry::tools

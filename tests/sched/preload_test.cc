@@ -1,0 +1,40 @@
+// Preload: load, allocate the engine core, warm every bucket through it.
+#include "sched/preload.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/engine_builder.h"
+#include "io/temp_dir.h"
+#include "test_util.h"
+
+namespace ferry::sched {
+namespace {
+
+using testing::TempDir;
+
+TEST(PreloadTest, WarmsEveryBucketAndReportsPhases) {
+  TempDir tmp;
+  const std::string path = tmp.File("q.ferry");
+  engine::BuildOptions bo;
+  bo.tune = false;
+  ASSERT_TRUE(engine::BuildEngine(testing::FixturePath("models/qwen2-tiny"), path, bo).ok());
+  PreloadOptions po;
+  po.core.batching.max_seq_len = 128;
+  po.core.batching.max_num_seqs = 4;
+  auto p = PreloadedModel::Create("q", path, po);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const PreloadTimings& t = (*p)->timings();
+  EXPECT_GT(t.load_ms, 0);
+  EXPECT_GT(t.warmup_ms, 0);
+  // Prefill buckets 16, 64 and 127 (the longest prompt that leaves room for one token) and
+  // decode buckets 1, 2, 4.
+  EXPECT_EQ((*p)->options().prefill_lengths, (std::vector<int>{16, 64, 127}));
+  EXPECT_EQ((*p)->options().decode_batches, (std::vector<int>{1, 2, 4}));
+  EXPECT_EQ(t.warmup_passes, 6);
+  // Warm-up leaves the cache empty.
+  EXPECT_EQ((*p)->core()->cache().num_free_blocks(), (*p)->core()->cache().num_blocks());
+  EXPECT_TRUE((*p)->core()->empty());
+}
+
+}  // namespace
+}  // namespace ferry::sched
