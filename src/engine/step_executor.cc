@@ -146,12 +146,13 @@ void StepExecutor::ScoreOnHost(const Tensor& logits, const std::vector<SeqStep>&
                                                                    static_cast<size_t>(vocab)),
                                             s.targets[t], s.top_logprobs));
     }
+    const int64_t first_row = row;
     row += RowsOf(s);
     const std::span<const float> last(data + (row - 1) * vocab, static_cast<size_t>(vocab));
     if (s.sample && r.token >= 0) {
       r.sampled = s.logprobs >= 0 ? sampler_.Logprobs(last, r.token, s.logprobs) : TokenOutput{r.token, 0.0f, {}};
     }
-    if (s.keep_logits) r.logits.assign(last.begin(), last.end());
+    if (s.keep_logits) r.logits.assign(data + first_row * vocab, data + row * vocab);
   }
 }
 

@@ -26,7 +26,7 @@ struct SeqStep {
   bool sample = false;          // pick the next token from the last row
   int logprobs = -1;            // with `sample`: the chosen token's log-probability and the top k (k >= 0)
   int top_logprobs = 0;         // for `targets`: the top k of each row
-  bool keep_logits = false;     // return the last row's logits (host f32; offline tools)
+  bool keep_logits = false;     // return every row computed for it (host f32; offline tools)
   backend::TokenSampling sampling;  // with `sample`: settings, seed, counter and history
 };
 
@@ -36,7 +36,7 @@ struct SeqResult {
   bool finite = true;              // false: the sampled row had a NaN or infinite logit
   TokenOutput sampled;             // token + log-probabilities when logprobs >= 0
   std::vector<TokenOutput> targets;  // one per target
-  std::vector<float> logits;       // keep_logits: the last row
+  std::vector<float> logits;       // keep_logits: its rows, [1 or tokens.size(), vocab]
 };
 
 // Step graphs for decode batches (backends that support them: CUDA graphs). A decode-only

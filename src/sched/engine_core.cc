@@ -325,6 +325,10 @@ Result<std::vector<GenerationEvent>> GenerateAll(EngineCore& core, std::vector<G
   // Handles above anything a server would have used; the core is ours for the call.
   uint64_t handle = 1ull << 62;
   size_t pending = 0;
+  for (const GenerationRequest& r : requests) {
+    if (r.max_tokens == 0 && !r.prompt.empty()) continue;
+    FERRY_RETURN_IF_ERROR(core.Validate(r));  // all before any runs
+  }
   for (size_t i = 0; i < requests.size(); ++i) {
     GenerationRequest& r = requests[i];
     merged[i].prompt_tokens_count = static_cast<int32_t>(r.prompt.size());
@@ -333,7 +337,6 @@ Result<std::vector<GenerationEvent>> GenerateAll(EngineCore& core, std::vector<G
       merged[i].finish_reason = FinishReason::kLength;
       continue;
     }
-    FERRY_RETURN_IF_ERROR(core.Validate(r));
     while (core.Contains(handle)) ++handle;
     merged[i].handle = handle;
     index[handle] = i;

@@ -34,6 +34,16 @@ namespace ferry::tools {
 
 enum class LoadEndpoint { kCompletions, kEmbeddings, kClassify };
 
+// Whether `s` starts with `prefix`, ASCII case ignored.
+inline bool StartsWithNoCase(std::string_view s, std::string_view prefix) {
+  if (s.size() < prefix.size()) return false;
+  for (size_t i = 0; i < prefix.size(); ++i) {
+    const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
+    if (lower(s[i]) != lower(prefix[i])) return false;
+  }
+  return true;
+}
+
 // "completions", "embeddings" or "classify".
 Result<LoadEndpoint> ParseLoadEndpoint(std::string_view name);
 std::string_view LoadEndpointName(LoadEndpoint endpoint);

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <memory>
 #include <cmath>
 #include <condition_variable>
 #include <fstream>
@@ -121,6 +122,35 @@ TEST(ThreadingTest, ThreadPoolRunsAllTasksBeforeDestruction) {
     for (int i = 0; i < 100; ++i) pool.Submit([&] { done++; });
   }
   EXPECT_EQ(done.load(), 100);
+}
+
+// Many queues share a pool: each queue's tasks run one at a time and in order, and every
+// task runs, also those still queued when the queue object is gone.
+TEST(ThreadingTest, SerialQueuesRunTheirTasksInOrderOneAtATime) {
+  constexpr int kQueues = 16, kTasks = 300;
+  std::vector<std::vector<int>> seen(kQueues);
+  std::vector<std::atomic<int>> inside(kQueues);
+  std::atomic<bool> overlapped{false};
+  {
+    ThreadPool pool(4, "serial");
+    std::vector<std::unique_ptr<SerialQueue>> queues;
+    for (int q = 0; q < kQueues; ++q) queues.push_back(std::make_unique<SerialQueue>(pool));
+    for (int t = 0; t < kTasks; ++t) {
+      for (int q = 0; q < kQueues; ++q) {
+        queues[q]->Post([&, q, t] {
+          if (inside[q].fetch_add(1) != 0) overlapped = true;
+          seen[q].push_back(t);
+          inside[q].fetch_sub(1);
+        });
+      }
+    }
+    queues.clear();  // tasks keep their queue's state alive
+  }
+  EXPECT_FALSE(overlapped.load());
+  for (int q = 0; q < kQueues; ++q) {
+    ASSERT_EQ(seen[q].size(), static_cast<size_t>(kTasks)) << q;
+    for (int t = 0; t < kTasks; ++t) ASSERT_EQ(seen[q][t], t) << q;
+  }
 }
 
 TEST(MappedFileTest, MapsAndReportsErrors) {

@@ -1,0 +1,206 @@
+// The engine core without threads, on the demo decoder: batching equals each request
+// alone, the scheduler's KV accounting, validation at the edge, seeded sampling that does
+// not depend on the batch, and logits kept for offline tools.
+#include "sched/engine_core.h"
+
+#include <gtest/gtest.h>
+
+#include "decoder_test_util.h"
+#include "test_util.h"
+
+namespace ferry::sched {
+namespace {
+
+class EngineCoreTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto e = engine::Engine::Load(testing::SourcePath("models/demo/kjv-decoder"), engine::EngineOptions{2, true});
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engine_ = e.value();
+  }
+  static void TearDownTestSuite() { engine_.reset(); }
+
+  std::unique_ptr<EngineCore> MakeCore(int max_num_seqs, int budget, int max_seq_len, int kv_seqs = 0) {
+    EngineCoreOptions o;
+    o.batching.max_num_seqs = max_num_seqs;
+    o.batching.max_num_batched_tokens = budget;
+    o.batching.max_seq_len = max_seq_len;
+    o.kv_seqs = kv_seqs;
+    auto core = EngineCore::Create("kjv", engine_, o);
+    EXPECT_TRUE(core.ok()) << core.status().ToString();
+    return std::move(core).value();
+  }
+
+  std::vector<int32_t> Prompt(const char* text) {
+    auto ids = engine_->EncodePrompt(text);
+    EXPECT_TRUE(ids.ok());
+    return ids.value();
+  }
+
+  GenerationRequest Request(std::vector<int32_t> prompt, int max_tokens, float temperature = 0.0f,
+                            std::optional<uint64_t> seed = std::nullopt) {
+    GenerationRequest r;
+    r.prompt = std::move(prompt);
+    r.sampling.temperature = temperature;
+    r.sampling.seed = seed;
+    r.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    return r;
+  }
+
+  static std::vector<int32_t> Tokens(const GenerationEvent& ev) {
+    std::vector<int32_t> out;
+    for (const auto& t : ev.tokens) out.push_back(t.token);
+    return out;
+  }
+
+  static std::shared_ptr<engine::Engine> engine_;
+};
+
+std::shared_ptr<engine::Engine> EngineCoreTest::engine_;
+
+TEST_F(EngineCoreTest, ChunkedBatchEqualsEachRequestAloneAndFreesEveryBlock) {
+  const std::vector<std::vector<int32_t>> prompts = {
+      Prompt("And the LORD said unto Moses,"), Prompt("In the beginning"),
+      Prompt("Blessed are the poor in spirit: for theirs is the kingdom of heaven."), Prompt("Praise ye the LORD.")};
+  std::vector<std::vector<int32_t>> alone;
+  {
+    auto core = MakeCore(1, 512, 128);
+    for (const auto& p : prompts) {
+      auto r = GenerateAll(*core, {Request(p, 12)});
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      alone.push_back(Tokens((*r)[0]));
+    }
+  }
+  auto core = MakeCore(4, 8, 128);  // a budget of 8 tokens: prompts are chunked, decodes share steps
+  std::vector<GenerationRequest> requests;
+  for (const auto& p : prompts) requests.push_back(Request(p, 12));
+  auto r = GenerateAll(*core, std::move(requests));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_TRUE((*r)[i].finished);
+    EXPECT_EQ((*r)[i].finish_reason, FinishReason::kLength);
+    EXPECT_EQ(Tokens((*r)[i]), alone[i]) << i;
+    EXPECT_EQ((*r)[i].generated_tokens_count, 12);
+  }
+  EXPECT_GT(core->steps(), 12u);
+  EXPECT_TRUE(core->empty());
+  EXPECT_EQ(core->cache().num_free_blocks(), core->cache().num_blocks());
+}
+
+TEST_F(EngineCoreTest, TheSchedulerReservesAndFreesKvBlocks) {
+  auto core = MakeCore(2, 64, 128);
+  const int all = core->cache().num_blocks();
+  core->Add(1, Request(Prompt("And it came to pass"), 40));
+  std::vector<GenerationEvent> out;
+  ASSERT_TRUE(core->Step(out));  // prefill: blocks for the prompt (+ the first token) are reserved
+  const int after_prefill = core->cache().num_free_blocks();
+  EXPECT_LT(after_prefill, all);
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(core->Step(out));
+  EXPECT_LT(core->cache().num_free_blocks(), after_prefill) << "decoding grew the block table";
+  ASSERT_TRUE(core->Finish(1, FinishReason::kAbort, out));
+  EXPECT_EQ(out.back().finish_reason, FinishReason::kAbort);
+  EXPECT_TRUE(out.back().finished);
+  EXPECT_EQ(core->cache().num_free_blocks(), all);
+  EXPECT_FALSE(core->Finish(1, FinishReason::kAbort, out)) << "a finished request is unknown";
+}
+
+TEST_F(EngineCoreTest, PreemptionByRecomputeKeepsGreedyAndSeededOutputs) {
+  const std::vector<int32_t> p1 = Prompt("The LORD is my shepherd; I shall not want.");
+  const std::vector<int32_t> p2 = Prompt("For God so loved the world,");
+  const std::vector<int32_t> p3 = Prompt("Now the serpent was more subtil than any beast of the field");
+  auto roomy = MakeCore(3, 64, 96);
+  auto reference = GenerateAll(*roomy, {Request(p1, 70), Request(p2, 70, 0.9f, 7), Request(p3, 70, 0.9f, 8)});
+  ASSERT_TRUE(reference.ok());
+  // KV for two sequences while three run: decodes run out of blocks and evict.
+  EngineCoreOptions o;
+  o.batching.max_num_seqs = 3;
+  o.batching.max_num_batched_tokens = 64;
+  o.batching.max_seq_len = 96;
+  o.kv_seqs = 2;
+  auto core = EngineCore::Create("tight", engine_, o);
+  ASSERT_TRUE(core.ok());
+  auto got = GenerateAll(**core, {Request(p1, 70), Request(p2, 70, 0.9f, 7), Request(p3, 70, 0.9f, 8)});
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_GT((*core)->preemptions(), 0u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Tokens((*got)[i]), Tokens((*reference)[i])) << i;
+}
+
+// A seeded request's n-th token is a function of its seed and n: the same alone, in a
+// batch, or next to a request that asks for log-probabilities.
+TEST_F(EngineCoreTest, SeededSamplingDoesNotDependOnTheBatch) {
+  const std::vector<int32_t> p = Prompt("And God said,");
+  auto core = MakeCore(4, 256, 128);
+  auto alone = GenerateAll(*core, {Request(p, 24, 1.0f, 1234)});
+  ASSERT_TRUE(alone.ok());
+  GenerationRequest with_logprobs = Request(Prompt("In the beginning"), 24, 0.7f, 5);
+  with_logprobs.logprobs = 3;
+  auto together = GenerateAll(*core, {Request(Prompt("Praise ye"), 10), Request(p, 24, 1.0f, 1234),
+                                      std::move(with_logprobs)});
+  ASSERT_TRUE(together.ok());
+  EXPECT_EQ(Tokens((*together)[1]), Tokens((*alone)[0]));
+  ASSERT_EQ((*together)[2].tokens.size(), 24u);
+  EXPECT_EQ((*together)[2].tokens[0].top_logprobs.size(), 3u);
+  auto other_seed = GenerateAll(*core, {Request(p, 24, 1.0f, 1235)});
+  EXPECT_NE(Tokens((*other_seed)[0]), Tokens((*alone)[0]));
+}
+
+TEST_F(EngineCoreTest, ValidationIsClearAndHappensOnce) {
+  auto core = MakeCore(2, 64, 64);
+  const int vocab = engine_->config().vocab_size;
+  GenerationRequest r = Request({1, 2, vocab}, 2);
+  Status st = core->Validate(r);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("outside the vocabulary"), std::string::npos) << st.message();
+  EXPECT_EQ(core->Validate(Request(std::vector<int32_t>(60, 5), 10)).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(core->Validate(Request({}, 10)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(core->Validate(Request({5}, 0)).code(), StatusCode::kInvalidArgument);
+  GenerationRequest hot = Request({5}, 2);
+  hot.sampling.top_p = 0;
+  EXPECT_EQ(core->Validate(hot).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(core->Validate(Request({5, 6}, 10)).ok());
+  // GenerateAll refuses the whole call on a bad request and runs nothing.
+  EXPECT_FALSE(GenerateAll(*core, {Request({5}, 2), Request({1, vocab + 3}, 2)}).ok());
+  EXPECT_TRUE(core->empty());
+}
+
+TEST_F(EngineCoreTest, DeadlinesAndStopIdsEndRequests) {
+  auto core = MakeCore(2, 64, 128);
+  GenerationRequest late = Request(Prompt("And it came to pass"), 30);
+  late.deadline = Clock::now() - std::chrono::milliseconds(1);
+  core->Add(1, std::move(late));
+  std::vector<GenerationEvent> out;
+  core->ExpireDeadlines(Clock::now(), out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].error.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(out[0].failure_reason, "timeout");
+  EXPECT_TRUE(core->empty());
+  // A stop id ends the request with kStop right after the token that matched.
+  auto greedy = GenerateAll(*core, {Request(Prompt("And it came to pass"), 8)});
+  ASSERT_TRUE(greedy.ok());
+  GenerationRequest stop = Request(Prompt("And it came to pass"), 8);
+  stop.ignore_eos = false;
+  stop.stop_ids = {(*greedy)[0].tokens[2].token};
+  auto stopped = GenerateAll(*core, {std::move(stop)});
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_EQ((*stopped)[0].finish_reason, FinishReason::kStop);
+  EXPECT_LE((*stopped)[0].tokens.size(), 3u);
+}
+
+TEST_F(EngineCoreTest, KeptLogitsAreTheRowsThatChoseEachToken) {
+  auto core = MakeCore(1, 256, 64);
+  const int vocab = engine_->config().vocab_size;
+  const std::vector<int32_t> p = Prompt("Blessed are");
+  GenerationRequest r = Request(p, 3);
+  r.keep_logits = true;
+  auto out = GenerateAll(*core, {std::move(r)});
+  ASSERT_TRUE(out.ok());
+  ASSERT_EQ((*out)[0].logits.size(), static_cast<size_t>(3 * vocab));
+  for (int t = 0; t < 3; ++t) {
+    const std::span<const float> row((*out)[0].logits.data() + t * vocab, vocab);
+    EXPECT_EQ(engine::Argmax(row), (*out)[0].tokens[t].token) << t;
+  }
+}
+
+}  // namespace
+}  // namespace ferry::sched
