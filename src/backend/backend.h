@@ -15,22 +15,18 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/attention_params.h"
+#include "kernels/serialized_linear.h"
+#include "kernels/weight_format.h"
 
 namespace ferry::backend {
 
-// How PrepareLinear stores a weight for the kernels (the engine's precision variants).
-enum class WeightFormat : uint8_t {
-  kNative,    // the checkpoint's dtype (f32, bf16 or f16), as is
-  kF32,
-  kBF16,
-  kF16,
-  kInt8,      // int8-wo: int8 weights, symmetric per-output-channel f32 scales; f32 activations
-  kInt8W8A8,  // int8 weights (per-channel) x int8 activations (per-token dynamic scales), with
-              // SmoothQuant factors `smooth` (x / s, W * s) applied inside the kernels
-  kFp8,       // GPUs (sm_89+): fp8 e4m3 weights (per-channel scales) x fp8 activations (per-token)
-};
-const char* WeightFormatName(WeightFormat f);
-Result<WeightFormat> ParseWeightFormat(std::string_view name);
+using kernels::AttentionParams;
+using kernels::ParseWeightFormat;
+using kernels::SeqSpan;
+using kernels::SerializedLinear;
+using kernels::WeightFormat;
+using kernels::WeightFormatName;
 
 // A linear layer's weight. Before PrepareLinear: `weight` is [out, in] (Hugging Face
 // layout), dtype f32, bf16 or f16; `bias` is [out] f32 or undefined; `format` says what
@@ -53,28 +49,11 @@ struct LinearWeight {
   int64_t in_features() const { return in ? in : (weight.rank() == 2 ? weight.dim(1) : 0); }
 };
 
-// A prepared linear weight as bytes for an engine file: a JSON description of the layout
-// and the blobs it refers to (in order). Blobs given back to DeserializeLinear may be
-// read-only views into an mmap'd file; the backend keeps them (not copies) when it can.
-struct SerializedLinear {
-  std::string layout_json;
-  std::vector<Tensor> blobs;
-};
-
 // Rotary embedding: inverse frequencies per pair (head_dim / 2 of them), already scaled
 // (linear / llama3). HF "rotate_half" convention: element i pairs with i + head_dim/2.
 struct RopeTable {
   int head_dim = 0;
   std::vector<float> inv_freq;
-};
-
-// One sequence's part of a ragged batch.
-struct SeqSpan {
-  int32_t q_begin = 0;      // first row of this sequence in the packed activations
-  int32_t q_len = 0;        // rows (new tokens) this step
-  int32_t context_len = 0;  // tokens in the KV cache after this step's writes (>= q_len);
-                            // the new tokens sit at positions [context_len - q_len, context_len)
-  const int32_t* block_table = nullptr;  // KV block ids, ceil(context_len / block_tokens) of them
 };
 
 // One layer of a paged KV cache. k and v are [num_blocks, num_kv_heads, block_tokens,
@@ -83,14 +62,6 @@ struct KvLayer {
   Tensor k;
   Tensor v;
   int block_tokens = 0;
-};
-
-struct AttentionParams {
-  int num_heads = 0;
-  int num_kv_heads = 0;  // divides num_heads (GQA/MQA)
-  int head_dim = 0;
-  float scale = 0.0f;    // usually 1/sqrt(head_dim)
-  bool causal = true;
 };
 
 // Step graphs (CUDA graphs): which recording a step belongs to (recordings bake in their

@@ -38,7 +38,15 @@ Result<SerializedLinear> CpuBackend::SerializeLinear(const LinearWeight& w) {
 }
 
 Result<LinearWeight> CpuBackend::DeserializeLinear(const SerializedLinear& s) {
-  return cpu::DeserializePackedWeight(s);
+  FERRY_ASSIGN_OR_RETURN(cpu::PackedLinear p, cpu::DeserializePackedWeight(s));
+  LinearWeight w;
+  w.bias = std::move(p.bias);
+  w.format = p.packed->format;
+  w.smooth = p.packed->smooth;
+  w.out = p.packed->n;
+  w.in = p.packed->k;
+  w.packed = std::move(p.packed);
+  return w;
 }
 
 Status CpuBackend::Linear(const Tensor& x, const LinearWeight& w, Tensor& y) {
