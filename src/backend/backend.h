@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/step_inputs.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "kernels/attention_params.h"
@@ -23,7 +24,6 @@ namespace ferry::backend {
 
 using kernels::AttentionParams;
 using kernels::ParseWeightFormat;
-using kernels::SeqSpan;
 using kernels::SerializedLinear;
 using kernels::WeightFormat;
 using kernels::WeightFormatName;
@@ -62,15 +62,6 @@ struct KvLayer {
   Tensor k;
   Tensor v;
   int block_tokens = 0;
-};
-
-// Step graphs (CUDA graphs): which recording a step belongs to (recordings bake in their
-// owner's KV cache, so each owner has its own), and the longest context any of its
-// sequences may have (it sizes the attention launch and the staged block tables).
-struct GraphKey {
-  int64_t owner = 0;
-  int64_t id = 0;
-  int plan_context = 0;
 };
 
 // One row's sampling settings for Backend::SampleTokens (engine::SamplingParams with the
