@@ -7,12 +7,14 @@ namespace ferry::backend {
 
 namespace {
 
-int64_t AlignUp(int64_t n) { return (n + StepInputLayout::kAlign - 1) / StepInputLayout::kAlign * StepInputLayout::kAlign; }
+int64_t AlignUp(int64_t n) {
+  return (n + StepInputLayout::kAlign - 1) / StepInputLayout::kAlign * StepInputLayout::kAlign;
+}
 
 // Ops read the views only; Tensor has no const storage, so the host arrays are wrapped as is.
 Tensor View(std::span<const int32_t> values) {
-  return Tensor::FromBorrowed(const_cast<int32_t*>(values.data()), {static_cast<int64_t>(values.size())},
-                              DType::kI32, nullptr);
+  return Tensor::FromBorrowed(const_cast<int32_t*>(values.data()), {static_cast<int64_t>(values.size())}, DType::kI32,
+                              nullptr);
 }
 
 Tensor ViewAt(void* base, int64_t at, int64_t n, Device device) {
@@ -69,7 +71,8 @@ Result<StepInputLayout> PlanStepInputs(const StepInputs& in, int plan_context) {
   }
   if (in.block_tokens < 0) return InvalidArgument("step inputs: negative block size");
   for (int32_t r : in.logit_rows) {
-    if (r < 0 || r >= l.tokens) return InvalidArgument("step inputs: output row " + std::to_string(r) + " outside the batch");
+    if (r < 0 || r >= l.tokens)
+      return InvalidArgument("step inputs: output row " + std::to_string(r) + " outside the batch");
   }
   for (const SeqSpan& s : in.spans) {
     // Without a cache (encoders) context_len is not read.
