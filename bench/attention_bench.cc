@@ -66,7 +66,7 @@ Setup MakeSetup(int batch, int q_len, int context, DType dtype, ferry::backend::
     const Tensor v = Random({context, kKvHeads * kHeadDim}, rng);
     std::vector<int32_t> slots(context);
     for (int p = 0; p < context; ++p) slots[p] = s.tables[b][p / kBlockTokens] * kBlockTokens + p % kBlockTokens;
-    if (!be.WriteKv(k, v, slots.data(), s.layer).ok()) std::abort();
+    if (!be.WriteKv(k, v, ferry::backend::HostIndices(slots), s.layer).ok()) std::abort();
     s.spans.push_back({b * q_len, q_len, context, s.tables[b].data()});
   }
   s.q = Random({batch * q_len, kHeads * kHeadDim}, rng);

@@ -23,7 +23,8 @@ Status Backend::CopyColumns(const Tensor& src, int64_t col_begin, Tensor& dst) {
   return Status::Ok();
 }
 
-Status Backend::PoolRows(const Tensor& x, const std::vector<SeqSpan>& spans, bool mean, Tensor& out) {
+Status Backend::PoolRows(const Tensor& x, const AttentionBatch& batch, bool mean, Tensor& out) {
+  const std::span<const SeqSpan> spans = batch.spans;
   if (x.dtype() != DType::kF32 || out.dtype() != DType::kF32 || !x.device().is_cpu() || x.rank() != 2 ||
       out.rank() != 2 || out.dim(0) != static_cast<int64_t>(spans.size()) || out.dim(1) != x.dim(1)) {
     return InvalidArgument("PoolRows: cannot pool " + x.DebugString() + " into " + out.DebugString());
@@ -48,16 +49,16 @@ Status Backend::PoolRows(const Tensor& x, const std::vector<SeqSpan>& spans, boo
   return Status::Ok();
 }
 
-Status Backend::DenseAttentionQkv(const Tensor& qkv, const std::vector<SeqSpan>& spans,
-                                  const AttentionParams& params, Tensor& q, Tensor& k, Tensor& v, Tensor& out) {
+Status Backend::DenseAttentionQkv(const Tensor& qkv, const AttentionBatch& batch, const AttentionParams& params,
+                                  Tensor& q, Tensor& k, Tensor& v, Tensor& out) {
   FERRY_RETURN_IF_ERROR(CopyColumns(qkv, 0, q));
   FERRY_RETURN_IF_ERROR(CopyColumns(qkv, q.dim(1), k));
   FERRY_RETURN_IF_ERROR(CopyColumns(qkv, q.dim(1) + k.dim(1), v));
-  return DenseAttention(q, k, v, spans, params, out);
+  return DenseAttention(q, k, v, batch, params, out);
 }
 
-Status Backend::RopeQkvWriteKv(const Tensor& qkv, int num_heads, int num_kv_heads, const int32_t* positions,
-                               const RopeTable& table, const int32_t* slots, KvLayer& layer, Tensor& q, Tensor& k,
+Status Backend::RopeQkvWriteKv(const Tensor& qkv, int num_heads, int num_kv_heads, const Tensor& positions,
+                               const RopeTable& table, const Tensor& slots, KvLayer& layer, Tensor& q, Tensor& k,
                                Tensor& v) {
   const int64_t q_dim = q.dim(1), kv_dim = k.dim(1);
   FERRY_RETURN_IF_ERROR(CopyColumns(qkv, 0, q));

@@ -4,33 +4,31 @@
 // Conventions: activations are contiguous row-major 2-D tensors [tokens, features] in the
 // backend's activation dtype (f32 on the CPU). Tokens of several sequences are packed
 // back to back (a ragged batch); `SeqSpan`s say which rows belong to which sequence.
+// Index arrays (token ids, positions, KV slots, rows) are i32 tensors: a step's come from
+// UploadStep, uploaded once and read by every op of the step; a host tensor (HostIndices)
+// also works, and a device backend copies it over in the op.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "backend/step_inputs.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/attention_params.h"
+#include "kernels/serialized_linear.h"
+#include "kernels/weight_format.h"
 
 namespace ferry::backend {
 
-// How PrepareLinear stores a weight for the kernels (the engine's precision variants).
-enum class WeightFormat : uint8_t {
-  kNative,    // the checkpoint's dtype (f32, bf16 or f16), as is
-  kF32,
-  kBF16,
-  kF16,
-  kInt8,      // int8-wo: int8 weights, symmetric per-output-channel f32 scales; f32 activations
-  kInt8W8A8,  // int8 weights (per-channel) x int8 activations (per-token dynamic scales), with
-              // SmoothQuant factors `smooth` (x / s, W * s) applied inside the kernels
-  kFp8,       // GPUs (sm_89+): fp8 e4m3 weights (per-channel scales) x fp8 activations (per-token)
-};
-const char* WeightFormatName(WeightFormat f);
-Result<WeightFormat> ParseWeightFormat(std::string_view name);
+using kernels::AttentionParams;
+using kernels::ParseWeightFormat;
+using kernels::SerializedLinear;
+using kernels::WeightFormat;
+using kernels::WeightFormatName;
 
 // A linear layer's weight. Before PrepareLinear: `weight` is [out, in] (Hugging Face
 // layout), dtype f32, bf16 or f16; `bias` is [out] f32 or undefined; `format` says what
@@ -53,28 +51,11 @@ struct LinearWeight {
   int64_t in_features() const { return in ? in : (weight.rank() == 2 ? weight.dim(1) : 0); }
 };
 
-// A prepared linear weight as bytes for an engine file: a JSON description of the layout
-// and the blobs it refers to (in order). Blobs given back to DeserializeLinear may be
-// read-only views into an mmap'd file; the backend keeps them (not copies) when it can.
-struct SerializedLinear {
-  std::string layout_json;
-  std::vector<Tensor> blobs;
-};
-
 // Rotary embedding: inverse frequencies per pair (head_dim / 2 of them), already scaled
 // (linear / llama3). HF "rotate_half" convention: element i pairs with i + head_dim/2.
 struct RopeTable {
   int head_dim = 0;
   std::vector<float> inv_freq;
-};
-
-// One sequence's part of a ragged batch.
-struct SeqSpan {
-  int32_t q_begin = 0;      // first row of this sequence in the packed activations
-  int32_t q_len = 0;        // rows (new tokens) this step
-  int32_t context_len = 0;  // tokens in the KV cache after this step's writes (>= q_len);
-                            // the new tokens sit at positions [context_len - q_len, context_len)
-  const int32_t* block_table = nullptr;  // KV block ids, ceil(context_len / block_tokens) of them
 };
 
 // One layer of a paged KV cache. k and v are [num_blocks, num_kv_heads, block_tokens,
@@ -83,23 +64,6 @@ struct KvLayer {
   Tensor k;
   Tensor v;
   int block_tokens = 0;
-};
-
-struct AttentionParams {
-  int num_heads = 0;
-  int num_kv_heads = 0;  // divides num_heads (GQA/MQA)
-  int head_dim = 0;
-  float scale = 0.0f;    // usually 1/sqrt(head_dim)
-  bool causal = true;
-};
-
-// Step graphs (CUDA graphs): which recording a step belongs to (recordings bake in their
-// owner's KV cache, so each owner has its own), and the longest context any of its
-// sequences may have (it sizes the attention launch and the staged block tables).
-struct GraphKey {
-  int64_t owner = 0;
-  int64_t id = 0;
-  int plan_context = 0;
 };
 
 // One row's sampling settings for Backend::SampleTokens (engine::SamplingParams with the
@@ -122,8 +86,9 @@ class Backend {
 
   virtual Device device() const = 0;
   virtual std::string Name() const = 0;
-  // Activation buffers live on the backend's device.
-  virtual Tensor Allocate(const Shape& shape, DType dtype) = 0;
+  // Activation buffers live on the backend's device. Out of memory is ResourceExhausted,
+  // naming the size and the device.
+  virtual Result<Tensor> Allocate(const Shape& shape, DType dtype) = 0;
   // The dtype models keep activations in (f32 on the CPU; bf16 or f16 on GPUs).
   virtual DType activation_dtype() const { return DType::kF32; }
   // The dtype of the paged KV cache the engine allocates for this backend.
@@ -146,8 +111,9 @@ class Backend {
     return std::string();
   }
 
-  // out[i, :] = table[ids[i], :] (table any float dtype, out activation dtype).
-  virtual Status Embedding(const Tensor& table, const int32_t* ids, int64_t n, Tensor& out) = 0;
+  // out[i, :] = table[ids[i], :] for the n = ids.numel() ids (table any float dtype, out
+  // activation dtype).
+  virtual Status Embedding(const Tensor& table, const Tensor& ids, Tensor& out) = 0;
   // out = x * rsqrt(mean(x^2) + eps) * gamma.
   virtual Status RmsNorm(const Tensor& x, const Tensor& gamma, float eps, Tensor& out) = 0;
   // residual += delta; out = RmsNorm(residual). Fused so the sum is read once.
@@ -156,8 +122,8 @@ class Backend {
   // out = LayerNorm(x (+ delta when defined)) * gamma + beta, over the last dim.
   virtual Status LayerNorm(const Tensor& x, const Tensor& delta, const Tensor& gamma, const Tensor& beta,
                            float eps, Tensor& out) = 0;
-  // In place on q [T, num_heads*head_dim] and k [T, num_kv_heads*head_dim] at `positions`.
-  virtual Status Rope(Tensor& q, Tensor& k, int num_heads, int num_kv_heads, const int32_t* positions,
+  // In place on q [T, num_heads*head_dim] and k [T, num_kv_heads*head_dim] at `positions` [T].
+  virtual Status Rope(Tensor& q, Tensor& k, int num_heads, int num_kv_heads, const Tensor& positions,
                       const RopeTable& table) = 0;
   // out[M, I] = silu(gate_up[:, :I]) * gate_up[:, I:].
   virtual Status SiluMul(const Tensor& gate_up, Tensor& out) = 0;
@@ -170,35 +136,35 @@ class Backend {
 
   // The input side of attention on a fused QKV projection qkv [T, (nh + 2 nkv) * hd] (q
   // columns, then k, then v): q [T, nh * hd] gets the rotated queries; the rotated keys and
-  // the values go into the cache at `slots`. k and v [T, nkv * hd] are scratch for backends
-  // that run it as CopyColumns, Rope and WriteKv (the default); others do it in one pass.
-  virtual Status RopeQkvWriteKv(const Tensor& qkv, int num_heads, int num_kv_heads, const int32_t* positions,
-                                const RopeTable& table, const int32_t* slots, KvLayer& layer, Tensor& q, Tensor& k,
+  // the values go into the cache at `slots` [T]. k and v [T, nkv * hd] are scratch for
+  // backends that run it as CopyColumns, Rope and WriteKv (the default); others do it in one
+  // pass.
+  virtual Status RopeQkvWriteKv(const Tensor& qkv, int num_heads, int num_kv_heads, const Tensor& positions,
+                                const RopeTable& table, const Tensor& slots, KvLayer& layer, Tensor& q, Tensor& k,
                                 Tensor& v);
 
-  // Writes k/v rows [T, num_kv_heads*head_dim] into the cache at slots
+  // Writes k/v rows [T, num_kv_heads*head_dim] into the cache at slots [T]
   // (slot = block_id * block_tokens + offset in block).
-  virtual Status WriteKv(const Tensor& k, const Tensor& v, const int32_t* slots, KvLayer& layer) = 0;
+  virtual Status WriteKv(const Tensor& k, const Tensor& v, const Tensor& slots, KvLayer& layer) = 0;
   // out[T, num_heads*head_dim]: each span's queries attend over its first context_len
   // cached tokens (causal: query at position p sees positions <= p).
-  virtual Status PagedAttention(const Tensor& q, const KvLayer& layer, const std::vector<SeqSpan>& spans,
+  virtual Status PagedAttention(const Tensor& q, const KvLayer& layer, const AttentionBatch& batch,
                                 const AttentionParams& params, Tensor& out) = 0;
   // Attention without a cache: q, k, v packed [T, heads*head_dim] (k/v with num_kv_heads);
   // each span attends only within itself (q_begin/q_len; context_len ignored).
-  virtual Status DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                const std::vector<SeqSpan>& spans, const AttentionParams& params,
-                                Tensor& out) = 0;
+  virtual Status DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionBatch& batch,
+                                const AttentionParams& params, Tensor& out) = 0;
 
   // Sentence embeddings, reduced where the hidden states live: out[s, :] = x[q_begin, :] of
-  // spans[s] (first: the CLS row) or the mean of its q_len rows (f32 sums). The default works
+  // span s (first: the CLS row) or the mean of its q_len rows (f32 sums). The default works
   // on host f32 memory.
-  virtual Status PoolRows(const Tensor& x, const std::vector<SeqSpan>& spans, bool mean, Tensor& out);
+  virtual Status PoolRows(const Tensor& x, const AttentionBatch& batch, bool mean, Tensor& out);
 
   // DenseAttention on a fused QKV projection qkv [T, (nh + 2 nkv) * hd] (q columns, then k,
   // then v). q, k and v are scratch for backends that split it with CopyColumns first (the
   // default); others read it in place.
-  virtual Status DenseAttentionQkv(const Tensor& qkv, const std::vector<SeqSpan>& spans,
-                                   const AttentionParams& params, Tensor& q, Tensor& k, Tensor& v, Tensor& out);
+  virtual Status DenseAttentionQkv(const Tensor& qkv, const AttentionBatch& batch, const AttentionParams& params,
+                                   Tensor& q, Tensor& k, Tensor& v, Tensor& out);
 
   // dst[r, :] = src[r, col_begin : col_begin + dst.cols] for every row (splits a fused
   // QKV result into contiguous Q, K and V). The default works on host memory.
@@ -208,19 +174,26 @@ class Backend {
   virtual Result<Tensor> ToHost(const Tensor& t) = 0;
   virtual Status Synchronize() = 0;
 
-  // --- step graphs -----------------------------------------------------------------------
-  // A backend that can record a step's device work and replay it returns true. RunGraph then
-  // runs `body` (one step's backend calls) eagerly and captures it the first time it sees
-  // key.id, and afterwards replays the recording: `body` runs again on the host only so that
-  // the step's small input arrays (token ids, positions, slots, block tables) reach the
-  // recorded staging slots, and nothing is launched from it. The body must make the same
-  // calls with the same shapes for the same key (the backend checks, and fails the call when
-  // they differ, dropping the recording); tensors it allocates are the recording's buffers
-  // and hold valid results until the next RunGraph. No sequence may exceed key.plan_context.
+  // --- step inputs and step graphs ---------------------------------------------------------
+  // Puts a step's small inputs where its ops read them, once per step: the CPU reads the host
+  // arrays in place (the default); a device packs them into one buffer and copies it over,
+  // valid until its next Synchronize.
+  virtual Result<StepTensors> UploadStep(const StepInputs& inputs) { return HostStepTensors(inputs); }
+
+  // A backend that can record a step's device work and replay it returns true. RunGraph runs
+  // one step as the recording for key.id: the first time, it runs `body` eagerly and then
+  // records it over persistent input buffers that belong to the recording; afterwards a step
+  // is only its inputs copied into those buffers and the recording launched (`body` does not
+  // run). Steps of one key must have inputs of the same layout (StepInputLayout: sizes and
+  // the planning context key.plan_context, which no sequence may exceed): one that differs
+  // fails with the recording dropped, and the next step of the key records afresh. A key
+  // whose recording fails runs eagerly from then on. The result is the body's output, in the
+  // recording's buffer, valid until the next RunGraph. The default runs every step eagerly.
   virtual bool supports_graphs() const { return false; }
-  virtual Status RunGraph(const GraphKey& key, const std::function<Status()>& body) {
+  virtual Result<Tensor> RunGraph(const GraphKey& key, const StepInputs& inputs, const StepBody& body) {
     (void)key;
-    return body();
+    FERRY_ASSIGN_OR_RETURN(const StepTensors uploaded, UploadStep(inputs));
+    return body(uploaded);
   }
   // Drops every recording of `owner` (when its KV cache goes away).
   virtual void ReleaseGraphs(int64_t owner) { (void)owner; }

@@ -1,5 +1,6 @@
 #include "backend/cpu_backend.h"
 
+#include <new>
 #include <string>
 
 #include "kernels/cpu/activations.h"
@@ -14,6 +15,31 @@
 namespace ferry::backend {
 
 namespace cpu = ::ferry::kernels::cpu;
+
+namespace {
+
+// The host array behind an index tensor (null for an undefined one, which the kernels
+// refuse), checked to hold `n` ids.
+Result<const int32_t*> HostIds(const Tensor& t, int64_t n, const char* op, const char* what) {
+  if (!t.defined()) return static_cast<const int32_t*>(nullptr);
+  if (t.dtype() != DType::kI32 || !t.device().is_cpu() || t.rank() != 1 || t.numel() != n) {
+    return InvalidArgument(std::string(op) + ": " + what + " " + t.DebugString() + " are not " + std::to_string(n) +
+                           " host i32 values");
+  }
+  return t.data<const int32_t>();
+}
+
+}  // namespace
+
+Result<Tensor> CpuBackend::Allocate(const Shape& shape, DType dtype) {
+  try {
+    return Tensor::Empty(shape, dtype);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("out of host memory for " + std::string(DTypeName(dtype)) + ShapeToString(shape) + " (" +
+                             std::to_string(NumElements(shape) * static_cast<int64_t>(DTypeSize(dtype))) +
+                             " bytes) on cpu");
+  }
+}
 
 Status CpuBackend::PrepareLinear(LinearWeight& w) {
   FERRY_ASSIGN_OR_RETURN(std::shared_ptr<cpu::PackedWeight> packed, cpu::PackWeight(w.weight, w.format, w.smooth));
@@ -38,7 +64,15 @@ Result<SerializedLinear> CpuBackend::SerializeLinear(const LinearWeight& w) {
 }
 
 Result<LinearWeight> CpuBackend::DeserializeLinear(const SerializedLinear& s) {
-  return cpu::DeserializePackedWeight(s);
+  FERRY_ASSIGN_OR_RETURN(cpu::PackedLinear p, cpu::DeserializePackedWeight(s));
+  LinearWeight w;
+  w.bias = std::move(p.bias);
+  w.format = p.packed->format;
+  w.smooth = p.packed->smooth;
+  w.out = p.packed->n;
+  w.in = p.packed->k;
+  w.packed = std::move(p.packed);
+  return w;
 }
 
 Status CpuBackend::Linear(const Tensor& x, const LinearWeight& w, Tensor& y) {
@@ -67,8 +101,9 @@ Status CpuBackend::Linear(const Tensor& x, const LinearWeight& w, Tensor& y) {
   return cpu::Linear(x, *pw, w.bias, y, options_.linear);
 }
 
-Status CpuBackend::Embedding(const Tensor& table, const int32_t* ids, int64_t n, Tensor& out) {
-  return cpu::Embedding(table, ids, n, out);
+Status CpuBackend::Embedding(const Tensor& table, const Tensor& ids, Tensor& out) {
+  FERRY_ASSIGN_OR_RETURN(const int32_t* host_ids, HostIds(ids, ids.numel(), "Embedding", "ids"));
+  return cpu::Embedding(table, host_ids, ids.numel(), out);
 }
 
 Status CpuBackend::RmsNorm(const Tensor& x, const Tensor& gamma, float eps, Tensor& out) {
@@ -84,7 +119,7 @@ Status CpuBackend::LayerNorm(const Tensor& x, const Tensor& delta, const Tensor&
   return cpu::LayerNorm(x, delta, gamma, beta, eps, out);
 }
 
-Status CpuBackend::Rope(Tensor& q, Tensor& k, int num_heads, int num_kv_heads, const int32_t* positions,
+Status CpuBackend::Rope(Tensor& q, Tensor& k, int num_heads, int num_kv_heads, const Tensor& positions,
                         const RopeTable& table) {
   if (table.head_dim != 2 * static_cast<int>(table.inv_freq.size())) {
     return InvalidArgument("Rope: table head_dim " + std::to_string(table.head_dim) + " does not match its " +
@@ -94,7 +129,8 @@ Status CpuBackend::Rope(Tensor& q, Tensor& k, int num_heads, int num_kv_heads, c
     return InvalidArgument("Rope: q " + q.DebugString() + " is not [tokens, " + std::to_string(num_heads) + " * " +
                            std::to_string(table.head_dim) + "] for the table's head_dim");
   }
-  return cpu::Rope(q, k, num_heads, num_kv_heads, positions, table.inv_freq);
+  FERRY_ASSIGN_OR_RETURN(const int32_t* pos, HostIds(positions, q.dim(0), "Rope", "positions"));
+  return cpu::Rope(q, k, num_heads, num_kv_heads, pos, table.inv_freq);
 }
 
 Status CpuBackend::SiluMul(const Tensor& gate_up, Tensor& out) { return cpu::SiluMul(gate_up, out); }
@@ -102,18 +138,19 @@ Status CpuBackend::Gelu(Tensor& x) { return cpu::Gelu(x); }
 Status CpuBackend::Tanh(Tensor& x) { return cpu::Tanh(x); }
 Status CpuBackend::Add(Tensor& x, const Tensor& y) { return cpu::Add(x, y); }
 
-Status CpuBackend::WriteKv(const Tensor& k, const Tensor& v, const int32_t* slots, KvLayer& layer) {
-  return cpu::WriteKv(k, v, slots, layer.k, layer.v, layer.block_tokens);
+Status CpuBackend::WriteKv(const Tensor& k, const Tensor& v, const Tensor& slots, KvLayer& layer) {
+  FERRY_ASSIGN_OR_RETURN(const int32_t* host_slots, HostIds(slots, k.rank() == 2 ? k.dim(0) : 0, "WriteKv", "slots"));
+  return cpu::WriteKv(k, v, host_slots, layer.k, layer.v, layer.block_tokens);
 }
 
-Status CpuBackend::PagedAttention(const Tensor& q, const KvLayer& layer, const std::vector<SeqSpan>& spans,
+Status CpuBackend::PagedAttention(const Tensor& q, const KvLayer& layer, const AttentionBatch& batch,
                                   const AttentionParams& params, Tensor& out) {
-  return cpu::PagedAttention(q, layer.k, layer.v, layer.block_tokens, spans, params, out);
+  return cpu::PagedAttention(q, layer.k, layer.v, layer.block_tokens, batch.spans, params, out);
 }
 
-Status CpuBackend::DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
+Status CpuBackend::DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionBatch& batch,
                                   const AttentionParams& params, Tensor& out) {
-  return cpu::DenseAttention(q, k, v, spans, params, out);
+  return cpu::DenseAttention(q, k, v, batch.spans, params, out);
 }
 
 Result<Tensor> CpuBackend::ToHost(const Tensor& t) {

@@ -24,7 +24,7 @@ class CpuBackend final : public Backend {
 
   Device device() const override { return Device::Cpu(); }
   std::string Name() const override { return "cpu"; }
-  Tensor Allocate(const Shape& shape, DType dtype) override { return Tensor::Empty(shape, dtype); }
+  Result<Tensor> Allocate(const Shape& shape, DType dtype) override;
 
   // Converts / quantizes the weight to w.format and packs it into column panels for the
   // GEMV/GEMM kernels (kernels/cpu/packed_weight.h); a bf16/f16 bias becomes f32. w.weight
@@ -37,22 +37,22 @@ class CpuBackend final : public Backend {
   // tensor) is packed on the fly, which is correct but slow.
   Status Linear(const Tensor& x, const LinearWeight& w, Tensor& y) override;
 
-  Status Embedding(const Tensor& table, const int32_t* ids, int64_t n, Tensor& out) override;
+  Status Embedding(const Tensor& table, const Tensor& ids, Tensor& out) override;
   Status RmsNorm(const Tensor& x, const Tensor& gamma, float eps, Tensor& out) override;
   Status AddRmsNorm(Tensor& residual, const Tensor& delta, const Tensor& gamma, float eps, Tensor& out) override;
   Status LayerNorm(const Tensor& x, const Tensor& delta, const Tensor& gamma, const Tensor& beta, float eps,
                    Tensor& out) override;
-  Status Rope(Tensor& q, Tensor& k, int num_heads, int num_kv_heads, const int32_t* positions,
+  Status Rope(Tensor& q, Tensor& k, int num_heads, int num_kv_heads, const Tensor& positions,
               const RopeTable& table) override;
   Status SiluMul(const Tensor& gate_up, Tensor& out) override;
   Status Gelu(Tensor& x) override;
   Status Tanh(Tensor& x) override;
   Status Add(Tensor& x, const Tensor& y) override;
 
-  Status WriteKv(const Tensor& k, const Tensor& v, const int32_t* slots, KvLayer& layer) override;
-  Status PagedAttention(const Tensor& q, const KvLayer& layer, const std::vector<SeqSpan>& spans,
+  Status WriteKv(const Tensor& k, const Tensor& v, const Tensor& slots, KvLayer& layer) override;
+  Status PagedAttention(const Tensor& q, const KvLayer& layer, const AttentionBatch& batch,
                         const AttentionParams& params, Tensor& out) override;
-  Status DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
+  Status DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionBatch& batch,
                         const AttentionParams& params, Tensor& out) override;
 
   Result<Tensor> ToHost(const Tensor& t) override;

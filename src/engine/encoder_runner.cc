@@ -39,7 +39,8 @@ Result<model::EncoderOutput> RunEncoder(const Engine& engine, const std::vector<
   FERRY_RETURN_IF_ERROR(engine.encoder()->Forward(b, out));
   backend::Backend& be = engine.backend();
   if (pooling.has_value()) {
-    Tensor pooled = be.Allocate({static_cast<int64_t>(b.spans.size()), out.hidden.dim(1)}, out.hidden.dtype());
+    FERRY_ASSIGN_OR_RETURN(Tensor pooled,
+                           be.Allocate({static_cast<int64_t>(b.spans.size()), out.hidden.dim(1)}, out.hidden.dtype()));
     FERRY_RETURN_IF_ERROR(be.PoolRows(out.hidden, b.spans, *pooling == Pooling::kMean, pooled));
     FERRY_ASSIGN_OR_RETURN(out.hidden, be.ToHost(pooled));
   } else {

@@ -14,9 +14,8 @@ Result<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& config, ba
   const Shape shape{config.num_blocks + 1, config.num_kv_heads, config.block_tokens, config.head_dim};
   for (int l = 0; l < config.num_layers; ++l) {
     backend::KvLayer layer;
-    layer.k = backend.Allocate(shape, config.dtype);
-    layer.v = backend.Allocate(shape, config.dtype);
-    if (!layer.k.defined() || !layer.v.defined()) return ResourceExhausted("no device memory for the KV cache");
+    FERRY_ASSIGN_OR_RETURN(layer.k, backend.Allocate(shape, config.dtype));
+    FERRY_ASSIGN_OR_RETURN(layer.v, backend.Allocate(shape, config.dtype));
     layer.block_tokens = config.block_tokens;
     cache->layers_.push_back(std::move(layer));
   }

@@ -180,9 +180,18 @@ Status DecoderModel::RunLinear(int layer, const char* name, const Tensor& x, con
   return backend_.Linear(x, w, y);
 }
 
-Status DecoderModel::Forward(const DecoderBatch& batch, std::vector<backend::KvLayer>& kv, Tensor& logits) {
-  backend::Backend& be = backend_;
-  const io::ModelConfig& c = config_;
+backend::StepInputs DecoderBatch::inputs(int block_tokens) const {
+  backend::StepInputs in;
+  in.token_ids = token_ids;
+  in.positions = positions;
+  in.slots = slots;
+  in.spans = spans;
+  in.logit_rows = logit_rows;
+  in.block_tokens = block_tokens;
+  return in;
+}
+
+Status DecoderModel::CheckBatch(const DecoderBatch& batch, const std::vector<backend::KvLayer>& kv) const {
   const int64_t T = static_cast<int64_t>(batch.token_ids.size());
   if (T == 0) return InvalidArgument("empty batch");
   if (batch.positions.size() != static_cast<size_t>(T) || batch.slots.size() != static_cast<size_t>(T)) {
@@ -192,6 +201,7 @@ Status DecoderModel::Forward(const DecoderBatch& batch, std::vector<backend::KvL
 #ifndef NDEBUG
   // Token ids are checked once, where a request enters (sched::EngineCore::Validate); this
   // per-step scan only guards debug builds.
+  const io::ModelConfig& c = config_;
   for (int32_t id : batch.token_ids) {
     if (id < 0 || id >= c.vocab_size) {
       return InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
@@ -202,20 +212,36 @@ Status DecoderModel::Forward(const DecoderBatch& batch, std::vector<backend::KvL
   for (int32_t r : batch.logit_rows) {
     if (r < 0 || r >= T) return InvalidArgument("logit row " + std::to_string(r) + " outside the batch");
   }
+  return Status::Ok();
+}
+
+Status DecoderModel::Forward(const DecoderBatch& batch, std::vector<backend::KvLayer>& kv, Tensor& logits) {
+  FERRY_RETURN_IF_ERROR(CheckBatch(batch, kv));
+  const int block_tokens = kv.empty() ? 0 : kv[0].block_tokens;
+  FERRY_ASSIGN_OR_RETURN(const backend::StepTensors in, backend_.UploadStep(batch.inputs(block_tokens)));
+  FERRY_ASSIGN_OR_RETURN(logits, Forward(in, kv));
+  return Status::Ok();
+}
+
+Result<Tensor> DecoderModel::Forward(const backend::StepTensors& in, std::vector<backend::KvLayer>& kv) {
+  backend::Backend& be = backend_;
+  const io::ModelConfig& c = config_;
+  const int64_t T = in.token_ids.numel();
+  if (kv.size() != layers_.size()) return InvalidArgument("KV cache has the wrong number of layers");
   const int64_t H = c.hidden_size, I = c.intermediate_size, hd = c.head_dim;
   const int64_t q_dim = c.num_heads * hd, kv_dim = c.num_kv_heads * hd;
   const DType act = be.activation_dtype();
 
-  Tensor x = be.Allocate({T, H}, act);       // residual stream
-  Tensor h = be.Allocate({T, H}, act);       // normalised input of a block
-  Tensor delta = be.Allocate({T, H}, act);   // block output, added to x by the next fused norm
-  Tensor qkv = be.Allocate({T, q_dim + 2 * kv_dim}, act);
-  Tensor q = be.Allocate({T, q_dim}, act);
-  Tensor k = be.Allocate({T, kv_dim}, act);
-  Tensor v = be.Allocate({T, kv_dim}, act);
-  Tensor attn = be.Allocate({T, q_dim}, act);
-  Tensor gate_up = be.Allocate({T, 2 * I}, act);
-  Tensor mlp = be.Allocate({T, I}, act);
+  FERRY_ASSIGN_OR_RETURN(Tensor x, be.Allocate({T, H}, act));      // residual stream
+  FERRY_ASSIGN_OR_RETURN(Tensor h, be.Allocate({T, H}, act));      // normalised input of a block
+  FERRY_ASSIGN_OR_RETURN(Tensor delta, be.Allocate({T, H}, act));  // block output, added to x by the next fused norm
+  FERRY_ASSIGN_OR_RETURN(Tensor qkv, be.Allocate({T, q_dim + 2 * kv_dim}, act));
+  FERRY_ASSIGN_OR_RETURN(Tensor q, be.Allocate({T, q_dim}, act));
+  FERRY_ASSIGN_OR_RETURN(Tensor k, be.Allocate({T, kv_dim}, act));
+  FERRY_ASSIGN_OR_RETURN(Tensor v, be.Allocate({T, kv_dim}, act));
+  FERRY_ASSIGN_OR_RETURN(Tensor attn, be.Allocate({T, q_dim}, act));
+  FERRY_ASSIGN_OR_RETURN(Tensor gate_up, be.Allocate({T, 2 * I}, act));
+  FERRY_ASSIGN_OR_RETURN(Tensor mlp, be.Allocate({T, I}, act));
 
   backend::AttentionParams ap;
   ap.num_heads = c.num_heads;
@@ -224,7 +250,7 @@ Status DecoderModel::Forward(const DecoderBatch& batch, std::vector<backend::KvL
   ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   ap.causal = true;
 
-  FERRY_RETURN_IF_ERROR(be.Embedding(embed_, batch.token_ids.data(), T, x));
+  FERRY_RETURN_IF_ERROR(be.Embedding(embed_, in.token_ids, x));
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
     if (l == 0) {
@@ -233,9 +259,9 @@ Status DecoderModel::Forward(const DecoderBatch& batch, std::vector<backend::KvL
       FERRY_RETURN_IF_ERROR(be.AddRmsNorm(x, delta, L.attn_norm, c.rms_norm_eps, h));
     }
     FERRY_RETURN_IF_ERROR(RunLinear(static_cast<int>(l), "qkv", h, L.qkv, qkv));
-    FERRY_RETURN_IF_ERROR(be.RopeQkvWriteKv(qkv, c.num_heads, c.num_kv_heads, batch.positions.data(), rope_,
-                                            batch.slots.data(), kv[l], q, k, v));
-    FERRY_RETURN_IF_ERROR(be.PagedAttention(q, kv[l], batch.spans, ap, attn));
+    FERRY_RETURN_IF_ERROR(
+        be.RopeQkvWriteKv(qkv, c.num_heads, c.num_kv_heads, in.positions, rope_, in.slots, kv[l], q, k, v));
+    FERRY_RETURN_IF_ERROR(be.PagedAttention(q, kv[l], in.attention, ap, attn));
     FERRY_RETURN_IF_ERROR(RunLinear(static_cast<int>(l), "o", attn, L.o, delta));
     FERRY_RETURN_IF_ERROR(be.AddRmsNorm(x, delta, L.mlp_norm, c.rms_norm_eps, h));
     FERRY_RETURN_IF_ERROR(RunLinear(static_cast<int>(l), "gate_up", h, L.gate_up, gate_up));
@@ -243,15 +269,16 @@ Status DecoderModel::Forward(const DecoderBatch& batch, std::vector<backend::KvL
     FERRY_RETURN_IF_ERROR(RunLinear(static_cast<int>(l), "down", mlp, L.down, delta));
   }
   // Only the rows whose logits are wanted go through the final norm and the LM head.
-  const int64_t n = static_cast<int64_t>(batch.logit_rows.size());
-  if (n == 0) return Status::Ok();
+  const int64_t n = in.logit_rows.numel();
+  if (n == 0) return Tensor();
   FERRY_RETURN_IF_ERROR(be.Add(x, delta));
-  Tensor rows = be.Allocate({n, H}, act);
-  FERRY_RETURN_IF_ERROR(be.Embedding(x, batch.logit_rows.data(), n, rows));
-  Tensor normed = be.Allocate({n, H}, act);
+  FERRY_ASSIGN_OR_RETURN(Tensor rows, be.Allocate({n, H}, act));
+  FERRY_RETURN_IF_ERROR(be.Embedding(x, in.logit_rows, rows));
+  FERRY_ASSIGN_OR_RETURN(Tensor normed, be.Allocate({n, H}, act));
   FERRY_RETURN_IF_ERROR(be.RmsNorm(rows, final_norm_, c.rms_norm_eps, normed));
-  if (!logits.defined() || logits.shape() != Shape{n, c.vocab_size}) logits = be.Allocate({n, c.vocab_size}, act);
-  return RunLinear(-1, "lm_head", normed, lm_head_, logits);
+  FERRY_ASSIGN_OR_RETURN(Tensor logits, be.Allocate({n, c.vocab_size}, act));
+  FERRY_RETURN_IF_ERROR(RunLinear(-1, "lm_head", normed, lm_head_, logits));
+  return logits;
 }
 
 }  // namespace ferry::model

@@ -17,6 +17,10 @@ struct DecoderBatch {
   std::vector<int32_t> slots;            // [T] KV cache slot each token's K/V is written to
   std::vector<backend::SeqSpan> spans;   // one per sequence
   std::vector<int32_t> logit_rows;       // packed rows whose logits are wanted (often each span's last)
+
+  // The batch as the backend takes a step's inputs (views of the vectors above), for a KV
+  // cache of `block_tokens`-token blocks.
+  backend::StepInputs inputs(int block_tokens) const;
 };
 
 // Immutable after Load; Forward is thread-compatible (one caller at a time per KV cache).
@@ -34,9 +38,17 @@ class DecoderModel {
   // Observes linear-layer inputs during Forward (calibration); empty to stop.
   void SetLinearInputObserver(LinearInputObserver observer) { observer_ = std::move(observer); }
 
-  // Runs the batch, writes K/V for every token into `kv` (one KvLayer per layer), and
-  // fills `logits` with [logit_rows.size(), vocab] f32 on the backend's device.
+  // Runs the batch eagerly: checks it, uploads its inputs (Backend::UploadStep), writes K/V
+  // for every token into `kv` (one KvLayer per layer), and sets `logits` to
+  // [logit_rows.size(), vocab] in the activation dtype on the backend's device.
   Status Forward(const DecoderBatch& batch, std::vector<backend::KvLayer>& kv, Tensor& logits);
+  // What Forward checks on the host before the device work: token ids in the vocabulary,
+  // arrays that match, rows in range, one cache layer per layer.
+  Status CheckBatch(const DecoderBatch& batch, const std::vector<backend::KvLayer>& kv) const;
+  // The device work of a step whose inputs are uploaded already (a checked batch): reads
+  // nothing from the host but the inputs' sizes, so Backend::RunGraph can record it. Returns
+  // the logits [logit rows, vocab] in the activation dtype on the backend's device.
+  Result<Tensor> Forward(const backend::StepTensors& in, std::vector<backend::KvLayer>& kv);
 
   const io::ModelConfig& config() const { return config_; }
   backend::Backend& backend() const { return backend_; }

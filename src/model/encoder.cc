@@ -174,25 +174,40 @@ Status EncoderModel::Forward(const EncoderBatch& batch, EncoderOutput& out) {
       return InvalidArgument("token type id " + std::to_string(batch.type_ids[i]) + " out of range");
     }
   }
+  // The pooler reads each sequence's first row (CLS).
+  std::vector<int32_t> cls_rows;
+  if (has_pooler()) {
+    for (const backend::SeqSpan& s : batch.spans) cls_rows.push_back(s.q_begin);
+  }
+  backend::StepInputs inputs;
+  inputs.token_ids = batch.token_ids;
+  inputs.positions = batch.positions;
+  inputs.type_ids = batch.type_ids;
+  inputs.spans = batch.spans;
+  inputs.logit_rows = cls_rows;
+  FERRY_ASSIGN_OR_RETURN(const backend::StepTensors in, be.UploadStep(inputs));
+
   const int64_t H = c.hidden_size, I = c.intermediate_size;
   const DType act = be.activation_dtype();
-  Tensor x = be.Allocate({T, H}, act);
-  Tensor tmp = be.Allocate({T, H}, act);
-  Tensor tmp2 = be.Allocate({T, H}, act);
-  FERRY_RETURN_IF_ERROR(be.Embedding(word_, batch.token_ids.data(), T, x));
-  FERRY_RETURN_IF_ERROR(be.Embedding(position_, batch.positions.data(), T, tmp));
+  FERRY_ASSIGN_OR_RETURN(Tensor x, be.Allocate({T, H}, act));
+  FERRY_ASSIGN_OR_RETURN(Tensor tmp, be.Allocate({T, H}, act));
+  FERRY_ASSIGN_OR_RETURN(Tensor tmp2, be.Allocate({T, H}, act));
+  FERRY_RETURN_IF_ERROR(be.Embedding(word_, in.token_ids, x));
+  FERRY_RETURN_IF_ERROR(be.Embedding(position_, in.positions, tmp));
   FERRY_RETURN_IF_ERROR(be.Add(x, tmp));
   if (token_type_.defined()) {
-    FERRY_RETURN_IF_ERROR(be.Embedding(token_type_, batch.type_ids.data(), T, tmp));
+    FERRY_RETURN_IF_ERROR(be.Embedding(token_type_, in.type_ids, tmp));
     FERRY_RETURN_IF_ERROR(be.Add(x, tmp));
   }
   FERRY_RETURN_IF_ERROR(be.LayerNorm(x, Tensor(), emb_ln_gamma_, emb_ln_beta_, c.layer_norm_eps, tmp));
   std::swap(x, tmp);
 
-  Tensor qkv = be.Allocate({T, 3 * H}, act);
-  Tensor q = be.Allocate({T, H}, act), k = be.Allocate({T, H}, act), v = be.Allocate({T, H}, act);
-  Tensor attn = be.Allocate({T, H}, act);
-  Tensor inter = be.Allocate({T, I}, act);
+  FERRY_ASSIGN_OR_RETURN(Tensor qkv, be.Allocate({T, 3 * H}, act));
+  FERRY_ASSIGN_OR_RETURN(Tensor q, be.Allocate({T, H}, act));
+  FERRY_ASSIGN_OR_RETURN(Tensor k, be.Allocate({T, H}, act));
+  FERRY_ASSIGN_OR_RETURN(Tensor v, be.Allocate({T, H}, act));
+  FERRY_ASSIGN_OR_RETURN(Tensor attn, be.Allocate({T, H}, act));
+  FERRY_ASSIGN_OR_RETURN(Tensor inter, be.Allocate({T, I}, act));
   backend::AttentionParams ap;
   ap.num_heads = c.num_heads;
   ap.num_kv_heads = c.num_heads;
@@ -203,7 +218,7 @@ Status EncoderModel::Forward(const EncoderBatch& batch, EncoderOutput& out) {
     const Layer& L = layers_[l];
     const int li = static_cast<int>(l);
     FERRY_RETURN_IF_ERROR(RunLinear(li, "qkv", x, L.qkv, qkv));
-    FERRY_RETURN_IF_ERROR(be.DenseAttentionQkv(qkv, batch.spans, ap, q, k, v, attn));
+    FERRY_RETURN_IF_ERROR(be.DenseAttentionQkv(qkv, in.attention, ap, q, k, v, attn));
     FERRY_RETURN_IF_ERROR(RunLinear(li, "attn_out", attn, L.attn_out, tmp));
     FERRY_RETURN_IF_ERROR(be.LayerNorm(tmp, x, L.attn_ln_gamma, L.attn_ln_beta, c.layer_norm_eps, tmp2));
     std::swap(x, tmp2);
@@ -218,15 +233,13 @@ Status EncoderModel::Forward(const EncoderBatch& batch, EncoderOutput& out) {
   out.logits = Tensor();
   if (has_pooler()) {
     const int64_t S = static_cast<int64_t>(batch.spans.size());
-    std::vector<int32_t> cls_rows(S);
-    for (int64_t s = 0; s < S; ++s) cls_rows[s] = batch.spans[s].q_begin;
-    Tensor cls = be.Allocate({S, H}, act);
-    FERRY_RETURN_IF_ERROR(be.Embedding(x, cls_rows.data(), S, cls));
-    out.pooled = be.Allocate({S, H}, act);
+    FERRY_ASSIGN_OR_RETURN(Tensor cls, be.Allocate({S, H}, act));
+    FERRY_RETURN_IF_ERROR(be.Embedding(x, in.logit_rows, cls));
+    FERRY_ASSIGN_OR_RETURN(out.pooled, be.Allocate({S, H}, act));
     FERRY_RETURN_IF_ERROR(RunLinear(-1, "pooler", cls, pooler_, out.pooled));
     FERRY_RETURN_IF_ERROR(be.Tanh(out.pooled));
     if (has_classifier()) {
-      out.logits = be.Allocate({S, c.num_labels}, act);
+      FERRY_ASSIGN_OR_RETURN(out.logits, be.Allocate({S, c.num_labels}, act));
       FERRY_RETURN_IF_ERROR(RunLinear(-1, "classifier", out.pooled, classifier_, out.logits));
     }
   }

@@ -202,7 +202,7 @@ TEST(CudaKernels, RopeMatchesCpu) {
 
         Tensor cq = HostTensor(q, {c.tokens, qw});
         Tensor ck = with_k ? HostTensor(k, {c.tokens, kw}) : Tensor();
-        FERRY_ASSERT_OK(cpu->Rope(cq, ck, c.heads, c.kv_heads, positions.data(), table));
+        FERRY_ASSERT_OK(cpu->Rope(cq, ck, c.heads, c.kv_heads, backend::HostIndices(positions), table));
 
         DeviceBuffer dq = UploadAs(act, q);
         DeviceBuffer dk = UploadAs(act, k);
@@ -419,7 +419,7 @@ TEST(CudaKernels, EmbeddingGatherMatchesCpu) {
           Tensor host_table = Tensor::Empty({vocab, hidden}, table_dtype);
           std::memcpy(host_table.raw(), table_bytes.data(), table_bytes.size());
           Tensor out = Tensor::Empty({n, hidden}, DType::kF32);
-          FERRY_ASSERT_OK(cpu->Embedding(host_table, ids.data(), n, out));
+          FERRY_ASSERT_OK(cpu->Embedding(host_table, backend::HostIndices(ids), out));
           want = TensorValues(out);
         }
         DeviceBuffer dtable = Upload(table_bytes);

@@ -152,32 +152,100 @@ TEST_P(StepGraphTest, DeviceGreedySamplingEqualsHostArgmax) {
 INSTANTIATE_TEST_SUITE_P(Activations, StepGraphTest, ::testing::Values(DType::kBF16, DType::kF32),
                          [](const ::testing::TestParamInfo<DType>& i) { return std::string(DTypeName(i.param)); });
 
-TEST(StepGraphBackendTest, ReplayThatDiffersFromTheRecordingFailsAndIsRecaptured) {
+// The first column of each row of a step-graph test's output, on the host.
+Result<std::vector<float>> FirstColumn(backend::Backend& b, const Tensor& out) {
+  FERRY_ASSIGN_OR_RETURN(const Tensor host, b.ToHost(out));
+  std::vector<float> first;
+  for (int64_t r = 0; r < host.dim(0); ++r) first.push_back(host.data<float>()[r * host.dim(1)]);
+  return first;
+}
+
+// A host table whose row r holds r in every column.
+Tensor CountingTable(int64_t rows, int64_t cols) {
+  Tensor table = Tensor::Empty({rows, cols}, DType::kF32);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) table.data<float>()[r * cols + c] = static_cast<float>(r);
+  }
+  return table;
+}
+
+// A replay copies the step's own inputs into the recording's buffers (the body does not run
+// again), steps of another layout fail and drop the recording, and the next one records afresh.
+TEST(StepGraphBackendTest, ReplayReadsEachStepsInputsAndAnotherLayoutIsRecaptured) {
   FERRY_SKIP_WITHOUT_GPU();
   auto be = backend::MakeCudaBackend({});
   ASSERT_TRUE(be.ok()) << be.status().ToString();
   backend::Backend& b = **be;
-  int rows = 4;
-  Tensor out;
-  auto body = [&]() -> Status {
-    out = b.Allocate({rows, 8}, DType::kBF16);
-    Tensor x = b.Allocate({rows, 8}, DType::kBF16);
-    return b.Add(out, x);
+  const Tensor table = CountingTable(16, 8);
+  int body_runs = 0;
+  const backend::StepBody body = [&](const backend::StepTensors& in) -> Result<Tensor> {
+    ++body_runs;
+    FERRY_ASSIGN_OR_RETURN(Tensor out, b.Allocate({in.token_ids.dim(0), 8}, DType::kBF16));
+    FERRY_RETURN_IF_ERROR(b.Embedding(table, in.token_ids, out));
+    return out;
   };
   const backend::GraphKey key{7, 1, 64};
-  ASSERT_TRUE(b.RunGraph(key, body).ok());
+  auto step = [&](const std::vector<int32_t>& ids) -> Result<std::vector<float>> {
+    backend::StepInputs in;
+    in.token_ids = ids;
+    FERRY_ASSIGN_OR_RETURN(const Tensor out, b.RunGraph(key, in, body));
+    return FirstColumn(b, out);
+  };
+  auto first = step({1, 2, 3, 4});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(*first, (std::vector<float>{1, 2, 3, 4}));
   EXPECT_EQ(b.graph_count(), 1);
-  ASSERT_TRUE(b.RunGraph(key, body).ok());  // a faithful replay
-  rows = 5;
-  Status st = b.RunGraph(key, body);
-  EXPECT_EQ(st.code(), StatusCode::kInternal) << st.ToString();
-  EXPECT_NE(st.message().find("diverged"), std::string::npos) << st.ToString();
+  EXPECT_EQ(body_runs, 2) << "an eager run, then the recording";
+  auto replayed = step({9, 8, 7, 6});
+  ASSERT_TRUE(replayed.ok()) << replayed.status().ToString();
+  EXPECT_EQ(*replayed, (std::vector<float>{9, 8, 7, 6})) << "the replay reads this step's ids";
+  EXPECT_EQ(body_runs, 2) << "a replay runs no host code of the step";
+  auto longer = step({1, 2, 3, 4, 5});
+  EXPECT_EQ(longer.status().code(), StatusCode::kInternal) << longer.status().ToString();
+  EXPECT_NE(longer.status().message().find("diverged"), std::string::npos) << longer.status().ToString();
   EXPECT_EQ(b.graph_count(), 0);
-  EXPECT_TRUE(b.RunGraph(key, body).ok());  // recorded afresh for the new shape
+  auto recaptured = step({5, 4, 3, 2, 1});  // recorded afresh for the new layout
+  ASSERT_TRUE(recaptured.ok()) << recaptured.status().ToString();
+  EXPECT_EQ(*recaptured, (std::vector<float>{5, 4, 3, 2, 1}));
   EXPECT_EQ(b.graph_count(), 1);
-  EXPECT_FALSE(b.RunGraph(key, [&] { return b.Synchronize(); }).ok()) << "no synchronization inside a graph";
   b.ReleaseGraphs(7);
   EXPECT_EQ(b.graph_count(), 0);
+}
+
+// A body that waits for the stream or copies a host array inside the recording cannot be
+// recorded: its key runs eagerly from then on, with correct results, and nothing is kept.
+TEST(StepGraphBackendTest, ABodyThatCannotBeRecordedRunsEagerly) {
+  FERRY_SKIP_WITHOUT_GPU();
+  auto be = backend::MakeCudaBackend({});
+  ASSERT_TRUE(be.ok()) << be.status().ToString();
+  backend::Backend& b = **be;
+  const Tensor table = CountingTable(16, 8);
+  const std::vector<int32_t> host_ids = {3, 1, 2};
+  const backend::StepBody synchronizes = [&](const backend::StepTensors& in) -> Result<Tensor> {
+    FERRY_RETURN_IF_ERROR(b.Synchronize());
+    FERRY_ASSIGN_OR_RETURN(Tensor out, b.Allocate({in.token_ids.dim(0), 8}, DType::kBF16));
+    FERRY_RETURN_IF_ERROR(b.Embedding(table, in.token_ids, out));
+    return out;
+  };
+  const backend::StepBody stages = [&](const backend::StepTensors& in) -> Result<Tensor> {
+    FERRY_ASSIGN_OR_RETURN(Tensor out, b.Allocate({in.token_ids.dim(0), 8}, DType::kBF16));
+    FERRY_RETURN_IF_ERROR(b.Embedding(table, backend::HostIndices(host_ids), out));  // not the step's inputs
+    return out;
+  };
+  for (const auto& [id, body] : {std::pair{int64_t{1}, synchronizes}, std::pair{int64_t{2}, stages}}) {
+    for (int round = 0; round < 2; ++round) {
+      const std::vector<int32_t> ids = {3, 1, 2};
+      backend::StepInputs in;
+      in.token_ids = ids;
+      auto out = b.RunGraph(backend::GraphKey{9, id, 64}, in, body);
+      ASSERT_TRUE(out.ok()) << "body " << id << ": " << out.status().ToString();
+      auto first = FirstColumn(b, *out);
+      ASSERT_TRUE(first.ok()) << first.status().ToString();
+      EXPECT_EQ(*first, (std::vector<float>{3, 1, 2})) << "body " << id << ", round " << round;
+      EXPECT_EQ(b.graph_count(), 0) << "body " << id;
+    }
+  }
+  b.ReleaseGraphs(9);
 }
 
 TEST(DeviceSamplingTest, NonFiniteRowsGetMinusOneAndOthersTheirArgmax) {

@@ -126,7 +126,7 @@ PagedSetup MakePaged(const Scenario& sc, backend::Backend& be, uint32_t seed) {
     for (int p = 0; p < s.context_len; ++p) {
       slots[p] = st.tables[i][p / sc.block_tokens] * sc.block_tokens + p % sc.block_tokens;
     }
-    EXPECT_TRUE(be.WriteKv(k, v, slots.data(), st.layer).ok());
+    EXPECT_TRUE(be.WriteKv(k, v, backend::HostIndices(slots), st.layer).ok());
     st.kv.push_back({Values(ConvertTo(k, sc.dtype)), Values(ConvertTo(v, sc.dtype))});
     st.k_rows.push_back(k);
     st.v_rows.push_back(v);

@@ -24,7 +24,7 @@ TEST(EmbeddingTest, GathersRowsOfEveryDtype) {
     const Tensor table = ConvertTo(RandomTensor({vocab, dim}, rng), dtype);
     const std::vector<int32_t> ids = {5, 0, 99, 5, 42, 17, 3};
     Tensor out = Poisoned({static_cast<int64_t>(ids.size()), dim});
-    ASSERT_TRUE(be->Embedding(table, ids.data(), static_cast<int64_t>(ids.size()), out).ok());
+    ASSERT_TRUE(be->Embedding(table, backend::HostIndices(ids), out).ok());
     const std::vector<double> t = Values(table);
     std::vector<double> ref;
     for (int32_t id : ids) ref.insert(ref.end(), t.begin() + id * dim, t.begin() + (id + 1) * dim);
@@ -41,15 +41,15 @@ TEST(EmbeddingTest, RejectsBadShapesAndInDebugBuildsOutOfRangeIds) {
 #ifndef NDEBUG
   const std::vector<int32_t> ids = {1, 10};
   Tensor out = Poisoned({2, 4});
-  EXPECT_FALSE(be->Embedding(table, ids.data(), 2, out).ok());
+  EXPECT_FALSE(be->Embedding(table, backend::HostIndices(ids), out).ok());
   EXPECT_TRUE(std::isnan(out.data<float>()[0])) << "nothing written on error";
   const std::vector<int32_t> neg = {-1};
   Tensor out1 = Poisoned({1, 4});
-  EXPECT_FALSE(be->Embedding(table, neg.data(), 1, out1).ok());
+  EXPECT_FALSE(be->Embedding(table, backend::HostIndices(neg), out1).ok());
 #endif
   Tensor wrong = Poisoned({2, 5});
   const std::vector<int32_t> ok_ids = {1, 2};
-  EXPECT_FALSE(be->Embedding(table, ok_ids.data(), 2, wrong).ok());
+  EXPECT_FALSE(be->Embedding(table, backend::HostIndices(ok_ids), wrong).ok());
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ TEST(KvWriteTest, ScattersToSlotsInEveryDtype) {
     std::shuffle(all.begin(), all.end(), rng);
     std::vector<int32_t> slots(all.begin(), all.begin() + tokens);
     slots[4] = -1;  // padding row
-    ASSERT_TRUE(be->WriteKv(k, v, slots.data(), layer).ok());
+    ASSERT_TRUE(be->WriteKv(k, v, backend::HostIndices(slots), layer).ok());
     const std::vector<double> kc = Values(layer.k), vc = Values(layer.v);
     const std::vector<double> kr = Values(testing::ConvertTo(k, dtype)), vr = Values(testing::ConvertTo(v, dtype));
     std::vector<bool> written(blocks * bt, false);
@@ -67,17 +67,17 @@ TEST(KvWriteTest, RejectsBadInput) {
   layer.v = Tensor::Zeros({2, 1, 4, 8}, DType::kF32);
   const Tensor k = RandomTensor({2, 8}, rng), v = RandomTensor({2, 8}, rng);
   const std::vector<int32_t> out_of_range = {0, 8};
-  EXPECT_FALSE(be->WriteKv(k, v, out_of_range.data(), layer).ok());
+  EXPECT_FALSE(be->WriteKv(k, v, backend::HostIndices(out_of_range), layer).ok());
   EXPECT_EQ(layer.k.data<float>()[0], 0.0f) << "nothing written on error";
   const std::vector<int32_t> ok = {0, 1};
   const Tensor k_wide = RandomTensor({2, 16}, rng);
-  EXPECT_FALSE(be->WriteKv(k_wide, v, ok.data(), layer).ok());
+  EXPECT_FALSE(be->WriteKv(k_wide, v, backend::HostIndices(ok), layer).ok());
   KvLayer bad = layer;
   bad.block_tokens = 8;
-  EXPECT_FALSE(be->WriteKv(k, v, ok.data(), bad).ok());
+  EXPECT_FALSE(be->WriteKv(k, v, backend::HostIndices(ok), bad).ok());
   bad = layer;
   bad.v = Tensor::Zeros({2, 1, 4, 8}, DType::kBF16);
-  EXPECT_FALSE(be->WriteKv(k, v, ok.data(), bad).ok()) << "k/v dtype mismatch";
+  EXPECT_FALSE(be->WriteKv(k, v, backend::HostIndices(ok), bad).ok()) << "k/v dtype mismatch";
 }
 
 }  // namespace

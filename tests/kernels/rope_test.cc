@@ -57,7 +57,7 @@ TEST(RopeTest, MatchesReferenceForAllTables) {
       Tensor k = RandomTensor({tokens, kv_heads * head_dim}, rng);
       const auto q_ref = ReferenceRope(Values(q), tokens, heads, head_dim, pos, table);
       const auto k_ref = ReferenceRope(Values(k), tokens, kv_heads, head_dim, pos, table);
-      ASSERT_TRUE(be->Rope(q, k, heads, kv_heads, pos.data(), table).ok());
+      ASSERT_TRUE(be->Rope(q, k, heads, kv_heads, backend::HostIndices(pos), table).ok());
       ExpectClose(q, q_ref, 1e-6, "q");
       ExpectClose(k, k_ref, 1e-6, "k");
     }
@@ -103,16 +103,16 @@ TEST(RopeTest, QOnlyAndErrors) {
   Tensor q = RandomTensor({2, 32}, rng);
   const auto ref = ReferenceRope(Values(q), 2, 2, 16, pos, table);
   Tensor no_k;
-  ASSERT_TRUE(be->Rope(q, no_k, 2, 0, pos.data(), table).ok());
+  ASSERT_TRUE(be->Rope(q, no_k, 2, 0, backend::HostIndices(pos), table).ok());
   ExpectClose(q, ref, 1e-6, "q only");
 
   Tensor k_bad = RandomTensor({2, 20}, rng);
-  EXPECT_FALSE(be->Rope(q, k_bad, 2, 1, pos.data(), table).ok());
+  EXPECT_FALSE(be->Rope(q, k_bad, 2, 1, backend::HostIndices(pos), table).ok());
   Tensor q_odd = RandomTensor({2, 30}, rng);
-  EXPECT_FALSE(be->Rope(q_odd, no_k, 2, 0, pos.data(), table).ok()) << "head_dim 15 != table 16";
+  EXPECT_FALSE(be->Rope(q_odd, no_k, 2, 0, backend::HostIndices(pos), table).ok()) << "head_dim 15 != table 16";
   Tensor q3 = RandomTensor({2, 33}, rng);
-  EXPECT_FALSE(be->Rope(q3, no_k, 2, 0, pos.data(), table).ok()) << "width not divisible";
-  EXPECT_FALSE(be->Rope(q, no_k, 2, 0, nullptr, table).ok()) << "no positions";
+  EXPECT_FALSE(be->Rope(q3, no_k, 2, 0, backend::HostIndices(pos), table).ok()) << "width not divisible";
+  EXPECT_FALSE(be->Rope(q, no_k, 2, 0, Tensor(), table).ok()) << "no positions";
 }
 
 }  // namespace

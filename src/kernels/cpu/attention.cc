@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -18,8 +19,6 @@
 namespace ferry::kernels::cpu {
 namespace {
 
-using backend::AttentionParams;
-using backend::SeqSpan;
 
 constexpr int kKeyChunk = 64;    // keys per online-softmax step (S tile = rows x 64)
 // Query rows (tokens x heads of a group) per work item: a multiple of the 6-row register
@@ -379,7 +378,7 @@ void RunItem(const WorkItem& item, const RowMajor& qm, const SeqSpan& span, cons
   }
 }
 
-Status CheckCommon(const char* op, const RowMajor& qm, const AttentionParams& p, const std::vector<SeqSpan>& spans) {
+Status CheckCommon(const char* op, const RowMajor& qm, const AttentionParams& p, std::span<const SeqSpan> spans) {
   const std::string name(op);
   if (p.num_heads <= 0 || p.num_kv_heads <= 0 || p.head_dim <= 0) {
     return InvalidArgument(name + ": num_heads, num_kv_heads and head_dim must be positive");
@@ -414,7 +413,7 @@ Geometry MakeGeometry(const AttentionParams& p) {
 }
 
 // One item per (span, KV head, query tile), ordered by decreasing cost for balance.
-std::vector<WorkItem> MakeItems(const std::vector<SeqSpan>& spans, const Geometry& g, bool dense) {
+std::vector<WorkItem> MakeItems(std::span<const SeqSpan> spans, const Geometry& g, bool dense) {
   const int tile = std::max(1, kTargetRows / g.group);
   std::vector<WorkItem> items;
   for (size_t i = 0; i < spans.size(); ++i) {
@@ -433,7 +432,7 @@ std::vector<WorkItem> MakeItems(const std::vector<SeqSpan>& spans, const Geometr
 }
 
 template <typename KT, typename Keys>
-void RunAll(const std::vector<WorkItem>& items, const std::vector<SeqSpan>& spans, const RowMajor& qm,
+void RunAll(const std::vector<WorkItem>& items, std::span<const SeqSpan> spans, const RowMajor& qm,
             const Keys& keys, const Geometry& g, const RowMajor& om) {
   ParallelForDynamic(static_cast<int64_t>(items.size()), [&](int64_t i) {
     thread_local Scratch scratch;
@@ -445,7 +444,7 @@ void RunAll(const std::vector<WorkItem>& items, const std::vector<SeqSpan>& span
 }  // namespace
 
 Status PagedAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int block_tokens,
-                      const std::vector<SeqSpan>& spans, const AttentionParams& params, Tensor& out) {
+                      std::span<const SeqSpan> spans, const AttentionParams& params, Tensor& out) {
   FERRY_ASSIGN_OR_RETURN(const RowMajor qm, CheckRows("PagedAttention: q", q, -1, -1));
   FERRY_ASSIGN_OR_RETURN(const RowMajor om, CheckRows("PagedAttention: out", out, qm.rows, qm.cols));
   FERRY_RETURN_IF_ERROR(CheckCommon("PagedAttention", qm, params, spans));
@@ -496,7 +495,7 @@ Status PagedAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
   return Status::Ok();
 }
 
-Status DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
+Status DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, std::span<const SeqSpan> spans,
                       const AttentionParams& params, Tensor& out) {
   FERRY_ASSIGN_OR_RETURN(const RowMajor qm, CheckRows("DenseAttention: q", q, -1, -1));
   FERRY_ASSIGN_OR_RETURN(const RowMajor om, CheckRows("DenseAttention: out", out, qm.rows, qm.cols));
@@ -509,7 +508,7 @@ Status DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, const s
   }
   const Geometry g = MakeGeometry(params);
   // The dense path sees each span as a sequence of its own: context = its rows.
-  std::vector<SeqSpan> dense_spans = spans;
+  std::vector<SeqSpan> dense_spans(spans.begin(), spans.end());
   for (SeqSpan& s : dense_spans) s.context_len = s.q_len;
   const std::vector<WorkItem> items = MakeItems(dense_spans, g, true);
   RunAll<float>(items, dense_spans, qm, DenseKeys{km.data, vm.data, km.ld, vm.ld, g.head_dim}, g, om);

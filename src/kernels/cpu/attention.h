@@ -1,11 +1,11 @@
 // Attention over a paged KV cache (decoders) and over packed K/V rows (encoders).
 #pragma once
 
-#include <vector>
+#include <span>
 
-#include "backend/backend.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/attention_params.h"
 
 namespace ferry::kernels::cpu {
 
@@ -18,12 +18,12 @@ namespace ferry::kernels::cpu {
 //
 // q, out [T, num_heads*head_dim] f32; caches as for WriteKv (f32/bf16/f16).
 Status PagedAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int block_tokens,
-                      const std::vector<backend::SeqSpan>& spans, const backend::AttentionParams& params,
+                      std::span<const SeqSpan> spans, const AttentionParams& params,
                       Tensor& out);
 
 // The same without a cache: k, v [T, num_kv_heads*head_dim] f32 rows; each span attends
 // within its own rows [q_begin, q_begin + q_len) (context_len is ignored).
-Status DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<backend::SeqSpan>& spans,
-                      const backend::AttentionParams& params, Tensor& out);
+Status DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, std::span<const SeqSpan> spans,
+                      const AttentionParams& params, Tensor& out);
 
 }  // namespace ferry::kernels::cpu

@@ -18,7 +18,6 @@
 namespace ferry::kernels::cpu {
 namespace {
 
-using backend::WeightFormat;
 
 // Same dtype in and out: a plain transpose of 16-row strips, through a small tile so both
 // the reads (rows of W) and the writes (rows of the panel) stay within a few cache lines.
@@ -173,7 +172,7 @@ Result<std::shared_ptr<PackedWeight>> PackWeight(const Tensor& weight, WeightFor
     }
   }
 
-  const std::string what = "a " + weight.DebugString() + " weight as " + backend::WeightFormatName(format);
+  const std::string what = "a " + weight.DebugString() + " weight as " + WeightFormatName(format);
   FERRY_ASSIGN_OR_RETURN(packed->panels,
                          AllocateTensor({packed->num_panels, packed->k_stored * kPanelCols}, packed->dtype, what));
   AdviseHugePages(packed->panels.raw(), packed->panels.nbytes());

@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "backend/backend.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/weight_format.h"
 
 namespace ferry::kernels::cpu {
 
@@ -39,7 +39,7 @@ inline int64_t StoredK(PanelLayout layout, int64_t k) { return layout == PanelLa
 struct PackedWeight {
   static constexpr uint64_t kMagic = 0x6665727279504b57ull;  // tags the type behind shared_ptr<void>
   uint64_t magic = kMagic;
-  backend::WeightFormat format = backend::WeightFormat::kNative;
+  WeightFormat format = WeightFormat::kNative;
   DType dtype = DType::kF32;  // of the panel elements: f32, bf16, f16 or i8
   PanelLayout layout = PanelLayout::kRows;
   int64_t n = 0;
@@ -54,7 +54,7 @@ struct PackedWeight {
   const void* source = nullptr;
 
   // Activations are quantized to int8 per row (W8A8).
-  bool int8_activations() const { return format == backend::WeightFormat::kInt8W8A8; }
+  bool int8_activations() const { return format == WeightFormat::kInt8W8A8; }
   size_t elem_size() const { return DTypeSize(dtype); }
   size_t panel_bytes() const { return static_cast<size_t>(k_stored) * kPanelCols * elem_size(); }
   const void* panel(int64_t p) const { return static_cast<const char*>(panels.raw()) + p * panel_bytes(); }
@@ -76,7 +76,7 @@ void AdviseHugePages(void* p, size_t bytes);
 //    and finite, or undefined for ones). Other formats ignore `smooth`: without activation
 //    quantization smoothing does not change the product.
 Result<std::shared_ptr<PackedWeight>> PackWeight(const Tensor& weight,
-                                                 backend::WeightFormat format = backend::WeightFormat::kNative,
+                                                 WeightFormat format = WeightFormat::kNative,
                                                  const Tensor& smooth = Tensor());
 
 // The PackedWeight behind `packed`, or null if it holds something else.

@@ -14,9 +14,6 @@
 namespace ferry::kernels::cpu {
 namespace {
 
-using backend::LinearWeight;
-using backend::SerializedLinear;
-using backend::WeightFormat;
 using nlohmann::json;
 
 // Sizes beyond this are corrupt, and keeping below it keeps every byte count in int64.
@@ -88,7 +85,7 @@ Result<Tensor> AdoptBlob(const Tensor& blob, const std::string& name, const Shap
   }
 }
 
-Result<LinearWeight> Deserialize(const SerializedLinear& s) {
+Result<PackedLinear> Deserialize(const SerializedLinear& s) {
   const json j = json::parse(s.layout_json, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return InvalidArgument("linear layout is not a JSON object");
   FERRY_ASSIGN_OR_RETURN(const std::string backend_name, GetString(j, "backend"));
@@ -102,7 +99,7 @@ Result<LinearWeight> Deserialize(const SerializedLinear& s) {
                            std::to_string(kPackedLayoutVersion) + "); rebuild the engine");
   }
   FERRY_ASSIGN_OR_RETURN(const std::string format_name, GetString(j, "format"));
-  FERRY_ASSIGN_OR_RETURN(const WeightFormat format, backend::ParseWeightFormat(format_name));
+  FERRY_ASSIGN_OR_RETURN(const WeightFormat format, ParseWeightFormat(format_name));
   FERRY_ASSIGN_OR_RETURN(const std::string dtype_name, GetString(j, "dtype"));
   FERRY_ASSIGN_OR_RETURN(const DType dtype, ParseDType(dtype_name));
   if (!DTypeFits(format, dtype)) {
@@ -188,14 +185,10 @@ Result<LinearWeight> Deserialize(const SerializedLinear& s) {
       }
     }
   }
-  LinearWeight w;
+  PackedLinear w;
   if (has_bias) {
     FERRY_ASSIGN_OR_RETURN(w.bias, AdoptBlob(s.blobs[b++], "bias", {n}, DType::kF32));
   }
-  w.format = format;
-  w.smooth = packed->smooth;
-  w.out = n;
-  w.in = k;
   w.packed = std::move(packed);
   return w;
 }
@@ -229,7 +222,7 @@ Result<SerializedLinear> SerializePackedWeight(const PackedWeight& w, const Tens
       {"backend", "cpu"},
       {"layout", "panels"},
       {"version", kPackedLayoutVersion},
-      {"format", backend::WeightFormatName(w.format)},
+      {"format", WeightFormatName(w.format)},
       {"dtype", std::string(DTypeName(w.dtype))},
       {"panel_cols", kPanelCols},
       {"panel_layout", PanelLayoutName(w.layout)},
@@ -244,7 +237,7 @@ Result<SerializedLinear> SerializePackedWeight(const PackedWeight& w, const Tens
   return s;
 }
 
-Result<LinearWeight> DeserializePackedWeight(const SerializedLinear& s) {
+Result<PackedLinear> DeserializePackedWeight(const SerializedLinear& s) {
   try {
     return Deserialize(s);
   } catch (const std::exception& e) {  // nlohmann's accessors; the checks above should make this unreachable

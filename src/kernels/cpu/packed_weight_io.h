@@ -12,9 +12,12 @@
 //   bias    f32   [n]                                   when the layer has a bias
 #pragma once
 
-#include "backend/backend.h"
+#include <memory>
+
 #include "core/status.h"
+#include "core/tensor.h"
 #include "kernels/cpu/packed_weight.h"
+#include "kernels/serialized_linear.h"
 
 namespace ferry::kernels::cpu {
 
@@ -22,12 +25,18 @@ inline constexpr int kPackedLayoutVersion = 1;
 // The kernels want every blob on a 64-byte boundary; a misaligned one is copied on load.
 inline constexpr size_t kBlobAlignment = 64;
 
+// A deserialized weight: the panels and, when the layer has one, its f32 bias.
+struct PackedLinear {
+  std::shared_ptr<PackedWeight> packed;
+  Tensor bias;
+};
+
 // The blobs are the packed tensors themselves (no copy); bias is converted to f32 if needed.
-Result<backend::SerializedLinear> SerializePackedWeight(const PackedWeight& w, const Tensor& bias);
+Result<SerializedLinear> SerializePackedWeight(const PackedWeight& w, const Tensor& bias);
 
 // Checks the layout and every blob against it (InvalidArgument for a layout this code does
 // not understand, DataLoss for blobs that do not match it) and wraps the blobs without
 // copying: the result keeps them alive. Only blobs off a 64-byte boundary are copied.
-Result<backend::LinearWeight> DeserializePackedWeight(const backend::SerializedLinear& s);
+Result<PackedLinear> DeserializePackedWeight(const SerializedLinear& s);
 
 }  // namespace ferry::kernels::cpu

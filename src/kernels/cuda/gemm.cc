@@ -1,7 +1,6 @@
 #include "kernels/cuda/gemm.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cstring>
 #include <vector>
 
@@ -198,77 +197,6 @@ struct LtGemm::Plan {
   size_t checked_workspace = 0;
   std::string description;
 };
-
-std::string_view GemmKindName(GemmKind kind) {
-  switch (kind) {
-    case GemmKind::kF32: return "f32";
-    case GemmKind::kBF16: return "bf16";
-    case GemmKind::kF16: return "f16";
-    case GemmKind::kFp8: return "fp8";
-    case GemmKind::kInt8: return "int8";
-    case GemmKind::kInt8WeightOnly: return "int8_weight_only";
-  }
-  return "?";
-}
-
-// ---------------------------------------------------------------------------------------
-// GemmChoice and buckets
-
-std::string GemmChoice::ToString() const {
-  if (route == Route::kSmallM) return "small_m";
-  static const char kHex[] = "0123456789abcdef";
-  std::string s = "lt:";
-  for (uint64_t word : algo) {
-    for (int shift = 60; shift >= 0; shift -= 4) s += kHex[(word >> shift) & 0xf];
-  }
-  s += ":" + std::to_string(workspace_bytes);
-  return s;
-}
-
-Result<GemmChoice> GemmChoice::FromString(std::string_view text) {
-  GemmChoice c;
-  if (text == "small_m") {
-    c.route = Route::kSmallM;
-    return c;
-  }
-  const auto bad = [&] { return InvalidArgument("malformed GEMM choice '" + std::string(text) + "'"); };
-  if (text.size() < 3 + 128 + 2 || text.substr(0, 3) != "lt:" || text[3 + 128] != ':') return bad();
-  for (int w = 0; w < 8; ++w) {
-    uint64_t word = 0;
-    for (int i = 0; i < 16; ++i) {
-      const char ch = text[3 + w * 16 + i];
-      int digit;
-      if (ch >= '0' && ch <= '9') digit = ch - '0';
-      else if (ch >= 'a' && ch <= 'f') digit = ch - 'a' + 10;
-      else return bad();
-      word = (word << 4) | static_cast<uint64_t>(digit);
-    }
-    c.algo[w] = word;
-  }
-  const std::string_view ws = text.substr(3 + 128 + 1);
-  const auto [end, ec] = std::from_chars(ws.data(), ws.data() + ws.size(), c.workspace_bytes);
-  if (ec != std::errc() || end != ws.data() + ws.size()) return bad();
-  c.route = Route::kCublasLt;
-  return c;
-}
-
-int GemmMBucket(int64_t m) {
-  if (m <= 1) return 0;
-  if (m <= 4) return 1;
-  if (m <= 8) return 2;
-  if (m <= 16) return 3;
-  if (m <= 32) return 4;
-  if (m <= 64) return 5;
-  if (m <= 128) return 6;
-  if (m <= 256) return 7;
-  if (m <= 512) return 8;
-  return 9;
-}
-
-int64_t GemmBucketTuneM(int bucket) {
-  static constexpr int64_t kTuneM[kGemmMBuckets] = {1, 4, 8, 16, 32, 64, 128, 256, 512, 2048};
-  return kTuneM[std::clamp(bucket, 0, kGemmMBuckets - 1)];
-}
 
 // ---------------------------------------------------------------------------------------
 // LtGemm

@@ -1,9 +1,9 @@
+#include "kernels/weight_format.h"
+
 #include <string>
 #include <string_view>
 
-#include "backend/backend.h"
-
-namespace ferry::backend {
+namespace ferry::kernels {
 
 // These names are written into engine files and build options; renaming one breaks every
 // engine built with it.
@@ -29,4 +29,4 @@ Result<WeightFormat> ParseWeightFormat(std::string_view name) {
                          "' (expected native, fp32, bf16, fp16, int8-wo, int8 or fp8)");
 }
 
-}  // namespace ferry::backend
+}  // namespace ferry::kernels

@@ -1,0 +1,38 @@
+// Device memory in size classes, recycled when the last Tensor using a block goes away, so
+// the steady state (the same bucket shapes every step) allocates nothing. Thread-safe; make
+// it with std::make_shared (blocks find their pool through a weak pointer).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/status.h"
+
+namespace ferry::backend {
+
+class DevicePool : public std::enable_shared_from_this<DevicePool> {
+ public:
+  explicit DevicePool(int device) : device_(device) {}
+  ~DevicePool();
+  DevicePool(const DevicePool&) = delete;
+  DevicePool& operator=(const DevicePool&) = delete;
+
+  // A block of at least `bytes` bytes; ResourceExhausted when the device is out of memory.
+  Result<std::shared_ptr<void>> Get(size_t bytes);
+  size_t allocated_bytes() const { return allocated_bytes_; }
+
+ private:
+  // Powers of two up to 1 MiB, then multiples of 1 MiB: little waste, few classes.
+  static size_t RoundUp(size_t n);
+
+  const int device_;
+  std::mutex mu_;
+  std::map<size_t, std::vector<void*>> free_;  // GUARDED_BY(mu_)
+  std::atomic<size_t> allocated_bytes_{0};
+};
+
+}  // namespace ferry::backend

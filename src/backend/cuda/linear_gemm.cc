@@ -1,0 +1,68 @@
+#include "backend/cuda/linear_gemm.h"
+
+#include <string>
+
+#include "kernels/cuda/kernels.h"
+
+namespace ferry::backend {
+
+Status SetUpGemm(CudaContext& ctx, const Tensor& x, const CudaLinear& lin, int64_t n, Tensor& y, cuda::GemmProblem& p,
+                 cuda::GemmArgs& a, Tensor& q, Tensor& row_scales) {
+  const int64_t m = x.dim(0), k = x.dim(1);
+  p.kind = lin.kind;
+  p.out_dtype = y.dtype();
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.has_bias = lin.bias.defined();
+  p.bias_dtype = p.has_bias ? lin.bias.dtype() : DType::kF32;
+  a.x = x.raw();
+  a.w = lin.weight.raw();
+  a.y = y.raw();
+  a.bias = p.has_bias ? lin.bias.raw() : nullptr;
+  if (lin.kind == cuda::GemmKind::kInt8 || lin.kind == cuda::GemmKind::kFp8) {
+    // Per-token dynamic activation quantization.
+    FERRY_ASSIGN_OR_RETURN(row_scales, ctx.Allocate({m}, DType::kF32));
+    if (lin.kind == cuda::GemmKind::kInt8) {
+      FERRY_ASSIGN_OR_RETURN(q, ctx.Allocate({m, k}, DType::kI8));
+      FERRY_RETURN_IF_ERROR(
+          cuda::QuantizeRowsInt8(x.raw(), m, k, lin.smooth.defined() ? lin.smooth.data<float>() : nullptr,
+                                 q.data<int8_t>(), row_scales.data<float>(), x.dtype(), ctx.stream()));
+    } else {
+      FERRY_ASSIGN_OR_RETURN(q, ctx.Allocate({m, k}, DType::kF8E4M3));
+      FERRY_RETURN_IF_ERROR(
+          cuda::QuantizeRowsFp8(x.raw(), m, k, q.raw(), row_scales.data<float>(), x.dtype(), ctx.stream()));
+      p.fp8_scaling = cuda::Fp8Scaling::kPerRowCol;
+    }
+    a.x = q.raw();
+    a.x_scale = row_scales.data<float>();
+  }
+  if (lin.kind == cuda::GemmKind::kInt8 || lin.kind == cuda::GemmKind::kFp8 ||
+      lin.kind == cuda::GemmKind::kInt8WeightOnly) {
+    a.w_scale = lin.scales.data<float>();
+  }
+  return Status::Ok();
+}
+
+Status RunLinear(CudaContext& ctx, cuda::LtGemm& gemm, const Tensor& x, const LinearWeight& w, Tensor& y) {
+  const auto* lin = static_cast<const CudaLinear*>(w.packed.get());
+  if (lin == nullptr) return FailedPrecondition("Linear: weight was not prepared for the CUDA backend");
+  const int64_t m = x.dim(0), n = w.out_features(), k = w.in_features();
+  if (x.dim(1) != k || y.dim(0) != m || y.dim(1) != n) {
+    return InvalidArgument("Linear: shapes x " + x.DebugString() + ", y " + y.DebugString() + " do not fit [" +
+                           std::to_string(n) + ", " + std::to_string(k) + "]");
+  }
+  if (m == 0) return Status::Ok();
+  cuda::GemmProblem p;
+  cuda::GemmArgs a;
+  Tensor q, row_scales;
+  FERRY_RETURN_IF_ERROR(SetUpGemm(ctx, x, *lin, n, y, p, a, q, row_scales));
+  p.small_m_max = w.small_m_max;
+  const cuda::GemmChoice* choice = nullptr;
+  const int bucket = cuda::GemmMBucket(m);
+  if (bucket < static_cast<int>(lin->choices.size()) && lin->choices[bucket].has_value())
+    choice = &*lin->choices[bucket];
+  return gemm.Run(p, a, ctx.stream(), choice);
+}
+
+}  // namespace ferry::backend

@@ -1,0 +1,232 @@
+#include "backend/cuda/linear_weights.h"
+
+#include <cuda_runtime.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "core/logging.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace ferry::backend {
+
+namespace {
+
+using json = nlohmann::json;
+
+// Host-side per-output-channel symmetric int8 quantization of w [n, k] (f32), optionally
+// after multiplying column j by smooth[j] (SmoothQuant: x / s, W * s).
+void QuantizeWeightInt8(const float* w, int64_t n, int64_t k, const float* smooth, std::vector<int8_t>& q,
+                        std::vector<float>& scales) {
+  q.resize(static_cast<size_t>(n * k));
+  scales.resize(static_cast<size_t>(n));
+  std::vector<float> row(static_cast<size_t>(k));
+  for (int64_t r = 0; r < n; ++r) {
+    float amax = 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      row[j] = w[r * k + j] * (smooth != nullptr ? smooth[j] : 1.0f);
+      amax = std::max(amax, std::fabs(row[j]));
+    }
+    const float scale = amax / 127.0f;
+    scales[r] = scale;
+    const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      q[r * k + j] = static_cast<int8_t>(std::clamp(std::nearbyint(row[j] * inv), -127.0f, 127.0f));
+    }
+  }
+}
+
+// Per-output-channel fp8 e4m3: scale = max|w| / 448.
+void QuantizeWeightFp8(const float* w, int64_t n, int64_t k, std::vector<uint8_t>& q, std::vector<float>& scales) {
+  q.resize(static_cast<size_t>(n * k));
+  scales.resize(static_cast<size_t>(n));
+  std::vector<float> scaled(static_cast<size_t>(k));
+  for (int64_t r = 0; r < n; ++r) {
+    float amax = 0.0f;
+    for (int64_t j = 0; j < k; ++j) amax = std::max(amax, std::fabs(w[r * k + j]));
+    const float scale = amax / 448.0f;
+    scales[r] = scale;
+    const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    for (int64_t j = 0; j < k; ++j) scaled[j] = w[r * k + j] * inv;
+    ConvertFromF32(DType::kF8E4M3, scaled.data(), q.data() + r * k, static_cast<size_t>(k));
+  }
+}
+
+cuda::GemmKind FloatKind(DType act) {
+  switch (act) {
+    case DType::kBF16: return cuda::GemmKind::kBF16;
+    case DType::kF16: return cuda::GemmKind::kF16;
+    default: return cuda::GemmKind::kF32;
+  }
+}
+
+}  // namespace
+
+Status PrepareCudaLinear(CudaContext& ctx, const cuda::LtGemm& gemm, DType activations, LinearWeight& w) {
+  if (!w.weight.defined() || w.weight.rank() != 2) return InvalidArgument("PrepareLinear: weight must be [out, in]");
+  const int64_t n = w.weight.dim(0), k = w.weight.dim(1);
+  auto lin = std::make_shared<CudaLinear>();
+  lin->format = w.format;
+  if (w.format == WeightFormat::kInt8W8A8 || w.format == WeightFormat::kFp8) {
+    // int8 (IMMA) and fp8 GEMMs take only some shapes (N and K multiples of 4, or 16): a
+    // layer they cannot run, such as a classifier head of 3 labels or a vocabulary of
+    // 50257, stays in the activation dtype, as TensorRT keeps such layers in higher precision.
+    cuda::GemmProblem probe;
+    probe.kind = w.format == WeightFormat::kFp8 ? cuda::GemmKind::kFp8 : cuda::GemmKind::kInt8;
+    probe.out_dtype = activations == DType::kF32 ? DType::kBF16 : activations;
+    probe.m = 1;
+    probe.n = n;
+    probe.k = k;
+    probe.has_bias = w.bias.defined();
+    probe.fp8_scaling = cuda::Fp8Scaling::kPerRowCol;
+    const Status fits = gemm.CheckProblem(probe);
+    if (fits.code() == StatusCode::kInvalidArgument) {
+      FERRY_LOG_INFO("a [{}, {}] weight stays in {} ({} GEMMs cannot take it: {})", n, k,
+                     DTypeName(activations), WeightFormatName(w.format), fits.message());
+      lin->format = WeightFormat::kNative;
+    } else if (!fits.ok()) {
+      return fits;
+    }
+  }
+  const Tensor f = w.weight.ToF32();
+  switch (lin->format) {
+    case WeightFormat::kNative:
+    case WeightFormat::kF32:
+    case WeightFormat::kBF16:
+    case WeightFormat::kF16: {
+      // On the GPU a float weight takes the activations' dtype: cuBLASLt multiplies like types.
+      const DType act = activations;
+      lin->kind = FloatKind(act);
+      Tensor host = Tensor::Empty({n, k}, act);
+      ConvertFromF32(act, f.data<float>(), host.raw(), static_cast<size_t>(n * k));
+      FERRY_ASSIGN_OR_RETURN(lin->weight, ctx.Upload(host.raw(), {n, k}, act));
+      break;
+    }
+    case WeightFormat::kInt8:
+    case WeightFormat::kInt8W8A8: {
+      const bool w8a8 = lin->format == WeightFormat::kInt8W8A8;
+      lin->kind = w8a8 ? cuda::GemmKind::kInt8 : cuda::GemmKind::kInt8WeightOnly;
+      Tensor smooth_host;
+      if (w8a8 && w.smooth.defined()) {
+        smooth_host = w.smooth.ToF32();
+        if (smooth_host.numel() != k) return InvalidArgument("SmoothQuant factors do not match the weight");
+        FERRY_ASSIGN_OR_RETURN(lin->smooth, ctx.Upload(smooth_host.raw(), {k}, DType::kF32));
+      }
+      std::vector<int8_t> q;
+      std::vector<float> scales;
+      QuantizeWeightInt8(f.data<float>(), n, k, smooth_host.defined() ? smooth_host.data<float>() : nullptr, q, scales);
+      FERRY_ASSIGN_OR_RETURN(lin->weight, ctx.Upload(q.data(), {n, k}, DType::kI8));
+      FERRY_ASSIGN_OR_RETURN(lin->scales, ctx.Upload(scales.data(), {n}, DType::kF32));
+      break;
+    }
+    case WeightFormat::kFp8: {
+      lin->kind = cuda::GemmKind::kFp8;
+      std::vector<uint8_t> q;
+      std::vector<float> scales;
+      QuantizeWeightFp8(f.data<float>(), n, k, q, scales);
+      FERRY_ASSIGN_OR_RETURN(lin->weight, ctx.Upload(q.data(), {n, k}, DType::kF8E4M3));
+      FERRY_ASSIGN_OR_RETURN(lin->scales, ctx.Upload(scales.data(), {n}, DType::kF32));
+      break;
+    }
+  }
+  if (w.bias.defined()) {
+    const Tensor b = w.bias.ToF32();
+    const bool float_kind = lin->kind == cuda::GemmKind::kBF16 || lin->kind == cuda::GemmKind::kF16 ||
+                            lin->kind == cuda::GemmKind::kF32;
+    const DType bias_dtype = float_kind ? activations : DType::kF32;
+    Tensor host = Tensor::Empty({n}, bias_dtype);
+    ConvertFromF32(bias_dtype, b.data<float>(), host.raw(), static_cast<size_t>(n));
+    FERRY_ASSIGN_OR_RETURN(lin->bias, ctx.Upload(host.raw(), {n}, bias_dtype));
+  }
+  w.out = n;
+  w.in = k;
+  w.format = lin->format;
+  w.packed = lin;
+  w.weight = Tensor();  // the GPU copy is what runs
+  w.smooth = Tensor();
+  return Status::Ok();
+}
+
+// A CUDA engine's linear: layout JSON plus blobs (weight, scales, smooth, bias) copied to the host.
+Result<SerializedLinear> SerializeCudaLinear(const LinearWeight& w) {
+  const auto* lin = static_cast<const CudaLinear*>(w.packed.get());
+  if (lin == nullptr) return FailedPrecondition("SerializeLinear: weight was not prepared");
+  json layout = {{"backend", "cuda"}, {"format", WeightFormatName(lin->format)},
+                           {"kind", std::string(cuda::GemmKindName(lin->kind))}, {"out", w.out_features()},
+                           {"in", w.in_features()}};
+  SerializedLinear s;
+  auto add = [&](const char* name, const Tensor& t) -> Status {
+    if (!t.defined()) return Status::Ok();
+    Tensor host = Tensor::Empty(t.shape(), t.dtype());
+    FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost));
+    layout["blobs"].push_back(name);
+    s.blobs.push_back(std::move(host));
+    return Status::Ok();
+  };
+  FERRY_RETURN_IF_ERROR(add("weight", lin->weight));
+  FERRY_RETURN_IF_ERROR(add("scales", lin->scales));
+  FERRY_RETURN_IF_ERROR(add("smooth", lin->smooth));
+  FERRY_RETURN_IF_ERROR(add("bias", lin->bias));
+  json choices = json::array();
+  for (const auto& c : lin->choices) choices.push_back(c ? json(c->ToString()) : json(nullptr));
+  layout["gemm_choices"] = choices;
+  s.layout_json = layout.dump();
+  return s;
+}
+
+Result<LinearWeight> DeserializeCudaLinear(CudaContext& ctx, const SerializedLinear& s) {
+  json layout;
+  try {
+    layout = json::parse(s.layout_json);
+  } catch (const json::exception& e) {
+    return DataLoss(std::string("bad linear layout: ") + e.what());
+  }
+  if (layout.value("backend", "") != "cuda") {
+    return FailedPrecondition("this weight was packed for another backend; rebuild the engine with --device cuda");
+  }
+  auto lin = std::make_shared<CudaLinear>();
+  FERRY_ASSIGN_OR_RETURN(lin->format, ParseWeightFormat(layout.value("format", "")));
+  const std::string kind = layout.value("kind", "");
+  bool known = false;
+  for (auto k : {cuda::GemmKind::kF32, cuda::GemmKind::kBF16, cuda::GemmKind::kF16, cuda::GemmKind::kFp8,
+                 cuda::GemmKind::kInt8, cuda::GemmKind::kInt8WeightOnly}) {
+    if (kind == cuda::GemmKindName(k)) {
+      lin->kind = k;
+      known = true;
+    }
+  }
+  if (!known) return DataLoss("unknown GEMM kind '" + kind + "'");
+  const json names = layout.value("blobs", json::array());
+  if (names.size() != s.blobs.size()) return DataLoss("linear layout names " + std::to_string(names.size()) + " blobs");
+  for (size_t i = 0; i < names.size(); ++i) {
+    const Tensor& b = s.blobs[i];
+    FERRY_ASSIGN_OR_RETURN(Tensor dev, ctx.Upload(b.raw(), b.shape(), b.dtype()));
+    const std::string name = names[i];
+    if (name == "weight") lin->weight = dev;
+    else if (name == "scales") lin->scales = dev;
+    else if (name == "smooth") lin->smooth = dev;
+    else if (name == "bias") lin->bias = dev;
+    else return DataLoss("unknown linear blob '" + name + "'");
+  }
+  if (!lin->weight.defined() || lin->weight.rank() != 2) return DataLoss("linear without a weight blob");
+  for (const json& c : layout.value("gemm_choices", json::array())) {
+    if (c.is_string()) {
+      FERRY_ASSIGN_OR_RETURN(cuda::GemmChoice choice, cuda::GemmChoice::FromString(c.get<std::string>()));
+      lin->choices.push_back(choice);
+    } else {
+      lin->choices.push_back(std::nullopt);
+    }
+  }
+  LinearWeight w;
+  w.format = lin->format;
+  w.out = lin->weight.dim(0);
+  w.in = lin->weight.dim(1);
+  w.packed = lin;
+  return w;
+}
+
+}  // namespace ferry::backend

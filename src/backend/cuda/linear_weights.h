@@ -1,0 +1,35 @@
+// Linear weights on the GPU: converted, or quantized (int8, fp8 e4m3) per output channel, at
+// load (PrepareCudaLinear), and written to and read from engine files as a layout JSON and
+// blobs (SerializeCudaLinear, DeserializeCudaLinear).
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/context.h"
+#include "kernels/cuda/gemm.h"
+
+namespace ferry::backend {
+
+// A prepared weight on the GPU (what LinearWeight::packed holds). Immutable after loading,
+// except for the tuned choices, which an engine build sets.
+struct CudaLinear {
+  Tensor weight;       // [out, in] in the GEMM's input dtype (act dtype, int8 or fp8)
+  Tensor scales;       // f32 [out]: int8 / fp8 per-channel scales (undefined otherwise)
+  Tensor smooth;       // f32 [in]: SmoothQuant factors for W8A8 (undefined: none)
+  Tensor bias;         // [out] or undefined: the activation dtype for float kinds (cuBLASLt adds
+                       // it in its epilogue), f32 for int8 and fp8 (added by ferry's epilogue)
+  WeightFormat format = WeightFormat::kNative;
+  cuda::GemmKind kind = cuda::GemmKind::kBF16;
+  std::vector<std::optional<cuda::GemmChoice>> choices;  // tuned per M bucket (empty: heuristic)
+};
+
+// Converts or quantizes w.weight to w.format on the device (a float weight takes the
+// activations' dtype; an int8 or fp8 layer whose shape those GEMMs cannot take stays in it).
+Status PrepareCudaLinear(CudaContext& ctx, const cuda::LtGemm& gemm, DType activations, LinearWeight& w);
+// The layout JSON and the blobs (weight, scales, smooth, bias), copied to the host.
+Result<SerializedLinear> SerializeCudaLinear(const LinearWeight& w);
+Result<LinearWeight> DeserializeCudaLinear(CudaContext& ctx, const SerializedLinear& s);
+
+}  // namespace ferry::backend

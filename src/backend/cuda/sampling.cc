@@ -1,0 +1,66 @@
+#include "backend/cuda/sampling.h"
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace ferry::backend {
+
+Status DeviceSampler::Sample(const Tensor& logits, std::span<const TokenSampling> rows, std::vector<int32_t>& tokens) {
+  FERRY_RETURN_IF_ERROR(ctx_.NotRecording("SampleTokens"));
+  const int n = static_cast<int>(rows.size());
+  tokens.assign(static_cast<size_t>(n), -1);
+  if (n == 0) return Status::Ok();
+  if (logits.rank() != 2 || logits.dim(0) < n) {
+    return InvalidArgument("SampleTokens: logits " + logits.DebugString() + " for " + std::to_string(n) + " rows");
+  }
+  const int64_t vocab = logits.dim(1);
+  const Tensor* f32 = &logits;
+  Tensor converted;
+  Tensor uploaded;
+  if (logits.device().is_cpu()) {
+    const Tensor host = logits.Slice(0, n).Clone();
+    FERRY_ASSIGN_OR_RETURN(uploaded, ctx_.Upload(host.raw(), host.shape(), host.dtype()));
+    f32 = &uploaded;
+  }
+  if (f32->dtype() != DType::kF32) {
+    FERRY_ASSIGN_OR_RETURN(converted, ctx_.Allocate({n, vocab}, DType::kF32));
+    FERRY_RETURN_IF_ERROR(
+        cuda::Convert(f32->raw(), f32->dtype(), converted.raw(), DType::kF32, n * vocab, ctx_.stream()));
+    f32 = &converted;
+  }
+  std::vector<cuda::SamplingParamsGpu>& params = params_;
+  params.resize(static_cast<size_t>(n));
+  bool penalty = false;
+  for (int r = 0; r < n; ++r) {
+    const TokenSampling& t = rows[r];
+    params[r] =
+        cuda::SamplingParamsGpu{t.temperature, t.top_k, t.top_p, t.min_p, t.repetition_penalty, t.seed, t.counter};
+    penalty = penalty || t.repetition_penalty != 1.0f;
+  }
+  const int32_t* d_history = nullptr;
+  const int64_t* d_offsets = nullptr;
+  if (penalty) {
+    history_.clear();
+    offsets_.assign(1, 0);
+    for (const TokenSampling& t : rows) {  // only penalized rows need their history
+      if (t.repetition_penalty != 1.0f) history_.insert(history_.end(), t.history.begin(), t.history.end());
+      offsets_.push_back(static_cast<int64_t>(history_.size()));
+    }
+    if (history_.empty()) history_.push_back(-1);
+    FERRY_ASSIGN_OR_RETURN(void* h, ctx_.Stage(history_.data(), history_.size() * sizeof(int32_t)));
+    FERRY_ASSIGN_OR_RETURN(void* o, ctx_.Stage(offsets_.data(), offsets_.size() * sizeof(int64_t)));
+    d_history = static_cast<const int32_t*>(h);
+    d_offsets = static_cast<const int64_t*>(o);
+  }
+  FERRY_ASSIGN_OR_RETURN(Tensor out, ctx_.Allocate({n}, DType::kI32));
+  FERRY_RETURN_IF_ERROR(cuda::SampleRows(f32->data<float>(), n, static_cast<int>(vocab), params.data(), d_history,
+                                         d_offsets, out.data<int32_t>(), ctx_.stream()));
+  FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(tokens.data(), out.raw(), static_cast<size_t>(n) * sizeof(int32_t),
+                                             cudaMemcpyDeviceToHost, ctx_.stream()));
+  return ctx_.Synchronize();
+}
+
+}  // namespace ferry::backend

@@ -1,0 +1,26 @@
+// How attention kernels see a ragged batch: which rows and cached tokens belong to which
+// sequence (SeqSpan), and the heads and scale of the layer (AttentionParams).
+#pragma once
+
+#include <cstdint>
+
+namespace ferry::kernels {
+
+// One sequence's part of a ragged batch.
+struct SeqSpan {
+  int32_t q_begin = 0;      // first row of this sequence in the packed activations
+  int32_t q_len = 0;        // rows (new tokens) this step
+  int32_t context_len = 0;  // tokens in the KV cache after this step's writes (>= q_len);
+                            // the new tokens sit at positions [context_len - q_len, context_len)
+  const int32_t* block_table = nullptr;  // KV block ids, ceil(context_len / block_tokens) of them
+};
+
+struct AttentionParams {
+  int num_heads = 0;
+  int num_kv_heads = 0;  // divides num_heads (GQA/MQA)
+  int head_dim = 0;
+  float scale = 0.0f;    // usually 1/sqrt(head_dim)
+  bool causal = true;
+};
+
+}  // namespace ferry::kernels
