@@ -176,6 +176,13 @@ void ContinuousBatcher::Deliver(std::vector<GenerationEvent>& events) {
 }
 
 void ContinuousBatcher::Publish() {
+  const LoadState state = core_.load();
+  if (core_.observer() != nullptr &&
+      (state.running != published_.running || state.waiting != published_.waiting ||
+       state.kv_usage != published_.kv_usage)) {
+    core_.observer()->OnState(state);
+  }
+  published_ = state;
   running_count_ = core_.running();
   waiting_count_ = core_.waiting();
   free_blocks_ = core_.cache().num_free_blocks();

@@ -92,6 +92,7 @@ class ContinuousBatcher {
   std::atomic<int> free_blocks_{0};
   std::atomic<uint64_t> steps_{0};
   std::atomic<uint64_t> preemptions_{0};
+  LoadState published_;  // owned by the loop: the last state the observer saw
   std::thread thread_;
 };
 

@@ -154,6 +154,14 @@ void EngineCore::Remove(uint64_t handle) {
   seqs_.erase(it);
 }
 
+LoadState EngineCore::load() const {
+  LoadState s;
+  s.running = static_cast<int>(running_.size());
+  s.waiting = static_cast<int>(waiting_.size());
+  s.kv_usage = 1.0 - static_cast<double>(cache_->num_free_blocks()) / std::max(1, cache_->num_blocks());
+  return s;
+}
+
 bool EngineCore::Step(std::vector<GenerationEvent>& out) {
   PlanInput in;
   in.free_blocks = cache_->num_free_blocks();

@@ -33,12 +33,22 @@ struct StepStats {
   double kv_usage = 0;  // used blocks / all blocks, after the step
 };
 
+// What is running and waiting, whenever it changes (steps, arrivals, finishes, cancels).
+struct LoadState {
+  int running = 0;
+  int waiting = 0;
+  double kv_usage = 0;  // used blocks / all blocks
+};
+
 // Metrics hooks, called on the thread that steps.
 class BatcherObserver {
  public:
   virtual ~BatcherObserver() = default;
   virtual void OnStep(const StepStats& stats) = 0;
   virtual void OnPreemption(int count) = 0;
+  // Also after requests leave between steps (a cancel with nothing left to run), so that
+  // gauges do not keep the last step's values.
+  virtual void OnState(const LoadState& state) { (void)state; }
 };
 
 struct EngineCoreOptions {
@@ -89,6 +99,8 @@ class EngineCore {
 
   void SetStepFunction(StepFunction step) { step_ = std::move(step); }
   void SetObserver(BatcherObserver* observer) { observer_ = observer; }
+  BatcherObserver* observer() const { return observer_; }
+  LoadState load() const;
 
  private:
   struct Seq {

@@ -27,6 +27,11 @@ class MetricsObserver : public sched::BatcherObserver {
     m_.kv_cache_usage_perc->Set(s.kv_usage);
   }
   void OnPreemption(int count) override { m_.num_preemptions->Inc(count); }
+  void OnState(const sched::LoadState& s) override {
+    m_.num_requests_running->Set(s.running);
+    m_.num_requests_waiting->Set(s.waiting);
+    m_.kv_cache_usage_perc->Set(s.kv_usage);
+  }
 
  private:
   ServerMetrics::ModelMetrics m_;

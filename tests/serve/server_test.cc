@@ -294,6 +294,9 @@ TEST_F(ServerTest, ClientDisconnectCancelsAndFreesKvBlocks) {
   EXPECT_EQ(decoder["kv_free_blocks"], decoder["kv_blocks"]);
   const std::string metrics = testing::Http(port(), "GET", "/metrics").body;
   EXPECT_NE(metrics.find("finished_reason=\"abort\""), std::string::npos);
+  // The gauges follow the cancellation, not the last step before it.
+  EXPECT_NE(metrics.find("ferry:num_requests_running{model_name=\"kjv-decoder\"} 0"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("ferry:kv_cache_usage_perc{model_name=\"kjv-decoder\"} 0"), std::string::npos);
 }
 
 TEST_F(ServerTest, HundredsOfIdleConnectionsDoNotBlockService) {
