@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cuda_fingerprint.h"
 #include "core/logging.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
@@ -231,6 +232,15 @@ class CudaBackend final : public Backend {
   Result<LinearWeight> DeserializeLinear(const SerializedLinear& s) override;
   Status Linear(const Tensor& x, const LinearWeight& w, Tensor& y) override;
   Result<std::string> TuneLinear(LinearWeight& w) override;
+  std::string DescribeTuning() const override {
+    return json{{"choice", "cuBLASLt algorithm (or the fused int8 small-M kernel) per weight shape and M bucket, "
+                           "timed in CUDA graphs on this GPU"}}
+        .dump();
+  }
+  Result<io::EngineFingerprint> Fingerprint() const override { return CudaFingerprint(options_.device); }
+  Status CheckFingerprint(const io::EngineFingerprint& fp) const override {
+    return CheckCudaFingerprint(fp, options_.device);
+  }
 
   // --- elementwise -----------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ Result<std::unique_ptr<PreloadedModel>> PreloadedModel::Create(const std::string
   p->timings_.load_ms = Ms(t0, t1);
   const io::ModelConfig& c = p->engine_->config();
   int max_seq = o.max_seq_len;
-  if (max_seq <= 0 && p->engine_->build_info() != nullptr) max_seq = p->engine_->build_info()->value("max_seq_len", 0);
+  if (max_seq <= 0 && p->engine_->build_info() != nullptr) max_seq = p->engine_->build_info()->max_seq_len;
   if (max_seq <= 0) max_seq = std::min(c.max_position_embeddings, 4096);
   max_seq = std::min(max_seq, c.max_position_embeddings);
   p->options_.max_seq_len = max_seq;
