@@ -217,7 +217,8 @@ Result<nlohmann::json> TuneLinears(backend::Backend& be, const std::map<std::str
   }
   const std::string description = be.DescribeTuning();
   if (description.empty() && shapes.empty()) return nlohmann::json();
-  nlohmann::json tuned = description.empty() ? nlohmann::json::object() : nlohmann::json::parse(description, nullptr, false);
+  nlohmann::json tuned =
+      description.empty() ? nlohmann::json::object() : nlohmann::json::parse(description, nullptr, false);
   if (!tuned.is_object()) return Internal(be.Name() + " described its tuning in invalid JSON");
   tuned["linear_shapes"] = std::move(shapes);
   return tuned;

@@ -407,7 +407,8 @@ TEST(CliBadInputTest, DeeplyNestedSafetensorsHeader) {
   std::string file(8, '\0');
   const uint64_t n = header.size();
   std::memcpy(file.data(), &n, 8);
-  std::ofstream(dir + "/model.safetensors", std::ios::binary | std::ios::trunc) << file << header << std::string(4, '\0');
+  std::ofstream(dir + "/model.safetensors", std::ios::binary | std::ios::trunc)
+      << file << header << std::string(4, '\0');
   ExpectCleanError(RunFerry({"generate", "--model", dir, "--prompt-ids", "1,2"}), "nested deeper than");
   ExpectCleanError(RunFerry({"build", "--model", dir, "--no-tune", "-o", dir + "/x.ferry"}), "nested deeper than");
   const RunResult serve = RunFerry({"serve", "--model", "m=" + dir, "--no-auth", "--port", "0"});

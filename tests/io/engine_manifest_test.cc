@@ -192,7 +192,8 @@ TEST(EngineManifestTest, EveryMalformedFieldIsDataLossNamingIt) {
     ASSERT_FALSE(m.ok()) << c.name;
     EXPECT_EQ(m.status().code(), StatusCode::kDataLoss) << c.name;
     EXPECT_NE(m.status().message().find(c.message), std::string::npos) << c.name << ": " << m.status().message();
-    EXPECT_NE(m.status().message().find("engine manifest"), std::string::npos) << c.name << ": " << m.status().message();
+    EXPECT_NE(m.status().message().find("engine manifest"), std::string::npos)
+        << c.name << ": " << m.status().message();
   }
 }
 
