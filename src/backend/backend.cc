@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "backend/cuda_backend.h"
 
 namespace ferry::backend {
 
@@ -66,15 +65,6 @@ Status Backend::RopeQkvWriteKv(const Tensor& qkv, int num_heads, int num_kv_head
   FERRY_RETURN_IF_ERROR(CopyColumns(qkv, q_dim + kv_dim, v));
   FERRY_RETURN_IF_ERROR(Rope(q, k, num_heads, num_kv_heads, positions, table));
   return WriteKv(k, v, slots, layer);
-}
-
-Result<int> ParseCudaDevice(const std::string& device) {
-  if (device == "cuda") return 0;
-  if (device.rfind("cuda:", 0) == 0 && device.size() > 5 && device.size() < 9 &&
-      device.find_first_not_of("0123456789", 5) == std::string::npos) {
-    return std::stoi(device.substr(5));
-  }
-  return InvalidArgument("device must be cpu, cuda or cuda:N, got '" + device + "'");
 }
 
 }  // namespace ferry::backend

@@ -18,6 +18,7 @@
 #include "backend/step_inputs.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "io/engine_fingerprint.h"
 #include "kernels/attention_params.h"
 #include "kernels/serialized_linear.h"
 #include "kernels/weight_format.h"
@@ -104,11 +105,30 @@ class Backend {
   // Engine builds: times this prepared weight's kernel choices on the device for each
   // row-count bucket the backend distinguishes and keeps the fastest in the weight, where
   // SerializeLinear stores them (the engine's tuned choices). Weights of one shape and
-  // format are timed once. Returns a JSON description of the choices, or "" when this
-  // backend tunes nothing this way (the CPU's choice is made by the engine builder).
+  // format are timed once: the first returns a JSON object describing its timings and
+  // choice, later ones of that shape get the same choice and return "". A backend that
+  // tunes nothing returns "".
   virtual Result<std::string> TuneLinear(LinearWeight& w) {
     (void)w;
     return std::string();
+  }
+  // Engine builds: what TuneLinear chooses and the conditions its timings hold for, as a
+  // JSON object ({"choice": "...", ...}) that heads the manifest's "tuned" section; "" when
+  // this backend tunes nothing.
+  virtual std::string DescribeTuning() const { return std::string(); }
+
+  // --- engine files ----------------------------------------------------------------------
+  // The device's part of the fingerprint of an engine this backend lays out and tunes (the
+  // device kind, and what its weights and tuned choices are only valid for: the CPU ISA;
+  // the GPU architecture and library versions). The engine builder adds ferry's versions.
+  virtual Result<io::EngineFingerprint> Fingerprint() const {
+    return Unimplemented(Name() + " does not build engine files");
+  }
+  // Whether an engine with `fingerprint`, already known to be for this kind of device, can
+  // run on this backend; FailedPrecondition naming the mismatch and the fix otherwise.
+  virtual Status CheckFingerprint(const io::EngineFingerprint& fingerprint) const {
+    (void)fingerprint;
+    return Unimplemented(Name() + " does not load engine files");
   }
 
   // out[i, :] = table[ids[i], :] for the n = ids.numel() ids (table any float dtype, out

@@ -2,8 +2,11 @@
 // weight panels, attention, norms, RoPE, activations) on the OpenMP compute threads.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
@@ -15,9 +18,9 @@ struct CpuBackendOptions {
   kernels::cpu::LinearConfig linear;
 };
 
-// Thread-safe (no mutable state). Each op spreads its work over the compute threads
-// (ferry::SetComputeThreads); concurrent calls from several threads are correct but share
-// the same cores.
+// Thread-safe: its only state is TuneLinear's record of timed shapes, under a mutex. Each
+// op spreads its work over the compute threads (ferry::SetComputeThreads); concurrent
+// calls from several threads are correct but share the same cores.
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(CpuBackendOptions options = CpuBackendOptions()) : options_(options) {}
@@ -36,6 +39,16 @@ class CpuBackend final : public Backend {
   // Uses w.packed; a weight that was never prepared (or whose pack was made from another
   // tensor) is packed on the fly, which is correct but slow.
   Status Linear(const Tensor& x, const LinearWeight& w, Tensor& y) override;
+  // Times the one-pass decode kernel against the blocked GEMM for 1 to 64 rows and sets
+  // w.small_m_max to the largest row count where decode is at least as fast (cpu_tuning.cc).
+  // The crossover depends on the compute threads at the time of the call.
+  Result<std::string> TuneLinear(LinearWeight& w) override;
+  std::string DescribeTuning() const override;
+
+  // The CPU ISA and oneDNN version; an engine runs on any CPU with at least its ISA
+  // (cpu_fingerprint.cc).
+  Result<io::EngineFingerprint> Fingerprint() const override;
+  Status CheckFingerprint(const io::EngineFingerprint& fingerprint) const override;
 
   Status Embedding(const Tensor& table, const Tensor& ids, Tensor& out) override;
   Status RmsNorm(const Tensor& x, const Tensor& gamma, float eps, Tensor& out) override;
@@ -59,7 +72,12 @@ class CpuBackend final : public Backend {
   Status Synchronize() override { return Status::Ok(); }
 
  private:
+  // (format, out, in): weights of one shape and format share their tuned crossover.
+  using TuneKey = std::tuple<int, int64_t, int64_t>;
+
   CpuBackendOptions options_;
+  std::mutex tune_mu_;
+  std::map<TuneKey, int> tuned_;  // GUARDED_BY(tune_mu_)
 };
 
 std::unique_ptr<Backend> MakeCpuBackend(CpuBackendOptions options);

@@ -33,8 +33,6 @@ struct CudaDeviceInfo {
 };
 // Unavailable without a device (or without the CUDA backend in this build).
 Result<CudaDeviceInfo> QueryCudaDevice(int device);
-// The device index of "cuda" / "cuda:N" (InvalidArgument for anything else).
-Result<int> ParseCudaDevice(const std::string& device);
 
 // Unavailable when there is no GPU or the build has no CUDA backend.
 Result<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& options);

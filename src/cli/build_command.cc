@@ -5,7 +5,9 @@
 #include <map>
 
 #include "cli/subcommands.h"
+#include "core/json_limits.h"
 #include "engine/engine_builder.h"
+#include "engine/engine_fingerprint.h"
 #include "io/engine_file.h"
 
 namespace ferry::cli {
@@ -15,17 +17,29 @@ namespace {
 struct BuildCliOptions {
   std::string model;
   std::string output;
-  engine::BuildOptions build;
+  std::string precision = "fp32";
+  std::string device = "cpu";
+  engine::BuildOptions build;  // precision and device: parsed from the two above
 };
 
 int RunBuild(const BuildCliOptions& o) {
-  auto r = engine::BuildEngine(o.model, o.output, o.build);
+  engine::BuildOptions build = o.build;
+  auto precision = ParsePrecision(o.precision);
+  if (!precision.ok()) return Fail(precision.status());
+  build.precision = *precision;
+  auto device = ParseDevice(o.device);
+  if (!device.ok()) return Fail(device.status());
+  build.device = *device;
+  auto r = engine::BuildEngine(o.model, o.output, build);
   if (!r.ok()) return Fail(r.status());
-  nlohmann::json j = {{"engine", o.output},         {"precision", o.build.precision},
-                      {"device", o.build.device},    {"file_bytes", r->file_bytes},
-                      {"weight_bytes", r->weight_bytes}, {"blobs", r->blobs},
+  nlohmann::json j = {{"engine", o.output},
+                      {"precision", std::string(PrecisionName(build.precision))},
+                      {"device", build.device.ToString()},
+                      {"file_bytes", r->file_bytes},
+                      {"weight_bytes", r->weight_bytes},
+                      {"blobs", r->blobs},
                       {"seconds", r->seconds}};
-  if (!r->calibration.is_null()) j["calibration"] = r->calibration;
+  if (r->calibration) j["calibration"] = r->calibration->ToJson();
   std::printf("%s\n", j.dump(2).c_str());
   return 0;
 }
@@ -39,48 +53,44 @@ struct InspectOptions {
 int RunInspect(const InspectOptions& o) {
   auto f = io::EngineFile::Open(o.path);
   if (!f.ok()) return Fail(f.status());
-  const nlohmann::json& m = (*f)->manifest();
+  const io::EngineManifest& m = (*f)->manifest();
+  const io::EngineFingerprint& fingerprint = (*f)->fingerprint();
   nlohmann::json out;
   out["path"] = o.path;
   out["file_bytes"] = (*f)->size();
   out["format_version"] = (*f)->format_version();
-  out["fingerprint"] = (*f)->fingerprint();
-  const std::string built_for = (*f)->fingerprint().value("device", "cpu");
-  const Status here = engine::CheckFingerprint((*f)->fingerprint(), built_for == "cuda" ? "cuda" : "cpu");
+  out["fingerprint"] = fingerprint.ToJson();
+  // Compatibility with this machine, asked of a device of the engine's own kind.
+  const DeviceSpec built_for = fingerprint.device == "cuda" ? DeviceSpec::Cuda() : DeviceSpec::Cpu();
+  const Status here = engine::CheckFingerprint(fingerprint, built_for);
   out["compatible_here"] = here.ok();
   if (!here.ok()) out["incompatible_because"] = here.message();
-  out["build"] = m.value("build", nlohmann::json::object());
-  out["model"] = m.value("model", nlohmann::json::object());
-  if (m.contains("files") && m["files"].contains("config.json") && m["files"]["config.json"].is_string()) {
-    out["config"] = nlohmann::json::parse(m["files"]["config.json"].get<std::string>(), nullptr, false);
-  }
+  const nlohmann::json manifest_json = m.ToJson();
+  out["build"] = manifest_json["build"];
+  out["model"] = manifest_json["model"];
+  // The embedded config.json is text from the checkpoint: parsed with the nesting bound,
+  // and left out when it does not parse.
+  auto config = ParseUntrustedJson(m.files.at("config.json"));
+  if (config.ok()) out["config"] = std::move(config).value();
   nlohmann::json embedded = nlohmann::json::array();
-  for (const char* section : {"files", "binary_files"}) {
-    if (m.contains(section) && m[section].is_object()) {
-      for (auto& [name, v] : m[section].items()) embedded.push_back(name);
-    }
-  }
+  for (const auto& [name, text] : m.files) embedded.push_back(name);
+  for (const auto& [name, ref] : m.binary_files) embedded.push_back(name);
   out["embedded_files"] = embedded;
   // Bytes per weight format and per kind.
   std::map<std::string, uint64_t> by_format;
   uint64_t linear_bytes = 0, tensor_bytes = 0;
-  if (m.contains("linears")) {
-    for (auto& [key, l] : m["linears"].items()) {
-      uint64_t bytes = 0;
-      for (const auto& b : l["blobs"]) bytes += b["blob"].value("bytes", uint64_t{0});
-      by_format[l["layout"].value("format", std::string("?"))] += bytes;
-      linear_bytes += bytes;
-    }
+  for (const auto& [key, l] : m.linears) {
+    uint64_t bytes = 0;
+    for (const io::StoredTensor& b : l.blobs) bytes += b.blob.bytes;
+    const auto format = l.layout.find("format");  // the backend's layout: checked, not assumed
+    by_format[format != l.layout.end() && format->is_string() ? format->get<std::string>() : "?"] += bytes;
+    linear_bytes += bytes;
   }
-  if (m.contains("tensors")) {
-    for (auto& [key, t] : m["tensors"].items()) tensor_bytes += t["blob"].value("bytes", uint64_t{0});
-  }
+  for (const auto& [key, t] : m.tensors) tensor_bytes += t.blob.bytes;
   out["sizes"] = {{"linear_bytes", linear_bytes}, {"tensor_bytes", tensor_bytes}, {"linear_bytes_by_format", by_format}};
-  out["counts"] = {{"linears", m.value("linears", nlohmann::json::object()).size()},
-                   {"tensors", m.value("tensors", nlohmann::json::object()).size()},
-                   {"blobs", m.value("blobs_index", nlohmann::json::array()).size()}};
-  if (m.contains("tuned")) out["tuned"] = m["tuned"];
-  if (o.full) out["manifest"] = m;
+  out["counts"] = {{"linears", m.linears.size()}, {"tensors", m.tensors.size()}, {"blobs", m.blobs_index.size()}};
+  if (!m.tuned.is_null()) out["tuned"] = m.tuned;
+  if (o.full) out["manifest"] = manifest_json;
   if (o.verify) {
     Status st = (*f)->VerifyAll();
     out["verified"] = st.ok();
@@ -99,8 +109,8 @@ void RegisterBuild(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<BuildCliOptions>();
   CLI::App* sub = app.add_subcommand("build", "Compile a checkpoint into an engine file");
   sub->add_option("--model", o->model, "Checkpoint directory")->required();
-  sub->add_option("--precision", o->build.precision, "fp32, bf16, fp16, int8-wo, int8 (W8A8), fp8 (CUDA)");
-  sub->add_option("--device", o->build.device, "cpu, cuda or cuda:N (GPU engines are laid out and tuned on that GPU)");
+  sub->add_option("--precision", o->precision, "fp32, bf16, fp16, int8-wo, int8 (W8A8), fp8 (CUDA)");
+  sub->add_option("--device", o->device, "cpu, cuda or cuda:N (GPU engines are laid out and tuned on that GPU)");
   sub->add_option("-o,--output", o->output, "Engine file to write")->required();
   sub->add_option("--calibration", o->build.calibration_path, "Calibration text or JSONL (int8)");
   sub->add_option("--calibration-tokens", o->build.calibration_tokens, "Tokens of calibration text to run");

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "cli/subcommands.h"
+#include "core/device_spec.h"
 #include "engine/engine.h"
 #include "sched/engine_core.h"
 
@@ -53,7 +54,9 @@ int RunGenerate(const GenerateOptions& o) {
   if (o.prompt.empty() == o.prompt_ids.empty()) {
     return Fail(InvalidArgument("give exactly one of --prompt (non-empty) or --prompt-ids"));
   }
-  auto engine_or = engine::Engine::Load(o.model, {.threads = o.threads, .device = o.device});
+  auto device = ParseDevice(o.device);
+  if (!device.ok()) return Fail(device.status());
+  auto engine_or = engine::Engine::Load(o.model, {.threads = o.threads, .device = *device});
   if (!engine_or.ok()) return Fail(engine_or.status());
   std::shared_ptr<engine::Engine> engine = std::move(engine_or).value();
   if (!engine->is_decoder()) return Fail(InvalidArgument("'" + o.model + "' is not a decoder model"));

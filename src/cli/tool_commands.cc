@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cli/subcommands.h"
+#include "core/device_spec.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "tools/model_bench.h"
@@ -55,7 +56,9 @@ struct BenchModelOptions {
 
 int RunBenchModel(const BenchModelOptions& o) {
   engine::EngineOptions eo;
-  eo.device = o.device;
+  auto device = ParseDevice(o.device);
+  if (!device.ok()) return Fail(device.status());
+  eo.device = *device;
   auto act = ParseDType(o.activations);
   if (!act.ok()) return Fail(act.status());
   eo.cuda_activations = act.value();

@@ -4,7 +4,7 @@
 
 #include "backend/cuda_backend.h"
 #include "core/thread_pool.h"
-#include "engine/engine_builder.h"
+#include "engine/engine_fingerprint.h"
 #include "io/engine_file.h"
 #include "io/safetensors.h"
 
@@ -13,10 +13,9 @@ namespace ferry::engine {
 namespace fs = std::filesystem;
 
 Result<std::unique_ptr<backend::Backend>> MakeBackend(const EngineOptions& options) {
-  if (options.device == "cpu") return backend::MakeCpuBackend();
-  FERRY_ASSIGN_OR_RETURN(const int index, backend::ParseCudaDevice(options.device));
+  if (options.device.is_cpu()) return backend::MakeCpuBackend();
   backend::CudaBackendOptions co;
-  co.device = index;
+  co.device = options.device.index;
   co.activations = options.cuda_activations;
   co.kv_cache = options.cuda_kv_cache.value_or(options.cuda_activations);
   if (co.kv_cache != DType::kBF16 && co.kv_cache != DType::kF16 && co.kv_cache != DType::kF32 &&
@@ -70,18 +69,11 @@ namespace {
 
 // The embedded tokenizer/config files of an engine file, by name.
 Result<std::map<std::string, std::string>> EmbeddedFiles(const io::EngineFile& file, bool verify) {
-  const nlohmann::json& m = file.manifest();
-  std::map<std::string, std::string> files;
-  if (m.contains("files") && m["files"].is_object()) {
-    for (auto& [name, text] : m["files"].items()) {
-      if (text.is_string()) files[name] = text.get<std::string>();
-    }
-  }
-  if (m.contains("binary_files") && m["binary_files"].is_object()) {
-    for (auto& [name, ref] : m["binary_files"].items()) {
-      FERRY_ASSIGN_OR_RETURN(std::string_view bytes, file.BlobBytes(ref, name, verify));
-      files[name] = std::string(bytes);
-    }
+  const io::EngineManifest& m = file.manifest();
+  std::map<std::string, std::string> files = m.files;
+  for (const auto& [name, ref] : m.binary_files) {
+    FERRY_ASSIGN_OR_RETURN(std::string_view bytes, file.BlobBytes(ref, name, verify));
+    files[name] = std::string(bytes);
   }
   return files;
 }
@@ -100,29 +92,22 @@ Result<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizerFor(const std::string
 
 Result<std::shared_ptr<Engine>> Engine::LoadEngineFile(const std::string& path, const EngineOptions& options) {
   SetComputeThreads(options.threads);
+  // Open validates the manifest and every blob's place in the file; blobs' checksums are
+  // checked below as each is adopted (options.verify).
   FERRY_ASSIGN_OR_RETURN(std::shared_ptr<io::EngineFile> file, io::EngineFile::Open(path));
   const std::string where = "engine file '" + path + "'";
-  FERRY_RETURN_IF_ERROR(CheckFingerprint(file->fingerprint(), options.device).WithContext(where));
-  const nlohmann::json& m = file->manifest();
-  for (const char* key : {"files", "binary_files", "model", "build", "tensors", "linears"}) {
-    if (!m.contains(key) || !m[key].is_object()) {
-      return DataLoss(where + " is corrupt: manifest has no '" + key + "' section");
-    }
-  }
-  if (!m["files"].contains("config.json") || !m["files"]["config.json"].is_string()) {
-    return DataLoss(where + " is corrupt: no embedded config.json");
-  }
+  const io::EngineFingerprint& fingerprint = file->fingerprint();
+  FERRY_RETURN_IF_ERROR(CheckEngineDevice(fingerprint, options.device).WithContext(where));
+  const io::EngineManifest& m = file->manifest();
   std::shared_ptr<Engine> e(new Engine());
   e->path_ = path;
-  e->build_info_ = m["build"];
+  e->build_info_ = m.build;
   e->weights_keepalive_ = file;
-  auto config = io::ParseModelConfig(m["files"]["config.json"].get<std::string>());
+  auto config = io::ParseModelConfig(m.files.at("config.json"));
   if (!config.ok()) return config.status().WithContext(where);
   e->config_ = std::move(config).value();
-  const nlohmann::json& model = m["model"];
-  if (model.contains("eos_token_ids") && model["eos_token_ids"].is_array()) {
-    e->config_.eos_token_ids = model["eos_token_ids"].get<std::vector<int>>();
-  }
+  // The manifest's stop ids include generation_config.json's, which config.json alone lacks.
+  e->config_.eos_token_ids = m.model.eos_token_ids;
 
   // Tokenizer from the embedded files.
   FERRY_ASSIGN_OR_RETURN(auto files, EmbeddedFiles(*file, options.verify));
@@ -134,43 +119,39 @@ Result<std::shared_ptr<Engine>> Engine::LoadEngineFile(const std::string& path, 
 
   // A GPU engine's weights are stored in the activation dtype it was built for.
   EngineOptions backend_options = options;
-  if (e->build_info_.contains("activations")) {
-    FERRY_ASSIGN_OR_RETURN(backend_options.cuda_activations, ParseDType(e->build_info_.value("activations", "")));
+  if (m.build.activations) backend_options.cuda_activations = *m.build.activations;
+  auto backend = MakeBackend(backend_options);
+  if (!backend.ok()) {
+    if (backend.status().code() != StatusCode::kUnavailable) return backend.status().WithContext(where);
+    return backend.status().WithContext(where + ": engine was built for a GPU (" + fingerprint.arch + ")");
   }
-  FERRY_ASSIGN_OR_RETURN(e->backend_, MakeBackend(backend_options));
+  e->backend_ = std::move(backend).value();
   backend::Backend& be = *e->backend_;
+  FERRY_RETURN_IF_ERROR(be.CheckFingerprint(fingerprint).WithContext(where));
   const bool verify = options.verify;
   model::PreparedSource src;
   src.tensor = [file, &m, verify](const std::string& key) -> Result<Tensor> {
-    if (!m["tensors"].contains(key)) return DataLoss("engine has no tensor '" + key + "'");
-    const nlohmann::json& t = m["tensors"][key];
-    if (!t.contains("dtype") || !t["dtype"].is_string() || !t.contains("shape") || !t["shape"].is_array()) {
-      return DataLoss("engine tensor '" + key + "' is malformed");
-    }
-    FERRY_ASSIGN_OR_RETURN(DType dtype, ParseDType(t["dtype"].get<std::string>()));
-    return file->Blob(t["blob"], dtype, t["shape"].get<Shape>(), key, verify);
+    const auto it = m.tensors.find(key);
+    if (it == m.tensors.end()) return DataLoss("engine has no tensor '" + key + "'");
+    return file->Blob(it->second, key, verify);
   };
   src.linear = [file, &m, &be, verify](const std::string& key) -> Result<backend::LinearWeight> {
-    if (!m["linears"].contains(key)) return NotFound("engine has no linear weight '" + key + "'");
-    const nlohmann::json& l = m["linears"][key];
-    if (!l.contains("layout") || !l.contains("blobs") || !l["blobs"].is_array()) {
-      return DataLoss("engine linear weight '" + key + "' is malformed");
-    }
+    const auto it = m.linears.find(key);
+    if (it == m.linears.end()) return NotFound("engine has no linear weight '" + key + "'");
+    const io::StoredLinear& l = it->second;
     backend::SerializedLinear s;
-    s.layout_json = l["layout"].dump();
-    for (const nlohmann::json& b : l["blobs"]) {
-      if (!b.contains("dtype") || !b["dtype"].is_string() || !b.contains("shape") || !b["shape"].is_array()) {
-        return DataLoss("engine linear weight '" + key + "' has a malformed blob");
-      }
-      FERRY_ASSIGN_OR_RETURN(DType dtype, ParseDType(b["dtype"].get<std::string>()));
-      FERRY_ASSIGN_OR_RETURN(Tensor t, file->Blob(b["blob"], dtype, b["shape"].get<Shape>(), key, verify));
+    s.layout_json = l.layout.dump();
+    for (const io::StoredTensor& b : l.blobs) {
+      FERRY_ASSIGN_OR_RETURN(Tensor t, file->Blob(b, key, verify));
       s.blobs.push_back(std::move(t));
     }
     auto w = be.DeserializeLinear(s);
     if (!w.ok()) return w.status().WithContext("engine linear weight '" + key + "'");
-    if (l.contains("small_m_max") && l["small_m_max"].is_number_integer()) w->small_m_max = l["small_m_max"].get<int>();
+    if (l.small_m_max) w->small_m_max = *l.small_m_max;
     return w;
   };
+  // The backends read their layout JSON with checked accessors; this only keeps a missed
+  // case from escaping as an exception.
   try {
     if (e->config_.family == io::ModelFamily::kDecoder) {
       auto d = model::DecoderModel::LoadPrepared(e->config_, src, be);

@@ -2,13 +2,13 @@
 // after Load and shareable; per-sequence state (KV cache) lives in an engine core (sched::EngineCore).
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "backend/backend.h"
+#include "core/device_spec.h"
+#include "io/engine_manifest.h"
 #include "io/model_config.h"
 #include "model/decoder.h"
 #include "model/encoder.h"
@@ -19,7 +19,7 @@ namespace ferry::engine {
 struct EngineOptions {
   int threads = 0;      // compute threads; 0 = all cores
   bool verify = true;   // engine files: check every blob's CRC-32C while loading
-  std::string device = "cpu";  // "cpu" or "cuda" / "cuda:N"
+  DeviceSpec device = DeviceSpec::Cpu();  // or a GPU
   DType cuda_activations = DType::kBF16;  // CUDA: activation dtype (bf16, f16, f32); engine files set their own
   std::optional<DType> cuda_kv_cache = std::nullopt;  // CUDA: KV-cache dtype (bf16, f16, f32, f8e4m3); unset: the activations'
 };
@@ -37,8 +37,8 @@ class Engine {
   // files) or an engine file written by `ferry build`.
   static Result<std::shared_ptr<Engine>> Load(const std::string& path, const EngineOptions& options = {});
 
-  // Engine files only (null for checkpoints): the manifest's build section.
-  const nlohmann::json* build_info() const { return build_info_.is_null() ? nullptr : &build_info_; }
+  // Engine files only (null for checkpoints): how the engine was built.
+  const io::ManifestBuild* build_info() const { return build_info_ ? &*build_info_ : nullptr; }
 
   const io::ModelConfig& config() const { return config_; }
   bool is_decoder() const { return decoder_ != nullptr; }
@@ -65,7 +65,7 @@ class Engine {
   std::shared_ptr<const void> weights_keepalive_;
   std::unique_ptr<model::DecoderModel> decoder_;
   std::unique_ptr<model::EncoderModel> encoder_;
-  nlohmann::json build_info_;
+  std::optional<io::ManifestBuild> build_info_;
 };
 
 }  // namespace ferry::engine

@@ -1,22 +1,20 @@
 #include "engine/engine_builder.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <chrono>
-#include <tuple>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 
-#include <oneapi/dnnl/dnnl.hpp>
-
-#include "backend/cuda_backend.h"
 #include "core/logging.h"
 #include "core/mapped_file.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "engine/encoder_runner.h"
+#include "engine/engine_fingerprint.h"
 #include "engine/kv_cache.h"
 #include "engine/step_executor.h"
 #include "io/engine_file.h"
@@ -35,39 +33,35 @@ const char* const kTextFiles[] = {"tokenizer.json", "tokenizer_config.json", "sp
                                   "generation_config.json", "vocab.txt", "config.json"};
 const char* const kBinaryFiles[] = {"tokenizer.model"};
 
-struct Precision {
+// What a precision means for the weights: how linears are stored, the dtype of the other
+// tables, and whether int8 calibration runs first.
+struct PrecisionPlan {
   backend::WeightFormat format;
   std::optional<DType> table_dtype;
   bool calibrate;
 };
 
-Result<Precision> ParsePrecision(const std::string& p, bool cuda) {
-  if (p == "fp32") return Precision{backend::WeightFormat::kF32, DType::kF32, false};
-  if (p == "bf16") return Precision{backend::WeightFormat::kBF16, DType::kBF16, false};
-  if (p == "fp16") return Precision{backend::WeightFormat::kF16, DType::kF16, false};
-  if (p == "int8-wo") return Precision{backend::WeightFormat::kInt8, DType::kBF16, false};
-  if (p == "int8") return Precision{backend::WeightFormat::kInt8W8A8, DType::kBF16, true};
-  if (p == "fp8") {
-    // e4m3 weights with per-channel scales; activations are scaled per token at run time,
-    // so fp8 needs no calibration pass.
-    if (cuda) return Precision{backend::WeightFormat::kFp8, DType::kBF16, false};
-    return InvalidArgument("precision fp8 runs on GPUs only (sm_89+): build it with --device cuda");
+Result<PrecisionPlan> PlanPrecision(Precision p, const DeviceSpec& device) {
+  switch (p) {
+    case Precision::kFp32: return PrecisionPlan{backend::WeightFormat::kF32, DType::kF32, false};
+    case Precision::kBf16: return PrecisionPlan{backend::WeightFormat::kBF16, DType::kBF16, false};
+    case Precision::kFp16: return PrecisionPlan{backend::WeightFormat::kF16, DType::kF16, false};
+    case Precision::kInt8WeightOnly: return PrecisionPlan{backend::WeightFormat::kInt8, DType::kBF16, false};
+    case Precision::kInt8: return PrecisionPlan{backend::WeightFormat::kInt8W8A8, DType::kBF16, true};
+    case Precision::kFp8:
+      // e4m3 weights with per-channel scales; activations are scaled per token at run time,
+      // so fp8 needs no calibration pass.
+      if (device.is_cuda()) return PrecisionPlan{backend::WeightFormat::kFp8, DType::kBF16, false};
+      return InvalidArgument("precision fp8 runs on GPUs only (sm_89+): build it with --device cuda");
   }
-  return InvalidArgument("unknown precision '" + p + "' (fp32, bf16, fp16, int8-wo, int8, fp8)");
+  return InvalidArgument("unknown precision");
 }
 
 // The activation (and KV cache) dtype a GPU engine of this precision runs with.
-DType CudaActivations(const std::string& precision) {
-  if (precision == "fp32") return DType::kF32;
-  if (precision == "fp16") return DType::kF16;
+DType CudaActivations(Precision precision) {
+  if (precision == Precision::kFp32) return DType::kF32;
+  if (precision == Precision::kFp16) return DType::kF16;
   return DType::kBF16;
-}
-
-std::string CpuIsa() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return "avx512";
-  if (__builtin_cpu_supports("avx2")) return "avx2";
-  return "baseline";
 }
 
 // Calibration documents: JSONL with "text" fields, or plain text (one document a line).
@@ -110,8 +104,8 @@ struct ActivationStats {
   }
 };
 
-Result<nlohmann::json> Calibrate(const std::string& model_dir, const BuildOptions& o, int max_seq_len,
-                                 std::map<std::string, Tensor>& smooth) {
+Result<io::CalibrationInfo> Calibrate(const std::string& model_dir, const BuildOptions& o, int max_seq_len,
+                                      std::map<std::string, Tensor>& smooth) {
   const std::string path = o.calibration_path.empty() ? DefaultCalibrationPath() : o.calibration_path;
   FERRY_ASSIGN_OR_RETURN(std::vector<std::string> docs, ReadCalibration(path));
   FERRY_ASSIGN_OR_RETURN(std::shared_ptr<Engine> fp32, Engine::Load(model_dir, {.threads = o.threads}));
@@ -209,149 +203,46 @@ Result<nlohmann::json> Calibrate(const std::string& model_dir, const BuildOption
     visit_status = fp32->encoder()->Visit(visitor);
   }
   FERRY_RETURN_IF_ERROR(visit_status);
-  return nlohmann::json{{"path", path},     {"documents", used_docs},
-                        {"tokens", tokens}, {"alpha", o.smooth_alpha},
-                        {"layers", smooth.size()}, {"synthetic_token_ids", synthetic}};
+  return io::CalibrationInfo{path,  used_docs, tokens, o.smooth_alpha, static_cast<int>(smooth.size()),
+                             synthetic};
 }
 
-// Times the backend's small-M (one-pass decode) kernel against its blocked GEMM for every
-// distinct weight shape and row-count bucket, and records per weight the largest bucket
-// where the small-M kernel is at least as fast: a kernel choice that depends on shape,
-// made on the machine the engine is built for, as TensorRT's builder does.
-Result<nlohmann::json> TuneLinears(backend::Backend& be, std::map<std::string, backend::LinearWeight*>& linears) {
-  const std::vector<int> buckets = {1, 2, 4, 8, 16, 32, 64};
-  struct ShapeKey {
-    int format;
-    int64_t n, k;
-    bool operator<(const ShapeKey& o) const { return std::tie(format, n, k) < std::tie(o.format, o.n, o.k); }
-  };
-  std::map<ShapeKey, int> chosen;
-  nlohmann::json table = nlohmann::json::array();
-  // Best of three batches, each long enough (>= 1 ms) for the clock to resolve it.
-  auto time_us = [&](const backend::LinearWeight& w, const Tensor& x, Tensor& y) -> Result<double> {
-    FERRY_RETURN_IF_ERROR(be.Linear(x, w, y));  // warm
-    double best = 1e30;
-    for (int batch = 0; batch < 3; ++batch) {
-      const auto t0 = std::chrono::steady_clock::now();
-      int calls = 0;
-      double elapsed = 0;
-      do {
-        FERRY_RETURN_IF_ERROR(be.Linear(x, w, y));
-        ++calls;
-        elapsed = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-      } while (elapsed < 1000.0);
-      best = std::min(best, elapsed / calls);
-    }
-    return best;
-  };
-  for (auto& [key, wp] : linears) {
-    backend::LinearWeight& w = *wp;
-    const ShapeKey sk{static_cast<int>(w.format), w.out_features(), w.in_features()};
-    auto it = chosen.find(sk);
-    if (it != chosen.end()) {
-      w.small_m_max = it->second;
-      continue;
-    }
-    nlohmann::json row = {{"format", backend::WeightFormatName(w.format)}, {"n", sk.n}, {"k", sk.k}};
-    int best = -1;
-    for (int m : buckets) {
-      Tensor x = Tensor::Empty({m, sk.k}, DType::kF32);
-      for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>((i * 7919 % 2001) - 1000) * 1e-3f;
-      Tensor y = Tensor::Empty({m, sk.n}, DType::kF32);
-      backend::LinearWeight probe = w;
-      probe.small_m_max = m;  // forces the small-M kernel for this M
-      FERRY_ASSIGN_OR_RETURN(double small_us, time_us(probe, x, y));
-      probe.small_m_max = m == 1 ? -1 : m - 1;  // forces the blocked GEMM
-      FERRY_ASSIGN_OR_RETURN(double gemm_us, time_us(probe, x, y));
-      row["m"].push_back(m);
-      row["small_m_us"].push_back(small_us);
-      row["gemm_us"].push_back(gemm_us);
-      if (small_us <= gemm_us) best = m;
-    }
-    row["small_m_max"] = best;
-    table.push_back(row);
-    chosen[sk] = best;
-    w.small_m_max = best;
+// Times each linear's kernel choices on the backend (weights of one shape once) and
+// returns the manifest's "tuned" section: the backend's description of its choice and one
+// report per distinct shape; null when the backend tunes nothing.
+Result<nlohmann::json> TuneLinears(backend::Backend& be, const std::map<std::string, backend::LinearWeight*>& linears) {
+  nlohmann::json shapes = nlohmann::json::array();
+  for (const auto& [key, w] : linears) {
+    FERRY_ASSIGN_OR_RETURN(const std::string report, be.TuneLinear(*w));
+    if (report.empty()) continue;
+    nlohmann::json parsed = nlohmann::json::parse(report, nullptr, false);
+    if (parsed.is_discarded()) return Internal(be.Name() + " reported its tuning of '" + key + "' in invalid JSON");
+    shapes.push_back(std::move(parsed));
   }
-  return table;
-}
-
-nlohmann::json DescribeTensor(const Tensor& t, const io::BlobRef& ref) {
-  return {{"dtype", std::string(DTypeName(t.dtype()))}, {"shape", t.shape()}, {"blob", ref.ToJson()}};
+  const std::string description = be.DescribeTuning();
+  if (description.empty() && shapes.empty()) return nlohmann::json();
+  nlohmann::json tuned =
+      description.empty() ? nlohmann::json::object() : nlohmann::json::parse(description, nullptr, false);
+  if (!tuned.is_object()) return Internal(be.Name() + " described its tuning in invalid JSON");
+  tuned["linear_shapes"] = std::move(shapes);
+  return tuned;
 }
 
 }  // namespace
 
 std::string DefaultCalibrationPath() { return std::string(FERRY_DATA_DIR) + "/calibration/kjv_calibration.jsonl"; }
 
-Result<nlohmann::json> CurrentFingerprint(const std::string& device) {
-  nlohmann::json fp;
-  fp["ferry_version"] = FERRY_VERSION;
-  fp["weight_layout_version"] = 1;
-  if (device == "cpu") {
-    const dnnl_version_t* v = dnnl_version();
-    fp["device"] = "cpu";
-    fp["cpu_isa"] = CpuIsa();
-    fp["libraries"] = {{"onednn", std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-                                      std::to_string(v->patch)}};
-    return fp;
-  }
-  FERRY_ASSIGN_OR_RETURN(const int index, backend::ParseCudaDevice(device));
-  FERRY_ASSIGN_OR_RETURN(const backend::CudaDeviceInfo gpu, backend::QueryCudaDevice(index));
-  fp["device"] = "cuda";
-  fp["gpu"] = gpu.name;
-  fp["arch"] = gpu.arch();
-  fp["libraries"] = {{"cuda_runtime", gpu.runtime_version}, {"cublaslt", gpu.cublaslt_version}};
-  return fp;
-}
-
-Status CheckFingerprint(const nlohmann::json& fp, const std::string& device) {
-  const std::string built = fp.value("device", "");
-  const bool on_gpu = device != "cpu";
-  if (fp.value("weight_layout_version", 0) != 1) {
-    return FailedPrecondition("engine uses weight layout version " + std::to_string(fp.value("weight_layout_version", 0)) +
-                              ", this ferry reads version 1");
-  }
-  if (built == "cpu") {
-    if (on_gpu) {
-      return FailedPrecondition("engine was built for the CPU; build a GPU engine with `ferry build --device cuda`, "
-                                "or run the checkpoint itself with --device " + device);
-    }
-    const std::string isa = fp.value("cpu_isa", "");
-    const std::string here = CpuIsa();
-    auto rank = [](const std::string& s) { return s == "avx512" ? 2 : s == "avx2" ? 1 : 0; };
-    if (rank(isa) > rank(here)) {
-      return FailedPrecondition("engine was built for CPU ISA '" + isa + "', this CPU only has '" + here + "'");
-    }
-    return Status::Ok();
-  }
-  if (built != "cuda") return FailedPrecondition("engine was built for an unknown device '" + built + "'");
-  const std::string arch = fp.value("arch", "");
-  if (!on_gpu) return FailedPrecondition("engine was built for a GPU (" + arch + "); load it with --device cuda");
-  FERRY_ASSIGN_OR_RETURN(const int index, backend::ParseCudaDevice(device));
-  auto gpu = backend::QueryCudaDevice(index);
-  if (!gpu.ok()) return gpu.status().WithContext("engine was built for a GPU (" + arch + ")");
-  if (gpu->arch() != arch) {
-    return FailedPrecondition("engine was built and tuned for " + arch + " (" + fp.value("gpu", "") + "), this GPU is " +
-                              gpu->arch() + " (" + gpu->name + "): rebuild it on this GPU");
-  }
-  const nlohmann::json libs = fp.value("libraries", nlohmann::json::object());
-  const size_t lt = libs.value("cublaslt", size_t{0});
-  if (lt != gpu->cublaslt_version) {
-    return FailedPrecondition("engine stores GEMM algorithms tuned with cuBLASLt " + std::to_string(lt) +
-                              ", this process has cuBLASLt " + std::to_string(gpu->cublaslt_version) +
-                              ": rebuild the engine");
-  }
-  return Status::Ok();
-}
-
 Result<BuildReport> BuildEngine(const std::string& model_dir, const std::string& output_path, const BuildOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
-  const bool cuda = o.device != "cpu";
-  if (cuda) FERRY_RETURN_IF_ERROR(backend::ParseCudaDevice(o.device).status());
-  FERRY_ASSIGN_OR_RETURN(Precision precision, ParsePrecision(o.precision, cuda));
-  // The fingerprint first: a GPU build fails here, before any work, when there is no GPU.
-  FERRY_ASSIGN_OR_RETURN(const nlohmann::json fingerprint, CurrentFingerprint(o.device));
+  FERRY_ASSIGN_OR_RETURN(const PrecisionPlan plan, PlanPrecision(o.precision, o.device));
+  // The backend and its fingerprint first: a GPU build fails here, before any work, when
+  // there is no GPU. A GPU engine's weights are laid out (and tuned) by the CUDA backend
+  // itself.
+  EngineOptions eo;
+  eo.device = o.device;
+  eo.cuda_activations = CudaActivations(o.precision);
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> be, MakeBackend(eo));
+  FERRY_ASSIGN_OR_RETURN(const io::EngineFingerprint fingerprint, CurrentFingerprint(*be));
   std::error_code ec;
   if (!fs::is_directory(model_dir, ec)) return InvalidArgument("'" + model_dir + "' is not a checkpoint directory");
   FERRY_ASSIGN_OR_RETURN(io::ModelConfig config, io::LoadModelConfig(model_dir));
@@ -362,21 +253,16 @@ Result<BuildReport> BuildEngine(const std::string& model_dir, const std::string&
 
   BuildReport report;
   std::map<std::string, Tensor> smooth;
-  if (precision.calibrate) {
+  if (plan.calibrate) {
     FERRY_ASSIGN_OR_RETURN(report.calibration, Calibrate(model_dir, o, max_seq_len, smooth));
   }
   FERRY_ASSIGN_OR_RETURN(std::shared_ptr<io::Checkpoint> ckpt, io::Checkpoint::Open(model_dir));
   model::WeightSource src{[ckpt](const std::string& n) { return ckpt->Get(n); },
                           [ckpt](const std::string& n) { return ckpt->Has(n); }};
   model::LoadOptions lo;
-  lo.linear_format = precision.format;
-  lo.table_dtype = precision.table_dtype;
+  lo.linear_format = plan.format;
+  lo.table_dtype = plan.table_dtype;
   lo.smooth = &smooth;
-  // A GPU engine's weights are laid out (and tuned) by the CUDA backend itself.
-  EngineOptions eo;
-  eo.device = o.device;
-  eo.cuda_activations = CudaActivations(o.precision);
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> be, MakeBackend(eo));
   std::unique_ptr<model::DecoderModel> decoder;
   std::unique_ptr<model::EncoderModel> encoder;
   if (config.family == io::ModelFamily::kDecoder) {
@@ -385,39 +271,23 @@ Result<BuildReport> BuildEngine(const std::string& model_dir, const std::string&
     FERRY_ASSIGN_OR_RETURN(encoder, model::EncoderModel::Load(config, src, *be, lo));
   }
 
+  io::EngineManifest manifest;
   // Tuned kernel choices per weight shape.
-  std::map<std::string, backend::LinearWeight*> all_linears;
-  {
+  if (o.tune) {
+    std::map<std::string, backend::LinearWeight*> all_linears;
     model::WeightVisitor collect{[](const std::string&, const Tensor&) { return Status::Ok(); },
                                  [&](const std::string& key, const backend::LinearWeight& w) {
                                    all_linears[key] = const_cast<backend::LinearWeight*>(&w);
                                    return Status::Ok();
                                  }};
     FERRY_RETURN_IF_ERROR(decoder ? decoder->Visit(collect) : encoder->Visit(collect));
-  }
-  nlohmann::json tuned;
-  if (o.tune && cuda) {
-    nlohmann::json shapes = nlohmann::json::array();
-    for (auto& [key, w] : all_linears) {
-      FERRY_ASSIGN_OR_RETURN(std::string report, be->TuneLinear(*w));
-      if (!report.empty()) shapes.push_back(nlohmann::json::parse(report));
-    }
-    tuned = {{"choice", "cuBLASLt algorithm (or the fused int8 small-M kernel) per weight shape and M bucket, "
-                        "timed in CUDA graphs on this GPU"},
-             {"linear_shapes", shapes}};
-  } else if (o.tune) {
-    FERRY_ASSIGN_OR_RETURN(nlohmann::json shapes, TuneLinears(*be, all_linears));
-    tuned = {{"choice", "small_m_max: largest rows that run the one-pass decode kernel (else blocked GEMM)"},
-             {"threads", ComputeThreads()},
-             {"linear_shapes", shapes}};
+    FERRY_ASSIGN_OR_RETURN(manifest.tuned, TuneLinears(*be, all_linears));
   }
 
   FERRY_ASSIGN_OR_RETURN(auto writer, io::EngineWriter::Create(output_path, fingerprint));
-  nlohmann::json tensors = nlohmann::json::object(), linears = nlohmann::json::object();
-  nlohmann::json index = nlohmann::json::array();
   auto add_blob = [&](const std::string& name, const void* data, size_t bytes) -> Result<io::BlobRef> {
     FERRY_ASSIGN_OR_RETURN(io::BlobRef ref, writer->AddBlob(data, bytes));
-    index.push_back({{"name", name}, {"blob", ref.ToJson()}});
+    manifest.blobs_index.push_back({name, ref});
     report.weight_bytes += bytes;
     return ref;
   };
@@ -425,60 +295,48 @@ Result<BuildReport> BuildEngine(const std::string& model_dir, const std::string&
       [&](const std::string& key, const Tensor& t) -> Status {
         Tensor c = t.is_contiguous() ? t : t.Clone();
         FERRY_ASSIGN_OR_RETURN(io::BlobRef ref, add_blob(key, c.raw(), c.nbytes()));
-        tensors[key] = DescribeTensor(c, ref);
+        manifest.tensors[key] = io::StoredTensor{c.dtype(), c.shape(), ref};
         return Status::Ok();
       },
       [&](const std::string& key, const backend::LinearWeight& w) -> Status {
         FERRY_ASSIGN_OR_RETURN(backend::SerializedLinear s, be->SerializeLinear(w));
-        nlohmann::json layout = nlohmann::json::parse(s.layout_json, nullptr, false);
-        if (layout.is_discarded()) return Internal("backend wrote an invalid layout for '" + key + "'");
-        nlohmann::json blobs = nlohmann::json::array();
+        io::StoredLinear stored;
+        stored.layout = nlohmann::json::parse(s.layout_json, nullptr, false);
+        if (!stored.layout.is_object()) return Internal("backend wrote an invalid layout for '" + key + "'");
         for (size_t i = 0; i < s.blobs.size(); ++i) {
           const Tensor& b = s.blobs[i];
           FERRY_ASSIGN_OR_RETURN(io::BlobRef ref, add_blob(key + "#" + std::to_string(i), b.raw(), b.nbytes()));
-          blobs.push_back(DescribeTensor(b, ref));
+          stored.blobs.push_back(io::StoredTensor{b.dtype(), b.shape(), ref});
         }
-        linears[key] = {{"layout", layout}, {"blobs", blobs}, {"small_m_max", w.small_m_max}};
+        stored.small_m_max = w.small_m_max;
+        manifest.linears[key] = std::move(stored);
         return Status::Ok();
       }};
   FERRY_RETURN_IF_ERROR(decoder ? decoder->Visit(visitor) : encoder->Visit(visitor));
 
-  nlohmann::json files = nlohmann::json::object(), binary_files = nlohmann::json::object();
   for (const char* name : kTextFiles) {
     const fs::path p = fs::path(model_dir) / name;
     if (!fs::exists(p, ec)) continue;
-    FERRY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(p.string()));
-    files[name] = text;
+    FERRY_ASSIGN_OR_RETURN(manifest.files[name], ReadFileToString(p.string()));
   }
   for (const char* name : kBinaryFiles) {
     const fs::path p = fs::path(model_dir) / name;
     if (!fs::exists(p, ec)) continue;
     FERRY_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(p.string()));
-    FERRY_ASSIGN_OR_RETURN(io::BlobRef ref, add_blob(std::string("file:") + name, bytes.data(), bytes.size()));
-    binary_files[name] = ref.ToJson();
+    FERRY_ASSIGN_OR_RETURN(manifest.binary_files[name],
+                           add_blob(std::string("file:") + name, bytes.data(), bytes.size()));
   }
-  nlohmann::json manifest;
-  manifest["format_version"] = io::kEngineFormatVersion;
-  manifest["fingerprint"] = fingerprint;
-  manifest["model"] = {{"family", config.family == io::ModelFamily::kDecoder ? "decoder" : "encoder"},
-                       {"model_type", config.model_type},
-                       {"eos_token_ids", config.eos_token_ids},
-                       {"bos_token_ids", config.bos_token_ids}};
-  manifest["files"] = files;
-  manifest["binary_files"] = binary_files;
-  manifest["build"] = {{"precision", o.precision},
-                       {"device", o.device},
-                       {"max_seq_len", max_seq_len},
-                       {"max_batch_tokens", max_batch_tokens},
-                       {"source", fs::absolute(model_dir, ec).string()},
-                       {"weight_format", backend::WeightFormatName(precision.format)}};
-  if (cuda) manifest["build"]["activations"] = std::string(DTypeName(eo.cuda_activations));
-  if (precision.calibrate) manifest["build"]["calibration"] = report.calibration;
-  if (!tuned.is_null()) manifest["tuned"] = tuned;
-  manifest["tensors"] = tensors;
-  manifest["linears"] = linears;
-  manifest["blobs_index"] = index;
-  report.blobs = static_cast<int>(index.size());
+  manifest.fingerprint = fingerprint;
+  manifest.model = {config.family, config.model_type, config.eos_token_ids, config.bos_token_ids};
+  manifest.build.precision = o.precision;
+  manifest.build.device = o.device;
+  manifest.build.weight_format = backend::WeightFormatName(plan.format);
+  manifest.build.max_seq_len = max_seq_len;
+  manifest.build.max_batch_tokens = max_batch_tokens;
+  manifest.build.source = fs::absolute(model_dir, ec).string();
+  if (o.device.is_cuda()) manifest.build.activations = eo.cuda_activations;
+  manifest.build.calibration = report.calibration;
+  report.blobs = static_cast<int>(manifest.blobs_index.size());
   FERRY_RETURN_IF_ERROR(writer->Finish(manifest));
   report.file_bytes = static_cast<size_t>(fs::file_size(output_path, ec));
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -3,18 +3,19 @@
 // tokenizer and config embedded), in the spirit of TensorRT's builder.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
+#include <optional>
 #include <string>
-#include <vector>
 
+#include "core/device_spec.h"
+#include "core/precision.h"
 #include "core/status.h"
+#include "io/engine_manifest.h"
 
 namespace ferry::engine {
 
 struct BuildOptions {
-  std::string precision = "fp32";  // fp32, bf16, fp16, int8-wo, int8 (W8A8), fp8 (CUDA only)
-  std::string device = "cpu";      // cpu, cuda or cuda:N (the GPU the engine is tuned on)
+  Precision precision = Precision::kFp32;  // fp8 on GPUs only
+  DeviceSpec device = DeviceSpec::Cpu();  // or the GPU the engine is laid out and tuned on
   std::string calibration_path;    // text or JSONL ("text" fields); empty: the bundled default
   int calibration_tokens = 16384;  // calibration budget (tokens run through the model)
   float smooth_alpha = 0.5f;       // SmoothQuant migration strength
@@ -29,19 +30,11 @@ struct BuildReport {
   size_t file_bytes = 0;
   size_t weight_bytes = 0;
   int blobs = 0;
-  nlohmann::json calibration;  // what calibration saw (tokens, documents), when it ran
+  std::optional<io::CalibrationInfo> calibration;  // what calibration saw, when it ran
 };
 
 Result<BuildReport> BuildEngine(const std::string& model_dir, const std::string& output_path,
                                 const BuildOptions& options);
-
-// The fingerprint of the machine and build this process would write into an engine for
-// `device` (cpu: the CPU ISA and oneDNN version; cuda[:N]: that GPU's architecture and the
-// CUDA runtime and cuBLASLt versions). Unavailable for a GPU that is not there.
-Result<nlohmann::json> CurrentFingerprint(const std::string& device);
-// Whether an engine with `fingerprint` may run here on `device` (cpu, cuda or cuda:N); the
-// error names the mismatch and what to do about it.
-Status CheckFingerprint(const nlohmann::json& fingerprint, const std::string& device = "cpu");
 
 // Where the bundled calibration text lives (held-out KJV text shipped with the project).
 std::string DefaultCalibrationPath();

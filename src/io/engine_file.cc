@@ -7,7 +7,9 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
+#include "core/json_limits.h"
 #include "core/thread_pool.h"
 
 namespace ferry::io {
@@ -47,26 +49,13 @@ uint32_t Crc32c(const void* data, size_t bytes, uint32_t crc) {
   return ~c32;
 }
 
-nlohmann::json BlobRef::ToJson() const { return {{"offset", offset}, {"bytes", bytes}, {"crc32c", crc32c}}; }
-
-Result<BlobRef> BlobRef::FromJson(const nlohmann::json& j) {
-  if (!j.is_object() || !j.contains("offset") || !j.contains("bytes") || !j.contains("crc32c") ||
-      !j["offset"].is_number_unsigned() || !j["bytes"].is_number_unsigned() || !j["crc32c"].is_number_unsigned()) {
-    return DataLoss("malformed blob reference " + j.dump());
-  }
-  BlobRef r;
-  r.offset = j["offset"].get<uint64_t>();
-  r.bytes = j["bytes"].get<uint64_t>();
-  r.crc32c = j["crc32c"].get<uint32_t>();
-  return r;
-}
-
-Result<std::unique_ptr<EngineWriter>> EngineWriter::Create(const std::string& path, const nlohmann::json& fingerprint) {
+Result<std::unique_ptr<EngineWriter>> EngineWriter::Create(const std::string& path,
+                                                           const EngineFingerprint& fingerprint) {
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return InvalidArgument("cannot create '" + tmp + "': " + std::strerror(errno));
   std::unique_ptr<EngineWriter> w(new EngineWriter(path, fd));
-  w->fingerprint_text_ = fingerprint.dump();
+  w->fingerprint_text_ = fingerprint.ToJson().dump();
   if (w->fingerprint_text_.size() + 1 > kEngineHeaderBytes - kFingerprintOffset) {
     return InvalidArgument("engine fingerprint does not fit in the header");
   }
@@ -103,9 +92,12 @@ Result<BlobRef> EngineWriter::AddBlob(const void* data, size_t bytes) {
   return ref;
 }
 
-Status EngineWriter::Finish(const nlohmann::json& manifest) {
-  const std::string text = manifest.dump();
+Status EngineWriter::Finish(const EngineManifest& manifest) {
   const uint64_t manifest_offset = AlignUp(end_, 64);
+  // The check a reader makes: a writer bug must not produce a file that loads wrong.
+  const Status extents = manifest.CheckExtents(kEngineHeaderBytes, manifest_offset);
+  if (!extents.ok()) return extents.WithContext("writing '" + path_ + "'");
+  const std::string text = manifest.ToJson().dump();
   FERRY_RETURN_IF_ERROR(WriteAt(manifest_offset, text.data(), text.size()));
   std::string header(kEngineHeaderBytes, '\0');
   HeaderFields h{};
@@ -170,22 +162,31 @@ Result<std::shared_ptr<EngineFile>> EngineFile::Open(const std::string& path) {
   engine->format_version_ = h.format_version;
   engine->data_end_ = h.manifest_offset;
   const char* fp = reinterpret_cast<const char*>(file->data()) + kFingerprintOffset;
-  engine->fingerprint_ = nlohmann::json::parse(fp, fp + h.fingerprint_bytes, nullptr, false);
-  if (engine->fingerprint_.is_discarded()) return DataLoss(where + " has a corrupt fingerprint");
+  auto fingerprint_json = ParseUntrustedJson(std::string_view(fp, h.fingerprint_bytes));
+  if (!fingerprint_json.ok()) {
+    return DataLoss(where + " has a corrupt fingerprint (" + fingerprint_json.status().message() + ")");
+  }
+  auto fingerprint = EngineFingerprint::FromJson(*fingerprint_json);
+  if (!fingerprint.ok()) return fingerprint.status().WithContext(where + " has a corrupt header");
+  engine->fingerprint_ = std::move(fingerprint).value();
   const char* mp = reinterpret_cast<const char*>(file->data()) + h.manifest_offset;
   if (Crc32c(mp, h.manifest_bytes) != h.manifest_crc32c) {
     return DataLoss(where + " is corrupt: manifest checksum mismatch");
   }
-  engine->manifest_ = nlohmann::json::parse(mp, mp + h.manifest_bytes, nullptr, false);
-  if (engine->manifest_.is_discarded() || !engine->manifest_.is_object()) {
-    return DataLoss(where + " is corrupt: manifest is not valid JSON");
+  auto manifest = EngineManifest::Parse(std::string_view(mp, h.manifest_bytes));
+  if (!manifest.ok()) return manifest.status().WithContext(where + " is corrupt");
+  if (manifest->format_version != h.format_version) {
+    return DataLoss(where + " is corrupt: its header says format version " + std::to_string(h.format_version) +
+                    ", its manifest " + std::to_string(manifest->format_version));
   }
+  const Status extents = manifest->CheckExtents(kEngineHeaderBytes, h.manifest_offset);
+  if (!extents.ok()) return extents.WithContext(where + " is corrupt");
+  engine->manifest_ = std::move(manifest).value();
   return engine;
 }
 
-Result<std::string_view> EngineFile::BlobBytes(const nlohmann::json& ref_json, const std::string& what,
-                                               bool verify) const {
-  FERRY_ASSIGN_OR_RETURN(BlobRef ref, BlobRef::FromJson(ref_json));
+Result<std::string_view> EngineFile::BlobBytes(const BlobRef& ref, const std::string& what, bool verify) const {
+  // Open checked every blob of the manifest; this guards a BlobRef from elsewhere.
   if (ref.offset < kEngineHeaderBytes || ref.offset > data_end_ || ref.bytes > data_end_ - ref.offset) {
     return DataLoss("engine file '" + path() + "': blob of '" + what + "' lies outside the data section");
   }
@@ -196,9 +197,10 @@ Result<std::string_view> EngineFile::BlobBytes(const nlohmann::json& ref_json, c
   return bytes;
 }
 
-Result<Tensor> EngineFile::Blob(const nlohmann::json& ref, DType dtype, const Shape& shape, const std::string& what,
-                                bool verify) const {
-  FERRY_ASSIGN_OR_RETURN(std::string_view bytes, BlobBytes(ref, what, verify));
+Result<Tensor> EngineFile::Blob(const StoredTensor& tensor, const std::string& what, bool verify) const {
+  const DType dtype = tensor.dtype;
+  const Shape& shape = tensor.shape;
+  FERRY_ASSIGN_OR_RETURN(std::string_view bytes, BlobBytes(tensor.blob, what, verify));
   for (int64_t d : shape) {
     if (d < 0) return DataLoss("engine file '" + path() + "': negative dimension in '" + what + "'");
   }
@@ -210,19 +212,15 @@ Result<Tensor> EngineFile::Blob(const nlohmann::json& ref, DType dtype, const Sh
 }
 
 Status EngineFile::VerifyAll() const {
-  if (!manifest_.contains("blobs_index") || !manifest_["blobs_index"].is_array()) {
-    return DataLoss("engine file '" + path() + "': manifest has no blob index");
-  }
-  const nlohmann::json& index = manifest_["blobs_index"];
+  const std::vector<NamedBlob> blobs = manifest_.AllBlobs();
   std::atomic<int64_t> bad{-1};
-  ParallelFor(static_cast<int64_t>(index.size()), 1, [&](int64_t b, int64_t e) {
+  ParallelFor(static_cast<int64_t>(blobs.size()), 1, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e && bad.load() < 0; ++i) {
-      if (!BlobBytes(index[i]["blob"], index[i].value("name", "?"), true).ok()) bad = i;
+      if (!BlobBytes(blobs[i].blob, blobs[i].name, true).ok()) bad = i;
     }
   });
   if (bad.load() >= 0) {
-    return DataLoss("engine file '" + path() + "' is corrupt: checksum mismatch in '" +
-                    index[bad.load()].value("name", "?") + "'");
+    return DataLoss("engine file '" + path() + "' is corrupt: checksum mismatch in '" + blobs[bad.load()].name + "'");
   }
   return Status::Ok();
 }

@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "core/mapped_file.h"
-#include "io/json_error.h"
+#include "core/json_limits.h"
 
 namespace ferry::io {
 
@@ -40,7 +40,7 @@ class Fields {
     if (v == nullptr) return std::optional<int64_t>();
     if (v->is_number_integer()) {
       if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return InvalidArgument("field " + Label(key) + " is out of range: " + v->dump());
+        return InvalidArgument("field " + Label(key) + " is out of range: " + JsonSnippet(*v));
       }
       return std::optional<int64_t>(v->get<int64_t>());
     }
@@ -51,7 +51,7 @@ class Fields {
         return std::optional<int64_t>(static_cast<int64_t>(d));
       }
     }
-    return InvalidArgument("field " + Label(key) + " must be an integer, got " + v->dump());
+    return InvalidArgument("field " + Label(key) + " must be an integer, got " + JsonSnippet(*v));
   }
 
   Result<std::optional<int>> OptionalInt(const std::string& key) const {
@@ -77,7 +77,7 @@ class Fields {
   Result<std::optional<double>> OptionalFloat(const std::string& key) const {
     const json* v = Find(key);
     if (v == nullptr) return std::optional<double>();
-    if (!v->is_number()) return InvalidArgument("field " + Label(key) + " must be a number, got " + v->dump());
+    if (!v->is_number()) return InvalidArgument("field " + Label(key) + " must be a number, got " + JsonSnippet(*v));
     return std::optional<double>(v->get<double>());
   }
 
@@ -95,14 +95,16 @@ class Fields {
   Result<bool> Bool(const std::string& key, bool default_value) const {
     const json* v = Find(key);
     if (v == nullptr) return default_value;
-    if (!v->is_boolean()) return InvalidArgument("field " + Label(key) + " must be true or false, got " + v->dump());
+    if (!v->is_boolean()) {
+      return InvalidArgument("field " + Label(key) + " must be true or false, got " + JsonSnippet(*v));
+    }
     return v->get<bool>();
   }
 
   Result<std::optional<std::string>> OptionalString(const std::string& key) const {
     const json* v = Find(key);
     if (v == nullptr) return std::optional<std::string>();
-    if (!v->is_string()) return InvalidArgument("field " + Label(key) + " must be a string, got " + v->dump());
+    if (!v->is_string()) return InvalidArgument("field " + Label(key) + " must be a string, got " + JsonSnippet(*v));
     return std::optional<std::string>(v->get<std::string>());
   }
 
@@ -113,7 +115,7 @@ class Fields {
     std::vector<int> ids;
     const auto add = [&](const json& id) -> Status {
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > std::numeric_limits<int>::max()) {
-        return InvalidArgument("field " + Label(key) + " must hold non-negative token ids, got " + v->dump());
+        return InvalidArgument("field " + Label(key) + " must hold non-negative token ids, got " + JsonSnippet(*v));
       }
       ids.push_back(static_cast<int>(id.get<int64_t>()));
       return Status::Ok();
@@ -150,7 +152,9 @@ Result<ModelFamily> FamilyOf(const std::string& model_type) {
 Status ParseRopeScaling(const json& obj, const std::string& field, RopeScaling* out) {
   *out = RopeScaling();
   if (obj.is_null()) return Status::Ok();
-  if (!obj.is_object()) return InvalidArgument("field '" + field + "' must be an object or null, got " + obj.dump());
+  if (!obj.is_object()) {
+    return InvalidArgument("field '" + field + "' must be an object or null, got " + JsonSnippet(obj));
+  }
   const Fields f(obj, field + ".");
   // Older configs spell the key "type"; transformers 5 always writes "rope_type".
   FERRY_ASSIGN_OR_RETURN(std::optional<std::string> type, f.OptionalString("rope_type"));
@@ -210,7 +214,7 @@ Status ParseRope(const Fields& f, ModelConfig* c) {
 
 Status ParseLabels(const Fields& f, ModelConfig* c) {
   if (const json* labels = f.Find("id2label")) {
-    if (!labels->is_object()) return InvalidArgument("field 'id2label' must be an object, got " + labels->dump());
+    if (!labels->is_object()) return InvalidArgument("field 'id2label' must be an object, got " + JsonSnippet(*labels));
     for (const auto& [key, value] : labels->items()) {
       int id = -1;
       const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
@@ -218,7 +222,7 @@ Status ParseLabels(const Fields& f, ModelConfig* c) {
         return InvalidArgument("field 'id2label' has key '" + key + "', expected a non-negative integer");
       }
       if (!value.is_string()) {
-        return InvalidArgument("field 'id2label' maps " + key + " to " + value.dump() + ", expected a string");
+        return InvalidArgument("field 'id2label' maps " + key + " to " + JsonSnippet(value) + ", expected a string");
       }
       c->id2label[id] = value.get<std::string>();
     }
@@ -371,7 +375,7 @@ Result<ModelConfig> ParseRoot(const json& root) {
 
   if (const json* archs = f.Find("architectures")) {
     if (!archs->is_array() || (!archs->empty() && !(*archs)[0].is_string())) {
-      return InvalidArgument("field 'architectures' must be a list of strings, got " + archs->dump());
+      return InvalidArgument("field 'architectures' must be a list of strings, got " + JsonSnippet(*archs));
     }
     if (!archs->empty()) c.architecture = (*archs)[0].get<std::string>();
   }
@@ -396,12 +400,9 @@ Result<ModelConfig> ParseRoot(const json& root) {
 }
 
 Result<json> ParseJsonObject(const std::string& text, const std::string& what) {
-  json root;
-  try {
-    root = json::parse(text);
-  } catch (const json::parse_error& e) {
-    return InvalidArgument(what + " is not valid JSON (" + JsonErrorText(e.what()) + ")");
-  }
+  auto parsed = ParseUntrustedJson(text);
+  if (!parsed.ok()) return InvalidArgument(what + " is not valid JSON (" + parsed.status().message() + ")");
+  json root = std::move(parsed).value();
   if (!root.is_object()) return InvalidArgument(what + " is not a JSON object");
   return root;
 }

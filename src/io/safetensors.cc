@@ -9,7 +9,7 @@
 #include <set>
 #include <utility>
 
-#include "io/json_error.h"
+#include "core/json_limits.h"
 
 namespace ferry::io {
 
@@ -103,7 +103,7 @@ Status ParseEntry(const std::string& name, const json& info, uint64_t data_bytes
   for (const json& dim : *shape_it) {
     uint64_t d = 0;
     if (!ReadNonNegative(dim, &d)) {
-      return DataLoss(what + ": dimension " + dim.dump() + " in shape " + shape_it->dump() +
+      return DataLoss(what + ": dimension " + JsonSnippet(dim) + " in shape " + JsonSnippet(*shape_it) +
                       " is not a non-negative integer");
     }
     shape.push_back(static_cast<int64_t>(d));
@@ -112,7 +112,7 @@ Status ParseEntry(const std::string& name, const json& info, uint64_t data_bytes
   uint64_t nbytes = 0;
   if (numel_overflow || numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
       __builtin_mul_overflow(numel, static_cast<uint64_t>(DTypeSize(*dtype)), &nbytes)) {
-    return DataLoss(what + ": shape " + shape_it->dump() + " overflows");
+    return DataLoss(what + ": shape " + JsonSnippet(*shape_it) + " overflows");
   }
 
   const auto offsets_it = info.find("data_offsets");
@@ -121,7 +121,7 @@ Status ParseEntry(const std::string& name, const json& info, uint64_t data_bytes
   }
   uint64_t begin = 0, end = 0;
   if (!ReadNonNegative((*offsets_it)[0], &begin) || !ReadNonNegative((*offsets_it)[1], &end)) {
-    return DataLoss(what + ": data_offsets " + offsets_it->dump() + " are not non-negative integers");
+    return DataLoss(what + ": data_offsets " + JsonSnippet(*offsets_it) + " are not non-negative integers");
   }
   const std::string offsets = "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + "]";
   if (begin > end) return DataLoss(what + ": " + offsets + " are out of order");
@@ -244,12 +244,11 @@ Result<std::shared_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string
   const uint64_t data_start = kHeaderLengthBytes + header_bytes;
   const uint64_t data_bytes = file_size - data_start;
 
-  json header;
-  try {
-    header = json::parse(header_begin, header_begin + header_bytes);
-  } catch (const json::parse_error& e) {
-    return DataLoss(where + ": header is not valid JSON (" + JsonErrorText(e.what()) + ")");
+  auto parsed_header = ParseUntrustedJson(std::string_view(header_begin, header_bytes));
+  if (!parsed_header.ok()) {
+    return DataLoss(where + ": header is not valid JSON (" + parsed_header.status().message() + ")");
   }
+  const json& header = *parsed_header;
   if (!header.is_object()) return DataLoss(where + ": header is not a JSON object");
 
   auto st = std::shared_ptr<SafetensorsFile>(new SafetensorsFile());
@@ -317,12 +316,9 @@ Result<std::shared_ptr<Checkpoint>> Checkpoint::Open(const std::string& model_di
 
   FERRY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(index_path));
   const std::string where = "checkpoint index '" + index_path + "'";
-  json index;
-  try {
-    index = json::parse(text);
-  } catch (const json::parse_error& e) {
-    return DataLoss(where + ": not valid JSON (" + JsonErrorText(e.what()) + ")");
-  }
+  auto parsed_index = ParseUntrustedJson(text);
+  if (!parsed_index.ok()) return DataLoss(where + ": not valid JSON (" + parsed_index.status().message() + ")");
+  const json& index = *parsed_index;
   if (!index.is_object()) return DataLoss(where + ": not a JSON object");
   const auto map_it = index.find("weight_map");
   if (map_it == index.end() || !map_it->is_object()) return DataLoss(where + ": missing 'weight_map' object");

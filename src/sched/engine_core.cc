@@ -34,7 +34,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::string name, std::sh
   const io::ModelConfig& c = core->engine_->config();
   int max_seq = options.batching.max_seq_len;
   if (max_seq <= 0 && core->engine_->build_info() != nullptr) {
-    max_seq = core->engine_->build_info()->value("max_seq_len", 0);
+    max_seq = core->engine_->build_info()->max_seq_len;
   }
   if (max_seq <= 0) max_seq = std::min(c.max_position_embeddings, 4096);
   max_seq = std::min(max_seq, c.max_position_embeddings);

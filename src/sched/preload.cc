@@ -58,7 +58,7 @@ Result<std::unique_ptr<PreloadedModel>> PreloadedModel::Create(const std::string
     }
   } else {
     int max_seq = o.encoder_max_seq_len;
-    if (max_seq <= 0 && p->engine_->build_info() != nullptr) max_seq = p->engine_->build_info()->value("max_seq_len", 0);
+    if (max_seq <= 0 && p->engine_->build_info() != nullptr) max_seq = p->engine_->build_info()->max_seq_len;
     if (max_seq <= 0) max_seq = std::min(c.max_position_embeddings, 4096);
     p->max_seq_len_ = std::min(max_seq, c.max_position_embeddings);
     if (p->options_.encoder_lengths.empty()) p->options_.encoder_lengths = PowersUpTo(16, p->max_seq_len_, 4);

@@ -368,9 +368,12 @@ Status ParseModel(const YAML::Node& node, const std::string& path, ModelConfig& 
   FERRY_RETURN_IF_ERROR(m.String("name", out.name));
   FERRY_RETURN_IF_ERROR(m.String("path", out.path));
   FERRY_RETURN_IF_ERROR(m.Int("threads", out.threads));
-  FERRY_RETURN_IF_ERROR(m.String("device", out.device));
-  if (out.device != "cpu" && out.device != "cuda" && out.device.rfind("cuda:", 0) != 0) {
-    return InvalidArgument(m.Path("device") + ": must be cpu, cuda or cuda:N");
+  if (m.Find("device") != nullptr) {
+    std::string device;
+    FERRY_RETURN_IF_ERROR(m.String("device", device));
+    auto parsed = ParseDevice(device);
+    if (!parsed.ok()) return InvalidArgument(m.Path("device") + ": must be cpu, cuda or cuda:N, got '" + device + "'");
+    out.device = *parsed;
   }
   if (const YAML::Node* act = m.Find("activations")) {
     FERRY_ASSIGN_OR_RETURN(out.activations, ReadEnum<DType>(*act, m.Path("activations"),

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/device_spec.h"
 #include "core/dtype.h"
 #include "core/status.h"
 #include "sched/batching_options.h"
@@ -56,7 +57,7 @@ struct ModelConfig {
   std::string name;  // [A-Za-z0-9._:/-]+, unique
   std::string path;  // checkpoint directory or engine file, relative to the working directory
   int threads = 0;   // 0: all cores
-  std::string device = "cpu";  // cpu, cuda or cuda:N
+  DeviceSpec device = DeviceSpec::Cpu();  // cpu, cuda or cuda:N
   DType activations = DType::kBF16;    // GPU: activation dtype of a checkpoint (engine files carry theirs)
   std::optional<DType> kv_cache_dtype = std::nullopt;  // GPU: KV cache dtype (unset: the activations'); fp8 halves it
   bool enforce_eager = false;           // GPU: no CUDA graphs for decode steps

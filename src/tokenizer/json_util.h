@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_limits.h"
+
 namespace ferry::tokenizer {
 
 using Json = nlohmann::json;
@@ -49,11 +51,12 @@ inline int64_t JsonInt(const Json& object, std::string_view key, int64_t fallbac
   return JsonOptInt(object, key).value_or(fallback);
 }
 
-// Parses without exceptions; std::nullopt on malformed input.
+// Parses without exceptions, nesting bounded (core/json_limits.h); std::nullopt on
+// malformed or too deeply nested input.
 inline std::optional<Json> ParseJson(std::string_view text) {
-  Json parsed = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) return std::nullopt;
-  return parsed;
+  Result<Json> parsed = ParseUntrustedJson(text);
+  if (!parsed.ok()) return std::nullopt;
+  return std::move(parsed).value();
 }
 
 }  // namespace ferry::tokenizer

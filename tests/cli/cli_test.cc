@@ -4,12 +4,15 @@
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "io/engine_file.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 
@@ -293,6 +296,125 @@ TEST(CliBadInputTest, ServeExitsWhenAModelCannotLoad) {
   const RunResult r = RunFerry({"serve", "--model", "m=/nonexistent/model", "--no-auth", "--port", "0"});
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("error: model 'm'"), std::string::npos) << r.err;
+}
+
+// --- engine files and deeply nested JSON -------------------------------------------------
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Replaces an engine file's manifest with `manifest`, updating the header's sizes and
+// checksum, so that only the manifest's content is wrong.
+void ReplaceManifest(const std::string& path, const std::string& manifest) {
+  std::string b = ReadFile(path);
+  uint64_t offset = 0;
+  std::memcpy(&offset, b.data() + 16, 8);
+  b = b.substr(0, offset) + manifest;
+  const uint64_t manifest_bytes = manifest.size(), file_bytes = b.size();
+  const uint32_t crc = io::Crc32c(manifest.data(), manifest.size());
+  std::memcpy(b.data() + 24, &manifest_bytes, 8);
+  std::memcpy(b.data() + 32, &crc, 4);
+  std::memcpy(b.data() + 40, &file_bytes, 8);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << b;
+}
+
+// A bf16 engine of qwen2-tiny in a fresh directory (removed by the caller).
+std::string BuildEngineFile(const std::string& dir) {
+  const std::string path = dir + "/q.ferry";
+  const RunResult r = RunFerry({"build", "--model", testing::FixturePath("models/qwen2-tiny"), "--precision", "bf16",
+                                "--no-tune", "-o", path});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return path;
+}
+
+std::string TempDirectory() {
+  std::string tmpl = "/tmp/ferry_cli_engine_XXXXXX";
+  return mkdtemp(tmpl.data());
+}
+
+TEST(CliTest, BuildThenInspectDescribesTheEngine) {
+  const std::string dir = TempDirectory();
+  const std::string path = BuildEngineFile(dir);
+  const RunResult r = RunFerry({"inspect", path, "--verify", "--full"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["format_version"], 1);
+  EXPECT_EQ(j["fingerprint"]["device"], "cpu");
+  EXPECT_EQ(j["compatible_here"], true);
+  EXPECT_EQ(j["verified"], true);
+  EXPECT_EQ(j["build"]["precision"], "bf16");
+  EXPECT_EQ(j["build"]["device"], "cpu");
+  EXPECT_EQ(j["model"]["family"], "decoder");
+  EXPECT_EQ(j["config"]["model_type"], "qwen2");
+  EXPECT_NE(std::find(j["embedded_files"].begin(), j["embedded_files"].end(), "config.json"),
+            j["embedded_files"].end());
+  EXPECT_GT(j["counts"]["linears"].get<int>(), 0);
+  EXPECT_GT(j["sizes"]["linear_bytes_by_format"]["bf16"].get<uint64_t>(), 0u);
+  EXPECT_EQ(j["manifest"]["build"], j["build"]);
+  fs::remove_all(dir);
+}
+
+TEST(CliBadInputTest, BadDeviceOrPrecisionIsRefusedWhereItIsParsed) {
+  const std::string model = testing::FixturePath("models/qwen2-tiny");
+  ExpectCleanError(RunFerry({"build", "--model", model, "--device", "tpu", "-o", "/tmp/never.ferry"}),
+                   "device must be cpu, cuda or cuda:N, got 'tpu'");
+  ExpectCleanError(RunFerry({"build", "--model", model, "--precision", "int4", "-o", "/tmp/never.ferry"}),
+                   "unknown precision 'int4' (fp32, bf16, fp16, int8-wo, int8, fp8)");
+  ExpectCleanError(RunFerry({"build", "--model", model, "--precision", "fp8", "-o", "/tmp/never.ferry"}),
+                   "--device cuda");
+  ExpectCleanError(RunFerry({"generate", "--model", model, "--prompt-ids", "1", "--device", "cuda:x"}),
+                   "device must be cpu, cuda or cuda:N, got 'cuda:x'");
+  EXPECT_FALSE(fs::exists("/tmp/never.ferry"));
+}
+
+// `inspect --verify` used to answer "verified": true for an engine whose tensors point past
+// the end of the file: it read only the blob index.
+TEST(CliBadInputTest, InspectVerifyRefusesTensorsPastTheEnd) {
+  const std::string dir = TempDirectory();
+  const std::string path = BuildEngineFile(dir);
+  nlohmann::json m = (*io::EngineFile::Open(path))->manifest().ToJson();
+  const std::string key = m["tensors"].begin().key();
+  m["tensors"][key]["blob"]["offset"] = uint64_t{1} << 40;
+  ReplaceManifest(path, m.dump());
+  const RunResult r = RunFerry({"inspect", path, "--verify"});
+  ExpectCleanError(r, "outside the data section");
+  EXPECT_EQ(r.out.find("\"verified\": true"), std::string::npos) << r.out;
+  ExpectCleanError(RunFerry({"generate", "--model", path, "--prompt-ids", "1,2"}), "'" + key + "'");
+  fs::remove_all(dir);
+}
+
+TEST(CliBadInputTest, InspectRefusesADeeplyNestedManifest) {
+  const std::string dir = TempDirectory();
+  const std::string path = BuildEngineFile(dir);
+  std::string text = (*io::EngineFile::Open(path))->manifest().ToJson().dump();
+  text.insert(text.size() - 1, ",\"tuned\":" + std::string(100000, '[') + std::string(100000, ']'));
+  ReplaceManifest(path, text);
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"inspect", path, "--full"},
+                                               {"generate", "--model", path, "--prompt-ids", "1,2"}}) {
+    ExpectCleanError(RunFerry(args), "nested deeper than");
+  }
+  fs::remove_all(dir);
+}
+
+// A safetensors header nested 100,000 deep used to crash generate, build and serve through a
+// recursive dump in the error message.
+TEST(CliBadInputTest, DeeplyNestedSafetensorsHeader) {
+  const std::string dir = CopyFixture("qwen2-tiny");
+  const std::string header = "{\"w\":{\"dtype\":\"F32\",\"shape\":" + std::string(100000, '[') + "1" +
+                             std::string(100000, ']') + ",\"data_offsets\":[0,4]}}";
+  std::string file(8, '\0');
+  const uint64_t n = header.size();
+  std::memcpy(file.data(), &n, 8);
+  std::ofstream(dir + "/model.safetensors", std::ios::binary | std::ios::trunc)
+      << file << header << std::string(4, '\0');
+  ExpectCleanError(RunFerry({"generate", "--model", dir, "--prompt-ids", "1,2"}), "nested deeper than");
+  ExpectCleanError(RunFerry({"build", "--model", dir, "--no-tune", "-o", dir + "/x.ferry"}), "nested deeper than");
+  const RunResult serve = RunFerry({"serve", "--model", "m=" + dir, "--no-auth", "--port", "0"});
+  EXPECT_EQ(serve.exit_code, 1) << serve.err;
+  EXPECT_NE(serve.err.find("nested deeper than"), std::string::npos) << serve.err;
+  fs::remove_all(dir);
 }
 
 }  // namespace

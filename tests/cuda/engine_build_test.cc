@@ -39,15 +39,15 @@ std::vector<float> LastLogits(const std::shared_ptr<engine::Engine>& e, const st
 Result<engine::BuildReport> BuildOnGpu(const std::string& dir, const std::string& precision,
                                        const std::string& path) {
   engine::BuildOptions bo;
-  bo.device = "cuda";
-  bo.precision = precision;
+  bo.device = DeviceSpec::Cuda();
+  bo.precision = *ParsePrecision(precision);
   bo.calibration_tokens = 512;
   return engine::BuildEngine(dir, path, bo);
 }
 
 engine::EngineOptions OnGpu() {
   engine::EngineOptions o;
-  o.device = "cuda";
+  o.device = DeviceSpec::Cuda();
   return o;
 }
 
@@ -74,19 +74,19 @@ TEST(CudaEngineBuildTest, EveryPrecisionBuildsTunesLoadsAndMatchesTheReference) 
 
     auto file = io::EngineFile::Open(path);
     ASSERT_TRUE(file.ok());
-    const nlohmann::json& fp = (*file)->fingerprint();
-    EXPECT_EQ(fp.value("device", ""), "cuda");
-    EXPECT_EQ(fp.value("arch", ""), gpu->arch());
-    EXPECT_EQ(fp["libraries"].value("cublaslt", size_t{0}), gpu->cublaslt_version);
-    const nlohmann::json& m = (*file)->manifest();
-    EXPECT_EQ(m["build"].value("device", ""), "cuda");
+    const io::EngineFingerprint& fp = (*file)->fingerprint();
+    EXPECT_EQ(fp.device, "cuda");
+    EXPECT_EQ(fp.arch, gpu->arch());
+    EXPECT_EQ(fp.cublaslt_version, gpu->cublaslt_version);
+    const io::EngineManifest& m = (*file)->manifest();
+    EXPECT_EQ(m.build.device.ToString(), "cuda");
     int tuned = 0;
-    for (const auto& [key, l] : m["linears"].items()) {
-      EXPECT_EQ(l["layout"].value("backend", ""), "cuda") << key;
-      for (const auto& c : l["layout"]["gemm_choices"]) tuned += c.is_string();
+    for (const auto& [key, l] : m.linears) {
+      EXPECT_EQ(l.layout.value("backend", ""), "cuda") << key;
+      for (const auto& c : l.layout["gemm_choices"]) tuned += c.is_string();
     }
     EXPECT_GT(tuned, 0) << "no tuned GEMM choice stored";
-    EXPECT_FALSE(m["tuned"]["linear_shapes"].empty());
+    EXPECT_FALSE(m.tuned["linear_shapes"].empty());
 
     auto e = engine::Engine::Load(path, OnGpu());
     ASSERT_TRUE(e.ok()) << e.status().ToString();
@@ -126,7 +126,7 @@ TEST(CudaEngineBuildTest, CpuEnginesAreRefusedOnTheGpu) {
   TempDir tmp;
   engine::BuildOptions bo;
   bo.tune = false;
-  bo.precision = "bf16";
+  bo.precision = Precision::kBf16;
   ASSERT_TRUE(engine::BuildEngine(testing::FixturePath("models/qwen2-tiny"), tmp.File("cpu.ferry"), bo).ok());
   const Status s = engine::Engine::Load(tmp.File("cpu.ferry"), OnGpu()).status();
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();

@@ -39,7 +39,7 @@ std::string Name(const ::testing::TestParamInfo<Case>& info) {
 
 engine::EngineOptions Cuda(DType activations) {
   engine::EngineOptions o;
-  o.device = "cuda";
+  o.device = DeviceSpec::Cuda();
   o.cuda_activations = activations;
   return o;
 }

@@ -26,7 +26,7 @@ using testing::ToFloats;
 
 std::shared_ptr<engine::Engine> LoadOnGpu(const std::string& model, DType activations) {
   engine::EngineOptions o;
-  o.device = "cuda";
+  o.device = DeviceSpec::Cuda();
   o.cuda_activations = activations;
   auto e = engine::Engine::Load(testing::FixturePath("models/" + model), o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();

@@ -70,7 +70,7 @@ TEST(EngineFileTest, Fp32RoundTripGivesTheCheckpointsLogitsExactly) {
     const std::string dir = testing::FixturePath("models/" + model);
     const std::string path = tmp.File(model + ".ferry");
     engine::BuildOptions bo = Untuned();
-    bo.precision = "fp32";
+    bo.precision = Precision::kFp32;
     auto built = engine::BuildEngine(dir, path, bo);
     ASSERT_TRUE(built.ok()) << built.status().ToString();
     auto from_ckpt = engine::Engine::Load(dir);
@@ -118,7 +118,7 @@ TEST(EngineFileTest, EveryPrecisionWithinTolerance) {
     for (const auto& [precision, rel] : precisions) {
       const std::string path = tmp.File(model + "-" + precision + ".ferry");
       engine::BuildOptions bo = Untuned();
-      bo.precision = precision;
+      bo.precision = *ParsePrecision(precision);
       auto built = engine::BuildEngine(testing::FixturePath("models/" + model), path, bo);
       ASSERT_TRUE(built.ok()) << precision << ": " << built.status().ToString();
       auto e = engine::Engine::Load(path);
@@ -133,25 +133,23 @@ TEST(EngineFileTest, EveryPrecisionWithinTolerance) {
 TEST(EngineFileTest, Fp8IsRefusedOnTheCpuAndUnknownPrecisionsToo) {
   TempDir tmp;
   engine::BuildOptions bo = Untuned();
-  bo.precision = "fp8";
+  bo.precision = Precision::kFp8;
   auto r = engine::BuildEngine(testing::FixturePath("models/qwen2-tiny"), tmp.File("x.ferry"), bo);
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("--device cuda"), std::string::npos) << r.status().ToString();
-  bo.precision = "int4";
-  EXPECT_EQ(engine::BuildEngine(testing::FixturePath("models/qwen2-tiny"), tmp.File("x.ferry"), bo).status().code(),
-            StatusCode::kInvalidArgument);
+  // An unknown precision never becomes a BuildOptions: it is refused where it is parsed.
+  EXPECT_EQ(ParsePrecision("int4").status().code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(fs::exists(tmp.File("x.ferry")));
 }
 
 TEST(EngineFileTest, GpuBuildsNeedAGpuAndAKnownDevice) {
   TempDir tmp;
   engine::BuildOptions bo = Untuned();
-  bo.precision = "bf16";
-  bo.device = "tpu";
-  EXPECT_EQ(engine::BuildEngine(testing::FixturePath("models/qwen2-tiny"), tmp.File("x.ferry"), bo).status().code(),
-            StatusCode::kInvalidArgument);
+  bo.precision = Precision::kBf16;
+  // An unknown device never becomes a BuildOptions: it is refused where it is parsed.
+  EXPECT_EQ(ParseDevice("tpu").status().code(), StatusCode::kInvalidArgument);
   if (!backend::CudaAvailable()) {
-    bo.device = "cuda";
+    bo.device = DeviceSpec::Cuda();
     const Status s = engine::BuildEngine(testing::FixturePath("models/qwen2-tiny"), tmp.File("x.ferry"), bo).status();
     EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
   }
@@ -163,7 +161,7 @@ class BadEngineFileTest : public ::testing::Test {
   void SetUp() override {
     path_ = tmp_.File("good.ferry");
     engine::BuildOptions bo = Untuned();
-    bo.precision = "bf16";
+    bo.precision = Precision::kBf16;
     ASSERT_TRUE(engine::BuildEngine(testing::FixturePath("models/qwen2-tiny"), path_, bo).ok());
     std::ifstream in(path_, std::ios::binary);
     bytes_.assign(std::istreambuf_iterator<char>(in), {});
@@ -174,10 +172,27 @@ class BadEngineFileTest : public ::testing::Test {
     return p;
   }
   Status LoadStatus(const std::string& p) { return engine::Engine::Load(p).status(); }
+  // The file with its manifest replaced by `manifest` (header sizes and checksum updated,
+  // so only the manifest's content is wrong).
+  std::string WithManifest(const std::string& name, const std::string& manifest) {
+    uint64_t offset = 0;
+    std::memcpy(&offset, bytes_.data() + 16, 8);
+    std::string b = bytes_.substr(0, offset) + manifest;
+    const uint64_t manifest_bytes = manifest.size(), file_bytes = b.size();
+    const uint32_t crc = io::Crc32c(manifest.data(), manifest.size());
+    std::memcpy(b.data() + 24, &manifest_bytes, 8);
+    std::memcpy(b.data() + 32, &crc, 4);
+    std::memcpy(b.data() + 40, &file_bytes, 8);
+    return Write(name, b);
+  }
+  nlohmann::json ManifestJson() {
+    auto f = io::EngineFile::Open(path_);
+    return (*f)->manifest().ToJson();
+  }
   // Offset of the first linear weight's first blob.
   uint64_t FirstBlobOffset() {
     auto f = io::EngineFile::Open(path_);
-    return (*f)->manifest()["blobs_index"][0]["blob"]["offset"].get<uint64_t>();
+    return (*f)->manifest().blobs_index[0].blob.offset;
   }
 
   TempDir tmp_;
@@ -273,25 +288,103 @@ TEST_F(BadEngineFileTest, MismatchedFingerprint) {
   }
 }
 
+TEST_F(BadEngineFileTest, RewrittenButValidManifestStillLoads) {
+  // The baseline for the tests below: the rewrite itself does not break the file.
+  const std::string p = WithManifest("same.ferry", ManifestJson().dump());
+  EXPECT_TRUE(LoadStatus(p).ok()) << LoadStatus(p).ToString();
+  auto f = io::EngineFile::Open(p);
+  ASSERT_TRUE(f.ok());
+  EXPECT_TRUE((*f)->VerifyAll().ok());
+}
+
+// A tensor pointing past the end of the file used to pass `inspect --verify` (which only
+// read the blob index) and was only caught, if at all, when the model asked for it.
+TEST_F(BadEngineFileTest, TensorPastTheEndOfTheFileIsRefusedOnOpen) {
+  nlohmann::json m = ManifestJson();
+  const std::string key = m["tensors"].begin().key();
+  for (const uint64_t offset : {uint64_t{1} << 40, static_cast<uint64_t>(bytes_.size()) / 4096 * 4096 + 4096}) {
+    m["tensors"][key]["blob"]["offset"] = offset;
+    const std::string p = WithManifest("past.ferry", m.dump());
+    auto f = io::EngineFile::Open(p);
+    ASSERT_FALSE(f.ok());
+    EXPECT_EQ(f.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(f.status().message().find("'" + key + "'"), std::string::npos) << f.status().message();
+    EXPECT_NE(f.status().message().find("outside the data section"), std::string::npos) << f.status().message();
+    const Status s = engine::Engine::Load(p, {.verify = false}).status();
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  }
+  // So is a blob whose offset plus size wraps around.
+  m = ManifestJson();
+  m["tensors"][key]["blob"]["bytes"] = ~uint64_t{0} - 4095;
+  EXPECT_EQ(io::EngineFile::Open(WithManifest("wrap.ferry", m.dump())).status().code(), StatusCode::kDataLoss);
+}
+
+TEST_F(BadEngineFileTest, LinearBlobInTheManifestIsRefusedOnOpen) {
+  nlohmann::json m = ManifestJson();
+  const std::string key = m["linears"].begin().key();
+  m["linears"][key]["blobs"][0]["blob"]["offset"] = 0;  // the header
+  auto f = io::EngineFile::Open(WithManifest("header.ferry", m.dump()));
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("'" + key + "#0'"), std::string::npos) << f.status().message();
+}
+
+TEST_F(BadEngineFileTest, DeeplyNestedManifestIsRefusedWithoutCrashing) {
+  nlohmann::json m = ManifestJson();
+  // Nested where the loader, inspect and error messages all look: a tensor's shape.
+  std::string text = m.dump();
+  const std::string shape = "\"shape\":[";
+  const size_t at = text.find(shape);
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at + shape.size(), std::string(100000, '[') + std::string(100000, ']') + ",");
+  const std::string p = WithManifest("deep.ferry", text);
+  auto f = io::EngineFile::Open(p);
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(f.status().message().find("nested deeper than"), std::string::npos) << f.status().message();
+  EXPECT_EQ(LoadStatus(p).code(), StatusCode::kDataLoss);
+}
+
+TEST_F(BadEngineFileTest, DeeplyNestedFingerprintIsRefused) {
+  std::string b = bytes_;
+  const std::string deep = std::string(2000, '[') + std::string(2000, ']');
+  const uint32_t n = static_cast<uint32_t>(deep.size());
+  std::memcpy(b.data() + 36, &n, 4);
+  std::memcpy(b.data() + 64, deep.data(), n);
+  const Status s = LoadStatus(Write("deepfp.ferry", b));
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("fingerprint"), std::string::npos) << s.message();
+}
+
+TEST_F(BadEngineFileTest, MalformedManifestFieldsAreNamed) {
+  nlohmann::json m = ManifestJson();
+  m["build"]["max_seq_len"] = "long";
+  const Status s = LoadStatus(WithManifest("field.ferry", m.dump()));
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("build.max_seq_len"), std::string::npos) << s.message();
+  m = ManifestJson();
+  m["format_version"] = io::kEngineFormatVersion + 1;
+  EXPECT_EQ(LoadStatus(WithManifest("ver.ferry", m.dump())).code(), StatusCode::kDataLoss);
+}
+
 TEST(EngineFileTest, TunedKernelChoicesAreRecordedAndApplied) {
   TempDir tmp;
   const std::string path = tmp.File("tuned.ferry");
   engine::BuildOptions bo;  // tuning on
-  bo.precision = "bf16";
+  bo.precision = Precision::kBf16;
   ASSERT_TRUE(engine::BuildEngine(testing::FixturePath("models/qwen2-tiny"), path, bo).ok());
   auto f = io::EngineFile::Open(path);
   ASSERT_TRUE(f.ok());
-  const nlohmann::json& m = (*f)->manifest();
-  ASSERT_TRUE(m.contains("tuned"));
+  const io::EngineManifest& m = (*f)->manifest();
+  ASSERT_TRUE(m.tuned.is_object());
   // qwen2-tiny has four distinct linear shapes (qkv, o, gate_up, down) plus the LM head.
-  const nlohmann::json& shapes = m["tuned"]["linear_shapes"];
+  const nlohmann::json& shapes = m.tuned["linear_shapes"];
   EXPECT_EQ(shapes.size(), 5u);
   for (const auto& s : shapes) {
     EXPECT_EQ(s["m"].size(), s["small_m_us"].size());
     EXPECT_EQ(s["m"].size(), s["gemm_us"].size());
     for (const auto& t : s["small_m_us"]) EXPECT_GT(t.get<double>(), 0.0);
   }
-  for (auto& [key, l] : m["linears"].items()) EXPECT_TRUE(l.contains("small_m_max")) << key;
+  for (const auto& [key, l] : m.linears) EXPECT_TRUE(l.small_m_max.has_value()) << key;
   // The engine still computes the same logits as an untuned one (the choice changes speed only).
   const std::string plain = tmp.File("plain.ferry");
   bo.tune = false;

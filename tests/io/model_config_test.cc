@@ -415,6 +415,25 @@ TEST(ModelConfigTest, NotJsonOrNotAnObject) {
   EXPECT_EQ(ParseModelConfig("[1, 2]").status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(ModelConfigTest, DeeplyNestedValuesAreRefusedBeforeParsing) {
+  json config = LlamaBase();
+  std::string text = config.dump();
+  text.insert(text.size() - 1, ", \"rope_scaling\": " + std::string(100000, '[') + std::string(100000, ']'));
+  Result<ModelConfig> c = ParseModelConfig(text);
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("nested deeper than"));
+}
+
+TEST(ModelConfigTest, ErrorsQuoteOnlyTheHeadOfALargeValue) {
+  json config = LlamaBase();
+  config["hidden_size"] = json::array();
+  for (int i = 0; i < 100000; ++i) config["hidden_size"].push_back(i);
+  Result<ModelConfig> c = ParseModelConfig(config.dump());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("hidden_size"));
+  EXPECT_LT(c.status().message().size(), 200u);
+}
+
 TEST(LoadModelConfigTest, CorruptConfigJsonNamesTheFile) {
   TempDir tmp;
   tmp.Write("config.json", "{\"model_type\": \"llama\", \"hidden_size\": 6");

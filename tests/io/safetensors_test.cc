@@ -490,6 +490,31 @@ TEST_F(BadFileTest, MetadataMustMapStringsToStrings) {
   ExpectDataLoss(OpenBytes(RawFile(R"({"__metadata__":[]})", "")));
 }
 
+// A shape nested 100,000 deep used to crash the process: the error message dumped it, and
+// nlohmann's dump recurses once per level.
+TEST_F(BadFileTest, DeeplyNestedValuesAreRefusedBeforeParsing) {
+  const std::string deep = std::string(100000, '[') + "1" + std::string(100000, ']');
+  for (const std::string& header : {"{" + Header("w", "F32", deep, 0, 4) + "}",
+                                    R"({"__metadata__": {"a": )" + deep + "}}", deep}) {
+    const Status s = OpenBytes(RawFile(header, std::string(4, '\0')));
+    ExpectDataLoss(s);
+    EXPECT_THAT(s.message(), HasSubstr("nested deeper than"));
+  }
+  // Nesting within the bound parses, and the malformed shape is reported as before.
+  const Status s = OpenBytes(RawFile("{" + Header("w", "F32", "[[[[2]]]]", 0, 8) + "}", std::string(8, '\0')));
+  ExpectDataLoss(s, "w");
+  EXPECT_THAT(s.message(), HasSubstr("[[[[2]]]]"));
+}
+
+TEST_F(BadFileTest, ErrorsQuoteOnlyTheHeadOfALargeValue) {
+  std::string wide = "[\"x\"";
+  for (int i = 0; i < 100000; ++i) wide += ",1";
+  wide += "]";
+  const Status s = OpenBytes(RawFile("{" + Header("w", "F32", wide, 0, 4) + "}", std::string(4, '\0')));
+  ExpectDataLoss(s, "w");
+  EXPECT_LT(s.message().size(), 400u) << s.message().substr(0, 400);
+}
+
 TEST_F(BadFileTest, EveryTruncationOfAValidFileFails) {
   const std::string valid = Valid();
   for (size_t n = 0; n < valid.size(); ++n) {

@@ -193,7 +193,7 @@ log:
   EXPECT_EQ(m.path, "/srv/models/dec");
   EXPECT_EQ(m.threads, 6);
   EXPECT_FALSE(m.warmup);
-  EXPECT_EQ(m.device, "cuda:1");
+  EXPECT_EQ(m.device, DeviceSpec::Cuda(1));
   EXPECT_EQ(m.activations, DType::kF16);
   EXPECT_EQ(m.kv_cache_dtype, DType::kF8E4M3);
   EXPECT_TRUE(m.enforce_eager);
@@ -242,7 +242,7 @@ TEST(ServerConfigTest, DefaultsWhenKeysAreAbsent) {
   ASSERT_EQ(c.models.size(), 1u);
   EXPECT_EQ(c.models[0].threads, 0);
   EXPECT_TRUE(c.models[0].warmup);
-  EXPECT_EQ(c.models[0].device, "cpu");
+  EXPECT_EQ(c.models[0].device, DeviceSpec::Cpu());
   EXPECT_EQ(c.models[0].activations, DType::kBF16);
   EXPECT_FALSE(c.models[0].kv_cache_dtype.has_value());
   EXPECT_FALSE(c.models[0].enforce_eager);
@@ -345,6 +345,10 @@ const BadConfig kBadConfigs[] = {
      "tenants[0].max_concurrent_requests: must be >= 0, got -1"},
     {"negative threads", "auth: {mode: none}\nmodels: [{name: m, path: p, threads: -2}]\n",
      "models[0].threads: must be in [0, 4096], got -2"},
+    {"unknown device", "auth: {mode: none}\nmodels: [{name: m, path: p, device: tpu}]\n",
+     "models[0].device: must be cpu, cuda or cuda:N, got 'tpu'"},
+    {"device index not a number", "auth: {mode: none}\nmodels: [{name: m, path: p, device: \"cuda:x\"}]\n",
+     "models[0].device: must be cpu, cuda or cuda:N, got 'cuda:x'"},
     {"negative batching limit", "auth: {mode: none}\nmodels: [{name: m, path: p, batching: {max_num_seqs: -1}}]\n",
      "models[0].batching: max_num_seqs must be positive"},
     {"negative queue timeout",

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "backend/cuda/attention_ops.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/gemm_tuning.h"
@@ -18,6 +20,7 @@
 #include "backend/cuda/resident_weights.h"
 #include "backend/cuda/sampling.h"
 #include "backend/cuda/step_upload.h"
+#include "backend/cuda_fingerprint.h"
 #include "backend/step_graphs.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm.h"
@@ -61,6 +64,15 @@ class CudaBackend final : public Backend {
     return RunLinear(*ctx_, *gemm_, x, w, y);
   }
   Result<std::string> TuneLinear(LinearWeight& w) override { return tuner_.Tune(w); }
+  std::string DescribeTuning() const override {
+    return nlohmann::json{{"choice", "cuBLASLt algorithm (or the fused int8 small-M kernel) per weight shape and M "
+                                     "bucket, timed in CUDA graphs on this GPU"}}
+        .dump();
+  }
+  Result<io::EngineFingerprint> Fingerprint() const override { return CudaFingerprint(options_.device); }
+  Status CheckFingerprint(const io::EngineFingerprint& fp) const override {
+    return CheckCudaFingerprint(fp, options_.device);
+  }
 
   // --- elementwise -----------------------------------------------------------------------
 
