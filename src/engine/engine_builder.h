@@ -15,7 +15,7 @@ namespace ferry::engine {
 struct BuildOptions {
   std::string precision = "fp32";  // fp32, bf16, fp16, int8-wo, int8 (W8A8), fp8 (CUDA only)
   std::string device = "cpu";      // cpu, cuda or cuda:N (the GPU the engine is tuned on)
-  std::string calibration_path;    // text or JSONL ("text" fields); empty: the bundled default
+  std::string calibration_path;    // text or JSONL ("text" fields); empty: the built-in default
   int calibration_tokens = 16384;  // calibration budget (tokens run through the model)
   float smooth_alpha = 0.5f;       // SmoothQuant migration strength
   int max_seq_len = 0;             // recorded for preload (0: the model's context, capped at 4096)
@@ -42,8 +42,5 @@ Result<nlohmann::json> CurrentFingerprint(const std::string& device);
 // Whether an engine with `fingerprint` may run here on `device` (cpu, cuda or cuda:N); the
 // error names the mismatch and what to do about it.
 Status CheckFingerprint(const nlohmann::json& fingerprint, const std::string& device = "cpu");
-
-// Where the bundled calibration text lives (held-out KJV text shipped with the project).
-std::string DefaultCalibrationPath();
 
 }  // namespace ferry::engine

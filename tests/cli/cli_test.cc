@@ -6,10 +6,13 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
+#include "core/version.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 
@@ -293,6 +296,13 @@ TEST(CliBadInputTest, ServeRefusesBadConfigurations) {
   fs::remove_all(dir);
 }
 
+TEST(CliTest, VersionPrintsTheProjectVersion) {
+  const RunResult r = RunFerry({"--version"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, std::string("ferry ") + kVersion + "\n");
+  EXPECT_TRUE(r.err.empty()) << r.err;
+}
+
 // The server gets past its configuration only if the flags took effect: it then starts,
 // fails to load the missing model, and says so ("error: model 'm' ...").
 void ExpectServeGetsToModelLoading(const std::vector<std::string>& args) {
@@ -338,6 +348,51 @@ TEST(CliTest, ServeAcceptsEveryLogLevel) {
   ExpectCleanError(RunFerry({"serve", "--model", "m=/nonexistent/model", "--no-auth", "--port", "0", "--log-level",
                              "loud"}),
                    "--log-level: log level must be trace, debug, info, warn or error, got 'loud'");
+}
+
+// An installed ferry (cmake --install to a fresh prefix) reads nothing from the source
+// tree: `build --precision int8` without --calibration uses the calibration text compiled
+// into the binary, and the binary holds no path to the checkout's data.
+TEST(CliTest, InstalledBinaryBuildsInt8WithoutCalibrationFile) {
+  std::string tmpl = "/tmp/ferry_install_XXXXXX";
+  const std::string prefix = mkdtemp(tmpl.data());
+  const std::string build_dir = fs::path(testing::FerryBinary()).parent_path().string();
+  const std::string install = Quote(FERRY_CMAKE_COMMAND) + " --install " + Quote(build_dir) + " --prefix " +
+                              Quote(prefix) + " >/dev/null";
+  ASSERT_EQ(std::system(install.c_str()), 0) << install;
+  const std::string ferry = prefix + "/bin/ferry";
+  ASSERT_TRUE(fs::exists(ferry));
+  EXPECT_TRUE(fs::exists(prefix + "/share/ferry/configs/demo.yaml"));
+  EXPECT_TRUE(fs::exists(prefix + "/share/ferry/models/demo/kjv-decoder/config.json"));
+  EXPECT_TRUE(fs::exists(prefix + "/share/ferry/models/demo/kjv-classifier/config.json"));
+
+  std::ifstream binary(ferry, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(binary)), {});
+  for (const char* dir : {"/data", "/models", "/configs"}) {
+    const std::string source_path = std::string(FERRY_SOURCE_DIR) + dir;
+    EXPECT_EQ(bytes.find(source_path), std::string::npos) << "the binary names " << source_path;
+  }
+
+  const std::string model = CopyFixture("llama-tiny");
+  const RunResult r = RunBinary(ferry,
+                                {"build", "--model", model, "--precision", "int8", "--calibration-tokens", "256",
+                                 "--no-tune", "--max-seq-len", "128", "-o", prefix + "/llama-int8.ferry"},
+                                prefix);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["calibration"]["path"], "built-in:kjv_calibration.jsonl");
+  EXPECT_GT(report["calibration"]["documents"].get<int>(), 0);
+  EXPECT_FALSE(report["calibration"]["synthetic_token_ids"].get<bool>());
+  const RunResult g = RunBinary(ferry,
+                                {"generate", "--model", prefix + "/llama-int8.ferry", "--prompt", "Hello",
+                                 "--max-tokens", "4", "--temperature", "0"},
+                                prefix);
+  EXPECT_EQ(g.exit_code, 0) << g.err;
+
+  const RunResult v = RunBinary(ferry, {"--version"}, "/");
+  EXPECT_EQ(v.out, std::string("ferry ") + kVersion + "\n");
+  fs::remove_all(model);
+  fs::remove_all(prefix);
 }
 
 TEST(CliBadInputTest, ServeExitsWhenAModelCannotLoad) {
