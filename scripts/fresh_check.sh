@@ -6,7 +6,9 @@
 #
 # The root is minbase (what the debian:bookworm image has) plus make, the one tool the
 # README presumes; everything else must come from scripts/install_deps.sh. No CUDA toolkit
-# is installed, so the CUDA backend is not built there.
+# is installed, so the CUDA backend is not built there. Only this machine's network
+# settings are carried in (DNS, proxy variables, NODE_EXTRA_CA_CERTS), as a fresh machine
+# on the same network would have them.
 set -euo pipefail
 
 usage() {
@@ -88,9 +90,24 @@ kill_root_processes() {
   done
 }
 still_mounted() { findmnt -rn -o TARGET | grep -q -F -e "$root/"; }
+# Long steps run in the background and are waited for, so that a signal (Ctrl-C, timeout)
+# is handled at once instead of after the step ends.
+child=""
+run_child() {
+  "$@" &
+  child=$!
+  local rc=0
+  wait "$child" || rc=$?
+  child=""
+  return "$rc"
+}
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
+  if [[ -n $child ]]; then
+    kill -TERM "$child" 2>/dev/null || true
+    wait "$child" 2>/dev/null || true
+  fi
   if ((${#mounts[@]})); then
     kill_root_processes
     unmount_all
@@ -135,7 +152,7 @@ if [[ -e $root ]]; then
 fi
 mkdir -p "$(dirname "$root")"
 log "building a Debian 12 (bookworm) root in $root from ${sources[*]}"
-mmdebstrap --variant=minbase --include=make \
+run_child mmdebstrap --variant=minbase --include=make \
   bookworm "$root" "${sources[@]}" || die "mmdebstrap failed"
 touch "$root/$marker"
 
@@ -143,7 +160,20 @@ log "copying the clone and ../shared/fixtures into the root"
 mkdir -p "$root/build/shared"
 cp -a "$work/ferry" "$root/build/ferry"
 cp -a "$fixtures" "$root/build/shared/fixtures"
-cp -L /etc/resolv.conf "$root/etc/resolv.conf" # npm reaches its registry from the root
+# This machine's network settings, which a fresh machine on the same network would share:
+# DNS, proxies, and the extra CA certificates node is told to trust (on a network whose
+# TLS goes through an intercepting proxy). npm reaches its registry from the root.
+cp -L /etc/resolv.conf "$root/etc/resolv.conf"
+net_env=()
+for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
+  [[ -n ${!v:-} ]] && net_env+=("$v=${!v}")
+done
+if [[ -n ${NODE_EXTRA_CA_CERTS:-} && -f $NODE_EXTRA_CA_CERTS ]]; then
+  mkdir -p "$root/etc/ssl"
+  cp -L "$NODE_EXTRA_CA_CERTS" "$root/etc/ssl/host-extra-ca.crt"
+  net_env+=(NODE_EXTRA_CA_CERTS=/etc/ssl/host-extra-ca.crt)
+  log "node in the root trusts this machine's NODE_EXTRA_CA_CERTS ($NODE_EXTRA_CA_CERTS)"
+fi
 
 mount -t proc proc "$root/proc" && mounts+=("$root/proc") || die "mounting /proc failed"
 mount -t sysfs sysfs "$root/sys" && mounts+=("$root/sys") || die "mounting /sys failed"
@@ -208,8 +238,8 @@ log "demo stopped"
 INNER
 
 log "running the README's setup steps in the root"
-chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb \
-  PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+run_child chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb \
+  PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "${net_env[@]}" \
   /bin/bash /build/fresh_inner.sh "$port" "$demo_timeout_s" $((SECONDS - start_s)) ||
   die "the steps in the root failed (see above; the root is $root)"
 cp "$root/build/demo.log" "$work/demo.log" 2>/dev/null || true
