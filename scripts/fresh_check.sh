@@ -226,7 +226,7 @@ until [[ $(curl -s -o /dev/null -w '%{http_code}' "$url/health/ready") == 200 ]]
   fi
   sleep 0.5
 done
-log "demo ready in $((SECONDS - t0)) s (make demo builds nothing new after make test)"
+log "demo ready in $((SECONDS - t0)) s"
 code=$(curl -s -o /build/completion.json -w '%{http_code}' "$url/v1/completions" \
   -H 'Content-Type: application/json' \
   -d '{"model": "kjv-decoder", "prompt": "In the beginning", "max_tokens": 8, "temperature": 0}')
