@@ -3,15 +3,18 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <string>
 
 #include "cli/subcommands.h"
 #include "core/logging.h"
+#include "core/version.h"
 
 namespace ferry::cli {
 
 int Main(int argc, char** argv) {
   SetLogLevel(LogLevel::kWarn);
   CLI::App app{"ferry: a transformer inference engine and server"};
+  app.set_version_flag("--version", std::string("ferry ") + kVersion, "Print the version and exit");
   app.require_subcommand(1);
   int exit_code = 0;
   RegisterGenerate(app, exit_code);

@@ -8,10 +8,13 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <string_view>
 
 #include "core/logging.h"
 #include "core/mapped_file.h"
 #include "core/thread_pool.h"
+#include "core/version.h"
+#include "engine/default_calibration.h"
 #include "engine/engine.h"
 #include "engine/encoder_runner.h"
 #include "engine/engine_fingerprint.h"
@@ -65,28 +68,35 @@ DType CudaActivations(Precision precision) {
 }
 
 // Calibration documents: JSONL with "text" fields, or plain text (one document a line).
-Result<std::vector<std::string>> ReadCalibration(const std::string& path) {
-  FERRY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+// `name` (a path, or the built-in text's name) is for messages.
+Result<std::vector<std::string>> ParseCalibration(std::string_view text, const std::string& name) {
   std::vector<std::string> docs;
   size_t start = 0;
   while (start < text.size()) {
     size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(start, end - start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string line(text.substr(start, end - start));
     start = end + 1;
     if (line.empty()) continue;
     if (line[0] == '{') {
       nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
       if (j.is_discarded() || !j.contains("text") || !j["text"].is_string()) {
-        return InvalidArgument("calibration file '" + path + "': a JSON line without a \"text\" string");
+        return InvalidArgument("calibration file '" + name + "': a JSON line without a \"text\" string");
       }
       docs.push_back(j["text"].get<std::string>());
     } else {
       docs.push_back(std::move(line));
     }
   }
-  if (docs.empty()) return InvalidArgument("calibration file '" + path + "' is empty");
+  if (docs.empty()) return InvalidArgument("calibration file '" + name + "' is empty");
   return docs;
+}
+
+// The documents of `path`, or of the built-in default text when `path` is empty.
+Result<std::vector<std::string>> ReadCalibration(const std::string& path) {
+  if (path.empty()) return ParseCalibration(DefaultCalibrationText(), std::string(kDefaultCalibrationName));
+  FERRY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  return ParseCalibration(text, path);
 }
 
 // Per-input-channel max |x| of every linear layer's input over the calibration text.
@@ -106,8 +116,8 @@ struct ActivationStats {
 
 Result<io::CalibrationInfo> Calibrate(const std::string& model_dir, const BuildOptions& o, int max_seq_len,
                                       std::map<std::string, Tensor>& smooth) {
-  const std::string path = o.calibration_path.empty() ? DefaultCalibrationPath() : o.calibration_path;
-  FERRY_ASSIGN_OR_RETURN(std::vector<std::string> docs, ReadCalibration(path));
+  const std::string path = o.calibration_path.empty() ? std::string(kDefaultCalibrationName) : o.calibration_path;
+  FERRY_ASSIGN_OR_RETURN(std::vector<std::string> docs, ReadCalibration(o.calibration_path));
   FERRY_ASSIGN_OR_RETURN(std::shared_ptr<Engine> fp32, Engine::Load(model_dir, {.threads = o.threads}));
   // A checkpoint without a tokenizer (e.g. random weights for benchmarks) is calibrated on
   // deterministic pseudo-random token ids, one document per calibration text.
@@ -230,7 +240,6 @@ Result<nlohmann::json> TuneLinears(backend::Backend& be, const std::map<std::str
 
 }  // namespace
 
-std::string DefaultCalibrationPath() { return std::string(FERRY_DATA_DIR) + "/calibration/kjv_calibration.jsonl"; }
 
 Result<BuildReport> BuildEngine(const std::string& model_dir, const std::string& output_path, const BuildOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();

@@ -16,7 +16,7 @@ namespace ferry::engine {
 struct BuildOptions {
   Precision precision = Precision::kFp32;  // fp8 on GPUs only
   DeviceSpec device = DeviceSpec::Cpu();  // or the GPU the engine is laid out and tuned on
-  std::string calibration_path;    // text or JSONL ("text" fields); empty: the bundled default
+  std::string calibration_path;    // text or JSONL ("text" fields); empty: the built-in default
   int calibration_tokens = 16384;  // calibration budget (tokens run through the model)
   float smooth_alpha = 0.5f;       // SmoothQuant migration strength
   int max_seq_len = 0;             // recorded for preload (0: the model's context, capped at 4096)
@@ -36,7 +36,5 @@ struct BuildReport {
 Result<BuildReport> BuildEngine(const std::string& model_dir, const std::string& output_path,
                                 const BuildOptions& options);
 
-// Where the bundled calibration text lives (held-out KJV text shipped with the project).
-std::string DefaultCalibrationPath();
 
 }  // namespace ferry::engine

@@ -2,13 +2,14 @@
 
 #include <string>
 
+#include "core/version.h"
 #include "engine/engine.h"
 
 namespace ferry::engine {
 
 Result<io::EngineFingerprint> CurrentFingerprint(const backend::Backend& backend) {
   FERRY_ASSIGN_OR_RETURN(io::EngineFingerprint fp, backend.Fingerprint());
-  fp.ferry_version = FERRY_VERSION;
+  fp.ferry_version = std::string(kVersion);
   fp.weight_layout_version = io::kWeightLayoutVersion;
   return fp;
 }

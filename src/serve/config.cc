@@ -561,6 +561,30 @@ Status ValidateModels(const std::vector<ModelConfig>& models) {
   return Status::Ok();
 }
 
+// The YAML's values over the defaults, not yet validated (flags may still change them).
+Result<ServerConfig> ParseUnvalidated(std::string_view yaml_text) {
+  ServerConfig config;
+  try {
+    const YAML::Node root = YAML::Load(std::string(yaml_text));
+    FERRY_RETURN_IF_ERROR(ParseRoot(root, config));
+  } catch (const YAML::Exception& e) {
+    std::string where = e.mark.is_null() ? "" : " at line " + std::to_string(e.mark.line + 1) + ", column " +
+                                                    std::to_string(e.mark.column + 1);
+    return InvalidArgument("invalid YAML" + where + ": " + e.msg);
+  }
+  return config;
+}
+
+Status ApplyOverrides(ServerConfig& config, const ServerConfigOverrides& o) {
+  for (const std::string& m : o.models) FERRY_RETURN_IF_ERROR(ApplyModelFlag(config, m));
+  if (o.host) config.listener.host = *o.host;
+  if (o.port) config.listener.port = *o.port;
+  if (o.no_auth) config.auth.mode = AuthMode::kNone;
+  if (o.no_request_log) config.log.request_log = false;
+  if (o.log_level) config.log.level = *o.log_level;
+  return Status::Ok();
+}
+
 }  // namespace
 
 // ---- Public ----------------------------------------------------------------------------
@@ -599,28 +623,24 @@ const std::string& ServerConfig::HighestTier() const {
   return best->first;
 }
 
-Result<ServerConfig> ParseServerConfig(std::string_view yaml_text) {
-  ServerConfig config;
-  try {
-    const YAML::Node root = YAML::Load(std::string(yaml_text));
-    FERRY_RETURN_IF_ERROR(ParseRoot(root, config));
-  } catch (const YAML::Exception& e) {
-    std::string where = e.mark.is_null() ? "" : " at line " + std::to_string(e.mark.line + 1) + ", column " +
-                                                    std::to_string(e.mark.column + 1);
-    return InvalidArgument("invalid YAML" + where + ": " + e.msg);
-  }
+Result<ServerConfig> ParseServerConfig(std::string_view yaml_text, const ServerConfigOverrides& overrides) {
+  FERRY_ASSIGN_OR_RETURN(ServerConfig config, ParseUnvalidated(yaml_text));
+  FERRY_RETURN_IF_ERROR(ApplyOverrides(config, overrides));
   FERRY_RETURN_IF_ERROR(config.Validate());
   return config;
 }
 
-Result<ServerConfig> LoadServerConfig(const std::string& path) {
+Result<ServerConfig> LoadServerConfig(const std::string& path, const ServerConfigOverrides& overrides) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound("cannot open config file " + path + ": " + std::strerror(errno));
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) return DataLoss("cannot read config file " + path);
-  Result<ServerConfig> config = ParseServerConfig(text.str());
+  Result<ServerConfig> config = ParseUnvalidated(text.str());
   if (!config.ok()) return config.status().WithContext(path);
+  FERRY_RETURN_IF_ERROR(ApplyOverrides(*config, overrides));
+  const Status valid = config->Validate();
+  if (!valid.ok()) return valid.WithContext(path);
   return config;
 }
 
@@ -677,6 +697,13 @@ std::string_view AuthModeName(AuthMode mode) {
     case AuthMode::kNone: return "none";
   }
   return "unknown";
+}
+
+Result<LogLevel> ParseLogLevel(std::string_view name) {
+  for (LogLevel level : {LogLevel::kTrace, LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError}) {
+    if (name == LogLevelName(level)) return level;
+  }
+  return InvalidArgument("log level must be trace, debug, info, warn or error, got " + Quoted(std::string(name)));
 }
 
 std::string_view LogLevelName(LogLevel level) {

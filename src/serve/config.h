@@ -91,15 +91,33 @@ struct ServerConfig {
   const std::string& HighestTier() const;
 };
 
-// Parses and validates a config. Unknown keys, wrong types and YAML syntax errors are
-// InvalidArgument naming the key path and, where known, the line and column.
-Result<ServerConfig> ParseServerConfig(std::string_view yaml_text);
-// Reads `path` and parses it; messages are prefixed with the path.
-Result<ServerConfig> LoadServerConfig(const std::string& path);
+// The command-line flags of `ferry serve` that override the config file. A flag that is
+// given wins over the file's value; the config is validated only after all of them are
+// applied, so `--no-auth` rescues a file with `auth.mode: keys` and no tenants, and
+// `--host 127.0.0.1` one that listens on 0.0.0.0 without keys.
+struct ServerConfigOverrides {
+  std::vector<std::string> models;  // NAME=PATH each, applied in order (see ApplyModelFlag)
+  std::optional<std::string> host;
+  std::optional<int> port;
+  bool no_auth = false;             // auth.mode: none
+  bool no_request_log = false;      // log.request_log: false
+  std::optional<LogLevel> log_level;
+};
+
+// Parses a config, applies `overrides`, then validates. Unknown keys, wrong types and YAML
+// syntax errors are InvalidArgument naming the key path and, where known, the line and
+// column.
+Result<ServerConfig> ParseServerConfig(std::string_view yaml_text, const ServerConfigOverrides& overrides = {});
+// Reads `path` and parses it as ParseServerConfig does; messages about the file's
+// contents are prefixed with the path.
+Result<ServerConfig> LoadServerConfig(const std::string& path, const ServerConfigOverrides& overrides = {});
 
 // `--model NAME=PATH`: sets the path of model NAME, adding it with default options if the
 // config has none of that name. Call Validate() after the last flag.
 Status ApplyModelFlag(ServerConfig& config, std::string_view name_eq_path);
+
+// A log level's name as the config spells it: trace, debug, info, warn or error.
+Result<LogLevel> ParseLogLevel(std::string_view name);
 
 // 127.0.0.0/8, ::1 (also bracketed and IPv4-mapped) and "localhost".
 bool IsLoopbackHost(std::string_view host);

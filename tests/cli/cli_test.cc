@@ -7,11 +7,14 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
+#include "core/version.h"
 #include "io/engine_file.h"
 #include "io/safetensors.h"
 #include "test_util.h"
@@ -36,13 +39,15 @@ std::string Quote(const std::string& s) {
   return q + "'";
 }
 
-RunResult RunFerry(const std::vector<std::string>& args) {
+// Runs `binary` (by default the built ferry) with `args`, in `cwd` when one is given.
+RunResult RunBinary(const std::string& binary, const std::vector<std::string>& args, const std::string& cwd = "") {
   static int counter = 0;
   // Built with a stream: GCC 12's -Wrestrict misfires on chained string concatenation here.
   std::ostringstream err_name;
   err_name << "/tmp/ferry_cli_test_err_" << getpid() << "_" << counter++;
   const std::string err_path = err_name.str();
-  std::string cmd = "timeout 120 " + Quote(testing::FerryBinary());
+  std::string cmd = cwd.empty() ? "" : "cd " + Quote(cwd) + " && ";
+  cmd += "timeout 120 " + Quote(binary);
   for (const std::string& a : args) {
     cmd += ' ';
     cmd += Quote(a);
@@ -60,6 +65,8 @@ RunResult RunFerry(const std::vector<std::string>& args) {
   fs::remove(err_path);
   return r;
 }
+
+RunResult RunFerry(const std::vector<std::string>& args) { return RunBinary(testing::FerryBinary(), args); }
 
 // Bad input: exit code 1 (not a signal, not the timeout's 124) and exactly one error line.
 void ExpectCleanError(const RunResult& r, const std::string& fragment) {
@@ -290,6 +297,105 @@ TEST(CliBadInputTest, ServeRefusesBadConfigurations) {
   std::ofstream(dir + "/bad.yaml") << "listener:\n  port: 8000\n  max_conections: 5\n";
   ExpectCleanError(RunFerry({"serve", "--config", dir + "/bad.yaml"}), "max_conections");
   fs::remove_all(dir);
+}
+
+TEST(CliTest, VersionPrintsTheProjectVersion) {
+  const RunResult r = RunFerry({"--version"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, std::string("ferry ") + kVersion + "\n");
+  EXPECT_TRUE(r.err.empty()) << r.err;
+}
+
+// The server gets past its configuration only if the flags took effect: it then starts,
+// fails to load the missing model, and says so ("error: model 'm' ...").
+void ExpectServeGetsToModelLoading(const std::vector<std::string>& args) {
+  const RunResult r = RunFerry(args);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("error: model 'm'"), std::string::npos) << r.err;
+}
+
+TEST(CliTest, ServeFlagsOverrideTheConfigFile) {
+  std::string tmpl = "/tmp/ferry_serve_cfg_XXXXXX";
+  const std::string dir = mkdtemp(tmpl.data());
+  const std::string model = "models: [{name: m, path: /nonexistent/model}]\n";
+  std::ofstream(dir + "/keys.yaml") << "listener: {port: 0}\nauth: {mode: keys}\n" << model;
+  std::ofstream(dir + "/open.yaml") << "listener: {host: 0.0.0.0, port: 0}\nauth: {mode: none}\n" << model;
+  std::ofstream(dir + "/port.yaml") << "listener: {port: 99999}\nauth: {mode: none}\n" << model;
+  std::ofstream(dir + "/level.yaml") << "listener: {port: 0}\nauth: {mode: none}\nlog: {level: loud}\n" << model;
+
+  // Each file is refused on its own...
+  ExpectCleanError(RunFerry({"serve", "--config", dir + "/keys.yaml"}), "needs at least one tenant key");
+  ExpectCleanError(RunFerry({"serve", "--config", dir + "/open.yaml"}), "loopback");
+  ExpectCleanError(RunFerry({"serve", "--config", dir + "/port.yaml"}), "listener.port");
+  // ...and served once the flag that fixes it is given.
+  ExpectServeGetsToModelLoading({"serve", "--config", dir + "/keys.yaml", "--no-auth"});
+  ExpectServeGetsToModelLoading({"serve", "--config", dir + "/open.yaml", "--host", "127.0.0.1"});
+  ExpectServeGetsToModelLoading({"serve", "--config", dir + "/port.yaml", "--port", "0"});
+  ExpectServeGetsToModelLoading({"serve", "--config", dir + "/keys.yaml", "--no-auth", "--no-request-log",
+                                 "--log-level", "error"});
+  // A flag can also make a valid file invalid, and the message says why.
+  ExpectCleanError(RunFerry({"serve", "--config", dir + "/keys.yaml", "--no-auth", "--host", "0.0.0.0"}),
+                   "loopback");
+  // A bad value in the file is still reported even when a flag would replace it: the file
+  // is parsed (types, names, enums) before flags apply.
+  ExpectCleanError(RunFerry({"serve", "--config", dir + "/level.yaml", "--log-level", "warn"}), "log.level");
+  fs::remove_all(dir);
+}
+
+TEST(CliTest, ServeAcceptsEveryLogLevel) {
+  for (const char* level : {"trace", "debug", "info", "warn", "error"}) {
+    SCOPED_TRACE(level);
+    ExpectServeGetsToModelLoading({"serve", "--model", "m=/nonexistent/model", "--no-auth", "--port", "0",
+                                   "--log-level", level});
+  }
+  ExpectCleanError(RunFerry({"serve", "--model", "m=/nonexistent/model", "--no-auth", "--port", "0", "--log-level",
+                             "loud"}),
+                   "--log-level: log level must be trace, debug, info, warn or error, got 'loud'");
+}
+
+// An installed ferry (cmake --install to a fresh prefix) reads nothing from the source
+// tree: `build --precision int8` without --calibration uses the calibration text compiled
+// into the binary, and the binary holds no path to the checkout's data.
+TEST(CliTest, InstalledBinaryBuildsInt8WithoutCalibrationFile) {
+  std::string tmpl = "/tmp/ferry_install_XXXXXX";
+  const std::string prefix = mkdtemp(tmpl.data());
+  const std::string build_dir = fs::path(testing::FerryBinary()).parent_path().string();
+  const std::string install = Quote(FERRY_CMAKE_COMMAND) + " --install " + Quote(build_dir) + " --prefix " +
+                              Quote(prefix) + " >/dev/null";
+  ASSERT_EQ(std::system(install.c_str()), 0) << install;
+  const std::string ferry = prefix + "/bin/ferry";
+  ASSERT_TRUE(fs::exists(ferry));
+  EXPECT_TRUE(fs::exists(prefix + "/share/ferry/configs/demo.yaml"));
+  EXPECT_TRUE(fs::exists(prefix + "/share/ferry/models/demo/kjv-decoder/config.json"));
+  EXPECT_TRUE(fs::exists(prefix + "/share/ferry/models/demo/kjv-classifier/config.json"));
+
+  std::ifstream binary(ferry, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(binary)), {});
+  for (const char* dir : {"/data", "/models", "/configs"}) {
+    const std::string source_path = std::string(FERRY_SOURCE_DIR) + dir;
+    EXPECT_EQ(bytes.find(source_path), std::string::npos) << "the binary names " << source_path;
+  }
+
+  const std::string model = CopyFixture("llama-tiny");
+  const RunResult r = RunBinary(ferry,
+                                {"build", "--model", model, "--precision", "int8", "--calibration-tokens", "256",
+                                 "--no-tune", "--max-seq-len", "128", "-o", prefix + "/llama-int8.ferry"},
+                                prefix);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["calibration"]["path"], "built-in:kjv_calibration.jsonl");
+  EXPECT_GT(report["calibration"]["documents"].get<int>(), 0);
+  EXPECT_FALSE(report["calibration"]["synthetic_token_ids"].get<bool>());
+  const RunResult g = RunBinary(ferry,
+                                {"generate", "--model", prefix + "/llama-int8.ferry", "--prompt", "Hello",
+                                 "--max-tokens", "4", "--temperature", "0"},
+                                prefix);
+  EXPECT_EQ(g.exit_code, 0) << g.err;
+
+  const RunResult v = RunBinary(ferry, {"--version"}, "/");
+  EXPECT_EQ(v.out, std::string("ferry ") + kVersion + "\n");
+  fs::remove_all(model);
+  fs::remove_all(prefix);
 }
 
 TEST(CliBadInputTest, ServeExitsWhenAModelCannotLoad) {

@@ -438,6 +438,92 @@ TEST(ServerConfigTest, ApplyModelFlag) {
   EXPECT_NE(config.Validate().message().find("models[3].name"), std::string::npos);
 }
 
+// Command-line flags win over the file, and validation sees the result: a file that is
+// invalid on its own (keys without tenants, 0.0.0.0 without keys, a bad port) is served
+// once a flag fixes it.
+TEST(ServerConfigTest, OverridesApplyBeforeValidation) {
+  const std::string keys_without_tenants = "auth: {mode: keys}\nmodels: [{name: m, path: p}]\n";
+  Result<ServerConfig> refused = ParseServerConfig(keys_without_tenants);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("needs at least one tenant key"), std::string::npos);
+  ServerConfigOverrides no_auth;
+  no_auth.no_auth = true;
+  Result<ServerConfig> served = ParseServerConfig(keys_without_tenants, no_auth);
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_EQ(served->auth.mode, AuthMode::kNone);
+
+  const std::string open_host = "listener: {host: 0.0.0.0, port: 70000}\nauth: {mode: none}\n"
+                                "models: [{name: m, path: p}]\nlog: {level: error, request_log: true}\n";
+  ServerConfigOverrides port_only;
+  port_only.port = 0;
+  Result<ServerConfig> still_open = ParseServerConfig(open_host, port_only);
+  ASSERT_FALSE(still_open.ok());
+  EXPECT_NE(still_open.status().message().find("loopback"), std::string::npos) << still_open.status().ToString();
+  ServerConfigOverrides host_only;
+  host_only.host = "127.0.0.1";
+  Result<ServerConfig> bad_port = ParseServerConfig(open_host, host_only);
+  ASSERT_FALSE(bad_port.ok());
+  EXPECT_NE(bad_port.status().message().find("listener.port"), std::string::npos) << bad_port.status().ToString();
+
+  ServerConfigOverrides all;
+  all.host = "::1";
+  all.port = 0;
+  all.log_level = LogLevel::kWarn;
+  all.no_request_log = true;
+  all.models = {"m=/other/path", "extra=q"};
+  Result<ServerConfig> c = ParseServerConfig(open_host, all);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->listener.host, "::1");
+  EXPECT_EQ(c->listener.port, 0);
+  EXPECT_EQ(c->log.level, LogLevel::kWarn);
+  EXPECT_FALSE(c->log.request_log);
+  ASSERT_EQ(c->models.size(), 2u);
+  EXPECT_EQ(c->models[0].path, "/other/path");
+  EXPECT_EQ(c->models[1].name, "extra");
+
+  // What no flag names keeps the file's value.
+  ServerConfigOverrides listener_only;
+  listener_only.host = "127.0.0.1";
+  listener_only.port = 9000;
+  Result<ServerConfig> kept = ParseServerConfig(open_host, listener_only);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(kept->log.level, LogLevel::kError);
+  EXPECT_TRUE(kept->log.request_log);
+  EXPECT_EQ(kept->auth.mode, AuthMode::kNone);
+
+  // A bad --model flag is reported as such, not as a problem of the file.
+  ServerConfigOverrides bad_model;
+  bad_model.models = {"no-equals-sign"};
+  Result<ServerConfig> flagged = LoadServerConfig(ConfigPath("demo.yaml"), bad_model);
+  ASSERT_FALSE(flagged.ok());
+  EXPECT_EQ(flagged.status().message().rfind("--model expects NAME=PATH", 0), 0u) << flagged.status().ToString();
+}
+
+TEST(ServerConfigTest, LoadAppliesOverridesToTheFile) {
+  ServerConfigOverrides o;
+  o.port = 0;
+  o.log_level = LogLevel::kTrace;
+  Result<ServerConfig> c = LoadServerConfig(ConfigPath("demo.yaml"), o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->listener.port, 0);
+  EXPECT_EQ(c->listener.host, "127.0.0.1");
+  EXPECT_EQ(c->log.level, LogLevel::kTrace);
+  EXPECT_EQ(c->models.size(), 2u);
+}
+
+TEST(ServerConfigTest, ParseLogLevelNamesEveryLevel) {
+  for (LogLevel level : {LogLevel::kTrace, LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError}) {
+    Result<LogLevel> parsed = ParseLogLevel(LogLevelName(level));
+    ASSERT_TRUE(parsed.ok()) << LogLevelName(level) << ": " << parsed.status().ToString();
+    EXPECT_EQ(*parsed, level);
+  }
+  for (const char* bad : {"", "WARN", "warning", "loud"}) {
+    Result<LogLevel> parsed = ParseLogLevel(bad);
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_NE(parsed.status().message().find("trace, debug, info, warn or error"), std::string::npos);
+  }
+}
+
 TEST(ServerConfigTest, ValidateCoversConfigsBuiltInCode) {
   ServerConfig config;
   EXPECT_NE(config.Validate().message().find("needs at least one tenant key"), std::string::npos);
