@@ -63,4 +63,16 @@ struct GenerationRequest {
   std::function<EventAction(GenerationEvent&)> on_event;
 };
 
+// A greedy request that generates exactly max_tokens (end-of-sequence ids ignored): what
+// warm-up, benchmarks and evaluations run.
+inline GenerationRequest FixedLengthGreedy(std::string id, std::vector<int32_t> prompt, int max_tokens) {
+  GenerationRequest r;
+  r.id = std::move(id);
+  r.prompt = std::move(prompt);
+  r.sampling.temperature = 0;
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  return r;
+}
+
 }  // namespace ferry::sched

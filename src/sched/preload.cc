@@ -26,16 +26,6 @@ std::vector<int32_t> WarmupIds(int n, int vocab) {
   return ids;
 }
 
-GenerationRequest WarmupRequest(std::vector<int32_t> prompt, int max_tokens) {
-  GenerationRequest r;
-  r.id = "warmup";
-  r.prompt = std::move(prompt);
-  r.sampling.temperature = 0;
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  return r;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<PreloadedModel>> PreloadedModel::Create(const std::string& name, const std::string& path,
@@ -80,7 +70,7 @@ Status PreloadedModel::Warmup() {
       len = std::min(len, max_seq_len_ - 1);
       if (len <= 0) continue;
       FERRY_ASSIGN_OR_RETURN(std::vector<GenerationEvent> out,
-                             GenerateAll(*core_, {WarmupRequest(WarmupIds(len, vocab), 1)}));
+                             GenerateAll(*core_, {FixedLengthGreedy("warmup", WarmupIds(len, vocab), 1)}));
       if (!out[0].error.ok()) return out[0].error;
       ++timings_.warmup_passes;
     }
@@ -93,7 +83,9 @@ Status PreloadedModel::Warmup() {
       const int prefill_steps = (batch * prompt_len + budget - 1) / budget;
       const int max_tokens = std::min(3 + prefill_steps, max_seq_len_ - prompt_len);
       std::vector<GenerationRequest> requests;
-      for (int b = 0; b < batch; ++b) requests.push_back(WarmupRequest(WarmupIds(prompt_len, vocab), max_tokens));
+      for (int b = 0; b < batch; ++b) {
+        requests.push_back(FixedLengthGreedy("warmup", WarmupIds(prompt_len, vocab), max_tokens));
+      }
       FERRY_ASSIGN_OR_RETURN(std::vector<GenerationEvent> out, GenerateAll(*core_, std::move(requests)));
       for (const GenerationEvent& ev : out) {
         if (!ev.error.ok()) return ev.error;

@@ -11,13 +11,7 @@ namespace ferry::tools {
 namespace {
 
 sched::GenerationRequest Greedy(std::vector<int32_t> prompt, int max_tokens) {
-  sched::GenerationRequest r;
-  r.id = "eval";
-  r.prompt = std::move(prompt);
-  r.sampling.temperature = 0;
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  return r;
+  return sched::FixedLengthGreedy("eval", std::move(prompt), max_tokens);
 }
 
 // A core for offline passes over sequences of up to `max_seq_len` tokens, `seqs` at a time,

@@ -23,16 +23,6 @@ std::vector<int32_t> RandomIds(int n, int vocab, uint64_t seed) {
   return ids;
 }
 
-sched::GenerationRequest BenchRequest(std::vector<int32_t> prompt, int max_tokens) {
-  sched::GenerationRequest r;
-  r.id = "bench";
-  r.prompt = std::move(prompt);
-  r.sampling.temperature = 0;
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  return r;
-}
-
 Status BenchDecoder(const std::shared_ptr<engine::Engine>& model, const ModelBenchOptions& o, ModelBenchResult& r) {
   const int vocab = model->config().vocab_size;
   const int max_batch = std::max(1, *std::max_element(o.decode_batches.begin(), o.decode_batches.end()));
@@ -64,7 +54,7 @@ Status BenchDecoder(const std::shared_ptr<engine::Engine>& model, const ModelBen
   const std::vector<int32_t> prompt = RandomIds(o.prompt_len, vocab, 1);
   double best = 1e30;
   for (int rep = 0; rep < o.repeats + 1; ++rep) {
-    core->Add(next_handle++, BenchRequest(prompt, 1));
+    core->Add(next_handle++, sched::FixedLengthGreedy("bench", prompt, 1));
     const auto t0 = Clock::now();
     FERRY_RETURN_IF_ERROR(step());
     const double s = Seconds(t0, Clock::now());
@@ -80,7 +70,8 @@ Status BenchDecoder(const std::shared_ptr<engine::Engine>& model, const ModelBen
     double best_step = 1e30;
     for (int rep = 0; rep < o.repeats; ++rep) {
       for (int b = 0; b < batch; ++b) {
-        core->Add(next_handle++, BenchRequest(RandomIds(o.decode_context, vocab, 100 + b), o.decode_steps + 1));
+        core->Add(next_handle++,
+                  sched::FixedLengthGreedy("bench", RandomIds(o.decode_context, vocab, 100 + b), o.decode_steps + 1));
       }
       FERRY_RETURN_IF_ERROR(step());  // the prefill (and each request's first token)
       if (core->running() != batch || core->waiting() != 0) {
