@@ -108,7 +108,12 @@ void ContinuousBatcher::Loop() {
     }
     if (stopping && (core_.empty() || Clock::now() >= deadline)) {
       TakeInbox();  // a request submitted just before Stop is cancelled with the rest
-      for (const auto& [handle, handler] : handlers_) core_.Finish(handle, FinishReason::kAbort, events_);
+      // Cut short by the server, not by its client: an error, so that a stream ends with an
+      // error event rather than looking complete.
+      const Status shutdown = Unavailable("the server is shutting down; the request was stopped before it finished");
+      for (const auto& [handle, handler] : handlers_) {
+        core_.Finish(handle, FinishReason::kAbort, events_, shutdown, "shutdown");
+      }
       Deliver(events_);
       Publish();
       return;

@@ -1,18 +1,30 @@
 #include "serve/request_context.h"
 
-#include <cstdio>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <ctime>
+
+#include "core/logging.h"
 
 namespace ferry::serve {
 
 void RequestLogger::Log(const nlohmann::json& line) {
-  if (!enabled_) return;
-  const std::string text = Dump(line);
+  if (!enabled_.load(std::memory_order_relaxed)) return;
+  const std::string text = Dump(line) + "\n";
   std::lock_guard<std::mutex> lock(mu_);
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
+  if (!enabled_.load(std::memory_order_relaxed)) return;
+  errno = 0;
+  const bool ok = std::fwrite(text.data(), 1, text.size(), out_) == text.size() && std::fflush(out_) == 0;
+  if (!ok) {
+    // The reader of the log went away (EPIPE) or the disk is full: serving goes on without
+    // the request log, and says so once on stderr.
+    const int err = errno;
+    enabled_ = false;
+    std::clearerr(out_);
+    FERRY_LOG_ERROR("request log disabled: writing it failed ({})", err != 0 ? std::strerror(err) : "short write");
+  }
 }
 
 RequestContext::RequestContext(std::string id, std::string route, Principal principal,

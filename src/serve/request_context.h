@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -18,15 +19,17 @@
 
 namespace ferry::serve {
 
-// Writes one JSON object per line to stdout. Thread-safe.
+// Writes one JSON object per line to stdout (or `out`). Thread-safe. A failed write (the
+// pipe's reader is gone) turns the log off instead of ending the process.
 class RequestLogger {
  public:
-  explicit RequestLogger(bool enabled) : enabled_(enabled) {}
+  explicit RequestLogger(bool enabled, FILE* out = stdout) : enabled_(enabled), out_(out) {}
   void Log(const nlohmann::json& line);
-  bool enabled() const { return enabled_; }
+  bool enabled() const { return enabled_.load(); }
 
  private:
-  bool enabled_;
+  std::atomic<bool> enabled_;
+  FILE* out_;
   std::mutex mu_;
 };
 

@@ -521,5 +521,41 @@ TEST(ServerShutdownTest, GracefulShutdownFinishesInFlightStreams) {
   EXPECT_FALSE(late.connected());
 }
 
+// A stream the shutdown budget cuts short ends with an error event and [DONE]: it must not
+// look like a complete answer.
+TEST(ServerShutdownTest, AStreamCutByShutdownEndsWithAnError) {
+  std::string yaml = Config("      max_num_seqs: 4\n      max_num_batched_tokens: 64\n");
+  const std::string budget = "shutdown_timeout_ms: 20000";
+  yaml.replace(yaml.find(budget), budget.size(), "shutdown_timeout_ms: 300");
+  auto server = StartServer(yaml);
+  ASSERT_NE(server, nullptr);
+  const int port = server->port();
+  json req = Completion("And the LORD said unto", 400);
+  req["ignore_eos"] = true;
+  req["stream"] = true;
+  TestConnection c(port);
+  c.SendRaw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-acme-test\r\nContent-Length: " +
+            std::to_string(req.dump().size()) + "\r\n\r\n" + req.dump());
+  ASSERT_EQ(c.ReadHead().status, 200);
+  std::string data;
+  ASSERT_TRUE(c.NextEvent(data));
+  auto run = std::async(std::launch::async, [&] { return server->Run(); });
+  server->RequestShutdown();
+  std::vector<std::string> events;
+  while (c.NextEvent(data)) events.push_back(data);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  const json error = json::parse(events[events.size() - 2], nullptr, false);
+  ASSERT_TRUE(error.contains("error")) << events[events.size() - 2];
+  EXPECT_TRUE(error["error"]["type"].is_string());
+  EXPECT_NE(error["error"]["message"].get<std::string>().find("shutting down"), std::string::npos);
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    const json chunk = json::parse(events[i], nullptr, false);
+    EXPECT_TRUE(chunk["choices"][0]["finish_reason"].is_null()) << "no chunk claims a finish: " << events[i];
+  }
+  ASSERT_EQ(run.wait_for(60s), std::future_status::ready);
+  EXPECT_EQ(run.get(), 0);
+}
+
 }  // namespace
 }  // namespace ferry::serve
