@@ -292,7 +292,8 @@ Status ParseContinuousBatching(const YAML::Node& node, const std::string& path,
   FERRY_ASSIGN_OR_RETURN(const MapReader m,
                          MapReader::Open(node, path,
                                          {"max_num_seqs", "max_num_batched_tokens", "max_seq_len", "kv_block_tokens",
-                                          "max_queue_requests", "max_queue_tokens", "default_timeout_ms"}));
+                                          "max_queue_requests", "max_queue_tokens", "default_timeout_ms",
+                                          "max_queue_time_ms"}));
   FERRY_RETURN_IF_ERROR(m.Int("max_num_seqs", out.max_num_seqs));
   FERRY_RETURN_IF_ERROR(m.Int("max_num_batched_tokens", out.max_num_batched_tokens));
   FERRY_RETURN_IF_ERROR(m.Int("max_seq_len", out.max_seq_len));
@@ -300,6 +301,7 @@ Status ParseContinuousBatching(const YAML::Node& node, const std::string& path,
   FERRY_RETURN_IF_ERROR(m.Int("max_queue_requests", out.max_queue_requests));
   FERRY_RETURN_IF_ERROR(m.Int("max_queue_tokens", out.max_queue_tokens));
   FERRY_RETURN_IF_ERROR(m.Int("default_timeout_ms", out.default_timeout_ms));
+  FERRY_RETURN_IF_ERROR(m.Int("max_queue_time_ms", out.max_queue_time_ms));
   return Status::Ok();
 }
 

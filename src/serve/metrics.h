@@ -229,6 +229,7 @@ inline constexpr std::string_view kFailureCancelled = "cancelled";
 inline constexpr std::string_view kFailureEngineError = "engine_error";
 inline constexpr std::string_view kFailureNonfiniteLogits = "nonfinite_logits";
 inline constexpr std::string_view kFailureShutdown = "shutdown";
+inline constexpr std::string_view kFailureQueueTimeout = "queue_timeout";
 
 // Thread-safe. ferry's serving metrics: vLLM's names under the `ferry:` prefix, labelled
 // by model_name and, for per-request metrics, tier. Families are public; ForModel and

@@ -1,5 +1,6 @@
 #include "serve/request_context.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -58,7 +59,9 @@ void RequestContext::ReplyJson(int status, const nlohmann::json& body) {
 void RequestContext::ReplyError(const ApiError& error) {
   if (finished_.load()) return;
   ResponseWriter::Headers headers{{"X-Request-Id", id_}};
-  if (error.http_status == 429 || error.http_status == 503) headers.emplace_back("Retry-After", "1");
+  if (error.http_status == 429 || error.http_status == 503) {
+    headers.emplace_back("Retry-After", std::to_string(std::max(1, error.retry_after_s)));
+  }
   if (error.http_status == 401) headers.emplace_back("WWW-Authenticate", std::string(kWwwAuthenticate));
   client_gone_ = writer_->disconnected();
   writer_->Send(error.http_status, "application/json", error.Body(), headers);
