@@ -42,6 +42,11 @@ const char* Reason(int status) {
   return http::obsolete_reason(static_cast<http::status>(status)).data();
 }
 
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 std::string Lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
@@ -69,6 +74,7 @@ struct HttpServer::Impl {
 
   void Accept();
   void OnAccept(error_code ec, tcp::socket socket);
+  bool EvictOne();
   void CountException() { owner->io_exceptions_++; }
   void RequestStarted() { owner->requests_++; }
   void RequestEnded() { owner->requests_--; }
@@ -108,6 +114,13 @@ class Session : public std::enable_shared_from_this<Session> {
     net::post(stream_.get_executor(), [self = shared_from_this()] { self->Close(); });
   }
 
+  // For eviction at the connection limit, read from the accepting thread: since when the
+  // connection has waited for a request (0: it is not idle), or has been receiving one
+  // (0: it is not); `evicted` marks one already chosen.
+  std::atomic<int64_t> idle_since_ns_{0};
+  std::atomic<int64_t> reading_since_ns_{0};
+  std::atomic<bool> evicted_{false};
+
   // --- ResponseWriter side (called through Writer, any thread) ---
   void PostSend(int status, std::string type, std::string body, ResponseWriter::Headers headers, bool close_after);
   void PostStartStream(int status, std::string type, ResponseWriter::Headers headers);
@@ -135,6 +148,14 @@ class Session : public std::enable_shared_from_this<Session> {
   void WriteNext();
   void ResponseDone();
   void Close();
+  void CountRequest() {
+    if (!request_counted_) server_.RequestStarted();
+    request_counted_ = true;
+  }
+  void UncountRequest() {
+    if (request_counted_) server_.RequestEnded();
+    request_counted_ = false;
+  }
   void LingerThenClose();
   void Drain();
   void NotifyDisconnect();
@@ -162,6 +183,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool close_after_write_ = false;
   bool watching_ = false;
   bool response_done_ = false;
+  bool request_counted_ = false;  // this connection's request is in HttpServer::active_requests()
+  bool client_closes_ = false;    // the request asked for "Connection: close" (or is HTTP/1.0)
   std::deque<std::string> writes_;
   bool writing_ = false;
   std::function<void()> on_disconnect_;
@@ -223,6 +246,8 @@ void Session::Guarded(const char* point, F&& body) {
 void Session::WaitForRequest() {
   phase_ = Phase::kIdle;
   in_request_ = false;
+  idle_since_ns_ = NowNs();
+  reading_since_ns_ = 0;
   if (closing_) return Close();
   if (buffer_.size() > 0) return ReadRequest();
   // Wait for the first byte of the next request, up to the idle timeout.
@@ -243,6 +268,8 @@ void Session::WaitForRequest() {
 void Session::ReadRequest() {
   phase_ = Phase::kReading;
   in_request_ = true;
+  idle_since_ns_ = 0;
+  reading_since_ns_ = NowNs();
   parser_.emplace();
   parser_->eager(false);  // stop after the header, so that it is checked before the body
   parser_->body_limit(server_.options.max_body_bytes);
@@ -396,11 +423,13 @@ bool Session::CheckHead() {
 }
 
 void Session::Dispatch() {
+  reading_since_ns_ = 0;
   http::request<http::string_body> msg = parser_->release();
   parser_.reset();
   stream_.expires_never();
   phase_ = Phase::kResponding;
   keep_alive_ = msg.keep_alive() && !closing_;
+  client_closes_ = !msg.keep_alive();
   response_done_ = false;
   on_disconnect_ = nullptr;
   disconnect_notified_ = false;
@@ -414,7 +443,7 @@ void Session::Dispatch() {
   req.body = std::move(msg.body());
   req.remote = remote_;
   WatchDisconnect();
-  server_.RequestStarted();
+  CountRequest();
   auto writer = std::make_shared<Writer>(shared_from_this());
   try {
     server_.handler(std::move(req), writer);
@@ -440,7 +469,12 @@ void Session::WatchDisconnect() {
       }
       if (ec == net::error::operation_aborted && self->phase_ == Phase::kIdle) return self->WaitForRequest();
       if (ec) {
-        if (self->phase_ == Phase::kResponding) {
+        if (self->phase_ == Phase::kResponding && ec == net::error::eof && self->client_closes_) {
+          // A client that said "Connection: close" and then shut its sending side (a
+          // half-close) still reads: the response goes on. Had it closed outright, the next
+          // write fails and cancels the request then.
+          self->keep_alive_ = false;
+        } else if (self->phase_ == Phase::kResponding) {
           self->disconnected = true;
           self->NotifyDisconnect();
           self->keep_alive_ = false;
@@ -540,7 +574,7 @@ void Session::WriteNext() {
     write_timer_.cancel();
     if (response_done_) {
       // The whole response is out.
-      server_.RequestEnded();
+      UncountRequest();
       response_done_ = false;
       phase_ = Phase::kIdle;
       if (!keep_alive_ || closing_) return LingerThenClose();
@@ -564,7 +598,7 @@ void Session::WriteNext() {
         self->writing_ = false;
         self->disconnected = true;
         self->NotifyDisconnect();
-        if (self->response_done_) self->server_.RequestEnded();
+        self->UncountRequest();
         self->response_done_ = false;
         return self->Close();
       }
@@ -583,7 +617,7 @@ void Session::SendSimple(int status, const std::string& message, bool close_afte
   phase_ = Phase::kResponding;
   stream_.expires_never();
   keep_alive_ = !close_after;
-  server_.RequestStarted();
+  CountRequest();
   read_timer_.cancel();
   const std::string body = server_.error_body(status, message);
   std::string head = Head(status, "application/json", {}, false, body.size());
@@ -598,7 +632,9 @@ void Session::Close() {
   phase_ = Phase::kClosed;
   disconnected = true;
   if (was_responding) NotifyDisconnect();
-  if (was_responding && response_done_) server_.RequestEnded();
+  // Whatever the stage (response half written, handler still working, a write timed out),
+  // the request no longer counts once its connection is gone, and only once.
+  UncountRequest();
   error_code ec;
   stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
   stream_.socket().close(ec);
@@ -654,6 +690,37 @@ void HttpServer::Impl::Accept() {
   });
 }
 
+// At the connection limit a new connection (a health probe, say) takes the place of one that
+// holds a slot without using it: the longest-idle keep-alive connection, else the one that
+// has been sending its request the longest (a slow-drip client). Connections producing a
+// response are never evicted.
+bool HttpServer::Impl::EvictOne() {
+  std::shared_ptr<Session> victim;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    int64_t oldest_idle = 0, oldest_reading = 0;
+    std::shared_ptr<Session> reading;
+    for (const auto& s : sessions) {
+      if (s->evicted_.load()) continue;
+      const int64_t idle = s->idle_since_ns_.load();
+      const int64_t since = s->reading_since_ns_.load();
+      if (idle != 0 && (victim == nullptr || idle < oldest_idle)) {
+        victim = s;
+        oldest_idle = idle;
+      } else if (since != 0 && (reading == nullptr || since < oldest_reading)) {
+        reading = s;
+        oldest_reading = since;
+      }
+    }
+    if (victim == nullptr) victim = reading;
+    if (victim == nullptr) return false;
+    victim->evicted_ = true;
+  }
+  ++owner->evictions_;
+  victim->ForceClose();
+  return true;
+}
+
 void HttpServer::Impl::OnAccept(error_code ec, tcp::socket socket) {
   if (ec) {
     if (!accepting.load() || ec == net::error::operation_aborted) return;
@@ -666,8 +733,9 @@ void HttpServer::Impl::OnAccept(error_code ec, tcp::socket socket) {
     });
     return;
   }
-  if (owner->connections_.load() >= options.max_connections) {
-    // Over the limit: answer 503 synchronously (tiny write) and drop the connection.
+  if (owner->connections_.load() >= options.max_connections && !EvictOne()) {
+    // Over the limit and every connection busy with a response: answer 503 synchronously
+    // (tiny write) and drop the connection.
     const std::string body = error_body(503, "too many connections");
     const std::string msg = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
                             "Connection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;

@@ -89,6 +89,8 @@ class HttpServer {
   int active_requests() const { return requests_.load(); }
   // Exceptions that escaped an I/O handler and were caught around the I/O loop.
   int64_t io_exceptions() const { return io_exceptions_.load(); }
+  // Idle or slow connections closed at the connection limit to make room for a new one.
+  int64_t evictions() const { return evictions_.load(); }
 
   // Tests only: runs `fn` on an I/O thread outside any connection, so that a throw from it
   // reaches the catch around the I/O loop.
@@ -101,6 +103,7 @@ class HttpServer {
   std::atomic<int> connections_{0};
   std::atomic<int> requests_{0};
   std::atomic<int64_t> io_exceptions_{0};
+  std::atomic<int64_t> evictions_{0};
   int port_ = 0;
 };
 

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "test_client.h"
@@ -223,6 +225,100 @@ TEST_F(HttpServerTest, AThrowInAConnectionHandlerCostsOnlyThatConnection) {
     EXPECT_TRUE(dropped.WaitClosed(5s));
   }
   ExpectServing();
+}
+
+// A client that half-closes after sending (Connection: close, then shutdown of its sending
+// side) still gets its response.
+TEST_F(HttpServerTest, AHalfClosedClientGetsItsResponse) {
+  std::shared_ptr<ResponseWriter> held;
+  std::mutex mu;
+  std::condition_variable cv;
+  HttpServerOptions o;
+  o.port = 0;
+  o.io_threads = 2;
+  server_ = std::make_unique<HttpServer>(
+      o,
+      [&](HttpRequest&&, std::shared_ptr<ResponseWriter> w) {
+        std::lock_guard<std::mutex> lock(mu);
+        held = std::move(w);
+        cv.notify_all();
+      },
+      ErrorJson);
+  ASSERT_TRUE(server_->Listen().ok());
+  server_->Start();
+  TestConnection c(port());
+  c.SendRaw("GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  c.ShutdownSend();
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 5s, [&] { return held != nullptr; }));
+  }
+  std::this_thread::sleep_for(100ms);  // the server has seen the half-close by now
+  EXPECT_FALSE(held->disconnected());
+  held->Send(200, "application/json", R"({"late":true})");
+  HttpReply r = c.ReadReply();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.Json()["late"], true);
+}
+
+// A response whose client stops reading is dropped at the write timeout, and the request
+// stops counting as in flight exactly once.
+TEST_F(HttpServerTest, AWriteTimeoutEndsTheRequestOnce) {
+  HttpServerOptions o;
+  o.port = 0;
+  o.io_threads = 2;
+  o.write_timeout_ms = 300;
+  server_ = std::make_unique<HttpServer>(
+      o,
+      [](HttpRequest&&, std::shared_ptr<ResponseWriter> w) {
+        w->Send(200, "application/octet-stream", std::string(64 << 20, 'x'));  // far more than socket buffers
+      },
+      ErrorJson);
+  ASSERT_TRUE(server_->Listen().ok());
+  server_->Start();
+  TestConnection c(port());
+  c.SendRaw("GET /big HTTP/1.1\r\nHost: x\r\n\r\n");  // and never read
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (server_->active_requests() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_EQ(server_->active_requests(), 1);
+  while (server_->active_connections() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(server_->active_connections(), 0);
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(server_->active_requests(), 0);
+}
+
+// At the connection limit, connections that hold a slot without using it make room for new
+// ones (a health probe must get through): first the longest-idle keep-alive connection, then
+// a client that is still sending its request (slow drip).
+TEST_F(HttpServerTest, IdleAndSlowConnectionsMakeRoomAtTheLimit) {
+  HttpServerOptions o;
+  o.max_connections = 4;
+  Start(o);
+  auto fill = [&](const std::string& bytes) {
+    std::vector<std::unique_ptr<TestConnection>> held;
+    for (int i = 0; i < 4; ++i) {
+      held.push_back(std::make_unique<TestConnection>(port(), 3s));
+      ASSERT_TRUE(held.back()->connected());
+      if (!bytes.empty()) held.back()->SendRaw(bytes);
+      std::this_thread::sleep_for(20ms);  // distinct ages: the first is the oldest
+    }
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (server_->active_connections() < 4 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(5ms);
+    }
+    ASSERT_EQ(server_->active_connections(), 4);
+    const int64_t before = server_->evictions();
+    ExpectServing();
+    EXPECT_EQ(server_->evictions(), before + 1);
+    EXPECT_TRUE(held.front()->WaitClosed(2s)) << "the oldest goes first";
+    for (size_t i = 1; i < held.size(); ++i) held[i]->Close();
+  };
+  fill("");                                  // idle keep-alive connections
+  fill("POST /echo HTTP/1.1\r\nHost: x\r\n");  // requests that never finish arriving
 }
 
 TEST_F(HttpServerTest, AThrowOutsideAnyConnectionDoesNotEndTheIoThreads) {
