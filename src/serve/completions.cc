@@ -344,8 +344,9 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
   void EnsureStreamStarted() {
     if (stream_started_) return;
     stream_started_ = true;
-    ctx_->writer().StartStream(200, "text/event-stream",
-                               {{"Cache-Control", "no-cache"}, {"X-Request-Id", ctx_->id()}});
+    ResponseWriter::Headers headers{{"Cache-Control", "no-cache"}, {"X-Request-Id", ctx_->id()}};
+    headers.insert(headers.end(), ctx_->response_headers().begin(), ctx_->response_headers().end());
+    ctx_->writer().StartStream(200, "text/event-stream", std::move(headers));
   }
 
   void SendEvent(const json& chunk) { ctx_->writer().Write("data: " + Dump(chunk) + "\n\n"); }
@@ -387,6 +388,7 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     tier_.request_generation_tokens->Observe(static_cast<double>(completion_tokens_));
     ctx_->SetLog("prompt_tokens", prompt_tokens_);
     ctx_->SetLog("completion_tokens", completion_tokens_);
+    ctx_->CountTokens(prompt_tokens_ + completion_tokens_);
     ctx_->SetLog("finish_reason", finish);
   }
 

@@ -277,13 +277,16 @@ Status ParseTiers(const YAML::Node& node, std::map<std::string, int>& out) {
 
 Status ParseTenant(const YAML::Node& node, const std::string& path, TenantConfig& out) {
   FERRY_ASSIGN_OR_RETURN(const MapReader m,
-                         MapReader::Open(node, path, {"name", "tier", "keys", "key_env", "max_concurrent_requests"}));
+                         MapReader::Open(node, path, {"name", "tier", "keys", "key_env", "max_concurrent_requests",
+                                                      "requests_per_minute", "tokens_per_minute"}));
   FERRY_RETURN_IF_ERROR(m.Require("name"));
   FERRY_RETURN_IF_ERROR(m.String("name", out.name));
   FERRY_RETURN_IF_ERROR(m.String("tier", out.tier));
   FERRY_RETURN_IF_ERROR(m.AppendStrings("keys", out.keys));
   FERRY_RETURN_IF_ERROR(m.AppendEnv("key_env", out.keys));
   FERRY_RETURN_IF_ERROR(m.Int("max_concurrent_requests", out.max_concurrent_requests));
+  FERRY_RETURN_IF_ERROR(m.Int("requests_per_minute", out.requests_per_minute));
+  FERRY_RETURN_IF_ERROR(m.Int("tokens_per_minute", out.tokens_per_minute));
   return Status::Ok();
 }
 
@@ -540,6 +543,8 @@ Status ValidateTenants(const ServerConfig& config) {
       return InvalidArgument(path + ".tier: unknown tier " + Quoted(tenant.tier) + " (tiers: " + known + ")");
     }
     FERRY_RETURN_IF_ERROR(CheckRange(path + ".max_concurrent_requests", tenant.max_concurrent_requests, 0, kNoMax));
+    FERRY_RETURN_IF_ERROR(CheckRange(path + ".requests_per_minute", tenant.requests_per_minute, 0, kNoMax));
+    FERRY_RETURN_IF_ERROR(CheckRange(path + ".tokens_per_minute", tenant.tokens_per_minute, 0, kNoMax));
   }
   return ValidateKeys(config);
 }

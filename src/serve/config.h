@@ -49,6 +49,8 @@ struct TenantConfig {
   std::string tier = "default";
   std::vector<std::string> keys;    // includes the value of key_env
   int max_concurrent_requests = 0;  // 0: unlimited
+  int64_t requests_per_minute = 0;  // rate limit; 0: unlimited
+  int64_t tokens_per_minute = 0;    // rate limit on prompt + generated tokens; 0: unlimited
 };
 
 // One served model. A decoder obeys `batching`, an encoder `dynamic_batching`; which one

@@ -153,6 +153,7 @@ class EncoderJob : public std::enable_shared_from_this<EncoderJob> {
     tier_.prompt_tokens->Inc(static_cast<double>(prompt_tokens_));
     tier_.request_prompt_tokens->Observe(static_cast<double>(prompt_tokens_));
     ctx_->SetLog("prompt_tokens", prompt_tokens_);
+    ctx_->CountTokens(prompt_tokens_);
     if (!error_.ok()) {
       const ApiError e = FromStatus(error_);
       const std::string_view reason = e.http_status == 429 ? kFailureRejectedQueueFull

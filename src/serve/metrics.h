@@ -284,6 +284,11 @@ struct ServerMetrics {
 
   CounterFamily& http_requests;  // ferry:http_requests_total {route, code}
 
+  // {tenant}
+  CounterFamily& tenant_requests;  // ferry:tenant_requests_total {tenant, code}: API requests answered
+  CounterFamily& tenant_tokens;    // ferry:tenant_tokens_total {tenant}: prompt + generated tokens used
+  CounterFamily& rate_limited;     // ferry:rate_limited_requests_total {tenant, limit}: refused by a rate limit
+
   // Creates (rendered as zeros from then on) and returns one model's children; call when
   // the model is loaded and keep the result.
   ModelMetrics ForModel(std::string_view model_name);

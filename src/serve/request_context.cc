@@ -52,13 +52,16 @@ void RequestContext::SetLog(const std::string& key, nlohmann::json value) {
 void RequestContext::ReplyJson(int status, const nlohmann::json& body) {
   if (finished_.load()) return;
   client_gone_ = writer_->disconnected();
-  writer_->Send(status, "application/json", Dump(body), {{"X-Request-Id", id_}});
+  ResponseWriter::Headers headers{{"X-Request-Id", id_}};
+  headers.insert(headers.end(), response_headers_.begin(), response_headers_.end());
+  writer_->Send(status, "application/json", Dump(body), headers);
   Finish(status);
 }
 
 void RequestContext::ReplyError(const ApiError& error) {
   if (finished_.load()) return;
   ResponseWriter::Headers headers{{"X-Request-Id", id_}};
+  headers.insert(headers.end(), response_headers_.begin(), response_headers_.end());
   if (error.http_status == 429 || error.http_status == 503) {
     headers.emplace_back("Retry-After", std::to_string(std::max(1, error.retry_after_s)));
   }
@@ -101,6 +104,11 @@ void RequestContext::Finish(int status) {
     line["client_disconnected"] = client_gone_;
     logger_.Log(line);
   }
+  if (principal_.tenant != "unknown") {
+    metrics_.tenant_requests.WithLabels({principal_.tenant, std::to_string(status)}).Inc();
+    if (tokens_.load() > 0) metrics_.tenant_tokens.WithLabels({principal_.tenant}).Inc(static_cast<double>(tokens_.load()));
+  }
+  if (limiter_ != nullptr) limiter_->Charge(principal_.tenant, principal_.rate_limits, tokens_.load());
   if (on_finish_) on_finish_();
 }
 

@@ -16,6 +16,7 @@
 #include "serve/auth.h"
 #include "serve/http_server.h"
 #include "serve/metrics.h"
+#include "serve/rate_limiter.h"
 
 namespace ferry::serve {
 
@@ -50,6 +51,14 @@ class RequestContext {
   ServerMetrics& metrics() { return metrics_; }
   // Fields added to the request's log line.
   void SetLog(const std::string& key, nlohmann::json value);
+  // Headers every response of this request carries (x-ratelimit-*); set before replying.
+  void AddResponseHeaders(const ResponseWriter::Headers& headers) { response_headers_ = headers; }
+  const ResponseWriter::Headers& response_headers() const { return response_headers_; }
+  // Tokens the request used (prompt + generated, or encoder input tokens), for rate limits.
+  void CountTokens(int64_t tokens) { tokens_ += tokens; }
+  // Where the request's tokens are charged when it finishes (the tenant's rate limits).
+  void ChargeTokensTo(RateLimiter* limiter) { limiter_ = limiter; }
+  int64_t tokens() const { return tokens_.load(); }
 
   // Sends a complete response and finishes the request (first call wins).
   void ReplyJson(int status, const nlohmann::json& body);
@@ -72,6 +81,9 @@ class RequestContext {
   nlohmann::json log_ = nlohmann::json::object();  // GUARDED_BY(mu_)
   std::atomic<bool> finished_{false};
   bool client_gone_ = false;  // the client had gone before the response was handed over
+  ResponseWriter::Headers response_headers_;  // written before any reply, read by it
+  std::atomic<int64_t> tokens_{0};
+  RateLimiter* limiter_ = nullptr;
 };
 
 }  // namespace ferry::serve

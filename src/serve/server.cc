@@ -1,5 +1,7 @@
 #include "serve/server.h"
 
+#include <cmath>
+
 #include <signal.h>
 
 #include <cctype>
@@ -231,7 +233,7 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
   Result<Principal> who = auth_.Authenticate(req.Header("authorization"), admin);
   if (!who.ok()) {
     const int status = AuthHttpStatus(who.status());
-    auto ctx = std::make_shared<RequestContext>(RequestId(req), route, Principal{"unknown", "none", 0, false, 0},
+    auto ctx = std::make_shared<RequestContext>(RequestId(req), route, Principal{"unknown", "none", 0, false, 0, RateLimits{}},
                                                 writer, metrics_, logger_, nullptr);
     ApiError e;
     e.http_status = status;
@@ -241,6 +243,23 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
     return ctx->ReplyError(e);
   }
   const Principal& p = who.value();
+  // Per-tenant rate limits (requests and tokens per minute).
+  const RateLimiter::Admission rate = rate_limiter_.Admit(p.tenant, p.rate_limits);
+  if (!rate.admitted) {
+    auto ctx = std::make_shared<RequestContext>(RequestId(req), route, p, writer, metrics_, logger_, nullptr);
+    ctx->AddResponseHeaders(rate.headers);
+    metrics_.rate_limited.WithLabels({p.tenant, rate.limit}).Inc();
+    ApiError e;
+    e.http_status = 429;
+    e.type = "rate_limit_error";
+    e.code = "rate_limit_exceeded";
+    e.message = "tenant '" + p.tenant + "' is over its rate limit of " +
+                (rate.limit == "requests" ? std::to_string(p.rate_limits.requests_per_minute) + " requests"
+                                          : std::to_string(p.rate_limits.tokens_per_minute) + " tokens") +
+                " per minute; retry in " + RateLimiter::Duration(rate.retry_after_s);
+    e.retry_after_s = static_cast<int>(std::ceil(rate.retry_after_s));
+    return ctx->ReplyError(e);
+  }
   // Per-tenant concurrency limit.
   std::function<void()> release;
   if (p.max_concurrent_requests > 0) {
@@ -259,6 +278,8 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
     };
   }
   auto ctx = std::make_shared<RequestContext>(RequestId(req), route, p, writer, metrics_, logger_, std::move(release));
+  ctx->AddResponseHeaders(rate.headers);
+  if (p.rate_limits.tokens_per_minute > 0) ctx->ChargeTokensTo(&rate_limiter_);
   ctx->SetLog("method", req.method);
   ctx->SetLog("remote", req.remote);
   const bool get = req.method == "GET" || req.method == "HEAD";

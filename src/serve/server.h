@@ -65,6 +65,7 @@ class Server {
   std::condition_variable cv_;
   std::vector<std::unique_ptr<ServedModel>> models_;  // GUARDED_BY(mu_) while loading; fixed once ready
   std::map<std::string, int> tenant_inflight_;         // GUARDED_BY(mu_)
+  RateLimiter rate_limiter_;
   bool load_done_ = false;                             // GUARDED_BY(mu_)
   bool load_failed_ = false;                           // GUARDED_BY(mu_)
   bool shutdown_requested_ = false;                    // GUARDED_BY(mu_)

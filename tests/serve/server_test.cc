@@ -33,6 +33,7 @@ std::string Config(const std::string& decoder_batching, const std::string& liste
          "tenants:\n  - name: acme\n    tier: gold\n    keys: [sk-acme-test]\n"
          "  - name: beta\n    tier: standard\n    keys: [sk-beta-test]\n"
          "  - name: solo\n    tier: standard\n    keys: [sk-solo-test]\n    max_concurrent_requests: 1\n"
+         "  - name: limited\n    tier: standard\n    keys: [sk-limited-test]\n    requests_per_minute: 2\n"
          "models:\n  - name: kjv-decoder\n    path: " + root + "/models/demo/kjv-decoder\n    threads: 2\n"
          "    batching:\n" + decoder_batching +
          "  - name: kjv-classifier\n    path: " + root + "/models/demo/kjv-classifier\n    threads: 2\n"
@@ -349,6 +350,30 @@ struct BadCase {
   int status;
   std::map<std::string, std::string> headers = kAcme;
 };
+
+// A tenant over its requests-per-minute limit gets OpenAI's 429 with Retry-After and the
+// x-ratelimit-* headers; other tenants are unaffected.
+TEST_F(ServerTest, TenantRateLimitAnswers429WithRateLimitHeaders) {
+  const std::map<std::string, std::string> limited{{"Authorization", "Bearer sk-limited-test"}};
+  for (int i = 0; i < 2; ++i) {
+    HttpReply ok = PostJson(port(), "/v1/completions", Completion("In the beginning", 1), limited);
+    ASSERT_EQ(ok.status, 200) << ok.body;
+    EXPECT_EQ(ok.headers["x-ratelimit-limit-requests"], "2");
+    EXPECT_EQ(ok.headers["x-ratelimit-remaining-requests"], std::to_string(1 - i));
+  }
+  HttpReply refused = PostJson(port(), "/v1/completions", Completion("In the beginning", 1), limited);
+  EXPECT_EQ(refused.status, 429);
+  EXPECT_EQ(refused.Json()["error"]["type"], "rate_limit_error");
+  EXPECT_EQ(refused.Json()["error"]["code"], "rate_limit_exceeded");
+  EXPECT_GE(std::stoi(refused.headers["retry-after"]), 1);
+  EXPECT_EQ(refused.headers["x-ratelimit-remaining-requests"], "0");
+  EXPECT_FALSE(refused.headers["x-ratelimit-reset-requests"].empty());
+  EXPECT_EQ(PostJson(port(), "/v1/completions", Completion("In the beginning", 1), kBeta).status, 200);
+  const std::string metrics = testing::Http(port(), "GET", "/metrics").body;
+  EXPECT_NE(metrics.find("ferry:rate_limited_requests_total{tenant=\"limited\",limit=\"requests\"} 1"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("ferry:tenant_requests_total{tenant=\"limited\",code=\"200\"} 2"), std::string::npos);
+}
 
 TEST_F(ServerTest, MalformedRequestsGetAClearFourHundredAndTheServerStaysUp) {
   std::string long_prompt;
