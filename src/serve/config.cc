@@ -241,7 +241,7 @@ Status ParseListener(const YAML::Node& node, ListenerConfig& out) {
   FERRY_ASSIGN_OR_RETURN(const MapReader m,
                          MapReader::Open(node, "listener",
                                          {"host", "port", "io_threads", "output_threads", "max_body_bytes", "max_header_bytes", "header_timeout_ms",
-                                          "idle_timeout_ms", "shutdown_timeout_ms", "max_connections"}));
+                                          "idle_timeout_ms", "shutdown_timeout_ms", "max_connections", "tls"}));
   FERRY_RETURN_IF_ERROR(m.String("host", out.host));
   FERRY_RETURN_IF_ERROR(m.Int("port", out.port));
   FERRY_RETURN_IF_ERROR(m.Int("io_threads", out.io_threads));
@@ -252,6 +252,17 @@ Status ParseListener(const YAML::Node& node, ListenerConfig& out) {
   FERRY_RETURN_IF_ERROR(m.Int("idle_timeout_ms", out.idle_timeout_ms));
   FERRY_RETURN_IF_ERROR(m.Int("shutdown_timeout_ms", out.shutdown_timeout_ms));
   FERRY_RETURN_IF_ERROR(m.Int("max_connections", out.max_connections));
+  if (const YAML::Node* tls = m.Find("tls")) {
+    FERRY_ASSIGN_OR_RETURN(const MapReader t, MapReader::Open(*tls, "listener.tls", {"cert", "key", "min_version"}));
+    FERRY_RETURN_IF_ERROR(t.Require("cert"));
+    FERRY_RETURN_IF_ERROR(t.Require("key"));
+    FERRY_RETURN_IF_ERROR(t.String("cert", out.tls.cert_path));
+    FERRY_RETURN_IF_ERROR(t.String("key", out.tls.key_path));
+    FERRY_RETURN_IF_ERROR(t.String("min_version", out.tls.min_version));
+    if (out.tls.min_version != "1.2" && out.tls.min_version != "1.3") {
+      return InvalidArgument("listener.tls.min_version: must be 1.2 or 1.3, got '" + out.tls.min_version + "'");
+    }
+  }
   return Status::Ok();
 }
 

@@ -15,6 +15,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "sched/batching_options.h"
+#include "serve/connection_stream.h"
 
 namespace ferry::serve {
 
@@ -30,6 +31,7 @@ struct ListenerConfig {
   int64_t idle_timeout_ms = 60000;       // keep-alive connection with no request in flight
   int64_t shutdown_timeout_ms = 30000;   // drain limit on SIGTERM
   int max_connections = 4096;
+  TlsOptions tls;                        // listener.tls: {cert, key, min_version}; HTTPS when set
 };
 
 enum class AuthMode {

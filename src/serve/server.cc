@@ -54,6 +54,7 @@ Server::Server(ServerConfig config, Authenticator auth)
   ho.idle_timeout_ms = config_.listener.idle_timeout_ms;
   ho.write_timeout_ms = std::max<int64_t>(config_.listener.idle_timeout_ms, 10000);
   ho.max_connections = config_.listener.max_connections;
+  ho.tls = config_.listener.tls;
   http_ = std::make_unique<HttpServer>(
       ho, [this](HttpRequest&& r, std::shared_ptr<ResponseWriter> w) { Handle(std::move(r), std::move(w)); },
       [](int status, const std::string& message) { return ErrorBody(status, message); });
@@ -70,8 +71,8 @@ Status Server::Start() {
   // between, and every thread must inherit that mask.
   output_workers_ = std::make_unique<ThreadPool>(config_.listener.output_threads, "output");
   http_->Start();
-  FERRY_LOG_INFO("listening on http://{}:{} (auth: {})", config_.listener.host, http_->port(),
-                 AuthModeName(config_.auth.mode));
+  FERRY_LOG_INFO("listening on {}://{}:{} (auth: {})", http_->tls() ? "https" : "http", config_.listener.host,
+                 http_->port(), AuthModeName(config_.auth.mode));
   loader_ = std::thread([this] { LoadModels(); });
   return Status::Ok();
 }
@@ -106,6 +107,8 @@ bool Server::WaitUntilReady(int64_t timeout_ms) {
   cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [this] { return load_done_; });
   return load_done_ && !load_failed_;
 }
+
+Status Server::ReloadTls() { return http_->ReloadTls(); }
 
 void Server::RequestShutdown() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -336,12 +339,25 @@ void ShutdownOnSignals(Server& server) {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::thread([&server, set] {
-    int sig = 0;
-    if (sigwait(&set, &sig) == 0) {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set, &sig) != 0) return;
+      if (sig == SIGHUP) {
+        // The certificate was renewed on disk: new connections use the new one.
+        Status reloaded = server.ReloadTls();
+        if (reloaded.ok()) {
+          FERRY_LOG_INFO("SIGHUP: TLS certificate reloaded");
+        } else {
+          FERRY_LOG_ERROR("SIGHUP: TLS certificate not reloaded, the old one stays: {}", reloaded.message());
+        }
+        continue;
+      }
       FERRY_LOG_INFO("received signal {}", sig);
       server.RequestShutdown();
+      return;
     }
   }).detach();
 }

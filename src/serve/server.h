@@ -36,6 +36,8 @@ class Server {
   bool WaitUntilReady(int64_t timeout_ms);
   // Asks Run() to return (what SIGTERM/SIGINT do).
   void RequestShutdown();
+  // Reads the listener's TLS certificate and key again (what SIGHUP does).
+  Status ReloadTls();
   // Blocks until a shutdown is requested or model loading fails, then shuts down
   // gracefully; returns the process exit code (0, or 1 if a model failed to load).
   int Run();
@@ -76,8 +78,9 @@ class Server {
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 
-// Blocks SIGINT and SIGTERM in the calling thread (call before any thread starts, so all
-// inherit the mask) and starts a thread that turns either signal into RequestShutdown().
+// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (call before any thread starts, so
+// all inherit the mask) and starts a thread that turns SIGINT and SIGTERM into
+// RequestShutdown() and SIGHUP into ReloadTls().
 void ShutdownOnSignals(Server& server);
 
 }  // namespace ferry::serve

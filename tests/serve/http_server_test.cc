@@ -3,9 +3,15 @@
 // on an I/O thread ends the process.
 #include "serve/http_server.h"
 
+#include <boost/asio/ssl.hpp>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -56,6 +62,61 @@ class HttpServerTest : public ::testing::Test {
 
 std::string ChunkedHead(const std::string& extra = "") {
   return "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n" + extra + "\r\n";
+}
+
+// A self-signed certificate for localhost and 127.0.0.1, made with the openssl tool.
+struct TestCertificate {
+  std::string dir, cert, key;
+  explicit TestCertificate(const std::string& common_name) {
+    char tmpl[] = "/tmp/ferry_tls_XXXXXX";
+    dir = mkdtemp(tmpl);
+    cert = dir + "/cert.pem";
+    key = dir + "/key.pem";
+    const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj '/CN=" + common_name +
+                            "' -addext 'subjectAltName=DNS:localhost,IP:127.0.0.1' -keyout " + key + " -out " + cert +
+                            " >/dev/null 2>&1";
+    ok = std::system(cmd.c_str()) == 0;
+  }
+  ~TestCertificate() { std::filesystem::remove_all(dir); }
+  bool ok = false;
+};
+
+// One HTTPS request with a client that trusts `ca` only; "" when the handshake or the
+// exchange fails. `subject` gets the server certificate's subject.
+std::string HttpsGet(int port, const std::string& ca, const std::string& path, std::string* subject = nullptr) {
+  namespace net = boost::asio;
+  namespace ssl = net::ssl;
+  net::io_context ioc;
+  ssl::context ctx(ssl::context::tls_client);
+  ctx.set_verify_mode(ssl::verify_peer);
+  boost::system::error_code ec;
+  ctx.load_verify_file(ca, ec);
+  if (ec) return "";
+  ssl::stream<net::ip::tcp::socket> stream(ioc, ctx);
+  stream.set_verify_callback(ssl::host_name_verification("localhost"));
+  SSL_set_tlsext_host_name(stream.native_handle(), "localhost");
+  stream.next_layer().connect(net::ip::tcp::endpoint(net::ip::make_address("127.0.0.1"), port), ec);
+  if (ec) return "";
+  stream.handshake(ssl::stream_base::client, ec);
+  if (ec) return "";
+  if (subject != nullptr) {
+    X509* peer = SSL_get1_peer_certificate(stream.native_handle());
+    char name[256] = {};
+    if (peer != nullptr) X509_NAME_oneline(X509_get_subject_name(peer), name, sizeof(name));
+    X509_free(peer);
+    *subject = name;
+  }
+  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+  net::write(stream, net::buffer(req), ec);
+  if (ec) return "";
+  std::string reply;
+  char buf[4096];
+  for (;;) {
+    const size_t n = stream.read_some(net::buffer(buf), ec);
+    reply.append(buf, n);
+    if (ec) break;
+  }
+  return reply;
 }
 
 // The request that aborted the process: a trailer field of 65,534 bytes or more makes
@@ -319,6 +380,53 @@ TEST_F(HttpServerTest, IdleAndSlowConnectionsMakeRoomAtTheLimit) {
   };
   fill("");                                  // idle keep-alive connections
   fill("POST /echo HTTP/1.1\r\nHost: x\r\n");  // requests that never finish arriving
+}
+
+// HTTPS: a client that trusts the certificate gets its answer; plain HTTP on the TLS port
+// and a client that does not trust it fail alone; a reload serves the new certificate to
+// new connections.
+TEST_F(HttpServerTest, TlsServesAndReloadsItsCertificate) {
+  TestCertificate first("ferry-first"), second("ferry-second");
+  ASSERT_TRUE(first.ok && second.ok) << "openssl is needed (scripts/install_deps.sh)";
+  HttpServerOptions o;
+  o.tls.cert_path = first.dir + "/live-cert.pem";
+  o.tls.key_path = first.dir + "/live-key.pem";
+  std::filesystem::copy_file(first.cert, o.tls.cert_path);
+  std::filesystem::copy_file(first.key, o.tls.key_path);
+  Start(o);
+  std::string subject;
+  std::string reply = HttpsGet(port(), first.cert, "/secure", &subject);
+  EXPECT_NE(reply.find("HTTP/1.1 200"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("/secure"), std::string::npos);
+  EXPECT_NE(subject.find("ferry-first"), std::string::npos) << subject;
+  EXPECT_EQ(HttpsGet(port(), second.cert, "/untrusted"), "") << "a client that does not trust it refuses";
+  {
+    TestConnection plain(port(), 3s);
+    plain.SendRaw("GET /plain HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_FALSE(plain.ReadReply().ok);
+  }
+  // The certificate is renewed on disk; a reload swaps it for new connections.
+  std::filesystem::copy_file(second.cert, o.tls.cert_path, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(second.key, o.tls.key_path, std::filesystem::copy_options::overwrite_existing);
+  ASSERT_TRUE(server_->ReloadTls().ok());
+  reply = HttpsGet(port(), second.cert, "/renewed", &subject);
+  EXPECT_NE(reply.find("HTTP/1.1 200"), std::string::npos) << reply;
+  EXPECT_NE(subject.find("ferry-second"), std::string::npos) << subject;
+  // A broken file is refused and the served certificate stays.
+  { std::ofstream(o.tls.key_path) << "not a key"; }
+  EXPECT_FALSE(server_->ReloadTls().ok());
+  EXPECT_NE(HttpsGet(port(), second.cert, "/still").find("HTTP/1.1 200"), std::string::npos);
+}
+
+TEST(HttpServerTlsTest, BadCertificateFilesAreRefusedAtListen) {
+  HttpServerOptions o;
+  o.port = 0;
+  o.tls.cert_path = "/nonexistent/cert.pem";
+  o.tls.key_path = "/nonexistent/key.pem";
+  HttpServer server(o, Echo, ErrorJson);
+  Status st = server.Listen();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("/nonexistent/cert.pem"), std::string::npos) << st.message();
 }
 
 TEST_F(HttpServerTest, AThrowOutsideAnyConnectionDoesNotEndTheIoThreads) {
