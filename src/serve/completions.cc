@@ -240,7 +240,7 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     remaining_ = total;
     ctx_->SetLog("model", model_.name());
     ctx_->SetLog("completion_id", id_);
-    if (!p_.user.empty()) ctx_->SetLog("user", p_.user);
+    ctx_->SetUserLog(p_.user);
     auto self = shared_from_this();
     ctx_->writer().OnDisconnect([self] { self->CancelAll("client disconnected"); });
     for (int i = 0; i < total; ++i) {

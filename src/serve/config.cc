@@ -267,13 +267,17 @@ Status ParseListener(const YAML::Node& node, ListenerConfig& out) {
 }
 
 Status ParseAuth(const YAML::Node& node, AuthConfig& out) {
-  FERRY_ASSIGN_OR_RETURN(const MapReader m, MapReader::Open(node, "auth", {"mode", "admin_keys", "admin_key_env"}));
+  FERRY_ASSIGN_OR_RETURN(const MapReader m,
+                         MapReader::Open(node, "auth", {"mode", "admin_keys", "admin_key_env", "metrics_require_key",
+                                                        "allowed_hosts"}));
   if (const YAML::Node* mode = m.Find("mode")) {
     FERRY_ASSIGN_OR_RETURN(out.mode, ReadEnum<AuthMode>(*mode, m.Path("mode"),
                                                         {{"keys", AuthMode::kKeys}, {"none", AuthMode::kNone}}));
   }
   FERRY_RETURN_IF_ERROR(m.AppendStrings("admin_keys", out.admin_keys));
   FERRY_RETURN_IF_ERROR(m.AppendEnv("admin_key_env", out.admin_keys));
+  FERRY_RETURN_IF_ERROR(m.Bool("metrics_require_key", out.metrics_require_key));
+  FERRY_RETURN_IF_ERROR(m.AppendStrings("allowed_hosts", out.allowed_hosts));
   return Status::Ok();
 }
 

@@ -43,6 +43,9 @@ enum class AuthMode {
 struct AuthConfig {
   AuthMode mode = AuthMode::kKeys;
   std::vector<std::string> admin_keys;  // includes the value of auth.admin_key_env
+  bool metrics_require_key = false;     // /metrics needs a tenant or admin key (mode keys)
+  // Mode none: Host header values accepted besides the loopback names (DNS rebinding).
+  std::vector<std::string> allowed_hosts;
 };
 
 // One API customer: its keys map to it and to its tier.

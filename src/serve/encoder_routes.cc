@@ -93,7 +93,7 @@ class EncoderJob : public std::enable_shared_from_this<EncoderJob> {
     for (const auto& in : p_.inputs) prompt_tokens_ += static_cast<int64_t>(in.ids.size());
     ctx_->SetLog("model", model_.name());
     ctx_->SetLog("inputs", n);
-    if (!p_.user.empty()) ctx_->SetLog("user", p_.user);
+    ctx_->SetUserLog(p_.user);
     auto self = shared_from_this();
     ctx_->writer().OnDisconnect([self] { self->CancelAll(); });
     for (size_t i = 0; i < n; ++i) {

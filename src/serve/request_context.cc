@@ -49,6 +49,18 @@ void RequestContext::SetLog(const std::string& key, nlohmann::json value) {
   log_[key] = std::move(value);
 }
 
+void RequestContext::SetUserLog(const std::string& user) {
+  if (user.empty()) return;
+  const Sha256Digest d = Sha256(user);
+  static const char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (int i = 0; i < 8; ++i) {
+    hex += kHex[d[i] >> 4];
+    hex += kHex[d[i] & 15];
+  }
+  SetLog("user_sha256", hex);
+}
+
 void RequestContext::ReplyJson(int status, const nlohmann::json& body) {
   if (finished_.load()) return;
   client_gone_ = writer_->disconnected();

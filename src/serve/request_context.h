@@ -51,6 +51,10 @@ class RequestContext {
   ServerMetrics& metrics() { return metrics_; }
   // Fields added to the request's log line.
   void SetLog(const std::string& key, nlohmann::json value);
+  // The request's `user` field goes to the log as "user_sha256" (the first 16 hex digits of
+  // its SHA-256): requests of one end user stay linkable, the value itself (often an e-mail
+  // address) is not written.
+  void SetUserLog(const std::string& user);
   // Headers every response of this request carries (x-ratelimit-*); set before replying.
   void AddResponseHeaders(const ResponseWriter::Headers& headers) { response_headers_ = headers; }
   const ResponseWriter::Headers& response_headers() const { return response_headers_; }

@@ -197,8 +197,36 @@ json Server::AdminStatus() const {
               {"requests_in_flight", http_->active_requests()}, {"models", models}};
 }
 
+namespace {
+
+// Mode none only: a browser page on another site can reach a loopback server by pointing
+// its own host name at 127.0.0.1 (DNS rebinding); its requests then carry that name in
+// Host. So only loopback names, and the names configured, are answered.
+bool HostAllowed(std::string host, const std::vector<std::string>& allowed) {
+  if (host.empty()) return true;  // HTTP/1.0 without Host: no browser sends that
+  for (char& c : host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (host.front() == '[') {
+    host = host.substr(0, host.find(']') + 1);
+  } else if (host.find(':') != std::string::npos && host.find(':') == host.rfind(':')) {
+    host = host.substr(0, host.find(':'));  // name:port (one colon; a bare IPv6 has several)
+  }
+  if (host == "localhost" || IsLoopbackHost(host)) return true;
+  for (const std::string& a : allowed) {
+    if (host == a) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 void Server::Handle(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer) {
   const std::string& path = req.path;
+  if (config_.auth.mode == AuthMode::kNone && !HostAllowed(req.Header("host"), config_.auth.allowed_hosts)) {
+    metrics_.RecordHttpRequest("other", 403);
+    return writer->Send(403, "application/json",
+                        ErrorBody(403, "the Host header is not a loopback name; with auth mode none only loopback "
+                                       "names and auth.allowed_hosts are answered"));
+  }
   const bool get = req.method == "GET" || req.method == "HEAD";
   if (path == "/health/live") {
     if (!get) return SendJson(*writer, 405, json::parse(ErrorBody(405, "use GET")));
@@ -213,6 +241,14 @@ void Server::Handle(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer) {
   }
   if (path == "/metrics") {
     if (!get) return SendJson(*writer, 405, json::parse(ErrorBody(405, "use GET")));
+    if (config_.auth.metrics_require_key) {
+      Result<Principal> who = auth_.Authenticate(req.Header("authorization"), /*admin_route=*/false);
+      if (!who.ok()) {
+        metrics_.RecordHttpRequest(path, 401);
+        return writer->Send(401, "application/json", ErrorBody(401, "/metrics needs an API key"),
+                            {{"WWW-Authenticate", std::string(kWwwAuthenticate)}});
+      }
+    }
     metrics_.RecordHttpRequest(path, 200);
     return writer->Send(200, std::string(kPrometheusContentType), metrics_.Render());
   }
