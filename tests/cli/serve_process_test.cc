@@ -109,6 +109,14 @@ class ServeProcess {
   int status() const { return status_; }
   int port() const { return port_; }
 
+  // Whatever the child has written to stdout (the request log) since the last call.
+  std::string ReadStdout() {
+    std::string out;
+    char buf[4096];
+    for (ssize_t n; out_fd_ >= 0 && (n = read(out_fd_, buf, sizeof(buf))) > 0;) out.append(buf, n);
+    return out;
+  }
+
  private:
   pid_t pid_ = -1;
   int out_fd_ = -1;
@@ -180,6 +188,43 @@ TEST(ServeProcessTest, EncoderShutdownKeepsItsBudget) {
   }
   EXPECT_GT(refused, 0);
   std::remove(config.c_str());
+}
+
+}  // namespace
+}  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// With auth mode none the server is reachable only on loopback, but a web page can still
+// reach it through a name of its own resolving to 127.0.0.1 (DNS rebinding): such a Host is
+// refused. The request log keeps a hash of the user field, never the value.
+TEST(ServeProcessTest, ModeNoneAnswersLoopbackHostsOnlyAndTheLogHashesTheUser) {
+  const std::string cfg = WriteConfig(
+      "listener: {host: 127.0.0.1, port: 0}\n"
+      "auth: {mode: none, allowed_hosts: [ferry.internal]}\n"
+      "models:\n  - {name: m, path: " + Demo("kjv-decoder") + ", threads: 1}\n"
+      "log: {level: info, request_log: true}\n");
+  ServeProcess p({"serve", "--config", cfg});
+  const int port = p.WaitReady();
+  ASSERT_NE(port, 0) << p.Stderr();
+  auto evil = serve::testing::Http(port, "GET", "/health/live", "", {{"Host", "attacker.example:" + std::to_string(port)}});
+  EXPECT_EQ(evil.status, 403) << evil.body;
+  EXPECT_EQ(evil.Json()["error"]["type"], "permission_error");
+  for (const std::string& host : {"localhost:" + std::to_string(port), std::string("127.0.0.1"), std::string("[::1]:80"),
+                                 std::string("ferry.internal"), std::string("LOCALHOST")}) {
+    EXPECT_EQ(serve::testing::Http(port, "GET", "/health/live", "", {{"Host", host}}).status, 200) << host;
+  }
+  const std::string secret = "alice@example.com";
+  auto r = serve::testing::Http(
+      port, "POST", "/v1/completions",
+      R"({"model":"m","prompt":"In the beginning","max_tokens":2,"temperature":0,"user":")" + secret + "\"}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(p.Terminate(20s), 0) << p.Stderr();
+  const std::string log = p.ReadStdout();
+  EXPECT_NE(log.find("\"user_sha256\""), std::string::npos) << log;
+  EXPECT_EQ(log.find(secret), std::string::npos) << log;
+  std::remove(cfg.c_str());
 }
 
 }  // namespace

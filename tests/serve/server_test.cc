@@ -514,6 +514,24 @@ TEST(ServerOverloadTest, FullQueueAnswers429WithRetryAfter) {
   EXPECT_NE(metrics.find("reason=\"rejected_queue_full\""), std::string::npos);
 }
 
+TEST(ServerAuthTest, MetricsCanRequireAKey) {
+  const std::string root = ferry::testing::SourcePath("");
+  auto server = StartServer(
+      "listener: {host: 127.0.0.1, port: 0}\n"
+      "auth: {mode: keys, admin_keys: [sk-admin-test], metrics_require_key: true}\n"
+      "tenants:\n  - {name: acme, keys: [sk-acme-test]}\n"
+      "models:\n  - {name: kjv-classifier, path: " + root + "/models/demo/kjv-classifier, threads: 1}\n"
+      "log: {level: warn, request_log: false}\n");
+  ASSERT_NE(server, nullptr);
+  HttpReply anonymous = testing::Http(server->port(), "GET", "/metrics");
+  EXPECT_EQ(anonymous.status, 401);
+  EXPECT_EQ(anonymous.Json()["error"]["type"], "authentication_error");
+  EXPECT_EQ(testing::Http(server->port(), "GET", "/metrics", "", {{"Authorization", "Bearer wrong"}}).status, 401);
+  EXPECT_EQ(testing::Http(server->port(), "GET", "/metrics", "", kAcme).status, 200);
+  EXPECT_EQ(testing::Http(server->port(), "GET", "/metrics", "", kAdmin).status, 200);
+  EXPECT_EQ(testing::Http(server->port(), "GET", "/health/live").status, 200);  // probes stay open
+}
+
 TEST(ServerShutdownTest, GracefulShutdownFinishesInFlightStreams) {
   auto server = StartServer(Config("      max_num_seqs: 4\n      max_num_batched_tokens: 64\n"));
   ASSERT_NE(server, nullptr);
