@@ -47,10 +47,15 @@ class Server {
   ServerMetrics& metrics() { return metrics_; }
   const ServerConfig& config() const { return config_; }
 
+  // Serves one parsed request, exactly as the HTTP server does once it has read it: health,
+  // metrics, auth, limits, routing, the route. Runs on the caller's thread and does not
+  // block; the reply arrives through `writer`, maybe later. For in-process callers (the
+  // request fuzzer) as much as for the listener.
+  void Handle(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer);
+
  private:
   explicit Server(ServerConfig config, Authenticator auth);
   void LoadModels();
-  void Handle(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer);
   void HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer, const std::string& route);
   ServedModel* Find(const std::string& name);
   nlohmann::json ModelCard(const ServedModel& m) const;
