@@ -260,6 +260,7 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
       r.logprobs = p_.logprobs;
       r.prompt_logprobs = p_.echo && p_.logprobs >= 0;
       r.priority = p_.priority;
+      r.sibling = i;
       r.tier = ctx_->principal().tier;
       r.arrival = ctx_->arrival();
       r.on_event = [self, i](sched::GenerationEvent& ev) {
