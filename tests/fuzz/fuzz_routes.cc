@@ -25,6 +25,7 @@ class CaptureWriter : public ferry::serve::ResponseWriter {
     body_ = std::move(body);
     json_ = content_type == "application/json";
     done_ = true;
+    on_disconnect_ = nullptr;  // as the listener does once a response is complete
     cv_.notify_all();
   }
   void StartStream(int status, std::string, Headers) override {
@@ -41,10 +42,12 @@ class CaptureWriter : public ferry::serve::ResponseWriter {
     std::lock_guard<std::mutex> lock(mu_);
     FUZZ_CHECK(started_ && !done_);
     done_ = true;
+    on_disconnect_ = nullptr;
     cv_.notify_all();
   }
   void OnDisconnect(std::function<void()> callback) override {
     std::unique_lock<std::mutex> lock(mu_);
+    if (done_) return;
     if (disconnected_) {
       lock.unlock();
       callback();
