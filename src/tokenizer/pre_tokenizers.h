@@ -17,7 +17,7 @@ struct PreToken {
   bool at_start = false;
   // Empty, or one original range per byte of `text` (when offsets are wanted); kept
   // through every split and rewrite.
-  std::vector<ByteRange> align;
+  std::vector<ByteRange> align = {};
 
   // Bytes [begin, end) of this piece, with their alignment.
   PreToken Sub(size_t begin, size_t end, bool starts) const;
