@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "chunk/offline.h"
 #include "chunk/token_entities.h"
 #include "serve/encoder_job.h"
 #include "serve/encoder_routes.h"
@@ -131,15 +132,7 @@ void HandleTokenClassify(std::shared_ptr<RequestContext> ctx, ServedModel& model
   if (!err) err = PlanInputs(body, "input", model, req, nullptr, /*with_offsets=*/true, inputs);
   if (err) return RejectEncoderRequest(ctx, model, *err);
 
-  const tokenizer::Tokenizer* tok = model.engine().tokenizer();
-  chunk::EntityOptions options;
-  for (const auto& [id, label] : model.engine().config().id2label) options.labels.push_back(label);
-  options.aggregation = aggregation;
-  options.ignore_labels = std::move(ignore_labels);
-  options.token_string = [tok](int32_t id) { return tok->IdToToken(id); };
-  options.tokens_to_string = [tok](const std::vector<std::string>& tokens) { return tok->TokensToString(tokens); };
-  options.word_aware = !tok->continuing_subword_prefix().empty();
-  options.unk_id = tok->unk_id();
+  chunk::EntityOptions options = chunk::EntityOptionsFor(model.engine(), aggregation, std::move(ignore_labels));
 
   auto plans = std::make_shared<std::vector<PlannedInput>>(std::move(inputs));
   EncoderJobSpec spec;

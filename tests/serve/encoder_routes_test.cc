@@ -513,5 +513,58 @@ TEST_F(EncoderRoutesTest, BadInputsAreFourHundredsNamingTheField) {
   EXPECT_EQ(Post("/v1/classify", {{"model", "cls"}, {"input", "Jesus wept."}}).status, 200);
 }
 
+// transformers' token-classification pipeline on a random tiny BERT, every aggregation
+// strategy, with and without stride, when tools/fixtures/token_classification.py's output is
+// in tests/fixtures/token_classification/.
+TEST(TokenClassificationFixtureTest, MatchesTransformersPipeline) {
+  const std::string dir = ferry::testing::SourcePath("tests/fixtures/token_classification");
+  if (!fs::exists(dir + "/pipeline.json") || !fs::exists(dir + "/model/config.json")) {
+    GTEST_SKIP() << "no transformers pipeline outputs in " << dir;
+  }
+  const json ref = json::parse(std::ifstream(dir + "/pipeline.json"));
+  const std::string yaml = "listener: {host: 127.0.0.1, port: 0}\nauth: {mode: none}\nmodels:\n"
+                           "  - name: tc\n    path: " + dir + "/model\n    threads: 2\n"
+                           "log: {level: warn, request_log: false}\n";
+  auto cfg = ParseServerConfig(yaml);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  auto server = Server::Create(*cfg);
+  ASSERT_TRUE(server.ok());
+  ASSERT_TRUE((*server)->Start().ok());
+  ASSERT_TRUE((*server)->WaitUntilReady(60000));
+  const int max_length = ref["max_length"];
+  int compared = 0;
+  for (const json& c : ref["cases"]) {
+    for (const json& r : c["results"]) {
+      json body = {{"model", "tc"}, {"input", c["text"]}, {"aggregation", r["aggregation"]},
+                   {"ignore_labels", json::array()}, {"chunk_tokens", max_length}};
+      if (r["stride"].is_null()) {
+        body["truncation"] = "end";  // the pipeline truncates at model_max_length
+      } else {
+        body["truncation"] = "chunk";
+        body["chunk_overlap"] = r["stride"];
+        body["chunk_merge"] = r["merge"];
+      }
+      const std::string what = c["text"].get<std::string>().substr(0, 30) + " / " + body.dump();
+      HttpReply reply = PostJson((*server)->port(), "/v1/token-classify", body);
+      ASSERT_EQ(reply.status, 200) << what << ": " << reply.body;
+      const json got = reply.Json()["data"][0]["entities"];
+      const json& want = r["entities"];
+      ASSERT_EQ(got.size(), want.size()) << what << "\n got " << got.dump() << "\nwant " << want.dump();
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(got[i]["label"], want[i]["label"]) << what << " entity " << i;
+        EXPECT_EQ(got[i]["start"], want[i]["start"]) << what << " entity " << i;
+        EXPECT_EQ(got[i]["end"], want[i]["end"]) << what << " entity " << i;
+        EXPECT_EQ(got[i]["word"], want[i]["word"]) << what << " entity " << i;
+        EXPECT_NEAR(got[i]["score"].get<double>(), want[i]["score"].get<double>(), 1e-4) << what << " entity " << i;
+        if (want[i].contains("index")) {
+          EXPECT_EQ(got[i]["index"], want[i]["index"]) << what;
+        }
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GT(compared, 100);
+}
+
 }  // namespace
 }  // namespace ferry::serve
