@@ -2,7 +2,7 @@
 # Peak memory of one long document through `ferry serve` with truncation "chunk": a fresh
 # server per measurement, one request, then the server process's peak RSS (VmHWM) and, on
 # a GPU, the device memory in use (ferry's device pool keeps what it allocated, so that is
-# its peak). Documents of 1,000 and 100,000 tokens (synthetic words, one token each), with
+# its peak). Documents of 1,000, 10,000 and 100,000 tokens (synthetic words, one token each), with
 # the batcher's max_batch_size at 32 (windows of a long document run 32 at a time) and, for
 # contrast, at 1,024 (the whole document's windows in one batch).
 #
@@ -30,7 +30,7 @@ else
     --tokenizer "$fixtures/tokenizers/bert" -o "$model"
 fi
 
-for tokens in 1000 100000; do
+for tokens in 1000 10000 100000; do
   python3 - "$out/doc-$tokens.json" "$tokens" "$chunk" <<'PY'
 import json, random, sys
 path, n, chunk = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -86,6 +86,7 @@ EOF
 
 echo "== peak memory of one document, device $device, ${chunk}-token windows =="
 measure 1000 32
+measure 10000 32
 measure 100000 32
 measure 1000 1024
 measure 100000 1024
