@@ -81,11 +81,20 @@ print(f"{j['request_throughput']:.2f} {j['request_throughput'] * w:.1f} {j['e2e_
 PY
 }
 
+# CPU seconds (user + system) the server has used so far.
+server_cpu_s() {
+  awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' /proc/$server_pid/stat
+}
+
 bench() {  # json label args...
   local json=$1 label=$2
   shift 2
+  local cpu0
+  cpu0=$(server_cpu_s)
   "$ferry" bench serve --url "$url" --model m --endpoint classify --no-progress --label "$label" \
     --json "$out/$json" "$@" >"$out/${json%.json}.txt"
+  # The server's CPU time over the run (warm-up requests included), beside its JSON.
+  awk -v a="$cpu0" -v b="$(server_cpu_s)" 'BEGIN {print b - a}' >"$out/${json%.json}.cpu_s"
 }
 
 compare_plain() {  # chunk_tokens overlap prompts concurrency rate
@@ -94,25 +103,47 @@ compare_plain() {  # chunk_tokens overlap prompts concurrency rate
   per_doc=$(python3 -c 'import sys; v=[int(x) for x in open(sys.argv[1])]; print(sum(v)/len(v))' "$out/window_counts.txt")
   local extra="{\"truncation\": \"chunk\", \"chunk_tokens\": $chunk, \"chunk_overlap\": $overlap}"
   echo "windows per document: $per_doc"
-  # Alternate the two twice, so that drift in the machine's speed hits both.
-  for round in 1 2; do
-    bench "chunked-$round.json" "chunked" --dataset "$out/docs.jsonl" --extra-body "$extra" --num-prompts "$prompts" \
-      --request-rate "$rate" --max-concurrency "$conc" --warmup 4
-    bench "plain-$round.json" "plain" --dataset "$out/windows.jsonl" --extra-body '{"truncation": "error"}' \
-      --num-prompts "$prompts" --request-rate "$rate" --max-concurrency "$conc" --warmup 4
-  done
-  python3 - "$out" "$per_doc" <<'PY'
+  # Alternate the two, ROUNDS times (default 3), the first of each round alternating too, so
+  # that drift in the machine's speed hits both.
+  local rounds=${ROUNDS:-3}
+  for round in $(seq 1 "$rounds"); do
+    local order="chunked plain"
+    ((round % 2 == 0)) && order="plain chunked"
+    for kind in $order; do
+      if [[ $kind == chunked ]]; then
+        bench "chunked-$round.json" "chunked" --dataset "$out/docs.jsonl" --extra-body "$extra" --num-prompts "$prompts" \
+          --request-rate "$rate" --max-concurrency "$conc" --warmup 4
+      else
+        bench "plain-$round.json" "plain" --dataset "$out/windows.jsonl" --extra-body '{"truncation": "error"}' \
+          --num-prompts "$prompts" --request-rate "$rate" --max-concurrency "$conc" --warmup 4
+      fi
+    done
+    python3 - "$out/chunked-$round.json" "$out/plain-$round.json" "$round" <<'PY'
 import json, sys
-out, per_doc = sys.argv[1], float(sys.argv[2])
-rows = {}
+c, p = (json.load(open(f)) for f in sys.argv[1:3])
+cc, pc = (float(open(f[:-len(".json")] + ".cpu_s").read()) for f in sys.argv[1:3])
+print(f"round {sys.argv[3]}: the same windows took chunked {c['duration_s']:.2f} s, plain {p['duration_s']:.2f} s "
+      f"(chunked / plain windows/s {p['duration_s'] / c['duration_s']:.3f}); server CPU chunked {cc:.1f} s, "
+      f"plain {pc:.1f} s (ratio {cc / pc:.3f})")
+PY
+  done
+  python3 - "$out" "$per_doc" "$rounds" <<'PY'
+import json, sys
+out, per_doc, rounds = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+rows, cpu = {}, {}
 for kind in ("chunked", "plain"):
-    runs = [json.load(open(f"{out}/{kind}-{r}.json")) for r in (1, 2)]
+    runs = [json.load(open(f"{out}/{kind}-{r}.json")) for r in range(1, rounds + 1)]
     docs = sum(r["completed"] for r in runs) / sum(r["duration_s"] for r in runs)
     rows[kind] = docs
+    # CPU ms per window, warm-up requests (4 a run) counted with the measured ones.
+    cpu_s = sum(float(open(f"{out}/{kind}-{r}.cpu_s").read()) for r in range(1, rounds + 1))
+    cpu[kind] = cpu_s * 1000 / (sum(r["completed"] + 4 for r in runs) * per_doc)
     p99 = max(r["e2e_ms"]["p99"] for r in runs)
-    p50 = sum(r["e2e_ms"]["p50"] for r in runs) / 2
-    print(f"{kind:8s} documents/s {docs:8.2f}  windows/s {docs * per_doc:9.1f}  e2e p50 {p50:7.1f} ms  p99 {p99:7.1f} ms")
-print(f"chunked / plain windows/s: {rows['chunked'] / rows['plain']:.3f}")
+    p50 = sum(r["e2e_ms"]["p50"] for r in runs) / len(runs)
+    print(f"{kind:8s} documents/s {docs:8.2f}  windows/s {docs * per_doc:9.1f}  e2e p50 {p50:7.1f} ms  p99 {p99:7.1f} ms"
+          f"  server CPU {cpu[kind]:.2f} ms a window")
+print(f"chunked / plain windows/s: {rows['chunked'] / rows['plain']:.3f}; "
+      f"chunked / plain server CPU time a window: {cpu['chunked'] / cpu['plain']:.3f}")
 PY
 }
 
