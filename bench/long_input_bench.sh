@@ -185,7 +185,7 @@ EOF
   bench warm.json warm --input-len 8190 --num-prompts 64 --request-rate inf --max-concurrency 32 >/dev/null
   echo "rate  documents/s  windows/s  e2e_p50_ms  e2e_p99_ms  completed  failed"
   for rate in ${RATES:-50 100 150 200 250}; do
-    bench "gpu-r$rate.json" "rate $rate" --input-len 8190 --num-prompts $((rate * 15)) --request-rate "$rate" --seed 1
+    bench "gpu-r$rate.json" "rate $rate" --input-len 8190 --num-prompts $((rate * 10)) --request-rate "$rate" --seed 1
     echo "$rate $(summary "$out/gpu-r$rate.json" 19)"
   done
   nvidia-smi --query-gpu=memory.used --format=csv,noheader | sed 's/^/GPU memory after the runs: /'
