@@ -164,8 +164,10 @@ EOF
   compare_plain 128 16 48 4 inf
   stop_server
 elif [[ $mode == gpu ]]; then
-  ckpt=$out/bert-base
-  [[ -f $ckpt/config.json ]] || "$ferry" make-checkpoint --preset bert-base --dtype bf16 --head sequence --labels 2 \
+  # PRESET and DEVICE (defaults bert-base, cuda) only let the script itself be tried on a CPU.
+  preset=${PRESET:-bert-base}
+  ckpt=$out/$preset
+  [[ -f $ckpt/config.json ]] || "$ferry" make-checkpoint --preset "$preset" --dtype bf16 --head sequence --labels 2 \
     --tokenizer "$fixtures/tokenizers/bert" -o "$ckpt"
   cat >"$out/gpu.yaml" <<EOF
 listener: {host: 127.0.0.1, port: $port, max_body_bytes: 8388608, io_threads: 4, output_threads: 4}
@@ -173,7 +175,7 @@ auth: {mode: none}
 models:
   - name: m
     path: $ckpt
-    device: cuda
+    device: ${DEVICE:-cuda}
     dynamic_batching: {max_batch_size: 64, max_queue_delay_us: 2000, default_queue_policy: {max_queue_size: 0}}
     long_inputs: {truncation: chunk, chunk_tokens: 512, chunk_overlap: 64}
 log: {level: warn, request_log: false}
