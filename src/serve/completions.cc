@@ -267,7 +267,7 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     remaining_ = total;
     ctx_->SetLog("model", model_.name());
     ctx_->SetLog("completion_id", id_);
-    if (!p_.user.empty()) ctx_->SetLog("user", p_.user);
+    ctx_->SetUserLog(p_.user);
     auto self = shared_from_this();
     ctx_->writer().OnDisconnect([self] { self->CancelAll("client disconnected"); });
     for (int i = 0; i < total; ++i) {
@@ -292,7 +292,10 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
       std::lock_guard<std::mutex> lock(mu_);
       if (!h.ok()) {
         // Nothing of this request runs: cancel what was queued and answer with the error.
-        const ApiError err = FromStatus(h.status(), "prompt");
+        ApiError err = FromStatus(h.status(), "prompt");
+        if (err.http_status == 429) {
+          err.retry_after_s = static_cast<int>(std::min<int64_t>(60, model_.decoder()->EstimatedWaitMs() / 1000 + 1));
+        }
         ctx_->metrics().RecordFailure(model_.name(), ctx_->principal().tier,
                                       err.http_status == 429 ? kFailureRejectedQueueFull : kFailureInvalidRequest);
         answered_ = true;
@@ -353,6 +356,7 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
         failed_ = true;
         failure_ = FromStatus(c.out->error());
         failure_reason_ = c.out->failure_reason().empty() ? kFailureEngineError : c.out->failure_reason();
+        if (failure_reason_ == kFailureQueueTimeout) failure_.code = std::string(kFailureQueueTimeout);
         for (Choice& o : choices_) {
           if (!o.done && o.handle != 0) model_.decoder()->Cancel(o.handle);
         }
@@ -367,8 +371,9 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
   void EnsureStreamStarted() {
     if (stream_started_) return;
     stream_started_ = true;
-    ctx_->writer().StartStream(200, "text/event-stream",
-                               {{"Cache-Control", "no-cache"}, {"X-Request-Id", ctx_->id()}});
+    ResponseWriter::Headers headers{{"Cache-Control", "no-cache"}, {"X-Request-Id", ctx_->id()}};
+    headers.insert(headers.end(), ctx_->response_headers().begin(), ctx_->response_headers().end());
+    ctx_->writer().StartStream(200, "text/event-stream", std::move(headers));
   }
 
   void SendEvent(const json& chunk) { ctx_->writer().Write("data: " + Dump(chunk) + "\n\n"); }
@@ -410,6 +415,7 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
     tier_.request_generation_tokens->Observe(static_cast<double>(completion_tokens_));
     ctx_->SetLog("prompt_tokens", prompt_tokens_);
     ctx_->SetLog("completion_tokens", completion_tokens_);
+    ctx_->CountTokens(prompt_tokens_ + completion_tokens_);
     ctx_->SetLog("finish_reason", finish);
   }
 

@@ -101,6 +101,7 @@ class EncoderJob : public std::enable_shared_from_this<EncoderJob> {
     tier_.prompt_tokens->Inc(static_cast<double>(spec_.prompt_tokens));
     tier_.request_prompt_tokens->Observe(static_cast<double>(spec_.prompt_tokens));
     ctx_->SetLog("prompt_tokens", spec_.prompt_tokens);
+    ctx_->CountTokens(spec_.prompt_tokens);  // rate limits: the tokens the model read, every window's
     Status error;
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -134,7 +134,7 @@ void HandleEmbeddings(std::shared_ptr<RequestContext> ctx, ServedModel& model, c
   spec.inputs = static_cast<int>(plans->size());
   spec.prompt_tokens = items.tokens;
   spec.items = std::move(items.items);
-  if (!common.user.empty()) ctx->SetLog("user", common.user);
+  ctx->SetUserLog(common.user);
   spec.finish = [name = model.name(), base64 = encoding == "base64", normalize, req, plans, first = items.first,
                  tokens = items.tokens](std::vector<std::vector<float>>& rows) -> Result<json> {
     json data = json::array();
@@ -176,7 +176,7 @@ void HandleClassify(std::shared_ptr<RequestContext> ctx, ServedModel& model, con
   spec.inputs = static_cast<int>(plans->size());
   spec.prompt_tokens = items.tokens;
   spec.items = std::move(items.items);
-  if (!common.user.empty()) ctx->SetLog("user", common.user);
+  ctx->SetUserLog(common.user);
   spec.finish = [name = model.name(), labels = model.engine().config().id2label, req, plans, first = items.first,
                  tokens = items.tokens](std::vector<std::vector<float>>& rows) -> Result<json> {
     json data = json::array();

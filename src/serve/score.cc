@@ -132,7 +132,7 @@ void HandleScore(std::shared_ptr<RequestContext> ctx, ServedModel& model, const 
     }
   }
   first.push_back(spec.items.size());
-  if (!common.user.empty()) ctx->SetLog("user", common.user);
+  ctx->SetUserLog(common.user);
   const size_t n_first = first_texts.size();
   spec.finish = [name = model.name(), cross, req, shared, first, pairs, n_first,
                  tokens = spec.prompt_tokens](std::vector<std::vector<float>>& rows) -> Result<json> {

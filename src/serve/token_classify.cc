@@ -149,7 +149,7 @@ void HandleTokenClassify(std::shared_ptr<RequestContext> ctx, ServedModel& model
     }
   }
   first.push_back(spec.items.size());
-  if (!common.user.empty()) ctx->SetLog("user", common.user);
+  ctx->SetUserLog(common.user);
   spec.finish = [name = model.name(), options = std::move(options), merge, truncation = req.truncation, plans, first,
                  tokens = spec.prompt_tokens](std::vector<std::vector<float>>& rows) -> Result<json> {
     json data = json::array();
