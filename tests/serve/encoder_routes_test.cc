@@ -418,7 +418,7 @@ TEST_F(EncoderRoutesTest, ADisconnectCancelsTheQueuedWindowsOfItsRequest) {
   {
     testing::TestConnection c(port());
     ASSERT_TRUE(c.connected());
-    c.SendRaw("POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+    c.SendRaw("POST /v1/classify HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
               std::to_string(payload.size()) + "\r\n\r\n" + payload);
     // Wait until its windows are queued, then leave.
     const auto deadline = std::chrono::steady_clock::now() + 30s;
