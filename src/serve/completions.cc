@@ -54,9 +54,12 @@ MaybeError ReadPrompts(const json& body, const ServedModel& model, CompletionPar
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) return BadRequest("missing required field: prompt", "prompt");
   const engine::Engine& e = model.engine();
+  // A prompt that truncate_prompt_tokens will cut may be longer than the context.
+  auto cut = body.find("truncate_prompt_tokens");
+  const bool truncating = cut != body.end() && !cut->is_null();
   auto add_text = [&](const std::string& text) -> MaybeError {
     if (e.tokenizer() == nullptr) return BadRequest("this model has no tokenizer; send the prompt as token ids", "prompt");
-    if (e.TextSurelyLongerThan(text, model.max_seq_len())) {
+    if (!truncating && e.TextSurelyLongerThan(text, model.max_seq_len())) {
       return BadRequest("the prompt has " + std::to_string(text.size()) + " bytes, more than " +
                             std::to_string(model.max_seq_len()) + " tokens (this model's maximum context length) "
                             "can hold", "prompt", "context_length_exceeded");

@@ -398,6 +398,8 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
 void Server::RouteBody(const std::shared_ptr<RequestContext>& ctx, const std::string& path, const std::string& text) {
   const bool completions = path == "/v1/completions";
   const bool embeddings = path == "/v1/embeddings";
+  const bool token_classify = path == "/v1/token-classify";
+  const bool score = path == "/v1/score";
   if (stopping_.load()) return ctx->ReplyError(FromStatus(Unavailable("the server is shutting down")));
   json body;
   if (MaybeError e = ParseJsonObject(text, body)) return ctx->ReplyError(*e);

@@ -452,6 +452,20 @@ TEST_F(EncoderRoutesTest, TruncatePromptTokensKeepsTheLastTokens) {
   const std::string echoed = r.Json()["choices"][0]["text"];
   EXPECT_NE(echoed.find("without form"), std::string::npos) << echoed;
   EXPECT_EQ(echoed.find("beginning"), std::string::npos) << echoed;
+  // A prompt far over the context: without truncate_prompt_tokens a 400 before tokenizing,
+  // with it the last tokens.
+  std::string huge;
+  for (int i = 0; i < 400; ++i) huge += prompt + ". ";
+  huge += "The end";
+  HttpReply over = Post("/v1/completions", {{"model", "dec"}, {"prompt", huge}, {"max_tokens", 1}});
+  EXPECT_EQ(over.status, 400) << over.body;
+  EXPECT_EQ(over.Json()["error"]["code"], "context_length_exceeded");
+  HttpReply kept = Post("/v1/completions", {{"model", "dec"}, {"prompt", huge}, {"max_tokens", 1}, {"temperature", 0},
+                                            {"truncate_prompt_tokens", 16}, {"echo", true}});
+  ASSERT_EQ(kept.status, 200) << kept.body;
+  EXPECT_EQ(kept.Json()["usage"]["prompt_tokens"], 16);
+  const std::string tail = kept.Json()["choices"][0]["text"];
+  EXPECT_NE(tail.find("The end"), std::string::npos) << tail;
   HttpReply zero = Post("/v1/completions", {{"model", "dec"}, {"prompt", prompt}, {"truncate_prompt_tokens", 0}});
   EXPECT_EQ(zero.status, 400);
   EXPECT_EQ(zero.Json()["error"]["param"], "truncate_prompt_tokens");
