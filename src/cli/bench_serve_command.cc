@@ -24,6 +24,7 @@ struct BenchServeArgs {
   bool no_progress = false;
   std::string json_path;
   bool save_requests = false;
+  std::string extra_body;
 };
 
 // A fixed length (when given) or an "a,b" range (when given) into [min, max].
@@ -55,6 +56,10 @@ Status ToLoadOptions(BenchServeArgs& a) {
   if (a.slo_tpot_ms > 0) o.slo.tpot_ms = a.slo_tpot_ms;
   if (a.slo_e2e_ms > 0) o.slo.e2e_ms = a.slo_e2e_ms;
   o.progress = !a.no_progress;
+  if (!a.extra_body.empty()) {
+    o.extra_body = nlohmann::json::parse(a.extra_body, nullptr, /*allow_exceptions=*/false);
+    if (!o.extra_body.is_object()) return InvalidArgument("--extra-body must be a JSON object");
+  }
   return tools::ValidateLoadOptions(o);
 }
 
@@ -121,6 +126,8 @@ void RegisterBenchServe(CLI::App& bench, int& exit_code) {
   sub->add_flag("--no-progress", a->no_progress, "No progress bar on stderr");
   sub->add_option("--label", o.label, "A name for this run, carried into the JSON");
   sub->add_option("--json", a->json_path, "Write the full result as JSON to this file");
+  sub->add_option("--extra-body", a->extra_body,
+                  "JSON object merged into every request body, e.g. '{\"truncation\": \"chunk\"}'");
   sub->add_flag("--save-requests", a->save_requests, "Include per-request records in the JSON");
   sub->callback([a, &exit_code] { exit_code = RunBenchServe(*a); });
 }

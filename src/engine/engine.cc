@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "backend/cuda_backend.h"
+#include "core/mapped_file.h"
 #include "core/thread_pool.h"
 #include "engine/engine_fingerprint.h"
 #include "io/engine_file.h"
@@ -45,6 +46,18 @@ Result<std::shared_ptr<Engine>> Engine::Load(const std::string& path, const Engi
     auto tok = tokenizer::LoadTokenizer(path);
     if (!tok.ok()) return tok.status().WithContext("loading the tokenizer of '" + path + "'");
     e->SetTokenizer(std::move(tok).value());
+  }
+  {
+    auto read = [&path](const std::string& name) -> std::optional<std::string> {
+      std::error_code ec;
+      const fs::path p = fs::path(path) / name;
+      if (!fs::is_regular_file(p, ec)) return std::nullopt;
+      auto text = ReadFileToString(p.string());
+      return text.ok() ? std::optional<std::string>(std::move(text).value()) : std::nullopt;
+    };
+    auto pooling = io::ParseSentencePooling(read(io::kModulesFile), read);
+    if (!pooling.ok()) return pooling.status().WithContext("'" + path + "'");
+    e->sentence_pooling_ = std::move(pooling).value();
   }
   auto ckpt_or = io::Checkpoint::Open(path);
   if (!ckpt_or.ok()) return ckpt_or.status().WithContext("loading '" + path + "'");
@@ -115,6 +128,16 @@ Result<std::shared_ptr<Engine>> Engine::LoadEngineFile(const std::string& path, 
     auto tok = tokenizer::LoadTokenizerFromFiles(files);
     if (!tok.ok()) return tok.status().WithContext(where + ": embedded tokenizer");
     e->SetTokenizer(std::move(tok).value());
+  }
+
+  {
+    auto read = [&files](const std::string& name) -> std::optional<std::string> {
+      auto it = files.find(name);
+      return it == files.end() ? std::nullopt : std::optional<std::string>(it->second);
+    };
+    auto pooling = io::ParseSentencePooling(read(io::kModulesFile), read);
+    if (!pooling.ok()) return pooling.status().WithContext(where);
+    e->sentence_pooling_ = std::move(pooling).value();
   }
 
   // A GPU engine's weights are stored in the activation dtype it was built for.

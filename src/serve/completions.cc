@@ -54,9 +54,12 @@ MaybeError ReadPrompts(const json& body, const ServedModel& model, CompletionPar
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) return BadRequest("missing required field: prompt", "prompt");
   const engine::Engine& e = model.engine();
+  // A prompt that truncate_prompt_tokens will cut may be longer than the context.
+  auto cut = body.find("truncate_prompt_tokens");
+  const bool truncating = cut != body.end() && !cut->is_null();
   auto add_text = [&](const std::string& text) -> MaybeError {
     if (e.tokenizer() == nullptr) return BadRequest("this model has no tokenizer; send the prompt as token ids", "prompt");
-    if (e.TextSurelyLongerThan(text, model.max_seq_len())) {
+    if (!truncating && e.TextSurelyLongerThan(text, model.max_seq_len())) {
       return BadRequest("the prompt has " + std::to_string(text.size()) + " bytes, more than " +
                             std::to_string(model.max_seq_len()) + " tokens (this model's maximum context length) "
                             "can hold", "prompt", "context_length_exceeded");
@@ -92,11 +95,37 @@ MaybeError ReadPrompts(const json& body, const ServedModel& model, CompletionPar
   return ForEachTextOrIds(*it, "prompt", kMaxChoices, add_text, add_ids);
 }
 
+// vLLM's truncate_prompt_tokens: keep the last N tokens of each prompt (-1: as many as the
+// context leaves beside max_tokens).
+MaybeError TruncatePrompts(const json& body, const ServedModel& model, CompletionParams& p) {
+  auto it = body.find("truncate_prompt_tokens");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  int64_t keep = 0;
+  if (auto e = ReadInt(body, "truncate_prompt_tokens", -1, model.max_seq_len(), keep)) return e;
+  if (keep == 0) {
+    return BadRequest("truncate_prompt_tokens must be >= 1, or -1 for the model's context", "truncate_prompt_tokens");
+  }
+  if (keep < 0) keep = std::max<int64_t>(1, model.max_seq_len() - p.max_tokens);
+  const tokenizer::Tokenizer* tok = model.engine().tokenizer();
+  for (size_t i = 0; i < p.prompts.size(); ++i) {
+    std::vector<int32_t>& prompt = p.prompts[i];
+    if (static_cast<int64_t>(prompt.size()) <= keep) continue;
+    prompt.erase(prompt.begin(), prompt.end() - keep);
+    p.prompt_texts[i].clear();  // echo shows what the model read
+    if (tok != nullptr) {
+      auto text = tok->Decode(prompt, false);
+      if (text.ok()) p.prompt_texts[i] = std::move(text).value();
+    }
+  }
+  return std::nullopt;
+}
+
 MaybeError ParseCompletion(const json& body, const ServedModel& model, const Principal& who, CompletionParams& p) {
   if (auto e = RejectUnknownFields(body, {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p",
                                           "seed", "stop", "stream", "stream_options", "logprobs", "echo", "user", "n",
                                           "best_of", "presence_penalty", "frequency_penalty", "repetition_penalty",
-                                          "logit_bias", "suffix", "ignore_eos", "priority", "return_token_ids"})) {
+                                          "logit_bias", "suffix", "ignore_eos", "priority", "return_token_ids",
+                                          "truncate_prompt_tokens"})) {
     return e;
   }
   if (auto e = ReadPrompts(body, model, p)) return e;
@@ -105,6 +134,7 @@ MaybeError ParseCompletion(const json& body, const ServedModel& model, const Pri
   v = p.max_tokens;
   if (auto e = ReadInt(body, "max_tokens", 1, 1 << 20, v)) return e;
   p.max_tokens = static_cast<int>(v);
+  if (auto e = TruncatePrompts(body, model, p)) return e;
   v = 1;
   if (auto e = ReadInt(body, "n", 1, kMaxChoices, v)) return e;
   p.n = static_cast<int>(v);

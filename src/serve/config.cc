@@ -379,11 +379,39 @@ Status ParseDynamicBatching(const YAML::Node& node, const std::string& path, sch
   return Status::Ok();
 }
 
+Status ParseLongInputs(const YAML::Node& node, const std::string& path, chunk::LongInputOptions& out) {
+  FERRY_ASSIGN_OR_RETURN(const MapReader m,
+                         MapReader::Open(node, path,
+                                         {"truncation", "chunk_tokens", "chunk_overlap", "classify_aggregate",
+                                          "embeddings_aggregate", "token_aggregation", "token_merge",
+                                          "max_input_tokens"}));
+  // Each enum from the parser chunk/ gives its names to, so the two never disagree.
+  auto choice = [&m](const char* key, auto parse, auto& value) -> Status {
+    const YAML::Node* node = m.Find(key);
+    if (node == nullptr) return Status::Ok();
+    FERRY_ASSIGN_OR_RETURN(const std::string name, ReadString(*node, m.Path(key)));
+    const auto parsed = parse(name);
+    if (!parsed) return ErrorAt(*node, m.Path(key), "unknown value " + Quoted(name));
+    value = *parsed;
+    return Status::Ok();
+  };
+  FERRY_RETURN_IF_ERROR(choice("truncation", chunk::ParseTruncation, out.truncation));
+  FERRY_RETURN_IF_ERROR(m.Int("chunk_tokens", out.chunk_tokens));
+  FERRY_RETURN_IF_ERROR(m.Int("chunk_overlap", out.chunk_overlap));
+  FERRY_RETURN_IF_ERROR(choice("classify_aggregate", chunk::ParseClassifyAggregate, out.classify_aggregate));
+  FERRY_RETURN_IF_ERROR(choice("embeddings_aggregate", chunk::ParseEmbedAggregate, out.embeddings_aggregate));
+  FERRY_RETURN_IF_ERROR(choice("token_aggregation", chunk::ParseTokenAggregation, out.token_aggregation));
+  FERRY_RETURN_IF_ERROR(choice("token_merge", chunk::ParseTokenMerge, out.token_merge));
+  FERRY_RETURN_IF_ERROR(m.Int("max_input_tokens", out.max_input_tokens));
+  return Status::Ok();
+}
+
 Status ParseModel(const YAML::Node& node, const std::string& path, ModelConfig& out) {
   FERRY_ASSIGN_OR_RETURN(const MapReader m,
                          MapReader::Open(node, path,
                                          {"name", "path", "threads", "device", "activations", "kv_cache_dtype",
-                                          "enforce_eager", "batching", "dynamic_batching", "warmup"}));
+                                          "enforce_eager", "batching", "dynamic_batching", "warmup", "long_inputs",
+                                          "pooling", "normalize"}));
   FERRY_RETURN_IF_ERROR(m.Require("name"));
   FERRY_RETURN_IF_ERROR(m.Require("path"));
   FERRY_RETURN_IF_ERROR(m.String("name", out.name));
@@ -418,6 +446,22 @@ Status ParseModel(const YAML::Node& node, const std::string& path, ModelConfig& 
     FERRY_RETURN_IF_ERROR(ParseDynamicBatching(*dynamic, m.Path("dynamic_batching"), out.dynamic_batching));
   }
   FERRY_RETURN_IF_ERROR(m.Bool("warmup", out.warmup));
+  if (const YAML::Node* long_inputs = m.Find("long_inputs")) {
+    FERRY_RETURN_IF_ERROR(ParseLongInputs(*long_inputs, m.Path("long_inputs"), out.long_inputs));
+  }
+  if (const YAML::Node* pooling = m.Find("pooling")) {
+    FERRY_ASSIGN_OR_RETURN(out.pooling, ReadEnum<std::optional<io::PoolingMode>>(
+                                            *pooling, m.Path("pooling"),
+                                            {{"cls", io::PoolingMode::kCls},
+                                             {"mean", io::PoolingMode::kMean},
+                                             {"max", io::PoolingMode::kMax},
+                                             {"last", io::PoolingMode::kLastToken}}));
+  }
+  if (m.Find("normalize") != nullptr) {
+    bool normalize = true;
+    FERRY_RETURN_IF_ERROR(m.Bool("normalize", normalize));
+    out.normalize = normalize;
+  }
   return Status::Ok();
 }
 
@@ -581,6 +625,7 @@ Status ValidateModels(const std::vector<ModelConfig>& models) {
     FERRY_RETURN_IF_ERROR(CheckRange(path + ".threads", model.threads, 0, 4096));
     FERRY_RETURN_IF_ERROR(model.batching.Validate().WithContext(path + ".batching"));
     FERRY_RETURN_IF_ERROR(model.dynamic_batching.Validate().WithContext(path + ".dynamic_batching"));
+    FERRY_RETURN_IF_ERROR(model.long_inputs.Validate().WithContext(path + ".long_inputs"));
   }
   return Status::Ok();
 }

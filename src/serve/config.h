@@ -11,9 +11,11 @@
 #include <string_view>
 #include <vector>
 
+#include "chunk/long_input_options.h"
 #include "core/device_spec.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "io/pooling_config.h"
 #include "sched/batching_options.h"
 #include "serve/connection_stream.h"
 
@@ -72,6 +74,12 @@ struct ModelConfig {
   sched::ContinuousBatchingOptions batching;
   sched::DynamicBatchingOptions dynamic_batching;
   bool warmup = true;
+  // Encoders: inputs longer than a window (truncation, windows, merges, max_input_tokens).
+  chunk::LongInputOptions long_inputs;
+  // Embeddings of a model without sentence-transformers settings (modules.json), which win
+  // when present: the pooling (unset: mean) and whether to L2-normalize (unset: true).
+  std::optional<io::PoolingMode> pooling;
+  std::optional<bool> normalize;
 };
 
 enum class LogLevel { kTrace, kDebug, kInfo, kWarn, kError };

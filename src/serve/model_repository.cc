@@ -44,6 +44,37 @@ bool AllFinite(const float* v, int64_t n) {
   return true;
 }
 
+// The checkpoint's sentence-transformers settings win; the config's are the fallback.
+EmbeddingPooling ResolvePooling(const ModelConfig& config, const engine::Engine& e) {
+  EmbeddingPooling p;
+  if (const auto& st = e.sentence_pooling()) {
+    p.mode = st->mode;
+    p.normalize = st->normalize;
+    p.source = "sentence-transformers (" + (st->pooling_path.empty() ? std::string() : st->pooling_path + "/") +
+               "config.json)";
+    p.unsupported = st->unsupported;
+    if ((config.pooling && *config.pooling != p.mode) || (config.normalize && *config.normalize != p.normalize)) {
+      FERRY_LOG_WARN("model '{}': pooling/normalize in the config are ignored; the checkpoint's modules.json sets {}{}",
+                     config.name, io::PoolingModeName(p.mode), p.normalize ? " + normalize" : "");
+    }
+    return p;
+  }
+  p.mode = config.pooling.value_or(io::PoolingMode::kMean);
+  p.normalize = config.normalize.value_or(true);
+  p.source = config.pooling || config.normalize ? "config" : "default";
+  return p;
+}
+
+engine::Pooling EnginePooling(io::PoolingMode mode) {
+  switch (mode) {
+    case io::PoolingMode::kCls: return engine::Pooling::kCls;
+    case io::PoolingMode::kMax: return engine::Pooling::kMax;
+    case io::PoolingMode::kLastToken: return engine::Pooling::kLast;
+    case io::PoolingMode::kMean: break;
+  }
+  return engine::Pooling::kMean;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<ServedModel>> ServedModel::Create(const ModelConfig& config, ServerMetrics& metrics) {
@@ -67,6 +98,7 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Create(const ModelConfig& conf
     m->preloaded_ = std::move(loaded).value();
   }
   engine::Engine& e = *m->preloaded_->engine();
+  if (!e.is_decoder()) m->pooling_ = ResolvePooling(config, e);
   if (e.is_decoder()) {
     m->observer_ = std::make_unique<MetricsObserver>(m->model_metrics_);
     m->decoder_ = std::make_unique<sched::ContinuousBatcher>(*m->preloaded_->core(), m->observer_.get());
@@ -104,12 +136,14 @@ void ServedModel::Stop(int64_t timeout_ms) {
   }
 }
 
-// Runs on the dynamic batcher's thread: one encoder pass per kind in the batch. A failed
-// pass is retried input by input so only the bad input fails; non-finite rows fail alone.
+// Runs on the dynamic batcher's thread: one encoder pass per kind in the batch (whole inputs
+// and windows of long ones alike). A failed pass is retried input by input so only the bad
+// input fails; non-finite rows fail alone.
 void ServedModel::RunEncoderBatch(std::vector<std::shared_ptr<sched::BatchItem>>& batch) {
   model_metrics_.num_requests_running->Set(static_cast<double>(batch.size()));
   const engine::Engine& e = engine();
-  for (auto kind : {EncoderWork::Kind::kClassify, EncoderWork::Kind::kEmbed}) {
+  const engine::Pooling pooling = EnginePooling(pooling_.mode);
+  for (auto kind : {EncoderWork::Kind::kClassify, EncoderWork::Kind::kTokens, EncoderWork::Kind::kEmbed}) {
     std::vector<EncoderWork*> works;
     for (auto& item : batch) {
       auto* w = static_cast<EncoderWork*>(item->payload.get());
@@ -121,16 +155,22 @@ void ServedModel::RunEncoderBatch(std::vector<std::shared_ptr<sched::BatchItem>>
       inputs.reserve(group.size());
       for (EncoderWork* w : group) inputs.push_back(w->input);
       if (kind == EncoderWork::Kind::kClassify) return engine::Classify(e, inputs);
-      return engine::Embed(e, inputs, engine::Pooling::kMean, /*normalize=*/true);
+      if (kind == EncoderWork::Kind::kTokens) return engine::ClassifyTokens(e, inputs);
+      return engine::Embed(e, inputs, pooling, /*normalize=*/false);
     };
-    auto deliver = [](const std::vector<EncoderWork*>& group, const Tensor& out) {
+    // One row per input, or for tokens one [tokens x labels] block per input.
+    auto deliver = [kind](const std::vector<EncoderWork*>& group, const Tensor& out) {
       const int64_t width = out.shape()[1];
+      int64_t row = 0;
       for (size_t i = 0; i < group.size(); ++i) {
-        const float* row = out.data<float>() + static_cast<int64_t>(i) * width;
-        if (!AllFinite(row, width)) {
+        const int64_t rows =
+            kind == EncoderWork::Kind::kTokens ? static_cast<int64_t>(group[i]->input.ids.size()) : 1;
+        const float* begin = out.data<float>() + row * width;
+        row += rows;
+        if (!AllFinite(begin, rows * width)) {
           group[i]->Complete(Internal("the model produced non-finite outputs for this input"));
         } else {
-          group[i]->Complete(std::vector<float>(row, row + width));
+          group[i]->Complete(std::vector<float>(begin, begin + rows * width));
         }
       }
     };

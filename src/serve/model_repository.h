@@ -17,9 +17,14 @@
 
 namespace ferry::serve {
 
-// One unit of encoder work: a tokenized input and where its result goes.
+// One unit of encoder work: a tokenized input (a whole request input, or one window of a
+// long one) and where its result goes.
 struct EncoderWork {
-  enum class Kind { kClassify, kEmbed };
+  enum class Kind {
+    kClassify,  // sequence-classification logits [labels]
+    kEmbed,     // the pooled vector [hidden], not normalized (the route normalizes after merging)
+    kTokens,    // token-classification logits [tokens x labels], row-major
+  };
   Kind kind = Kind::kEmbed;
   engine::EncodedInput input;
   // Called exactly once with the row (logits or embedding), or the error.
@@ -27,6 +32,16 @@ struct EncoderWork {
   std::atomic<bool> completed{false};
 
   void Complete(Result<std::vector<float>> result);
+};
+
+// How a served encoder pools embeddings, and where that came from.
+struct EmbeddingPooling {
+  io::PoolingMode mode = io::PoolingMode::kMean;
+  bool normalize = true;
+  std::string source;  // "sentence-transformers (1_Pooling/config.json)", "config" or "default"
+  // Parts of the model's sentence-transformers pipeline ferry does not run: embeddings
+  // are refused while this is not empty, rather than served wrong.
+  std::vector<std::string> unsupported;
 };
 
 // A model ready to serve. Thread-safe after Create.
@@ -45,6 +60,7 @@ class ServedModel {
   int64_t created_unix() const { return created_unix_; }
   const sched::PreloadTimings& timings() const { return preloaded_->timings(); }
   const ServerMetrics::ModelMetrics& metrics() const { return model_metrics_; }
+  const EmbeddingPooling& embedding_pooling() const { return pooling_; }
 
   // Stops the batcher: running work finishes within `timeout_ms`, the rest is cancelled.
   void Stop(int64_t timeout_ms);
@@ -59,6 +75,7 @@ class ServedModel {
   std::unique_ptr<sched::ContinuousBatcher> decoder_;
   std::unique_ptr<sched::DynamicBatcher> encoder_;
   ServerMetrics::ModelMetrics model_metrics_;
+  EmbeddingPooling pooling_;
   int64_t created_unix_ = 0;
 };
 

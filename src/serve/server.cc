@@ -33,6 +33,20 @@ void SendJson(ResponseWriter& w, int status, const json& body) {
   w.Send(status, "application/json", Dump(body));
 }
 
+// The routes a model serves, from what sits on its encoder.
+json ModelRoutes(const ServedModel& m) {
+  if (m.is_decoder()) return json::array({"/v1/completions"});
+  const model::EncoderModel& e = *m.engine().encoder();
+  json routes = json::array();
+  if (m.embedding_pooling().unsupported.empty()) routes.push_back("/v1/embeddings");
+  if (e.has_classifier()) routes.push_back("/v1/classify");
+  if (e.has_token_classifier()) routes.push_back("/v1/token-classify");
+  const bool cross_encoder = e.has_classifier() && m.engine().config().num_labels == 1;
+  const bool bi_encoder = e.head() == model::EncoderHead::kNone && m.embedding_pooling().unsupported.empty();
+  if (cross_encoder || bi_encoder) routes.push_back("/v1/score");
+  return routes;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
@@ -169,8 +183,22 @@ json Server::ModelCard(const ServedModel& m) const {
                {"max_model_len", m.max_seq_len()}};
   card["ferry"] = {{"kind", m.is_decoder() ? "decoder" : "encoder"},
                    {"architecture", c.model_type},
-                   {"routes", m.is_decoder() ? json::array({"/v1/completions"})
-                                             : json::array({"/v1/embeddings", "/v1/classify"})}};
+                   {"routes", ModelRoutes(m)}};
+  if (!m.is_decoder()) {
+    const EmbeddingPooling& p = m.embedding_pooling();
+    card["ferry"]["pooling"] = {{"mode", io::PoolingModeName(p.mode)}, {"normalize", p.normalize},
+                                {"source", p.source}};
+    if (!p.unsupported.empty()) card["ferry"]["pooling"]["unsupported"] = p.unsupported;
+    const chunk::LongInputOptions& l = m.config().long_inputs;
+    card["ferry"]["long_inputs"] = {{"truncation", chunk::TruncationName(l.truncation)},
+                                    {"chunk_tokens", l.chunk_tokens > 0 ? l.chunk_tokens : m.max_seq_len()},
+                                    {"max_input_tokens", l.max_input_tokens}};
+    if (!c.id2label.empty()) {
+      json labels = json::array();
+      for (const auto& [id, label] : c.id2label) labels.push_back(label);
+      card["ferry"]["labels"] = labels;
+    }
+  }
   return card;
 }
 
@@ -268,7 +296,7 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
   std::string route = path;
   if (path.rfind("/v1/models/", 0) == 0) route = "/v1/models/{id}";
   if (route != "/v1/completions" && route != "/v1/embeddings" && route != "/v1/classify" && route != "/v1/models" &&
-      route != "/v1/models/{id}" && route != "/admin/status") {
+      route != "/v1/token-classify" && route != "/v1/score" && route != "/v1/models/{id}" && route != "/admin/status") {
     route = "other";
   }
   Result<Principal> who = auth_.Authenticate(req.Header("authorization"), admin);
@@ -346,7 +374,9 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
   const bool completions = path == "/v1/completions";
   const bool embeddings = path == "/v1/embeddings";
   const bool classify = path == "/v1/classify";
-  if (!completions && !embeddings && !classify) {
+  const bool token_classify = path == "/v1/token-classify";
+  const bool score = path == "/v1/score";
+  if (!completions && !embeddings && !classify && !token_classify && !score) {
     return ctx->ReplyError(ApiError{404, "no route for " + req.method + " " + path, "not_found_error", "", ""});
   }
   if (req.method != "POST") {
@@ -368,6 +398,8 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
 void Server::RouteBody(const std::shared_ptr<RequestContext>& ctx, const std::string& path, const std::string& text) {
   const bool completions = path == "/v1/completions";
   const bool embeddings = path == "/v1/embeddings";
+  const bool token_classify = path == "/v1/token-classify";
+  const bool score = path == "/v1/score";
   if (stopping_.load()) return ctx->ReplyError(FromStatus(Unavailable("the server is shutting down")));
   json body;
   if (MaybeError e = ParseJsonObject(text, body)) return ctx->ReplyError(*e);
@@ -383,8 +415,10 @@ void Server::RouteBody(const std::shared_ptr<RequestContext>& ctx, const std::st
                                           "; it does not serve " + path, "model"));
   }
   if (completions) return HandleCompletion(ctx, *m, body, *output_workers_);
-  if (embeddings) return HandleEmbeddings(ctx, *m, body);
-  return HandleClassify(ctx, *m, body);
+  if (embeddings) return HandleEmbeddings(ctx, *m, body, *output_workers_);
+  if (token_classify) return HandleTokenClassify(ctx, *m, body, *output_workers_);
+  if (score) return HandleScore(ctx, *m, body, *output_workers_);
+  return HandleClassify(ctx, *m, body, *output_workers_);
 }
 
 void ShutdownOnSignals(Server& server) {

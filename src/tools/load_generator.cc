@@ -590,9 +590,14 @@ Result<BenchmarkReport> RunLoadBenchmark(const LoadOptions& options) {
   FERRY_RETURN_IF_ERROR(ValidateLoadOptions(options));
   Result<HttpUrl> url = ParseHttpUrl(options.url);
   if (!url.ok()) return url.status();
-  std::vector<std::string> texts;
+  std::vector<DatasetEntry> texts;
   if (!options.dataset_path.empty()) {
-    FERRY_ASSIGN_OR_RETURN(texts, LoadDatasetTexts(options.dataset_path));
+    FERRY_ASSIGN_OR_RETURN(texts, LoadDataset(options.dataset_path));
+    for (const DatasetEntry& e : texts) {
+      if (!e.input.is_null() && options.endpoint == LoadEndpoint::kCompletions) {
+        return InvalidArgument("dataset '" + options.dataset_path + "': \"input\" lines are for encoder endpoints");
+      }
+    }
   }
   RaiseFileLimit();
 

@@ -89,6 +89,8 @@ struct LoadOptions {
   int token_id_max = 1000;
   // JSON lines with a "text" field: used in order (cycling) instead of random prompts.
   std::string dataset_path;
+  // Fields merged into every request body (e.g. {"truncation": "chunk", "chunk_tokens": 512}).
+  nlohmann::json extra_body = nlohmann::json::object();
   int output_len_min = 128;  // max_tokens, drawn uniformly from [min, max] per request
   int output_len_max = 128;
   bool ignore_eos = true;
@@ -155,22 +157,32 @@ class SseParser {
 // One request's prompt and length, decided before the run.
 struct PlannedRequest {
   std::vector<int> prompt_ids;  // random ids, or
-  std::string prompt_text;      // text (dataset or synthetic)
+  std::string prompt_text;      // text (dataset or synthetic), or
+  nlohmann::json input;         // an encoder request's `input` as the dataset gives it
   int prompt_tokens = 0;        // known only for prompt_ids; 0 otherwise
   int max_tokens = 0;
   uint64_t seed = 0;
 };
 
-// `count` requests, reproducible for one seed. `texts` (a loaded dataset) replaces the
-// random prompts when not empty.
-std::vector<PlannedRequest> PlanRequests(const LoadOptions& options, const std::vector<std::string>& texts, int count,
-                                         uint64_t seed);
+// One line of a dataset: a text, or (encoder endpoints) an `input` sent as it is, e.g.
+// several token-id arrays.
+struct DatasetEntry {
+  std::string text;
+  nlohmann::json input;  // null when the line has a text
+};
+
+// `count` requests, reproducible for one seed. `dataset` (loaded) replaces the random
+// prompts when not empty.
+std::vector<PlannedRequest> PlanRequests(const LoadOptions& options, const std::vector<DatasetEntry>& dataset,
+                                         int count, uint64_t seed);
 
 // The JSON request body for the options' endpoint.
 std::string RequestBody(const PlannedRequest& request, const LoadOptions& options);
 
 // Reads a JSON-lines file whose lines each hold a "text" string.
 Result<std::vector<std::string>> LoadDatasetTexts(const std::string& path);
+// The same, also accepting lines with an "input" (any JSON) instead of a text.
+Result<std::vector<DatasetEntry>> LoadDataset(const std::string& path);
 
 // What happened to one request.
 struct RequestRecord {

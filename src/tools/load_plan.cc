@@ -268,7 +268,7 @@ void SseParser::ProcessLine(std::string_view line, std::vector<SseEvent>& out) {
 // ---------------------------------------------------------------------------------------
 // Requests
 
-std::vector<PlannedRequest> PlanRequests(const LoadOptions& o, const std::vector<std::string>& texts, int count,
+std::vector<PlannedRequest> PlanRequests(const LoadOptions& o, const std::vector<DatasetEntry>& texts, int count,
                                          uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int> input_len(o.input_len_min, o.input_len_max);
@@ -282,7 +282,8 @@ std::vector<PlannedRequest> PlanRequests(const LoadOptions& o, const std::vector
     p.max_tokens = output_len(rng);
     p.seed = seed + i;
     if (!texts.empty()) {
-      p.prompt_text = texts[i % texts.size()];
+      p.prompt_text = texts[i % texts.size()].text;
+      p.input = texts[i % texts.size()].input;
     } else if (o.endpoint == LoadEndpoint::kCompletions) {
       p.prompt_ids.resize(static_cast<size_t>(len));
       for (int& id : p.prompt_ids) id = token_id(rng);
@@ -315,31 +316,46 @@ std::string RequestBody(const PlannedRequest& p, const LoadOptions& o) {
       body["seed"] = p.seed;
       break;
     case LoadEndpoint::kEmbeddings:
-      body["input"] = p.prompt_text;
+      body["input"] = p.input.is_null() ? nlohmann::json(p.prompt_text) : p.input;
       break;
     case LoadEndpoint::kClassify:
-      body["input"] = nlohmann::json::array({p.prompt_text});
+      body["input"] = p.input.is_null() ? nlohmann::json::array({p.prompt_text}) : p.input;
       break;
   }
+  for (const auto& [key, value] : o.extra_body.items()) body[key] = value;
   return body.dump();
 }
 
-Result<std::vector<std::string>> LoadDatasetTexts(const std::string& path) {
+Result<std::vector<DatasetEntry>> LoadDataset(const std::string& path) {
   std::ifstream in(path);
   if (!in) return NotFound("cannot open dataset '" + path + "'");
-  std::vector<std::string> texts;
+  std::vector<DatasetEntry> entries;
   std::string line;
   int line_no = 0;
   while (std::getline(in, line)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || !j.contains("text") || !j["text"].is_string()) {
-      return InvalidArgument(fmt::format("{}:{}: expected a JSON object with a \"text\" string", path, line_no));
+    if (j.is_object() && j.contains("text") && j["text"].is_string()) {
+      entries.push_back({j["text"].get<std::string>(), nullptr});
+    } else if (j.is_object() && j.contains("input") && !j["input"].is_null()) {
+      entries.push_back({std::string(), j["input"]});
+    } else {
+      return InvalidArgument(
+          fmt::format("{}:{}: expected a JSON object with a \"text\" string or an \"input\"", path, line_no));
     }
-    texts.push_back(j["text"].get<std::string>());
   }
-  if (texts.empty()) return InvalidArgument("dataset '" + path + "' has no lines");
+  if (entries.empty()) return InvalidArgument("dataset '" + path + "' has no lines");
+  return entries;
+}
+
+Result<std::vector<std::string>> LoadDatasetTexts(const std::string& path) {
+  FERRY_ASSIGN_OR_RETURN(std::vector<DatasetEntry> entries, LoadDataset(path));
+  std::vector<std::string> texts;
+  for (DatasetEntry& e : entries) {
+    if (!e.input.is_null()) return InvalidArgument("dataset '" + path + "' has \"input\" lines; expected texts");
+    texts.push_back(std::move(e.text));
+  }
   return texts;
 }
 

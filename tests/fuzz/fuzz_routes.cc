@@ -95,8 +95,10 @@ class CaptureWriter : public ferry::serve::ResponseWriter {
   std::function<void()> on_disconnect_;
 };
 
-const char* const kRoutes[] = {"/v1/completions", "/v1/embeddings", "/v1/classify", "/v1/models",
-                               "/v1/models/kjv-decoder", "/admin/status", "/health/ready", "/metrics"};
+// New routes go at the end, so that the seeds' first bytes keep their routes.
+const char* const kRoutes[] = {"/v1/completions", "/v1/embeddings",    "/v1/classify",  "/v1/models",
+                               "/v1/models/kjv-decoder", "/admin/status", "/health/ready", "/metrics",
+                               "/v1/token-classify",     "/v1/score"};
 
 }  // namespace
 

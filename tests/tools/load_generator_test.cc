@@ -330,7 +330,7 @@ TEST(LoadGenRequestTest, DatasetTextsAndEncoderBodies) {
   LoadOptions o;
   o.model = "enc";
   o.endpoint = LoadEndpoint::kClassify;
-  std::vector<PlannedRequest> plan = PlanRequests(o, *texts, 3, 0);
+  std::vector<PlannedRequest> plan = PlanRequests(o, LoadDataset(path).value(), 3, 0);
   EXPECT_EQ(plan[2].prompt_text, "first");
   nlohmann::json body = nlohmann::json::parse(RequestBody(plan[1], o));
   EXPECT_EQ(body["input"], nlohmann::json::array({"second"}));
@@ -342,6 +342,24 @@ TEST(LoadGenRequestTest, DatasetTextsAndEncoderBodies) {
   ASSERT_TRUE(body["input"].is_string());
   std::string text = body["input"];
   EXPECT_EQ(std::count(text.begin(), text.end(), ' '), 5);
+
+  // Lines with an "input" are sent as they are (e.g. a batch of token-id arrays).
+  auto inputs = LoadDataset(dir.Write("inputs.jsonl", "{\"input\": [[101, 7, 102], [101, 8, 102]]}\n{\"text\": \"x\"}\n"));
+  ASSERT_TRUE(inputs.ok()) << inputs.status().ToString();
+  o.endpoint = LoadEndpoint::kClassify;
+  plan = PlanRequests(o, *inputs, 2, 0);
+  EXPECT_EQ(nlohmann::json::parse(RequestBody(plan[0], o))["input"], nlohmann::json::parse("[[101, 7, 102], [101, 8, 102]]"));
+  EXPECT_EQ(nlohmann::json::parse(RequestBody(plan[1], o))["input"], nlohmann::json::array({"x"}));
+  EXPECT_FALSE(LoadDatasetTexts(dir.File("inputs.jsonl")).ok());
+  o.endpoint = LoadEndpoint::kEmbeddings;
+  plan = PlanRequests(o, {}, 1, 0);
+
+  // --extra-body: long-input settings on every request.
+  o.extra_body = {{"truncation", "chunk"}, {"chunk_tokens", 512}};
+  body = nlohmann::json::parse(RequestBody(plan[0], o));
+  EXPECT_EQ(body["truncation"], "chunk");
+  EXPECT_EQ(body["chunk_tokens"], 512);
+  EXPECT_EQ(body["model"], "enc");
 }
 
 // ---------------------------------------------------------------------------------------

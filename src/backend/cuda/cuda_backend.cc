@@ -114,8 +114,8 @@ class CudaBackend final : public Backend {
   Status Add(Tensor& x, const Tensor& y) override {
     return cuda::Add(x.raw(), y.raw(), x.numel(), x.dtype(), stream());
   }
-  Status PoolRows(const Tensor& x, const AttentionBatch& batch, bool mean, Tensor& out) override {
-    return attention_.Pool(x, batch, mean, out);
+  Status PoolRows(const Tensor& x, const AttentionBatch& batch, PoolMode mode, Tensor& out) override {
+    return attention_.Pool(x, batch, mode, out);
   }
   Status CopyColumns(const Tensor& src, int64_t col_begin, Tensor& dst) override {
     return cuda::CopyColumns(src.raw(), src.dim(0), src.dim(1), col_begin, dst.raw(), dst.dim(1), src.dtype(),
