@@ -340,8 +340,9 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
   void EnsureStreamStarted() {
     if (stream_started_) return;
     stream_started_ = true;
-    ctx_->writer().StartStream(200, "text/event-stream",
-                               {{"Cache-Control", "no-cache"}, {"X-Request-Id", ctx_->id()}});
+    ResponseWriter::Headers headers = ctx_->ResponseHeaders();
+    headers.emplace_back("Cache-Control", "no-cache");
+    ctx_->writer().StartStream(200, "text/event-stream", std::move(headers));
   }
 
   void SendEvent(const json& chunk) { ctx_->writer().Write("data: " + Dump(chunk) + "\n\n"); }

@@ -23,6 +23,8 @@ class RequestLogger {
  public:
   explicit RequestLogger(bool enabled) : enabled_(enabled) {}
   void Log(const nlohmann::json& line);
+  // A line written whether or not request logs are on (QoS decisions).
+  void LogEvent(const nlohmann::json& line);
   bool enabled() const { return enabled_; }
 
  private:
@@ -47,6 +49,10 @@ class RequestContext {
   ServerMetrics& metrics() { return metrics_; }
   // Fields added to the request's log line.
   void SetLog(const std::string& key, nlohmann::json value);
+  // A header every response of this request carries (with X-Request-Id).
+  void AddResponseHeader(std::string name, std::string value);
+  // X-Request-Id and the added headers: what a route passes when it starts a stream itself.
+  ResponseWriter::Headers ResponseHeaders();
 
   // Sends a complete response and finishes the request (first call wins).
   void ReplyJson(int status, const nlohmann::json& body);
@@ -67,6 +73,7 @@ class RequestContext {
   std::function<void()> on_finish_;
   std::mutex mu_;
   nlohmann::json log_ = nlohmann::json::object();  // GUARDED_BY(mu_)
+  ResponseWriter::Headers extra_headers_;           // GUARDED_BY(mu_)
   std::atomic<bool> finished_{false};
   bool client_gone_ = false;  // the client had gone before the response was handed over
 };
