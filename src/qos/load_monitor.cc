@@ -66,7 +66,7 @@ Signals LoadMonitor::Snapshot(Clock::time_point now) const {
   const double window_s = std::chrono::duration<double>(options_.window).count();
   out.window_s = window_s;
   auto add = [&out](std::string signal, double value, int64_t samples, bool drives) {
-    if (drives && (out.pressure_signal.empty() || value > out.pressure)) {
+    if (drives && value > out.pressure) {
       out.pressure = value;
       out.pressure_signal = signal;
     }
