@@ -23,6 +23,7 @@ struct EvalOptions {
   int max_tokens = 128;
   int limit = 0;
   int threads = 0;
+  std::string device = "cpu";  // compare: where both models run (GPU engines need their GPU)
 };
 
 // Reads JSON lines with a "text" field (and "label" when `want_labels`).
@@ -85,9 +86,11 @@ int RunClassifyEval(const EvalOptions& o) {
 }
 
 int RunCompare(const EvalOptions& o) {
-  auto ref = engine::Engine::Load(o.reference, {.threads = o.threads});
+  auto device = ParseDevice(o.device);
+  if (!device.ok()) return Fail(device.status());
+  auto ref = engine::Engine::Load(o.reference, {.threads = o.threads, .device = *device});
   if (!ref.ok()) return Fail(ref.status());
-  auto cand = engine::Engine::Load(o.model, {.threads = o.threads});
+  auto cand = engine::Engine::Load(o.model, {.threads = o.threads, .device = *device});
   if (!cand.ok()) return Fail(cand.status());
   std::vector<std::vector<int32_t>> prompts;
   if (o.random_prompts > 0 || o.data.empty()) {
@@ -157,6 +160,7 @@ void RegisterEval(CLI::App& app, int& exit_code) {
   cmp->add_option("--prompt-tokens", o->prompt_tokens, "Prompt length");
   cmp->add_option("--steps", o->steps, "Greedy tokens compared per prompt");
   cmp->add_option("--threads", o->threads, "Compute threads (0 = all cores)");
+  cmp->add_option("--device", o->device, "cpu, cuda or cuda:N: where both models run")->capture_default_str();
   cmp->callback([o, &exit_code] { exit_code = RunCompare(*o); });
 }
 
