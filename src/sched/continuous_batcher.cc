@@ -142,7 +142,9 @@ void ContinuousBatcher::TakeInbox() {
   for (Arrival& a : arrivals) {
     handlers_[a.handle] = std::move(a.request.on_event);
     a.request.on_event = nullptr;
-    if (core_.observer() != nullptr) progress_[a.handle] = Progress{a.request.tier, a.request.arrival, {}, false};
+    if (core_.observer() != nullptr && core_.observer()->wants_requests()) {
+      progress_[a.handle] = Progress{a.request.tier, a.request.arrival, {}, false};
+    }
     core_.Add(a.handle, std::move(a.request));
   }
   for (uint64_t h : cancels) core_.Finish(h, FinishReason::kAbort, events_);
@@ -153,11 +155,12 @@ void ContinuousBatcher::TakeInbox() {
 // Hands each event to its request's handler, in order. A handler that asks to stop ends
 // its request with finish reason "stop" (its final event follows at once).
 void ContinuousBatcher::Deliver(std::vector<GenerationEvent>& events) {
-  const Clock::time_point now = events.empty() || core_.observer() == nullptr ? Clock::time_point() : Clock::now();
+  const bool timed = !progress_.empty();
+  const Clock::time_point now = events.empty() || !timed ? Clock::time_point() : Clock::now();
   for (size_t i = 0; i < events.size(); ++i) {
     const uint64_t handle = events[i].handle;
     const bool finished = events[i].finished;
-    if (core_.observer() != nullptr) ReportProgress(events[i], now);
+    if (timed) ReportProgress(events[i], now);
     auto it = handlers_.find(handle);
     if (it == handlers_.end()) continue;
     EventAction action = EventAction::kContinue;

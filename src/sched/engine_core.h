@@ -66,8 +66,10 @@ class BatcherObserver {
   // Also after requests leave between steps (a cancel with nothing left to run), so that
   // gauges do not keep the last step's values.
   virtual void OnState(const LoadState& state) { (void)state; }
-  // After each event of a request the ContinuousBatcher delivers (not for GenerateAll).
+  // After each event of a request the ContinuousBatcher delivers (not for GenerateAll),
+  // when wants_requests() says so (the batcher then times every request's events).
   virtual void OnRequest(const RequestProgress& progress) { (void)progress; }
+  virtual bool wants_requests() const { return false; }
 };
 
 struct EngineCoreOptions {

@@ -47,6 +47,7 @@ class MetricsObserver : public sched::BatcherObserver {
   void OnRequest(const sched::RequestProgress& p) override {
     if (next_ != nullptr) next_->OnRequest(p);
   }
+  bool wants_requests() const override { return next_ != nullptr && next_->wants_requests(); }
 
  private:
   ServerMetrics::ModelMetrics m_;

@@ -98,6 +98,7 @@ class VariantGroup::Observer : public sched::BatcherObserver {
     group_.controller_->monitor().RecordBusy(index_, s.seconds, qos::Clock::now());
   }
   void OnPreemption(int) override {}
+  bool wants_requests() const override { return true; }
   void OnRequest(const sched::RequestProgress& p) override {
     const qos::Clock::time_point now = qos::Clock::now();
     qos::LoadMonitor& m = group_.controller_->monitor();
@@ -138,6 +139,11 @@ Result<std::unique_ptr<VariantGroup>> VariantGroup::Create(const ServerConfig& s
   g->model_metrics_ = metrics.ForModel(config.name);
   g->sink_ = std::move(sink);
   FERRY_RETURN_IF_ERROR(g->CheckMemory());
+  if (config.qos.min_dwell_s < config.qos.window_s) {
+    FERRY_LOG_WARN("model '{}': qos.min_dwell_s ({}) is shorter than qos.window_s ({}): a decision may read a window "
+                   "that still holds the previous variant's measurements",
+                   config.name, config.qos.min_dwell_s, config.qos.window_s);
+  }
 
   qos::ControllerOptions co;
   co.model = config.name;

@@ -142,6 +142,15 @@ TEST(QosConfigTest, AGroupsOwnTierRuleOverridesAGlobalFloorItLacks) {
   EXPECT_EQ(ResolveTierRule(*c, c->models[0], "gold").min_variant, "fp32");
 }
 
+TEST(QosConfigTest, TheExampleConfigParses) {
+  Result<ServerConfig> c = LoadServerConfig(std::string(FERRY_SOURCE_DIR) + "/configs/qos.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->models.size(), 1u);
+  ASSERT_EQ(c->models[0].variants.size(), 2u);
+  EXPECT_EQ(ResolveTierRule(*c, c->models[0], "gold").min_variant, "bf16");
+  EXPECT_FALSE(c->models[0].qos.rollback.canary_prompt.empty());
+}
+
 TEST(QosConfigTest, ModelFlagRefusesAGroup) {
   ServerConfigOverrides o;
   o.models = {"llama=/other/path"};
