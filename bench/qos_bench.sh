@@ -40,6 +40,19 @@ py=python3
 t_start=$(date +%s)
 say() { echo "[qos_bench +$(($(date +%s) - t_start))s] $*"; }
 
+# GET URL [BEARER_KEY]: the body, failing on an HTTP error (curl, or Python where there is none).
+http_get() {
+  if command -v curl >/dev/null 2>&1; then
+    if [[ -n ${2:-} ]]; then curl -sf -H "Authorization: Bearer $2" "$1"; else curl -sf "$1"; fi
+  else
+    python3 -c "
+import sys, urllib.request
+req = urllib.request.Request(sys.argv[1])
+if len(sys.argv) > 2: req.add_header('Authorization', 'Bearer ' + sys.argv[2])
+sys.stdout.write(urllib.request.urlopen(req, timeout=10).read().decode())" "$@"
+  fi
+}
+
 server_pid=
 poll_pid=
 cleanup() {
@@ -52,7 +65,7 @@ start_server() {  # config log
   "$ferry" serve --config "$1" --port "$port" >"$2" 2>&1 &
   server_pid=$!
   for _ in $(seq 1 6000); do
-    curl -sf "$url/health/ready" >/dev/null 2>&1 && return 0
+    http_get "$url/health/ready" >/dev/null 2>&1 && return 0
     kill -0 "$server_pid" 2>/dev/null || { tail -20 "$2"; return 1; }
     sleep 0.1
   done
@@ -141,9 +154,9 @@ $common
     cut -d' ' -f1-3 /proc/loadavg >"$out/$tag-$name.load"
     start_server "$out/$tag-$config.yaml" "$out/$tag-$name-server.log"
     if [[ $config == qos && $round == 1 ]]; then
-      curl -s -H "Authorization: Bearer sk-admin" "$url/admin/qos/m" >"$out/$tag-qos-start.json"
+      http_get "$url/admin/qos/m" sk-admin >"$out/$tag-qos-start.json"
       (while :; do
-         body=$(curl -s -H "Authorization: Bearer sk-admin" "$url/admin/qos/m" | tr -d '\n') || true
+         body=$(http_get "$url/admin/qos/m" sk-admin | tr -d '\n') || true
          [[ -n $body ]] && echo "$(date +%s.%N) $body"
          sleep 1
        done) >"$out/$tag-timeline.jsonl" &

@@ -236,25 +236,7 @@ json Server::AdminStatus() const {
   }
   for (const auto& g : groups_) {
     json j = GroupCard(*g);
-    json variants = json::array();
-    for (int i = 0; i < g->size(); ++i) {
-      const ServedModel& m = g->variant(i);
-      const sched::PreloadTimings& t = m.timings();
-      json v = {{"variant", m.variant()},
-                {"preload_ms", {{"load", t.load_ms}, {"allocate", t.allocate_ms}, {"warmup", t.warmup_ms},
-                                {"warmup_passes", t.warmup_passes}}}};
-      if (m.decoder() != nullptr) {
-        const sched::BatcherSnapshot s = m.decoder()->Snapshot();
-        v["batcher"] = {{"running", s.running}, {"waiting", s.waiting}, {"waiting_tokens", s.waiting_tokens},
-                        {"kv_free_blocks", s.kv_free_blocks}, {"kv_blocks", s.kv_blocks}, {"steps", s.steps},
-                        {"preemptions", s.preemptions}};
-      } else {
-        const sched::DynamicBatcherStats s = m.encoder()->Stats();
-        v["batcher"] = {{"queued", s.queued_total}, {"batches", s.batches_run}, {"items", s.items_run}};
-      }
-      variants.push_back(std::move(v));
-    }
-    j["variant_batchers"] = std::move(variants);
+    j["variant_batchers"] = g->BatchersJson();
     models.push_back(std::move(j));
   }
   const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();

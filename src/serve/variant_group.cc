@@ -512,6 +512,28 @@ json VariantGroup::VariantsJson() const {
   return out;
 }
 
+json VariantGroup::BatchersJson() const {
+  json variants = json::array();
+  for (int i = 0; i < size(); ++i) {
+    const ServedModel& m = variant(i);
+    const sched::PreloadTimings& t = m.timings();
+    json v = {{"variant", m.variant()},
+              {"preload_ms", {{"load", t.load_ms}, {"allocate", t.allocate_ms}, {"warmup", t.warmup_ms},
+                              {"warmup_passes", t.warmup_passes}}}};
+    if (m.decoder() != nullptr) {
+      const sched::BatcherSnapshot s = m.decoder()->Snapshot();
+      v["batcher"] = {{"running", s.running}, {"waiting", s.waiting}, {"waiting_tokens", s.waiting_tokens},
+                      {"kv_free_blocks", s.kv_free_blocks}, {"kv_blocks", s.kv_blocks}, {"steps", s.steps},
+                      {"preemptions", s.preemptions}};
+    } else {
+      const sched::DynamicBatcherStats s = m.encoder()->Stats();
+      v["batcher"] = {{"queued", s.queued_total}, {"batches", s.batches_run}, {"items", s.items_run}};
+    }
+    variants.push_back(std::move(v));
+  }
+  return variants;
+}
+
 json VariantGroup::QosJson() const {
   json j = controller_->ToJson(qos::Now::Current());
   std::lock_guard<std::mutex> lock(canary_mu_);

@@ -65,6 +65,8 @@ class VariantGroup {
   nlohmann::json QosJson() const;
   // The variants as /v1/models shows them.
   nlohmann::json VariantsJson() const;
+  // Each variant's preload timings and batcher state, for GET /admin/status.
+  nlohmann::json BatchersJson() const;
   // POST /admin/qos/MODEL with {"pin": VARIANT | "auto", "clear": VARIANT | "all"}: the new
   // state. InvalidArgument for a bad body or an unknown variant, FailedPrecondition for a pin
   // to an unhealthy variant.

@@ -221,6 +221,12 @@ TEST_F(QosServerTest, AdminPinsClearsAndShowsTheGroup) {
   EXPECT_EQ(models["data"][0]["ferry"]["variants"][1]["name"], "int8");
   EXPECT_EQ(models["data"][0]["max_model_len"], 256);
   EXPECT_EQ(testing::Http(port(), "GET", "/v1/models/kjv", "", kSilver).status, 200);
+  const json status = testing::Http(port(), "GET", "/admin/status", "", kAdmin).Json();
+  ASSERT_EQ(status["models"].size(), 2u);
+  EXPECT_EQ(status["models"][0]["id"], "kjv");
+  ASSERT_EQ(status["models"][0]["variant_batchers"].size(), 2u);
+  EXPECT_EQ(status["models"][0]["variant_batchers"][1]["variant"], "int8");
+  EXPECT_GT(status["models"][0]["variant_batchers"][1]["batcher"]["kv_blocks"].get<int>(), 0);
   // The admin routes are for admins.
   EXPECT_EQ(testing::Http(port(), "GET", "/admin/qos", "", kSilver).status, 403);
   HttpReply all = testing::Http(port(), "GET", "/admin/qos", "", kAdmin);
