@@ -321,7 +321,14 @@ ServerMetrics::ServerMetrics()
                                           {"model_name", "tier", "reason"})),
       http_requests(registry.AddCounter("ferry:http_requests_total",
                                         "Number of HTTP requests answered, by route and status code.",
-                                        {"route", "code"})) {}
+                                        {"route", "code"})),
+      tenant_requests(registry.AddCounter("ferry:tenant_requests_total",
+                                          "API requests answered per tenant, by status code.", {"tenant", "code"})),
+      tenant_tokens(registry.AddCounter("ferry:tenant_tokens_total",
+                                        "Prompt and generated (or encoder input) tokens used per tenant.", {"tenant"})),
+      rate_limited(registry.AddCounter("ferry:rate_limited_requests_total",
+                                       "Requests refused by a tenant's rate limit, by which limit.",
+                                       {"tenant", "limit"})) {}
 
 ServerMetrics::ModelMetrics ServerMetrics::ForModel(std::string_view model_name) {
   ModelMetrics m;

@@ -38,6 +38,8 @@ class Server {
   bool WaitUntilReady(int64_t timeout_ms);
   // Asks Run() to return (what SIGTERM/SIGINT do).
   void RequestShutdown();
+  // Reads the listener's TLS certificate and key again (what SIGHUP does).
+  Status ReloadTls();
   // Blocks until a shutdown is requested or model loading fails, then shuts down
   // gracefully; returns the process exit code (0, or 1 if a model failed to load).
   int Run();
@@ -74,6 +76,7 @@ class Server {
   std::vector<std::unique_ptr<VariantGroup>> groups_;  // QoS variant groups; as models_
   std::unique_ptr<QosMetrics> qos_metrics_;
   std::map<std::string, int> tenant_inflight_;         // GUARDED_BY(mu_)
+  RateLimiter rate_limiter_;
   bool load_done_ = false;                             // GUARDED_BY(mu_)
   bool load_failed_ = false;                           // GUARDED_BY(mu_)
   bool shutdown_requested_ = false;                    // GUARDED_BY(mu_)
@@ -84,8 +87,9 @@ class Server {
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 
-// Blocks SIGINT and SIGTERM in the calling thread (call before any thread starts, so all
-// inherit the mask) and starts a thread that turns either signal into RequestShutdown().
+// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (call before any thread starts, so
+// all inherit the mask) and starts a thread that turns SIGINT and SIGTERM into
+// RequestShutdown() and SIGHUP into ReloadTls().
 void ShutdownOnSignals(Server& server);
 
 }  // namespace ferry::serve

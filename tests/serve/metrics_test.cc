@@ -212,6 +212,9 @@ TEST(ServerMetricsTest, RendersEveryFamilyWithHelpAndType) {
       {"ferry:request_success_total", "counter"},
       {"ferry:request_failure_total", "counter"},
       {"ferry:http_requests_total", "counter"},
+      {"ferry:tenant_requests_total", "counter"},
+      {"ferry:tenant_tokens_total", "counter"},
+      {"ferry:rate_limited_requests_total", "counter"},
   };
   size_t previous = 0;
   for (const auto& [name, type] : families) {

@@ -30,6 +30,11 @@ void TestConnection::Close() {
   socket_.close(ec);
 }
 
+void TestConnection::ShutdownSend() {
+  boost::system::error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_send, ec);
+}
+
 void TestConnection::SendRaw(const std::string& bytes) {
   boost::system::error_code ec;
   net::write(socket_, net::buffer(bytes), ec);
