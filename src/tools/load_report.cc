@@ -46,9 +46,13 @@ std::string FormatReport(const BenchmarkReport& report) {
   row("Server:", o.url + std::string(LoadEndpointPath(o.endpoint)) +
                      (o.endpoint == LoadEndpoint::kCompletions ? (o.stream ? " (stream)" : " (no stream)") : ""));
   row("Model:", o.model);
-  row("Request rate (req/s):",
-      RateText(o.request_rate) +
-          (std::isinf(o.request_rate) || o.request_rate <= 0 ? "" : fmt::format(", burstiness {:g}", o.burstiness)));
+  if (o.rate_schedule.empty()) {
+    row("Request rate (req/s):",
+        RateText(o.request_rate) +
+            (std::isinf(o.request_rate) || o.request_rate <= 0 ? "" : fmt::format(", burstiness {:g}", o.burstiness)));
+  } else {
+    row("Request rate (req/s):", fmt::format("rate schedule (below), burstiness {:g}", o.burstiness));
+  }
   row("Max concurrency:", o.max_concurrency > 0 ? std::to_string(o.max_concurrency) : "none");
   row("Peak requests in flight:", std::to_string(report.peak_in_flight));
   row("Successful requests:", std::to_string(s.completed));
