@@ -19,7 +19,7 @@
 #        bench/qos_bench.sh gpu FERRY OUT_DIR [SCRATCH_DIR]
 #          on one GPU: a llama-3-8b-shape checkpoint (`ferry make-checkpoint`), its bf16 and fp8
 #          engines (`ferry build --device cuda`), the 8B ladder bf16 over fp8
-# Environment: PHASE_S (seconds per phase; cpu 60, gpu 20), RATE_FACTOR (0.4), ROUNDS (cpu 2:
+# Environment: GOMP_SPINCOUNT (cpu: 1000 for every server, see below), PHASE_S (seconds per phase; cpu 60, gpu 20), RATE_FACTOR (0.4), ROUNDS (cpu 2:
 # top, bottom, qos, then qos, bottom, top, for a shared machine; gpu 1), TOP=checkpoint
 # (gpu: serve the bf16 checkpoint instead of building its engine, to save build time).
 # Run from the repository root.
@@ -204,6 +204,14 @@ EOF
 
 case $mode in
   cpu)
+    # libgomp spins up to GOMP_SPINCOUNT (300,000) times at every barrier while it runs no
+    # more OpenMP threads than there are CPUs, and only 1,000 times once it runs more. A QoS
+    # group has one OpenMP team per variant, so it gets the short spin for free; a single
+    # model spins at full count, which on a shared or oversubscribed CPU costs it several
+    # times its throughput (measured: 3.7 vs 14.2 req/s for the same bf16 decoder on 2
+    # loaded cores). The same spin count for every server keeps the comparison about the
+    # controller.
+    export GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-1000}
     phase=${PHASE_S:-60}
     rounds=${ROUNDS:-2}
     say "building the demo decoder's int8 engine"
