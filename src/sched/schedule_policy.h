@@ -17,6 +17,7 @@ struct SeqView {
   int32_t num_tokens = 0;     // prompt + generated so far
   int32_t num_computed = 0;   // tokens already in the KV cache
   int32_t blocks_held = 0;    // KV blocks the sequence owns now
+  int32_t sibling = 0;        // index among the sequences of one client request (GenerationRequest::sibling)
 };
 
 struct PlanInput {
@@ -40,8 +41,10 @@ struct Decision {
   int tokens = 0;                     // sum of num_new_tokens
 };
 
-// The iteration plan:
-//  1. Running sequences in priority order (priority, then arrival): those with one token to
+// The iteration plan. "Priority order" is priority, then sibling index, then arrival: one
+// request's many sequences (n choices, several prompts) take turns with other requests'
+// first ones instead of going ahead of all of them.
+//  1. Running sequences in priority order: those with one token to
 //     compute (decode) first, then prefill chunks, each taking from the token budget.
 //  2. A sequence that needs KV blocks the cache does not have evicts the lowest-priority,
 //     most recently admitted running sequence not yet scheduled this step (preemption by

@@ -56,6 +56,11 @@ MaybeError ReadPrompts(const json& body, const ServedModel& model, CompletionPar
   const engine::Engine& e = model.engine();
   auto add_text = [&](const std::string& text) -> MaybeError {
     if (e.tokenizer() == nullptr) return BadRequest("this model has no tokenizer; send the prompt as token ids", "prompt");
+    if (e.TextSurelyLongerThan(text, model.max_seq_len())) {
+      return BadRequest("the prompt has " + std::to_string(text.size()) + " bytes, more than " +
+                            std::to_string(model.max_seq_len()) + " tokens (this model's maximum context length) "
+                            "can hold", "prompt", "context_length_exceeded");
+    }
     auto ids = e.EncodePrompt(text);
     if (!ids.ok()) return BadRequest("cannot tokenize the prompt: " + ids.status().message(), "prompt");
     if (ids.value().empty()) return BadRequest("the prompt is empty", "prompt");
@@ -255,6 +260,7 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
       r.logprobs = p_.logprobs;
       r.prompt_logprobs = p_.echo && p_.logprobs >= 0;
       r.priority = p_.priority;
+      r.sibling = i;
       r.tier = ctx_->principal().tier;
       r.arrival = ctx_->arrival();
       r.on_event = [self, i](sched::GenerationEvent& ev) {

@@ -49,11 +49,18 @@ class Server {
   ServerMetrics& metrics() { return metrics_; }
   const ServerConfig& config() const { return config_; }
 
+  // Serves one parsed request, exactly as the HTTP server does once it has read it: health,
+  // metrics, auth, limits, routing, the route. Runs on the caller's thread and does not
+  // block; the reply arrives through `writer`, maybe later. For in-process callers (the
+  // request fuzzer) as much as for the listener.
+  void Handle(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer);
+
  private:
   explicit Server(ServerConfig config, Authenticator auth);
   void LoadModels();
-  void Handle(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer);
   void HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer, const std::string& route);
+  // On a request worker: parses a work route's body and hands it to its route.
+  void RouteBody(const std::shared_ptr<RequestContext>& ctx, const std::string& path, const std::string& text);
   ServedModel* Find(const std::string& name);
   VariantGroup* FindGroup(const std::string& name);
   nlohmann::json ModelCard(const ServedModel& m) const;
@@ -68,7 +75,8 @@ class Server {
   ServerMetrics metrics_;
   RequestLogger logger_;
   std::unique_ptr<HttpServer> http_;
-  std::unique_ptr<ThreadPool> output_workers_;  // events → responses, off the scheduler threads
+  std::unique_ptr<ThreadPool> output_workers_;   // events → responses, off the scheduler threads
+  std::unique_ptr<ThreadPool> request_workers_;  // bodies → parsed, tokenized requests, off the I/O threads
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -61,7 +61,7 @@ class ServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     server_ = StartServer(Config("      max_num_seqs: 16\n      max_num_batched_tokens: 64\n"
-                                 "      max_queue_requests: 256\n")).release();
+                                 "      max_queue_requests: 256\n      max_queue_time_ms: 600000\n")).release();
   }
   static void TearDownTestSuite() {
     delete server_;
@@ -484,6 +484,25 @@ TEST_F(ServerTest, BrokenHttpAndSlowClientsAreAnsweredAndClosed) {
   ExpectHealthy();
 }
 
+// A prompt whose byte length alone proves it cannot fit is refused before it is tokenized
+// (tokenizing megabytes used to hold up an I/O thread), with the same code as a prompt
+// found too long after tokenizing.
+TEST_F(ServerTest, AHugePromptIsRefusedBeforeTokenizing) {
+  const std::string huge(60000, 'a');
+  HttpReply r = PostJson(port(), "/v1/completions", Completion(huge, 2), kAcme);
+  ASSERT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.Json()["error"]["code"], "context_length_exceeded");
+  EXPECT_NE(r.Json()["error"]["message"].get<std::string>().find("60000 bytes"), std::string::npos) << r.body;
+  // Long but possibly fitting text is tokenized and judged by its tokens.
+  std::string words;
+  for (int i = 0; i < 1500; ++i) words += "and ";
+  HttpReply t = PostJson(port(), "/v1/completions", Completion(words, 2), kAcme);
+  ASSERT_EQ(t.status, 400) << t.body;
+  EXPECT_EQ(t.Json()["error"]["code"], "context_length_exceeded");
+  EXPECT_EQ(t.Json()["error"]["message"].get<std::string>().find("bytes"), std::string::npos) << t.body;
+  ExpectHealthy();
+}
+
 TEST(ServerOverloadTest, FullQueueAnswers429WithRetryAfter) {
   auto server = StartServer(Config("      max_num_seqs: 1\n      max_num_batched_tokens: 64\n"
                                    "      max_queue_requests: 2\n"));
@@ -512,6 +531,24 @@ TEST(ServerOverloadTest, FullQueueAnswers429WithRetryAfter) {
   EXPECT_EQ(ok + limited, 16);
   const std::string metrics = testing::Http(server->port(), "GET", "/metrics").body;
   EXPECT_NE(metrics.find("reason=\"rejected_queue_full\""), std::string::npos);
+}
+
+TEST(ServerAuthTest, MetricsCanRequireAKey) {
+  const std::string root = ferry::testing::SourcePath("");
+  auto server = StartServer(
+      "listener: {host: 127.0.0.1, port: 0}\n"
+      "auth: {mode: keys, admin_keys: [sk-admin-test], metrics_require_key: true}\n"
+      "tenants:\n  - {name: acme, keys: [sk-acme-test]}\n"
+      "models:\n  - {name: kjv-classifier, path: " + root + "/models/demo/kjv-classifier, threads: 1}\n"
+      "log: {level: warn, request_log: false}\n");
+  ASSERT_NE(server, nullptr);
+  HttpReply anonymous = testing::Http(server->port(), "GET", "/metrics");
+  EXPECT_EQ(anonymous.status, 401);
+  EXPECT_EQ(anonymous.Json()["error"]["type"], "authentication_error");
+  EXPECT_EQ(testing::Http(server->port(), "GET", "/metrics", "", {{"Authorization", "Bearer wrong"}}).status, 401);
+  EXPECT_EQ(testing::Http(server->port(), "GET", "/metrics", "", kAcme).status, 200);
+  EXPECT_EQ(testing::Http(server->port(), "GET", "/metrics", "", kAdmin).status, 200);
+  EXPECT_EQ(testing::Http(server->port(), "GET", "/health/live").status, 200);  // probes stay open
 }
 
 TEST(ServerShutdownTest, GracefulShutdownFinishesInFlightStreams) {

@@ -46,7 +46,7 @@ const std::string kHead =
     "listener: {host: 127.0.0.1, port: 0, shutdown_timeout_ms: 20000}\n"
     "auth: {mode: keys, admin_keys: [sk-admin]}\n"
     "tiers:\n  gold: {priority: 1, min_variant: bf16}\n  silver: 2\n"
-    "tenants:\n  - {name: acme, tier: gold, keys: [sk-gold]}\n  - {name: beta, tier: silver, keys: [sk-silver]}\n";
+    "tenants:\n  - {name: acme, tier: gold, keys: [sk-gold], requests_per_minute: 100000}\n  - {name: beta, tier: silver, keys: [sk-silver]}\n";
 
 // Polls GET /admin/qos/MODEL until the active variant is `want` (true) or `within` passes.
 bool WaitForActive(int port, const std::string& model, const std::string& want, std::chrono::seconds within) {
@@ -133,6 +133,8 @@ TEST_F(QosServerTest, BurstMovesTheGroupDownAndBackUpWithoutFailures) {
   HttpReply ref = PostJson(port(), "/v1/completions", gold_request, kGold);
   ASSERT_EQ(ref.status, 200) << ref.body;
   ASSERT_EQ(ref.headers["x-ferry-variant"], "bf16");
+  // The tenant's rate-limit headers come with the variant's, not instead of them.
+  EXPECT_EQ(ref.headers["x-ratelimit-limit-requests"], "100000");
   const std::string gold_text = ref.Json()["choices"][0]["text"];
 
   std::mutex mu;
