@@ -29,6 +29,7 @@ struct EvalOptions {
   int chunk_overlap = -1;
   std::string aggregate;
   std::string chunk_merge = "center";
+  std::string device = "cpu";  // compare: where both models run (GPU engines need their GPU)
 };
 
 Result<chunk::OfflineOptions> LongOptions(const EvalOptions& o) {
@@ -181,9 +182,11 @@ int RunTokensEval(const EvalOptions& o) {
 }
 
 int RunCompare(const EvalOptions& o) {
-  auto ref = engine::Engine::Load(o.reference, {.threads = o.threads});
+  auto device = ParseDevice(o.device);
+  if (!device.ok()) return Fail(device.status());
+  auto ref = engine::Engine::Load(o.reference, {.threads = o.threads, .device = *device});
   if (!ref.ok()) return Fail(ref.status());
-  auto cand = engine::Engine::Load(o.model, {.threads = o.threads});
+  auto cand = engine::Engine::Load(o.model, {.threads = o.threads, .device = *device});
   if (!cand.ok()) return Fail(cand.status());
   std::vector<std::vector<int32_t>> prompts;
   if (o.random_prompts > 0 || o.data.empty()) {
@@ -269,6 +272,7 @@ void RegisterEval(CLI::App& app, int& exit_code) {
   cmp->add_option("--prompt-tokens", o->prompt_tokens, "Prompt length");
   cmp->add_option("--steps", o->steps, "Greedy tokens compared per prompt");
   cmp->add_option("--threads", o->threads, "Compute threads (0 = all cores)");
+  cmp->add_option("--device", o->device, "cpu, cuda or cuda:N: where both models run")->capture_default_str();
   cmp->callback([o, &exit_code] { exit_code = RunCompare(*o); });
 }
 

@@ -380,8 +380,8 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
   void EnsureStreamStarted() {
     if (stream_started_) return;
     stream_started_ = true;
-    ResponseWriter::Headers headers{{"Cache-Control", "no-cache"}, {"X-Request-Id", ctx_->id()}};
-    headers.insert(headers.end(), ctx_->response_headers().begin(), ctx_->response_headers().end());
+    ResponseWriter::Headers headers = ctx_->ResponseHeaders();
+    headers.emplace_back("Cache-Control", "no-cache");
     ctx_->writer().StartStream(200, "text/event-stream", std::move(headers));
   }
 

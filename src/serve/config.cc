@@ -16,224 +16,14 @@
 #include <sstream>
 #include <utility>
 
+#include "serve/config_yaml.h"
+#include "serve/qos_config.h"
+
 namespace ferry::serve {
 
 namespace {
 
-// ---- Messages --------------------------------------------------------------------------
-
-std::string Where(const YAML::Mark& mark) {
-  if (mark.is_null()) return "";
-  return " (line " + std::to_string(mark.line + 1) + ", column " + std::to_string(mark.column + 1) + ")";
-}
-
-Status ErrorAt(const YAML::Node& node, const std::string& path, const std::string& message) {
-  return InvalidArgument(path + ": " + message + Where(node.Mark()));
-}
-
-std::string KindName(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null: return "null";
-    case YAML::NodeType::Scalar: return "a scalar";
-    case YAML::NodeType::Sequence: return "a sequence";
-    case YAML::NodeType::Map: return "a mapping";
-    case YAML::NodeType::Undefined: break;
-  }
-  return "nothing";
-}
-
-// A scalar as messages quote it; long values keep only their head.
-std::string Quoted(const std::string& text) {
-  constexpr size_t kMaxChars = 60;
-  if (text.size() <= kMaxChars) return "'" + text + "'";
-  return "'" + text.substr(0, kMaxChars) + "...'";
-}
-
-std::string Got(const YAML::Node& node) {
-  return node.IsScalar() ? Quoted(node.Scalar()) : KindName(node);
-}
-
-// ---- Scalars ---------------------------------------------------------------------------
-// Conversions are done here rather than by yaml-cpp's as<T>() so that every failure names
-// the key path and says what was expected.
-
-Result<std::string> ReadString(const YAML::Node& node, const std::string& path) {
-  if (!node.IsScalar()) return ErrorAt(node, path, "expected a string, got " + KindName(node));
-  return node.Scalar();
-}
-
-template <typename T>
-Result<T> ReadInt(const YAML::Node& node, const std::string& path) {
-  if (!node.IsScalar()) return ErrorAt(node, path, "expected an integer, got " + KindName(node));
-  const std::string& text = node.Scalar();
-  int64_t value = 0;
-  const char* begin = text.data();
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(begin, end, value);
-  if (ec == std::errc::result_out_of_range ||
-      (ec == std::errc() && ptr == end &&
-       (value < std::numeric_limits<T>::min() || value > std::numeric_limits<T>::max()))) {
-    return ErrorAt(node, path, "integer out of range: " + Quoted(text));
-  }
-  if (ec != std::errc() || ptr != end || text.empty()) {
-    return ErrorAt(node, path, "expected an integer, got " + Quoted(text));
-  }
-  return static_cast<T>(value);
-}
-
-// YAML 1.2's core booleans only: "yes"/"on" are the YAML 1.1 spellings that surprise people.
-Result<bool> ReadBool(const YAML::Node& node, const std::string& path) {
-  if (node.IsScalar()) {
-    const std::string& text = node.Scalar();
-    if (text == "true" || text == "True" || text == "TRUE") return true;
-    if (text == "false" || text == "False" || text == "FALSE") return false;
-  }
-  return ErrorAt(node, path, "expected true or false, got " + Got(node));
-}
-
-template <typename E>
-Result<E> ReadEnum(const YAML::Node& node, const std::string& path,
-                   std::initializer_list<std::pair<std::string_view, E>> names) {
-  std::string expected;
-  for (const auto& [name, value] : names) {
-    if (node.IsScalar() && node.Scalar() == name) return value;
-    expected += (expected.empty() ? "" : ", ") + std::string(name);
-  }
-  return ErrorAt(node, path, "expected one of " + expected + "; got " + Got(node));
-}
-
-// The value of the environment variable a `*_env` key names.
-Result<std::string> ReadEnvValue(const YAML::Node& node, const std::string& path) {
-  FERRY_ASSIGN_OR_RETURN(const std::string var, ReadString(node, path));
-  if (var.empty()) return ErrorAt(node, path, "expected the name of an environment variable");
-  const char* value = std::getenv(var.c_str());
-  if (value == nullptr) return ErrorAt(node, path, "environment variable " + var + " is not set");
-  if (*value == '\0') return ErrorAt(node, path, "environment variable " + var + " is empty");
-  return std::string(value);
-}
-
-// ---- Containers ------------------------------------------------------------------------
-
-struct Entry {
-  std::string key;
-  YAML::Node key_node;
-  YAML::Node value;
-};
-
-// The entries of a mapping in file order. Null reads as an empty mapping. Duplicate keys
-// are errors: yaml-cpp would keep both and lookups would see only one.
-Result<std::vector<Entry>> ReadEntries(const YAML::Node& node, const std::string& path) {
-  std::vector<Entry> entries;
-  if (node.IsNull()) return entries;
-  if (!node.IsMap()) return ErrorAt(node, path, "expected a mapping, got " + KindName(node));
-  std::set<std::string> seen;
-  for (const auto& item : node) {
-    const std::string key_path = path + (path.empty() ? "" : ".");
-    if (!item.first.IsScalar()) {
-      return ErrorAt(item.first, key_path + "<key>", "expected a scalar key, got " + KindName(item.first));
-    }
-    const std::string& key = item.first.Scalar();
-    if (!seen.insert(key).second) return ErrorAt(item.first, key_path + key, "duplicate key");
-    entries.push_back(Entry{key, item.first, item.second});
-  }
-  return entries;
-}
-
-// Items of a sequence with their paths ("tenants[2]"). Null reads as an empty sequence.
-Result<std::vector<std::pair<std::string, YAML::Node>>> ReadItems(const YAML::Node& node,
-                                                                  const std::string& path) {
-  std::vector<std::pair<std::string, YAML::Node>> items;
-  if (node.IsNull()) return items;
-  if (!node.IsSequence()) return ErrorAt(node, path, "expected a sequence, got " + KindName(node));
-  for (const auto& item : node) {
-    items.emplace_back(path + "[" + std::to_string(items.size()) + "]", item);
-  }
-  return items;
-}
-
-// One mapping with a fixed set of keys: anything else is an error, so a typo never falls
-// back silently to a default.
-class MapReader {
- public:
-  static Result<MapReader> Open(const YAML::Node& node, std::string path,
-                                std::initializer_list<std::string_view> allowed) {
-    FERRY_ASSIGN_OR_RETURN(std::vector<Entry> entries, ReadEntries(node, path));
-    MapReader reader(node, std::move(path));
-    for (Entry& entry : entries) {
-      bool known = false;
-      for (std::string_view key : allowed) known = known || key == entry.key;
-      if (!known) return ErrorAt(entry.key_node, reader.Path(entry.key), "unknown key");
-      reader.entries_.push_back(std::move(entry));
-    }
-    return reader;
-  }
-
-  std::string Path(std::string_view key) const {
-    return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
-  }
-
-  const YAML::Node* Find(std::string_view key) const {
-    for (const Entry& entry : entries_) {
-      if (entry.key == key) return &entry.value;
-    }
-    return nullptr;
-  }
-
-  Status Require(std::string_view key) const {
-    if (Find(key) != nullptr) return Status::Ok();
-    return ErrorAt(node_, path_, "missing required key '" + std::string(key) + "'");
-  }
-
-  Status String(std::string_view key, std::string& out) const {
-    const YAML::Node* node = Find(key);
-    if (node == nullptr) return Status::Ok();
-    FERRY_ASSIGN_OR_RETURN(out, ReadString(*node, Path(key)));
-    return Status::Ok();
-  }
-
-  template <typename T>
-  Status Int(std::string_view key, T& out) const {
-    const YAML::Node* node = Find(key);
-    if (node == nullptr) return Status::Ok();
-    FERRY_ASSIGN_OR_RETURN(out, ReadInt<T>(*node, Path(key)));
-    return Status::Ok();
-  }
-
-  Status Bool(std::string_view key, bool& out) const {
-    const YAML::Node* node = Find(key);
-    if (node == nullptr) return Status::Ok();
-    FERRY_ASSIGN_OR_RETURN(out, ReadBool(*node, Path(key)));
-    return Status::Ok();
-  }
-
-  // Appends the strings of a sequence.
-  Status AppendStrings(std::string_view key, std::vector<std::string>& out) const {
-    const YAML::Node* node = Find(key);
-    if (node == nullptr) return Status::Ok();
-    FERRY_ASSIGN_OR_RETURN(const auto items, ReadItems(*node, Path(key)));
-    for (const auto& [item_path, item] : items) {
-      FERRY_ASSIGN_OR_RETURN(std::string value, ReadString(item, item_path));
-      out.push_back(std::move(value));
-    }
-    return Status::Ok();
-  }
-
-  // Appends the value of the environment variable that `key` names.
-  Status AppendEnv(std::string_view key, std::vector<std::string>& out) const {
-    const YAML::Node* node = Find(key);
-    if (node == nullptr) return Status::Ok();
-    FERRY_ASSIGN_OR_RETURN(std::string value, ReadEnvValue(*node, Path(key)));
-    out.push_back(std::move(value));
-    return Status::Ok();
-  }
-
- private:
-  MapReader(const YAML::Node& node, std::string path) : node_(node), path_(std::move(path)) {}
-
-  YAML::Node node_;
-  std::string path_;
-  std::vector<Entry> entries_;
-};
+using namespace config_yaml;  // NOLINT(google-build-using-namespace): the file is its client
 
 // ---- Sections --------------------------------------------------------------------------
 
@@ -282,11 +72,16 @@ Status ParseAuth(const YAML::Node& node, AuthConfig& out) {
   return Status::Ok();
 }
 
-Status ParseTiers(const YAML::Node& node, std::map<std::string, int>& out) {
+// Each tier is a priority, or {priority, min_variant, slo} (the QoS rule of the tier).
+Status ParseTiers(const YAML::Node& node, std::map<std::string, int>& out,
+                  std::map<std::string, qos::TierRule>& rules) {
   FERRY_ASSIGN_OR_RETURN(const std::vector<Entry> entries, ReadEntries(node, "tiers"));
   out.clear();
+  rules.clear();
   for (const Entry& entry : entries) {
-    FERRY_ASSIGN_OR_RETURN(out[entry.key], ReadInt<int>(entry.value, "tiers." + entry.key));
+    std::optional<qos::TierRule> rule;
+    FERRY_RETURN_IF_ERROR(ParseTier(entry.value, "tiers." + entry.key, out[entry.key], rule));
+    if (rule) rules[entry.key] = std::move(*rule);
   }
   return Status::Ok();
 }
@@ -406,16 +201,17 @@ Status ParseLongInputs(const YAML::Node& node, const std::string& path, chunk::L
   return Status::Ok();
 }
 
-Status ParseModel(const YAML::Node& node, const std::string& path, ModelConfig& out) {
-  FERRY_ASSIGN_OR_RETURN(const MapReader m,
-                         MapReader::Open(node, path,
-                                         {"name", "path", "threads", "device", "activations", "kv_cache_dtype",
-                                          "enforce_eager", "batching", "dynamic_batching", "warmup", "long_inputs",
-                                          "pooling", "normalize"}));
-  FERRY_RETURN_IF_ERROR(m.Require("name"));
-  FERRY_RETURN_IF_ERROR(m.Require("path"));
-  FERRY_RETURN_IF_ERROR(m.String("name", out.name));
-  FERRY_RETURN_IF_ERROR(m.String("path", out.path));
+}  // namespace
+
+// The serving options of a model, which a variant may override (also used by qos_config.cc).
+const std::vector<std::string_view>& ModelOptionKeys() {
+  static const std::vector<std::string_view> keys = {"threads",       "device",   "activations", "kv_cache_dtype",
+                                                     "enforce_eager", "batching", "dynamic_batching", "warmup",
+                                                     "long_inputs",   "pooling",  "normalize"};
+  return keys;
+}
+
+Status ParseModelOptions(const MapReader& m, ModelConfig& out) {
   FERRY_RETURN_IF_ERROR(m.Int("threads", out.threads));
   if (m.Find("device") != nullptr) {
     std::string device;
@@ -465,6 +261,30 @@ Status ParseModel(const YAML::Node& node, const std::string& path, ModelConfig& 
   return Status::Ok();
 }
 
+namespace {
+
+Status ParseModel(const YAML::Node& node, const std::string& path, ModelConfig& out) {
+  std::vector<std::string_view> keys = {"name", "path", "variants", "qos"};
+  keys.insert(keys.end(), ModelOptionKeys().begin(), ModelOptionKeys().end());
+  FERRY_ASSIGN_OR_RETURN(const MapReader m, MapReader::Open(node, path, keys));
+  FERRY_RETURN_IF_ERROR(m.Require("name"));
+  if (m.Find("variants") == nullptr) {
+    FERRY_RETURN_IF_ERROR(m.Require("path"));
+    if (const YAML::Node* qos = m.Find("qos")) {
+      return ErrorAt(*qos, m.Path("qos"), "applies only to a model with variants");
+    }
+  }
+  FERRY_RETURN_IF_ERROR(m.String("name", out.name));
+  FERRY_RETURN_IF_ERROR(m.String("path", out.path));
+  FERRY_RETURN_IF_ERROR(ParseModelOptions(m, out));
+  // Variants start from the model's options, so they are read after them.
+  if (const YAML::Node* qos = m.Find("qos")) FERRY_RETURN_IF_ERROR(ParseQos(*qos, m.Path("qos"), out.qos));
+  if (const YAML::Node* variants = m.Find("variants")) {
+    FERRY_RETURN_IF_ERROR(ParseVariants(*variants, m.Path("variants"), out, out.variants));
+  }
+  return Status::Ok();
+}
+
 Status ParseLog(const YAML::Node& node, LogConfig& out) {
   FERRY_ASSIGN_OR_RETURN(const MapReader m, MapReader::Open(node, "log", {"level", "request_log"}));
   if (const YAML::Node* level = m.Find("level")) {
@@ -486,7 +306,7 @@ Status ParseRoot(const YAML::Node& root, ServerConfig& config) {
                          MapReader::Open(root, "", {"listener", "auth", "tiers", "tenants", "models", "log"}));
   if (const YAML::Node* node = m.Find("listener")) FERRY_RETURN_IF_ERROR(ParseListener(*node, config.listener));
   if (const YAML::Node* node = m.Find("auth")) FERRY_RETURN_IF_ERROR(ParseAuth(*node, config.auth));
-  if (const YAML::Node* node = m.Find("tiers")) FERRY_RETURN_IF_ERROR(ParseTiers(*node, config.tiers));
+  if (const YAML::Node* node = m.Find("tiers")) FERRY_RETURN_IF_ERROR(ParseTiers(*node, config.tiers, config.tier_rules));
   if (const YAML::Node* node = m.Find("tenants")) {
     FERRY_ASSIGN_OR_RETURN(const auto items, ReadItems(*node, "tenants"));
     for (const auto& [path, item] : items) {
@@ -621,11 +441,23 @@ Status ValidateModels(const std::vector<ModelConfig>& models) {
     if (!names.insert(model.name).second) {
       return InvalidArgument(path + ".name: duplicate model name " + Quoted(model.name));
     }
-    if (model.path.empty()) return InvalidArgument(path + ".path: must not be empty");
+    if (model.variants.empty() && model.path.empty()) return InvalidArgument(path + ".path: must not be empty");
+    if (!model.variants.empty() && !model.path.empty()) {
+      return InvalidArgument(path + ": give either path or variants (each variant has its own path)");
+    }
     FERRY_RETURN_IF_ERROR(CheckRange(path + ".threads", model.threads, 0, 4096));
     FERRY_RETURN_IF_ERROR(model.batching.Validate().WithContext(path + ".batching"));
     FERRY_RETURN_IF_ERROR(model.dynamic_batching.Validate().WithContext(path + ".dynamic_batching"));
     FERRY_RETURN_IF_ERROR(model.long_inputs.Validate().WithContext(path + ".long_inputs"));
+    for (size_t v = 0; v < model.variants.size(); ++v) {
+      const ModelConfig& variant = model.variants[v].model;
+      const std::string vpath = path + ".variants[" + std::to_string(v) + "]";
+      if (variant.path.empty()) return InvalidArgument(vpath + ".path: must not be empty");
+      FERRY_RETURN_IF_ERROR(CheckRange(vpath + ".threads", variant.threads, 0, 4096));
+      FERRY_RETURN_IF_ERROR(variant.batching.Validate().WithContext(vpath + ".batching"));
+      FERRY_RETURN_IF_ERROR(variant.dynamic_batching.Validate().WithContext(vpath + ".dynamic_batching"));
+      FERRY_RETURN_IF_ERROR(variant.long_inputs.Validate().WithContext(vpath + ".long_inputs"));
+    }
   }
   return Status::Ok();
 }
@@ -681,7 +513,8 @@ Status ServerConfig::Validate() const {
                              "set auth.mode: none for a loopback-only server");
     }
   }
-  return ValidateModels(models);
+  FERRY_RETURN_IF_ERROR(ValidateModels(models));
+  return ValidateQosGroups(*this);
 }
 
 const std::string& ServerConfig::HighestTier() const {
@@ -726,6 +559,10 @@ Status ApplyModelFlag(ServerConfig& config, std::string_view name_eq_path) {
   }
   for (ModelConfig& model : config.models) {
     if (model.name == name) {
+      if (!model.variants.empty()) {
+        return InvalidArgument("--model " + name + "=...: model '" + name +
+                               "' is a variant group; set its variants' paths in the config file");
+      }
       model.path = path;
       return Status::Ok();
     }

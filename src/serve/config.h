@@ -16,6 +16,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "io/pooling_config.h"
+#include "qos/qos_options.h"
 #include "sched/batching_options.h"
 #include "serve/connection_stream.h"
 
@@ -61,11 +62,13 @@ struct TenantConfig {
   int64_t tokens_per_minute = 0;    // rate limit on prompt + generated tokens; 0: unlimited
 };
 
+struct VariantConfig;
+
 // One served model. A decoder obeys `batching`, an encoder `dynamic_batching`; which one
 // a model is comes from its files, so both are accepted for every model.
 struct ModelConfig {
   std::string name;  // [A-Za-z0-9._:/-]+, unique
-  std::string path;  // checkpoint directory or engine file, relative to the working directory
+  std::string path;  // checkpoint directory or engine file, relative to the working directory; empty with variants
   int threads = 0;   // 0: all cores
   DeviceSpec device = DeviceSpec::Cpu();  // cpu, cuda or cuda:N
   DType activations = DType::kBF16;    // GPU: activation dtype of a checkpoint (engine files carry theirs)
@@ -80,6 +83,17 @@ struct ModelConfig {
   // when present: the pooling (unset: mean) and whether to L2-normalize (unset: true).
   std::optional<io::PoolingMode> pooling;
   std::optional<bool> normalize;
+  // A QoS variant group when not empty: one model to clients, served by these variants
+  // (most accurate first), each with its own engine and batcher; `qos` steers new requests
+  // between them. Each variant starts from this model's options and overrides what it sets.
+  std::vector<VariantConfig> variants;
+  qos::QosOptions qos;
+};
+
+// One rung of a variant group: a full model config (name = the group's) plus its own name.
+struct VariantConfig {
+  std::string name;  // [A-Za-z0-9._-]+, unique in the group; named in responses and metrics
+  ModelConfig model;
 };
 
 enum class LogLevel { kTrace, kDebug, kInfo, kWarn, kError };
@@ -95,6 +109,9 @@ struct ServerConfig {
   AuthConfig auth;
   // Tier name → priority, 1 the highest (the encoder batcher's priority levels).
   std::map<std::string, int> tiers = {{"default", 1}};
+  // What a tier asks of every QoS variant group (`tiers: {gold: {priority, min_variant, slo}}`);
+  // a group's own `qos.tiers` overrides it field by field.
+  std::map<std::string, qos::TierRule> tier_rules;
   std::vector<TenantConfig> tenants;
   std::vector<ModelConfig> models;
   LogConfig log;

@@ -36,6 +36,8 @@ class EncoderJob : public std::enable_shared_from_this<EncoderJob> {
       auto work = std::make_shared<EncoderWork>();
       work->kind = spec_.kind;
       work->input = std::move(spec_.items[i]);
+      work->tier = ctx_->principal().tier;
+      work->arrival = ctx_->arrival();
       work->done = [self, i](Result<std::vector<float>> r) { self->OnDone(i, std::move(r)); };
       auto item = std::make_shared<sched::BatchItem>();
       item->priority_level = spec_.priority;

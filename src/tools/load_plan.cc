@@ -135,6 +135,23 @@ Status ValidateLoadOptions(const LoadOptions& o) {
                                 std::pair{"--slo-e2e-ms", o.slo.e2e_ms}}) {
     if (v && !(*v > 0)) return InvalidArgument(std::string(name) + " must be > 0");
   }
+  double scheduled = 0;
+  for (const RatePhase& p : o.rate_schedule) {
+    if (!(p.duration_s > 0) || !(p.rate >= 0) || !std::isfinite(p.rate)) {
+      return InvalidArgument("--rate-schedule: each phase needs a duration > 0 and a finite rate >= 0");
+    }
+    scheduled += p.duration_s * p.rate;
+  }
+  if (!o.rate_schedule.empty() && !(scheduled > 0)) return InvalidArgument("--rate-schedule sends no requests");
+  std::vector<std::string> names;
+  for (const LoadTier& t : o.tiers) {
+    if (t.name.empty()) return InvalidArgument("--tier: a tier needs a name");
+    if (!(t.share > 0)) return InvalidArgument("--tier " + t.name + ": the share must be > 0");
+    if (std::find(names.begin(), names.end(), t.name) != names.end()) {
+      return InvalidArgument("--tier " + t.name + " is given twice");
+    }
+    names.push_back(t.name);
+  }
   return ParseHttpUrl(o.url).status();
 }
 

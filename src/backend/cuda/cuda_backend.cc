@@ -262,6 +262,18 @@ Result<CudaDeviceInfo> QueryCudaDevice(int device) {
   return info;
 }
 
+Result<CudaMemoryInfo> QueryCudaMemory(int device) {
+  if (!CudaAvailable()) return Unavailable("no CUDA device is available");
+  int previous = 0;
+  FERRY_CUDA_RETURN_IF_ERROR(cudaGetDevice(&previous));
+  FERRY_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  CudaMemoryInfo info;
+  const cudaError_t err = cudaMemGetInfo(&info.free_bytes, &info.total_bytes);
+  FERRY_CUDA_RETURN_IF_ERROR(cudaSetDevice(previous));
+  FERRY_CUDA_RETURN_IF_ERROR(err);
+  return info;
+}
+
 bool CudaAvailable() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
