@@ -36,12 +36,12 @@ trap 'kill -9 $pid 2>/dev/null || true' EXIT
 port=""
 for _ in $(seq 1 600); do
   port=$(sed -n 's/.*listening on https:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$log" | head -1)
-  if [[ -n $port ]] && curl -sf --cacert "$work/first/cert.pem" "https://localhost:$port/health/ready" >/dev/null 2>&1; then break; fi
+  if [[ -n $port ]] && curl -sf --cacert "$work/first/cert.pem" "https://127.0.0.1:$port/health/ready" >/dev/null 2>&1; then break; fi
   kill -0 $pid 2>/dev/null || { cat "$log"; echo "server exited early"; exit 1; }
   sleep 0.1
 done
 [[ -n $port ]] || { cat "$log"; echo "server did not start"; exit 1; }
-NODE_EXTRA_CA_CERTS="$work/first/cert.pem" FERRY_BASE_URL="https://localhost:$port/v1" node tls_test.mjs
+NODE_EXTRA_CA_CERTS="$work/first/cert.pem" FERRY_BASE_URL="https://127.0.0.1:$port/v1" node tls_test.mjs
 # Plain HTTP on the TLS port gets nothing useful, and the server stays up.
 if curl -sf --max-time 5 "http://127.0.0.1:$port/health/ready" >/dev/null 2>&1; then echo "plain HTTP was answered"; exit 1; fi
 # Renewal: new files, SIGHUP, and a client that trusts only the new certificate.
@@ -49,7 +49,7 @@ cp "$work/second/cert.pem" "$work/second/key.pem" "$work/live/"
 kill -HUP $pid
 for _ in $(seq 1 100); do grep -q "TLS certificate reloaded" "$log" && break; sleep 0.05; done
 grep -q "TLS certificate reloaded" "$log" || { cat "$log"; echo "SIGHUP did not reload"; exit 1; }
-NODE_EXTRA_CA_CERTS="$work/second/cert.pem" FERRY_BASE_URL="https://localhost:$port/v1" node tls_test.mjs
+NODE_EXTRA_CA_CERTS="$work/second/cert.pem" FERRY_BASE_URL="https://127.0.0.1:$port/v1" node tls_test.mjs
 kill -TERM $pid
 status=0
 wait $pid || status=$?
