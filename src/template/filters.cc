@@ -68,6 +68,11 @@ Value FAbs(Interpreter&, const Value& v, CallArgs& a) {
 Value FAttr(Interpreter& in, const Value& v, CallArgs& a) {
   Value name = a.Take("name");
   a.Done("attr");
+  // Python's getattr without the item fallback of `.`: a dict's keys are not attributes.
+  if (v.is_dict()) {
+    if (std::optional<Value> method = FindMethod(v, Str(name))) return *method;
+    return Value::Undefined("'dict object' has no attribute '" + Str(name) + "'");
+  }
   return in.GetAttr(v, Str(name));
 }
 
@@ -638,7 +643,9 @@ Value FUrlencode(Interpreter& in, const Value& v, CallArgs& a) {
   if (v.is_string()) return Value(UrlQuote(v.AsString(), true));
   std::string out;
   auto add = [&](const Value& k, const Value& val) {
-    out += (out.empty() ? "" : "&") + UrlQuote(Str(k), false) + "=" + UrlQuote(Str(val), false);
+    // Query strings write spaces as '+', as Jinja's url_quote(for_qs=True) does.
+    out += (out.empty() ? "" : "&") + text::Replace(UrlQuote(Str(k), false), "%20", "+", -1) + "=" +
+           text::Replace(UrlQuote(Str(val), false), "%20", "+", -1);
   };
   if (v.is_dict()) {
     for (const auto& [k, val] : v.AsDict().items()) add(k, val);

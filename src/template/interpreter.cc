@@ -544,7 +544,8 @@ Value Interpreter::GetAttr(const Value& obj, const std::string& name) {
   if (obj.is_undefined()) RaiseUndefined(obj);
   if (!name.empty() && name[0] == '_') {
     // The sandbox hides every internal attribute.
-    return Value::Undefined("access to attribute '" + name + "' of '" + obj.TypeName() + "' object is unsafe.");
+    return Value::Undefined("access to attribute '" + name + "' of '" + obj.TypeName() + "' object is unsafe.",
+                            "SecurityError");
   }
   if (obj.is_object()) return obj.AsObject()->GetAttr(name);
   if (std::optional<Value> method = FindMethod(obj, name)) return *method;

@@ -32,14 +32,15 @@ Value LoopObject::GetAttr(const std::string& name) const {
   if (name == "depth0") return Value(static_cast<int64_t>(depth_));
   if (name == "previtem") return i > 0 ? items_[index_ - 1] : Value::Undefined("there is no previous item");
   if (name == "nextitem") return i + 1 < n ? items_[index_ + 1] : Value::Undefined("there is no next item");
-  auto self = std::const_pointer_cast<LoopObject>(shared_from_this());
   if (name == "cycle") {
+    auto self = std::const_pointer_cast<LoopObject>(shared_from_this());
     return Value::Function(std::make_shared<BuiltinFn>("cycle", [self](Interpreter&, CallArgs& args) -> Value {
       if (args.args.empty()) Raise("TypeError", "no items for cycling given");
       return args.args[self->index_ % args.args.size()];
     }));
   }
   if (name == "changed") {
+    auto self = std::const_pointer_cast<LoopObject>(shared_from_this());
     return Value::Function(std::make_shared<BuiltinFn>("changed", [self](Interpreter&, CallArgs& args) -> Value {
       Value now = Value::Tuple(args.args);
       if (self->changed_called_ && Equals(now, self->last_changed_)) return Value(false);

@@ -118,21 +118,18 @@ std::vector<std::string> Split(std::string_view s, const std::optional<std::stri
       words.emplace_back(i, j);
       i = j;
     }
-    if (maxsplit < 0 || static_cast<size_t>(maxsplit) + 1 >= words.size()) {
+    if (maxsplit < 0 || static_cast<size_t>(maxsplit) >= words.size()) {
       for (auto [b, e] : words) out.push_back(EncodeUtf8(cps, b, e));
       return out;
     }
     const size_t keep = static_cast<size_t>(maxsplit);
     if (!from_right) {
+      // The remainder keeps its own whitespace, as Python's does.
       for (size_t w = 0; w < keep; ++w) out.push_back(EncodeUtf8(cps, words[w].first, words[w].second));
-      size_t rest_end = cps.size();
-      while (rest_end > words[keep].first && IsPySpace(cps[rest_end - 1])) --rest_end;
-      out.push_back(EncodeUtf8(cps, words[keep].first, rest_end));
+      out.push_back(EncodeUtf8(cps, words[keep].first, cps.size()));
     } else {
       const size_t split_from = words.size() - keep;
-      size_t rest_begin = 0;
-      while (rest_begin < words[split_from - 1].second && IsPySpace(cps[rest_begin])) ++rest_begin;
-      out.push_back(EncodeUtf8(cps, rest_begin, words[split_from - 1].second));
+      out.push_back(EncodeUtf8(cps, 0, words[split_from - 1].second));
       for (size_t w = split_from; w < words.size(); ++w) out.push_back(EncodeUtf8(cps, words[w].first, words[w].second));
     }
     return out;

@@ -9,7 +9,7 @@ namespace ferry::jinja {
 
 void Raise(std::string kind, std::string message) { throw RenderError{std::move(kind), std::move(message)}; }
 
-void RaiseUndefined(const Value& v) { Raise("UndefinedError", v.undefined_hint()); }
+void RaiseUndefined(const Value& v) { Raise(v.undefined_kind(), v.undefined_hint()); }
 
 // ---- DictData ------------------------------------------------------------------------
 
@@ -59,9 +59,10 @@ Value Object::Call(Interpreter&, CallArgs&) { Raise("TypeError", "'" + TypeName(
 
 // ---- Value ---------------------------------------------------------------------------
 
-Value Value::Undefined(std::string hint) {
+// An undefined value keeps its error as "Kind\x1fmessage" (the kind only when not UndefinedError).
+Value Value::Undefined(std::string hint, std::string_view kind) {
   Value v;
-  v.data_ = std::make_shared<const std::string>(std::move(hint));
+  v.data_ = std::make_shared<const std::string>(kind.empty() ? std::move(hint) : std::string(kind) + '\x1f' + hint);
   return v;
 }
 
@@ -114,11 +115,18 @@ double Value::AsFloat() const {
 
 const std::vector<Value>& Value::AsList() const { return std::get<std::shared_ptr<const ListData>>(data_)->items; }
 
-const std::string& Value::undefined_hint() const {
-  static const std::string kNone = "value is undefined";
-  if (kind_ != Kind::kUndefined) return kNone;
+std::string Value::undefined_hint() const {
   const auto* hint = std::get_if<std::shared_ptr<const std::string>>(&data_);
-  return hint != nullptr && *hint != nullptr && !(*hint)->empty() ? **hint : kNone;
+  if (kind_ != Kind::kUndefined || hint == nullptr || *hint == nullptr || (*hint)->empty()) return "value is undefined";
+  const size_t sep = (*hint)->find('\x1f');
+  return sep == std::string::npos ? **hint : (*hint)->substr(sep + 1);
+}
+
+std::string Value::undefined_kind() const {
+  const auto* hint = std::get_if<std::shared_ptr<const std::string>>(&data_);
+  if (hint == nullptr || *hint == nullptr) return "UndefinedError";
+  const size_t sep = (*hint)->find('\x1f');
+  return sep == std::string::npos ? "UndefinedError" : (*hint)->substr(0, sep);
 }
 
 bool Value::Truthy() const {

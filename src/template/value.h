@@ -84,8 +84,9 @@ class Value {
   Value(const char* s) : Value(std::string(s)) {}                        // NOLINT
   Value(std::string_view s) : Value(std::string(s)) {}                   // NOLINT
 
-  // An undefined value; `hint` is the message of the error that using it raises.
-  static Value Undefined(std::string hint);
+  // An undefined value; `hint` is the message of the error that using it raises, an
+  // UndefinedError unless `kind` names another (the sandbox's SecurityError).
+  static Value Undefined(std::string hint, std::string_view kind = {});
   static Value None();
   static Value List(std::vector<Value> items);
   static Value Tuple(std::vector<Value> items);
@@ -118,8 +119,9 @@ class Value {
   jinja::Object* AsObject() const { return std::get<std::shared_ptr<jinja::Object>>(data_).get(); }
   const std::shared_ptr<jinja::Object>& object_ptr() const { return std::get<std::shared_ptr<jinja::Object>>(data_); }
   Callable* AsCallable() const { return std::get<std::shared_ptr<Callable>>(data_).get(); }
-  // The message of the error an undefined value raises when used.
-  const std::string& undefined_hint() const;
+  // The message and kind of the error an undefined value raises when used.
+  std::string undefined_hint() const;
+  std::string undefined_kind() const;
 
   // Python's bool(x).
   bool Truthy() const;
