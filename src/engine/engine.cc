@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "backend/cuda_backend.h"
+#include "core/mapped_file.h"
 #include "core/thread_pool.h"
 #include "engine/engine_fingerprint.h"
 #include "io/engine_file.h"
@@ -46,6 +47,16 @@ Result<std::shared_ptr<Engine>> Engine::Load(const std::string& path, const Engi
     if (!tok.ok()) return tok.status().WithContext("loading the tokenizer of '" + path + "'");
     e->tokenizer_ = std::move(tok).value();
   }
+  std::map<std::string, std::string> settings;
+  for (const char* name : {"tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+                           "chat_template.jinja"}) {
+    const fs::path p = fs::path(path) / name;
+    if (!fs::exists(p, ec)) continue;
+    FERRY_ASSIGN_OR_RETURN(settings[name], ReadFileToString(p.string()));
+  }
+  auto tc = tokenizer::ParseTokenizerConfig(settings);
+  if (!tc.ok()) return tc.status().WithContext("loading '" + path + "'");
+  e->tokenizer_config_ = std::move(tc).value();
   auto ckpt_or = io::Checkpoint::Open(path);
   if (!ckpt_or.ok()) return ckpt_or.status().WithContext("loading '" + path + "'");
   std::shared_ptr<io::Checkpoint> ckpt = std::move(ckpt_or).value();
@@ -116,6 +127,9 @@ Result<std::shared_ptr<Engine>> Engine::LoadEngineFile(const std::string& path, 
     if (!tok.ok()) return tok.status().WithContext(where + ": embedded tokenizer");
     e->tokenizer_ = std::move(tok).value();
   }
+  auto tc = tokenizer::ParseTokenizerConfig(files);
+  if (!tc.ok()) return tc.status().WithContext(where);
+  e->tokenizer_config_ = std::move(tc).value();
 
   // A GPU engine's weights are stored in the activation dtype it was built for.
   EngineOptions backend_options = options;

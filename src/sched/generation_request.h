@@ -51,10 +51,12 @@ struct GenerationRequest {
   int max_tokens = 16;
   std::vector<int32_t> stop_ids;     // end-of-sequence ids (ignored with ignore_eos)
   bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids;  // more ids that end generation (vLLM's stop_token_ids; not ignored)
+  int min_tokens = 0;                // no stop id may be drawn before this many tokens (vLLM's min_tokens)
   int logprobs = -1;                 // -1: none; k >= 0: the chosen token's and the top k
   bool prompt_logprobs = false;      // log-probabilities of the prompt tokens (echo)
   bool keep_logits = false;          // return the logits rows (offline tools: dumps, comparisons)
-  int priority = 1;                  // 1 = highest
+  int64_t priority = 0;              // lower runs first (vLLM's); the server adds the tier's rank
   std::string tier = "default";
   Clock::time_point arrival = Clock::now();
   std::optional<Clock::time_point> deadline;
