@@ -1,5 +1,7 @@
 #include "serve/config.h"
 
+#include "serve/config_env.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <yaml-cpp/yaml.h>
@@ -19,6 +21,19 @@
 namespace ferry::serve {
 
 namespace {
+
+// The environment of the parse under way (FERRY_* variables as config keys), or null.
+thread_local ConfigEnvironment* t_env = nullptr;
+
+// Keys that hold a mapping or a list: a FERRY_ variable below one creates it when the file
+// does not have it.
+bool IsSectionKey(std::string_view key) {
+  for (std::string_view s : {"listener", "auth", "models", "tenants", "log", "api", "cors", "batching",
+                             "dynamic_batching", "default_queue_policy"}) {
+    if (key == s) return true;
+  }
+  return false;
+}
 
 // ---- Messages --------------------------------------------------------------------------
 
@@ -148,6 +163,12 @@ Result<std::vector<std::pair<std::string, YAML::Node>>> ReadItems(const YAML::No
   for (const auto& item : node) {
     items.emplace_back(path + "[" + std::to_string(items.size()) + "]", item);
   }
+  // Items the environment adds past the file's (FERRY_MODELS_1_NAME, ...).
+  while (t_env != nullptr) {
+    const std::string item_path = path + "[" + std::to_string(items.size()) + "]";
+    if (!t_env->HasUnder(item_path)) break;
+    items.emplace_back(item_path, YAML::Node(YAML::NodeType::Map));
+  }
   return items;
 }
 
@@ -165,6 +186,7 @@ class MapReader {
       if (!known) return ErrorAt(entry.key_node, reader.Path(entry.key), "unknown key");
       reader.entries_.push_back(std::move(entry));
     }
+    if (t_env != nullptr) FERRY_RETURN_IF_ERROR(reader.ApplyEnvironment(allowed));
     return reader;
   }
 
@@ -230,6 +252,35 @@ class MapReader {
  private:
   MapReader(const YAML::Node& node, std::string path) : node_(node), path_(std::move(path)) {}
 
+  // FERRY_<PATH> variables replace (or add) keys; a section with variables below it that
+  // the file lacks is created empty, for its own reader to fill.
+  Status ApplyEnvironment(std::initializer_list<std::string_view> allowed) {
+    for (std::string_view key : allowed) {
+      const std::string key_path = Path(key);
+      YAML::Node value;
+      if (std::optional<std::string> text = t_env->Get(key_path)) {
+        try {
+          value = YAML::Load(*text);
+        } catch (const YAML::Exception& e) {
+          return InvalidArgument(ConfigEnvironment::VarName(key_path) + " (" + key_path + "): invalid YAML: " + e.msg);
+        }
+      } else if (Find(key) == nullptr && IsSectionKey(key) && t_env->HasUnder(key_path)) {
+        value = YAML::Node(key == "models" || key == "tenants" ? YAML::NodeType::Sequence : YAML::NodeType::Map);
+      } else {
+        continue;
+      }
+      bool replaced = false;
+      for (Entry& e : entries_) {
+        if (e.key == key) {
+          e.value = value;
+          replaced = true;
+        }
+      }
+      if (!replaced) entries_.push_back(Entry{std::string(key), YAML::Node(std::string(key)), value});
+    }
+    return Status::Ok();
+  }
+
   YAML::Node node_;
   std::string path_;
   std::vector<Entry> entries_;
@@ -292,7 +343,8 @@ Status ParseContinuousBatching(const YAML::Node& node, const std::string& path,
   FERRY_ASSIGN_OR_RETURN(const MapReader m,
                          MapReader::Open(node, path,
                                          {"max_num_seqs", "max_num_batched_tokens", "max_seq_len", "kv_block_tokens",
-                                          "max_queue_requests", "max_queue_tokens", "default_timeout_ms"}));
+                                          "max_queue_requests", "max_queue_tokens", "default_timeout_ms",
+                                          "enable_prefix_caching"}));
   FERRY_RETURN_IF_ERROR(m.Int("max_num_seqs", out.max_num_seqs));
   FERRY_RETURN_IF_ERROR(m.Int("max_num_batched_tokens", out.max_num_batched_tokens));
   FERRY_RETURN_IF_ERROR(m.Int("max_seq_len", out.max_seq_len));
@@ -300,6 +352,7 @@ Status ParseContinuousBatching(const YAML::Node& node, const std::string& path,
   FERRY_RETURN_IF_ERROR(m.Int("max_queue_requests", out.max_queue_requests));
   FERRY_RETURN_IF_ERROR(m.Int("max_queue_tokens", out.max_queue_tokens));
   FERRY_RETURN_IF_ERROR(m.Int("default_timeout_ms", out.default_timeout_ms));
+  FERRY_RETURN_IF_ERROR(m.Bool("enable_prefix_caching", out.enable_prefix_caching));
   return Status::Ok();
 }
 
@@ -362,7 +415,8 @@ Status ParseModel(const YAML::Node& node, const std::string& path, ModelConfig& 
   FERRY_ASSIGN_OR_RETURN(const MapReader m,
                          MapReader::Open(node, path,
                                          {"name", "path", "threads", "device", "activations", "kv_cache_dtype",
-                                          "enforce_eager", "batching", "dynamic_batching", "warmup"}));
+                                          "enforce_eager", "batching", "dynamic_batching", "warmup", "chat_template",
+                                          "tool_call_parser", "gpu_memory_utilization"}));
   FERRY_RETURN_IF_ERROR(m.Require("name"));
   FERRY_RETURN_IF_ERROR(m.Require("path"));
   FERRY_RETURN_IF_ERROR(m.String("name", out.name));
@@ -397,6 +451,48 @@ Status ParseModel(const YAML::Node& node, const std::string& path, ModelConfig& 
     FERRY_RETURN_IF_ERROR(ParseDynamicBatching(*dynamic, m.Path("dynamic_batching"), out.dynamic_batching));
   }
   FERRY_RETURN_IF_ERROR(m.Bool("warmup", out.warmup));
+  FERRY_RETURN_IF_ERROR(m.String("chat_template", out.chat_template));
+  if (const YAML::Node* util = m.Find("gpu_memory_utilization")) {
+    FERRY_ASSIGN_OR_RETURN(const std::string text, ReadString(*util, m.Path("gpu_memory_utilization")));
+    char* end = nullptr;
+    out.gpu_memory_utilization = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0') {
+      return ErrorAt(*util, m.Path("gpu_memory_utilization"), "expected a number, got " + Quoted(text));
+    }
+  }
+  if (const YAML::Node* parser = m.Find("tool_call_parser")) {
+    FERRY_ASSIGN_OR_RETURN(out.tool_call_parser, ReadEnum<ToolCallParser>(*parser, m.Path("tool_call_parser"),
+                                                                          {{"auto", ToolCallParser::kAuto},
+                                                                           {"none", ToolCallParser::kNone},
+                                                                           {"hermes", ToolCallParser::kHermes},
+                                                                           {"llama3_json", ToolCallParser::kLlama3Json},
+                                                                           {"mistral", ToolCallParser::kMistral}}));
+  }
+  return Status::Ok();
+}
+
+Status ParseApi(const YAML::Node& node, ApiConfig& out) {
+  FERRY_ASSIGN_OR_RETURN(const MapReader m, MapReader::Open(node, "api", {"unknown_fields"}));
+  if (const YAML::Node* unknown = m.Find("unknown_fields")) {
+    FERRY_ASSIGN_OR_RETURN(out.unknown_fields, ReadEnum<UnknownFields>(*unknown, m.Path("unknown_fields"),
+                                                                       {{"ignore", UnknownFields::kIgnore},
+                                                                        {"reject", UnknownFields::kReject}}));
+  }
+  return Status::Ok();
+}
+
+Status ParseCors(const YAML::Node& node, CorsConfig& out) {
+  FERRY_ASSIGN_OR_RETURN(const MapReader m, MapReader::Open(node, "cors",
+                                                            {"allowed_origins", "allowed_methods", "allowed_headers",
+                                                             "allow_credentials", "max_age_s"}));
+  // A list given replaces the default list.
+  if (m.Find("allowed_methods") != nullptr) out.allowed_methods.clear();
+  if (m.Find("allowed_headers") != nullptr) out.allowed_headers.clear();
+  FERRY_RETURN_IF_ERROR(m.AppendStrings("allowed_origins", out.allowed_origins));
+  FERRY_RETURN_IF_ERROR(m.AppendStrings("allowed_methods", out.allowed_methods));
+  FERRY_RETURN_IF_ERROR(m.AppendStrings("allowed_headers", out.allowed_headers));
+  FERRY_RETURN_IF_ERROR(m.Bool("allow_credentials", out.allow_credentials));
+  FERRY_RETURN_IF_ERROR(m.Int("max_age_s", out.max_age_s));
   return Status::Ok();
 }
 
@@ -414,11 +510,12 @@ Status ParseLog(const YAML::Node& node, LogConfig& out) {
   return Status::Ok();
 }
 
-Status ParseRoot(const YAML::Node& root, ServerConfig& config) {
-  if (root.IsNull()) return Status::Ok();  // an empty file: every default
+Status ParseRoot(const YAML::Node& file_root, ServerConfig& config) {
+  // An empty file: every default (and whatever the environment sets).
+  const YAML::Node root = file_root.IsNull() ? YAML::Node(YAML::NodeType::Map) : file_root;
   if (!root.IsMap()) return ErrorAt(root, "(top level)", "expected a mapping, got " + KindName(root));
-  FERRY_ASSIGN_OR_RETURN(const MapReader m,
-                         MapReader::Open(root, "", {"listener", "auth", "tiers", "tenants", "models", "log"}));
+  FERRY_ASSIGN_OR_RETURN(const MapReader m, MapReader::Open(root, "", {"listener", "auth", "tiers", "tenants", "models",
+                                                                       "log", "api", "cors"}));
   if (const YAML::Node* node = m.Find("listener")) FERRY_RETURN_IF_ERROR(ParseListener(*node, config.listener));
   if (const YAML::Node* node = m.Find("auth")) FERRY_RETURN_IF_ERROR(ParseAuth(*node, config.auth));
   if (const YAML::Node* node = m.Find("tiers")) FERRY_RETURN_IF_ERROR(ParseTiers(*node, config.tiers));
@@ -439,6 +536,8 @@ Status ParseRoot(const YAML::Node& root, ServerConfig& config) {
     }
   }
   if (const YAML::Node* node = m.Find("log")) FERRY_RETURN_IF_ERROR(ParseLog(*node, config.log));
+  if (const YAML::Node* node = m.Find("api")) FERRY_RETURN_IF_ERROR(ParseApi(*node, config.api));
+  if (const YAML::Node* node = m.Find("cors")) FERRY_RETURN_IF_ERROR(ParseCors(*node, config.cors));
   return Status::Ok();
 }
 
@@ -557,16 +656,26 @@ Status ValidateModels(const std::vector<ModelConfig>& models) {
     FERRY_RETURN_IF_ERROR(CheckRange(path + ".threads", model.threads, 0, 4096));
     FERRY_RETURN_IF_ERROR(model.batching.Validate().WithContext(path + ".batching"));
     FERRY_RETURN_IF_ERROR(model.dynamic_batching.Validate().WithContext(path + ".dynamic_batching"));
+    if (!(model.gpu_memory_utilization >= 0.0 && model.gpu_memory_utilization <= 1.0)) {
+      return InvalidArgument(path + ".gpu_memory_utilization: must be in [0, 1]");
+    }
   }
   return Status::Ok();
 }
 
-// The YAML's values over the defaults, not yet validated (flags may still change them).
-Result<ServerConfig> ParseUnvalidated(std::string_view yaml_text) {
+// The YAML's values over the defaults, then the environment's, not yet validated (flags
+// may still change them).
+Result<ServerConfig> ParseUnvalidated(std::string_view yaml_text, const ServerConfigOverrides& overrides) {
   ServerConfig config;
+  ConfigEnvironment env(overrides.environment);
+  struct Scope {
+    explicit Scope(ConfigEnvironment* e) { t_env = e; }
+    ~Scope() { t_env = nullptr; }
+  } scope(overrides.use_environment ? &env : nullptr);
   try {
     const YAML::Node root = YAML::Load(std::string(yaml_text));
     FERRY_RETURN_IF_ERROR(ParseRoot(root, config));
+    if (overrides.use_environment) FERRY_RETURN_IF_ERROR(env.CheckAllUsed());
   } catch (const YAML::Exception& e) {
     std::string where = e.mark.is_null() ? "" : " at line " + std::to_string(e.mark.line + 1) + ", column " +
                                                     std::to_string(e.mark.column + 1);
@@ -582,7 +691,7 @@ Status ApplyOverrides(ServerConfig& config, const ServerConfigOverrides& o) {
   if (o.no_auth) config.auth.mode = AuthMode::kNone;
   if (o.no_request_log) config.log.request_log = false;
   if (o.log_level) config.log.level = *o.log_level;
-  return Status::Ok();
+  return ApplyVllmFlags(config, o);
 }
 
 }  // namespace
@@ -591,6 +700,7 @@ Status ApplyOverrides(ServerConfig& config, const ServerConfigOverrides& o) {
 
 Status ServerConfig::Validate() const {
   FERRY_RETURN_IF_ERROR(ValidateListener(listener));
+  FERRY_RETURN_IF_ERROR(ValidateCors(cors));
   if (tiers.empty()) return InvalidArgument("tiers: define at least one tier");
   for (const auto& [name, priority] : tiers) {
     if (!IsName(name, kTenantNameExtra)) {
@@ -624,7 +734,7 @@ const std::string& ServerConfig::HighestTier() const {
 }
 
 Result<ServerConfig> ParseServerConfig(std::string_view yaml_text, const ServerConfigOverrides& overrides) {
-  FERRY_ASSIGN_OR_RETURN(ServerConfig config, ParseUnvalidated(yaml_text));
+  FERRY_ASSIGN_OR_RETURN(ServerConfig config, ParseUnvalidated(yaml_text, overrides));
   FERRY_RETURN_IF_ERROR(ApplyOverrides(config, overrides));
   FERRY_RETURN_IF_ERROR(config.Validate());
   return config;
@@ -636,7 +746,7 @@ Result<ServerConfig> LoadServerConfig(const std::string& path, const ServerConfi
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) return DataLoss("cannot read config file " + path);
-  Result<ServerConfig> config = ParseUnvalidated(text.str());
+  Result<ServerConfig> config = ParseUnvalidated(text.str(), overrides);
   if (!config.ok()) return config.status().WithContext(path);
   FERRY_RETURN_IF_ERROR(ApplyOverrides(*config, overrides));
   const Status valid = config->Validate();
@@ -644,77 +754,6 @@ Result<ServerConfig> LoadServerConfig(const std::string& path, const ServerConfi
   return config;
 }
 
-Status ApplyModelFlag(ServerConfig& config, std::string_view name_eq_path) {
-  const size_t eq = name_eq_path.find('=');
-  if (eq == std::string_view::npos) {
-    return InvalidArgument("--model expects NAME=PATH, got '" + std::string(name_eq_path) + "'");
-  }
-  const std::string name(name_eq_path.substr(0, eq));
-  const std::string path(name_eq_path.substr(eq + 1));
-  if (name.empty() || path.empty()) {
-    return InvalidArgument("--model expects NAME=PATH with a non-empty name and path, got '" +
-                           std::string(name_eq_path) + "'");
-  }
-  for (ModelConfig& model : config.models) {
-    if (model.name == name) {
-      model.path = path;
-      return Status::Ok();
-    }
-  }
-  ModelConfig model;
-  model.name = name;
-  model.path = path;
-  config.models.push_back(std::move(model));
-  return Status::Ok();
-}
 
-bool IsLoopbackHost(std::string_view host) {
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  std::string text(host);
-  std::string lower;
-  for (char c : text) lower += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-  if (lower == "localhost") return true;
-  in_addr v4{};
-  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) {
-    return reinterpret_cast<const unsigned char*>(&v4.s_addr)[0] == 127;  // network byte order
-  }
-  in6_addr v6{};
-  if (inet_pton(AF_INET6, text.c_str(), &v6) == 1) {
-    const unsigned char* b = v6.s6_addr;
-    bool zeros_before_last = true;
-    for (int i = 0; i < 15; ++i) zeros_before_last = zeros_before_last && b[i] == 0;
-    if (zeros_before_last && b[15] == 1) return true;  // ::1
-    bool v4_mapped = b[10] == 0xff && b[11] == 0xff;
-    for (int i = 0; i < 10; ++i) v4_mapped = v4_mapped && b[i] == 0;
-    return v4_mapped && b[12] == 127;  // ::ffff:127.x.y.z
-  }
-  return false;
-}
-
-std::string_view AuthModeName(AuthMode mode) {
-  switch (mode) {
-    case AuthMode::kKeys: return "keys";
-    case AuthMode::kNone: return "none";
-  }
-  return "unknown";
-}
-
-Result<LogLevel> ParseLogLevel(std::string_view name) {
-  for (LogLevel level : {LogLevel::kTrace, LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError}) {
-    if (name == LogLevelName(level)) return level;
-  }
-  return InvalidArgument("log level must be trace, debug, info, warn or error, got " + Quoted(std::string(name)));
-}
-
-std::string_view LogLevelName(LogLevel level) {
-  switch (level) {
-    case LogLevel::kTrace: return "trace";
-    case LogLevel::kDebug: return "debug";
-    case LogLevel::kInfo: return "info";
-    case LogLevel::kWarn: return "warn";
-    case LogLevel::kError: return "error";
-  }
-  return "unknown";
-}
 
 }  // namespace ferry::serve

@@ -84,7 +84,7 @@ class EncoderJob : public std::enable_shared_from_this<EncoderJob> {
   EncoderJob(std::shared_ptr<RequestContext> ctx, ServedModel& model, EncoderParams params,
              std::function<json(const std::vector<std::vector<float>>&, int64_t)> format)
       : ctx_(std::move(ctx)), model_(model), p_(std::move(params)), format_(std::move(format)),
-        tier_(ctx_->metrics().ForTier(model.name(), ctx_->principal().tier)) {}
+        tier_(ctx_->metrics().ForTier(model.name(), ctx_->principal().tier, /*decoder=*/false)) {}
 
   void Start() {
     const size_t n = p_.inputs.size();
@@ -100,6 +100,7 @@ class EncoderJob : public std::enable_shared_from_this<EncoderJob> {
       auto work = std::make_shared<EncoderWork>();
       work->kind = p_.kind;
       work->input = std::move(p_.inputs[i]);
+      work->queue_time = tier_.request_queue_time_seconds;
       work->done = [self, i](Result<std::vector<float>> r) { self->OnDone(i, std::move(r)); };
       auto item = std::make_shared<sched::BatchItem>();
       item->priority_level = p_.priority;

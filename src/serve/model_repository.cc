@@ -1,5 +1,7 @@
 #include "serve/model_repository.h"
 
+#include "serve/tool_parser.h"
+
 #include <chrono>
 #include <cmath>
 
@@ -27,6 +29,10 @@ class MetricsObserver : public sched::BatcherObserver {
     m_.kv_cache_usage_perc->Set(s.kv_usage);
   }
   void OnPreemption(int count) override { m_.num_preemptions->Inc(count); }
+  void OnPrefixCache(int64_t queried, int64_t hits) override {
+    m_.prefix_cache_queries->Inc(static_cast<double>(queried));
+    m_.prefix_cache_hits->Inc(static_cast<double>(hits));
+  }
   void OnState(const sched::LoadState& s) override {
     m_.num_requests_running->Set(s.running);
     m_.num_requests_waiting->Set(s.waiting);
@@ -49,7 +55,6 @@ bool AllFinite(const float* v, int64_t n) {
 Result<std::unique_ptr<ServedModel>> ServedModel::Create(const ModelConfig& config, ServerMetrics& metrics) {
   std::unique_ptr<ServedModel> m(new ServedModel());
   m->config_ = config;
-  m->model_metrics_ = metrics.ForModel(config.name);
   sched::PreloadOptions po;
   po.engine.threads = config.threads;
   po.engine.device = config.device;
@@ -57,6 +62,7 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Create(const ModelConfig& conf
   po.engine.cuda_kv_cache = config.kv_cache_dtype;
   po.core.batching = config.batching;
   po.core.step_graphs = !config.enforce_eager;
+  po.core.gpu_memory_utilization = config.gpu_memory_utilization;
   po.encoder_max_seq_len = config.batching.max_seq_len;
   po.encoder_batches = {1, config.dynamic_batching.max_batch_size};
   if (config.dynamic_batching.max_batch_size > 8) po.encoder_batches.insert(po.encoder_batches.begin() + 1, 8);
@@ -67,7 +73,15 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Create(const ModelConfig& conf
     m->preloaded_ = std::move(loaded).value();
   }
   engine::Engine& e = *m->preloaded_->engine();
+  m->model_metrics_ = metrics.ForModel(config.name, e.is_decoder());
   if (e.is_decoder()) {
+    auto chat = LoadChatSetup(config, e);
+    if (!chat.ok()) return chat.status().WithContext("model '" + config.name + "'");
+    m->chat_ = std::move(chat).value();
+    if (m->chat_.has_template()) {
+      FERRY_LOG_INFO("model '{}': chat template from {}; tool-call parser {}", config.name, m->chat_.origin,
+                     ToolCallParserName(m->chat_.parser));
+    }
     m->observer_ = std::make_unique<MetricsObserver>(m->model_metrics_);
     m->decoder_ = std::make_unique<sched::ContinuousBatcher>(*m->preloaded_->core(), m->observer_.get());
     FERRY_RETURN_IF_ERROR(m->decoder_->Start());
@@ -106,6 +120,16 @@ void ServedModel::Stop(int64_t timeout_ms) {
 // pass is retried input by input so only the bad input fails; non-finite rows fail alone.
 void ServedModel::RunEncoderBatch(std::vector<std::shared_ptr<sched::BatchItem>>& batch) {
   model_metrics_.num_requests_running->Set(static_cast<double>(batch.size()));
+  const sched::BatchTime start = sched::BatchClock::now();
+  int64_t batch_tokens = 0;
+  for (auto& item : batch) {
+    const auto* w = static_cast<const EncoderWork*>(item->payload.get());
+    batch_tokens += static_cast<int64_t>(w->input.ids.size());
+    if (w->queue_time != nullptr) {
+      w->queue_time->Observe(std::chrono::duration<double>(start - item->enqueue_time).count());
+    }
+  }
+  model_metrics_.iteration_tokens->Observe(static_cast<double>(batch_tokens));
   const engine::Engine& e = engine();
   for (auto kind : {EncoderWork::Kind::kClassify, EncoderWork::Kind::kEmbed}) {
     std::vector<EncoderWork*> works;

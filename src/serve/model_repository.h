@@ -12,6 +12,7 @@
 #include "sched/preload.h"
 #include "sched/continuous_batcher.h"
 #include "sched/dynamic_batcher.h"
+#include "serve/chat_prompt.h"
 #include "serve/config.h"
 #include "serve/metrics.h"
 
@@ -22,6 +23,7 @@ struct EncoderWork {
   enum class Kind { kClassify, kEmbed };
   Kind kind = Kind::kEmbed;
   engine::EncodedInput input;
+  Histogram* queue_time = nullptr;  // the request's ferry:request_queue_time_seconds, observed when its batch starts
   // Called exactly once with the row (logits or embedding), or the error.
   std::function<void(Result<std::vector<float>>)> done;
   std::atomic<bool> completed{false};
@@ -45,6 +47,8 @@ class ServedModel {
   int64_t created_unix() const { return created_unix_; }
   const sched::PreloadTimings& timings() const { return preloaded_->timings(); }
   const ServerMetrics::ModelMetrics& metrics() const { return model_metrics_; }
+  // Decoders: the chat templates, special tokens and tool-call parser.
+  const ChatSetup& chat() const { return chat_; }
 
   // Stops the batcher: running work finishes within `timeout_ms`, the rest is cancelled.
   void Stop(int64_t timeout_ms);
@@ -59,6 +63,7 @@ class ServedModel {
   std::unique_ptr<sched::ContinuousBatcher> decoder_;
   std::unique_ptr<sched::DynamicBatcher> encoder_;
   ServerMetrics::ModelMetrics model_metrics_;
+  ChatSetup chat_;
   int64_t created_unix_ = 0;
 };
 

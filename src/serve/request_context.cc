@@ -36,16 +36,28 @@ void RequestContext::SetLog(const std::string& key, nlohmann::json value) {
   log_[key] = std::move(value);
 }
 
+void RequestContext::AddHeader(std::string name, std::string value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  headers_.emplace_back(std::move(name), std::move(value));
+}
+
+ResponseWriter::Headers RequestContext::ResponseHeaders() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ResponseWriter::Headers headers{{"X-Request-Id", id_}};
+  headers.insert(headers.end(), headers_.begin(), headers_.end());
+  return headers;
+}
+
 void RequestContext::ReplyJson(int status, const nlohmann::json& body) {
   if (finished_.load()) return;
   client_gone_ = writer_->disconnected();
-  writer_->Send(status, "application/json", Dump(body), {{"X-Request-Id", id_}});
+  writer_->Send(status, "application/json", Dump(body), ResponseHeaders());
   Finish(status);
 }
 
 void RequestContext::ReplyError(const ApiError& error) {
   if (finished_.load()) return;
-  ResponseWriter::Headers headers{{"X-Request-Id", id_}};
+  ResponseWriter::Headers headers = ResponseHeaders();
   if (error.http_status == 429 || error.http_status == 503) headers.emplace_back("Retry-After", "1");
   if (error.http_status == 401) headers.emplace_back("WWW-Authenticate", std::string(kWwwAuthenticate));
   client_gone_ = writer_->disconnected();

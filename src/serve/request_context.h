@@ -47,6 +47,10 @@ class RequestContext {
   ServerMetrics& metrics() { return metrics_; }
   // Fields added to the request's log line.
   void SetLog(const std::string& key, nlohmann::json value);
+  // A header every response to this request carries (before the response starts).
+  void AddHeader(std::string name, std::string value);
+  // X-Request-Id and the added headers: what a route starting a stream sends.
+  ResponseWriter::Headers ResponseHeaders();
 
   // Sends a complete response and finishes the request (first call wins).
   void ReplyJson(int status, const nlohmann::json& body);
@@ -67,6 +71,7 @@ class RequestContext {
   std::function<void()> on_finish_;
   std::mutex mu_;
   nlohmann::json log_ = nlohmann::json::object();  // GUARDED_BY(mu_)
+  ResponseWriter::Headers headers_;                // GUARDED_BY(mu_)
   std::atomic<bool> finished_{false};
   bool client_gone_ = false;  // the client had gone before the response was handed over
 };

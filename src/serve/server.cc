@@ -6,9 +6,14 @@
 #include <random>
 
 #include "core/logging.h"
+#include "core/version.h"
+#include "serve/chat_completions.h"
 #include "serve/completions.h"
+#include "serve/cors.h"
 #include "serve/encoder_routes.h"
 #include "serve/request_fields.h"
+#include "serve/tool_parser.h"
+#include "serve/utility_routes.h"
 
 namespace ferry::serve {
 
@@ -41,7 +46,7 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
 }
 
 Server::Server(ServerConfig config, Authenticator auth)
-    : config_(std::move(config)), auth_(std::move(auth)), logger_(config_.log.request_log) {
+    : config_(std::move(config)), auth_(std::move(auth)), logger_(config_.log.request_log), cors_(config_.cors) {
   HttpServerOptions ho;
   ho.host = config_.listener.host;
   ho.port = config_.listener.port;
@@ -160,10 +165,13 @@ json Server::ModelCard(const ServedModel& m) const {
   const io::ModelConfig& c = m.engine().config();
   json card = {{"id", m.name()}, {"object", "model"}, {"created", m.created_unix()}, {"owned_by", "ferry"},
                {"max_model_len", m.max_seq_len()}};
-  card["ferry"] = {{"kind", m.is_decoder() ? "decoder" : "encoder"},
-                   {"architecture", c.model_type},
-                   {"routes", m.is_decoder() ? json::array({"/v1/completions"})
-                                             : json::array({"/v1/embeddings", "/v1/classify"})}};
+  json routes = m.is_decoder() ? json::array({"/v1/completions"}) : json::array({"/v1/embeddings", "/v1/classify"});
+  if (m.is_decoder() && m.chat().has_template()) routes.push_back("/v1/chat/completions");
+  card["ferry"] = {{"kind", m.is_decoder() ? "decoder" : "encoder"}, {"architecture", c.model_type}, {"routes", routes}};
+  if (m.is_decoder()) {
+    card["ferry"]["chat_template"] = m.chat().has_template();
+    card["ferry"]["tool_call_parser"] = std::string(ToolCallParserName(m.chat().parser));
+  }
   return card;
 }
 
@@ -195,12 +203,29 @@ json Server::AdminStatus() const {
 void Server::Handle(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer) {
   const std::string& path = req.path;
   const bool get = req.method == "GET" || req.method == "HEAD";
-  if (path == "/health/live") {
-    if (!get) return SendJson(*writer, 405, json::parse(ErrorBody(405, "use GET")));
+  // CORS first: a preflight carries no API key, and every answer to an allowed origin
+  // carries the Access-Control headers.
+  if (req.method == "OPTIONS") {
+    const CorsPolicy::Preflight p = cors_.AnswerPreflight(req);
+    metrics_.RecordHttpRequest("OPTIONS", p.status);
+    if (p.status != 204) return writer->Send(p.status, "application/json", ErrorBody(p.status, p.error), p.headers);
+    return writer->Send(204, "", "", p.headers);
+  }
+  if (cors_.enabled()) writer = WithHeaders(std::move(writer), cors_.ResponseHeaders(req.Header("origin")));
+  if (path == "/health/live" || path == "/health" || path == "/ping") {
+    // Liveness (vLLM's /health, SageMaker's /ping): the process serves HTTP.
+    if (!get && !(path == "/ping" && req.method == "POST")) {
+      return SendJson(*writer, 405, json::parse(ErrorBody(405, "use GET")));
+    }
     metrics_.RecordHttpRequest(path, 200);
     return SendJson(*writer, 200, {{"status", "live"}});
   }
-  if (path == "/health/ready" || path == "/health") {
+  if (path == "/version") {
+    if (!get) return SendJson(*writer, 405, json::parse(ErrorBody(405, "use GET")));
+    metrics_.RecordHttpRequest(path, 200);
+    return SendJson(*writer, 200, {{"version", kVersion}});
+  }
+  if (path == "/health/ready") {
     if (!get) return SendJson(*writer, 405, json::parse(ErrorBody(405, "use GET")));
     const bool ok = ready_.load();
     metrics_.RecordHttpRequest(path, ok ? 200 : 503);
@@ -211,7 +236,8 @@ void Server::Handle(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer) {
     metrics_.RecordHttpRequest(path, 200);
     return writer->Send(200, std::string(kPrometheusContentType), metrics_.Render());
   }
-  const bool api = path.rfind("/v1/", 0) == 0 || path.rfind("/admin/", 0) == 0;
+  const bool api = path.rfind("/v1/", 0) == 0 || path.rfind("/admin/", 0) == 0 || path == "/tokenize" ||
+                   path == "/detokenize";
   if (!api) {
     metrics_.RecordHttpRequest("other", 404);
     return writer->Send(404, "application/json", ErrorBody(404, "no route for " + req.method + " " + path));
@@ -224,8 +250,9 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
   // Route label for metrics: fixed names, never raw paths (unbounded label values).
   std::string route = path;
   if (path.rfind("/v1/models/", 0) == 0) route = "/v1/models/{id}";
-  if (route != "/v1/completions" && route != "/v1/embeddings" && route != "/v1/classify" && route != "/v1/models" &&
-      route != "/v1/models/{id}" && route != "/admin/status") {
+  if (route != "/v1/completions" && route != "/v1/chat/completions" && route != "/v1/embeddings" &&
+      route != "/v1/classify" && route != "/v1/models" && route != "/v1/models/{id}" && route != "/admin/status" &&
+      route != "/tokenize" && route != "/detokenize") {
     route = "other";
   }
   Result<Principal> who = auth_.Authenticate(req.Header("authorization"), admin);
@@ -282,9 +309,11 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
     return ctx->ReplyJson(200, ModelCard(*m));
   }
   const bool completions = path == "/v1/completions";
+  const bool chat = path == "/v1/chat/completions";
   const bool embeddings = path == "/v1/embeddings";
   const bool classify = path == "/v1/classify";
-  if (!completions && !embeddings && !classify) {
+  const bool utility = path == "/tokenize" || path == "/detokenize";
+  if (!completions && !chat && !embeddings && !classify && !utility) {
     return ctx->ReplyError(ApiError{404, "no route for " + req.method + " " + path, "not_found_error", "", ""});
   }
   if (req.method != "POST") {
@@ -301,11 +330,15 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
     return ctx->ReplyError(ApiError{404, "the model '" + model_name + "' does not exist", "not_found_error", "model",
                                     "model_not_found"});
   }
-  if (completions != m->is_decoder()) {
+  if (!utility && (completions || chat) != m->is_decoder()) {
     return ctx->ReplyError(BadRequest("model '" + model_name + "' is " + (m->is_decoder() ? "a decoder" : "an encoder") +
                                           "; it does not serve " + path, "model"));
   }
-  if (completions) return HandleCompletion(ctx, *m, body, *output_workers_);
+  const RouteEnv env{*output_workers_, config_.api.unknown_fields};
+  if (completions) return HandleCompletion(ctx, *m, body, env);
+  if (chat) return HandleChatCompletion(ctx, *m, req.body, body, env);
+  if (path == "/tokenize") return HandleTokenize(ctx, *m, req.body, body, env);
+  if (path == "/detokenize") return HandleDetokenize(ctx, *m, body, env);
   if (embeddings) return HandleEmbeddings(ctx, *m, body);
   return HandleClassify(ctx, *m, body);
 }
