@@ -201,6 +201,8 @@ TEST(ServerMetricsTest, RendersEveryFamilyWithHelpAndType) {
       {"ferry:engine_step_seconds", "histogram"},
       {"ferry:batch_size", "histogram"},
       {"ferry:iteration_tokens_total", "histogram"},
+      {"ferry:prefix_cache_queries_total", "counter"},
+      {"ferry:prefix_cache_hits_total", "counter"},
       {"ferry:prompt_tokens_total", "counter"},
       {"ferry:generation_tokens_total", "counter"},
       {"ferry:time_to_first_token_seconds", "histogram"},
@@ -212,6 +214,14 @@ TEST(ServerMetricsTest, RendersEveryFamilyWithHelpAndType) {
       {"ferry:request_success_total", "counter"},
       {"ferry:request_failure_total", "counter"},
       {"ferry:http_requests_total", "counter"},
+      {"process_cpu_seconds_total", "counter"},
+      {"process_resident_memory_bytes", "gauge"},
+      {"process_virtual_memory_bytes", "gauge"},
+      {"process_start_time_seconds", "gauge"},
+      {"process_open_fds", "gauge"},
+      {"process_max_fds", "gauge"},
+      {"process_threads", "gauge"},
+      {"ferry:build_info", "gauge"},
   };
   size_t previous = 0;
   for (const auto& [name, type] : families) {
