@@ -257,6 +257,24 @@ TEST_F(ServerTest, EncoderRoutesBatchInputsAcrossRequests) {
   }
   const std::string metrics = testing::Http(port(), "GET", "/metrics").body;
   EXPECT_NE(metrics.find("ferry:batch_size_count{model_name=\"kjv-classifier\"}"), std::string::npos);
+  // The encoder's queue times and batch token counts are recorded; the decoder-only series
+  // (KV cache, preemptions, prefix cache, first-token and inter-token latency) are not
+  // exported for it.
+  auto count_of = [&](const std::string& series) {
+    const size_t at = metrics.find(series);
+    if (at == std::string::npos) return -1.0;
+    return std::stod(metrics.substr(metrics.find(' ', at) + 1));
+  };
+  EXPECT_GE(count_of("ferry:request_queue_time_seconds_count{model_name=\"kjv-classifier\",tier=\"gold\"}"), 12.0);
+  EXPECT_GE(count_of("ferry:iteration_tokens_total_count{model_name=\"kjv-classifier\"}"), 1.0);
+  EXPECT_GT(count_of("ferry:iteration_tokens_total_sum{model_name=\"kjv-classifier\"}"), 0.0);
+  for (const char* decoder_only : {"ferry:kv_cache_usage_perc{model_name=\"kjv-classifier\"",
+                                   "ferry:num_preemptions_total{model_name=\"kjv-classifier\"",
+                                   "ferry:prefix_cache_hits_total{model_name=\"kjv-classifier\"",
+                                   "ferry:time_to_first_token_seconds_count{model_name=\"kjv-classifier\"",
+                                   "ferry:inter_token_latency_seconds_count{model_name=\"kjv-classifier\""}) {
+    EXPECT_EQ(metrics.find(decoder_only), std::string::npos) << decoder_only;
+  }
   // Same input, same output (to rounding: GEMM blocking depends on the batch's rows)
   // whichever batch it rode in.
   const json a = replies[1].Json()["data"][0]["probs"], b = replies[3].Json()["data"][0]["probs"];
