@@ -5,7 +5,7 @@ BUILD := build/$(PRESET)
 JOBS ?= $(shell nproc)
 FIXTURES := ../shared/fixtures
 
-.PHONY: deps configure build demo test test-all bench clean
+.PHONY: deps configure build demo test test-all bench clean fuzz fuzz-ci test-asan test-tsan
 
 deps:
 	@scripts/install_deps.sh
@@ -25,6 +25,31 @@ test: build
 
 test-all: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE gpu --timeout 1800
+
+# libFuzzer targets with ASan + UBSan (clang), each run for FUZZ_SECONDS (tests/fuzz/README.md).
+FUZZ_SECONDS ?= 1800
+fuzz: deps
+	@cmake --preset fuzz $(CMAKE_ARGS) >/dev/null
+	@cmake --build build/fuzz -j $(JOBS)
+	scripts/fuzz.sh build/fuzz $(FUZZ_SECONDS)
+
+# What CI runs after the tests: every target for 60 s on its corpus.
+fuzz-ci:
+	$(MAKE) fuzz FUZZ_SECONDS=60
+
+# The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer.
+test-asan: deps
+	@cmake --preset asan $(CMAKE_ARGS) >/dev/null
+	@cmake --build build/asan -j $(JOBS)
+	cd build/asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  ctest --output-on-failure -j $(JOBS) -LE "slow|gpu" --timeout 1800
+
+# The scheduler and server tests under ThreadSanitizer.
+test-tsan: deps
+	@cmake --preset tsan $(CMAKE_ARGS) >/dev/null
+	@cmake --build build/tsan -j $(JOBS) --target sched_test serve_test
+	cd build/tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
+	  ctest --output-on-failure -j $(JOBS) -L "unit|server" -R "^(Scheduler|EngineCore|ContinuousBatcher|DynamicBatcher|Server|Http|RateLimiter|OutputProcessor|SerialQueue|Metrics|ServerMetrics)" --timeout 1800
 
 clean:
 	rm -rf build

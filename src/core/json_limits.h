@@ -32,6 +32,12 @@ int JsonNestingDepth(std::string_view text, int limit);
 // the parser's error (shortened) or the nesting limit. Never throws.
 Result<nlohmann::json> ParseUntrustedJson(std::string_view text, int max_depth = kMaxJsonDepth);
 
+// Request bodies: as ParseUntrustedJson, and also refuses an object with a repeated key
+// (which parsers resolve differently: nlohmann keeps the last, others the first) and a
+// number that does not fit a double (1e400, a 10,000-digit integer), naming the key or the
+// text. Never throws.
+Result<nlohmann::json> ParseStrictJson(std::string_view text, int max_depth = kMaxJsonDepth);
+
 // A parse error quotes the last token read, which in a corrupt file can be megabytes of
 // garbage; this keeps only its head.
 std::string JsonErrorText(const char* what);

@@ -17,6 +17,7 @@ Status ContinuousBatchingOptions::Validate() const {
   if (max_queue_requests <= 0) return InvalidArgument("max_queue_requests must be positive");
   if (max_queue_tokens <= 0) return InvalidArgument("max_queue_tokens must be positive");
   if (default_timeout_ms < 0) return InvalidArgument("default_timeout_ms must be >= 0");
+  if (max_queue_time_ms < 0) return InvalidArgument("max_queue_time_ms must be >= 0");
   return Status::Ok();
 }
 

@@ -43,6 +43,15 @@ Result<uint64_t> ContinuousBatcher::Submit(GenerationRequest request) {
       return ResourceExhausted("the queue of model '" + name() + "' is full (" + std::to_string(queued_tokens_) +
                                " prompt tokens waiting)");
     }
+    if (options_.max_queue_time_ms > 0 && queued_requests_ > 0) {
+      const double rate = admit_rate_.load();
+      const double wait_ms = rate > 0 ? 1000.0 * (queued_requests_ + 1) / rate : 0;
+      if (wait_ms > static_cast<double>(options_.max_queue_time_ms)) {
+        return ResourceExhausted("the queue of model '" + name() + "' would hold this request about " +
+                                 std::to_string(static_cast<int64_t>(wait_ms / 1000 + 0.5)) +
+                                 " s before it starts, longer than max_queue_time_ms; retry later");
+      }
+    }
     handle = next_handle_++;
     queued_requests_ += 1;
     queued_tokens_ += prompt_len;
@@ -74,6 +83,13 @@ void ContinuousBatcher::Stop(std::chrono::milliseconds timeout) {
   }
   cv_.notify_one();
   if (thread_.joinable()) thread_.join();
+}
+
+int64_t ContinuousBatcher::EstimatedWaitMs() const {
+  const double rate = admit_rate_.load();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (rate <= 0 || queued_requests_ == 0) return 0;
+  return static_cast<int64_t>(1000.0 * queued_requests_ / rate);
 }
 
 BatcherSnapshot ContinuousBatcher::Snapshot() const {
@@ -108,7 +124,12 @@ void ContinuousBatcher::Loop() {
     }
     if (stopping && (core_.empty() || Clock::now() >= deadline)) {
       TakeInbox();  // a request submitted just before Stop is cancelled with the rest
-      for (const auto& [handle, handler] : handlers_) core_.Finish(handle, FinishReason::kAbort, events_);
+      // Cut short by the server, not by its client: an error, so that a stream ends with an
+      // error event rather than looking complete.
+      const Status shutdown = Unavailable("the server is shutting down; the request was stopped before it finished");
+      for (const auto& [handle, handler] : handlers_) {
+        core_.Finish(handle, FinishReason::kAbort, events_, shutdown, "shutdown");
+      }
       Deliver(events_);
       Publish();
       return;
@@ -183,6 +204,24 @@ void ContinuousBatcher::Publish() {
     core_.observer()->OnState(state);
   }
   published_ = state;
+  // The admission rate, over windows of at least 250 ms in which someone was waiting (an
+  // idle queue says nothing about how fast it empties).
+  const Clock::time_point now = Clock::now();
+  rate_window_waited_ = rate_window_waited_ || state.waiting > 0;
+  if (rate_since_ == Clock::time_point{}) {
+    rate_since_ = now;
+    rate_admitted_ = core_.admitted();
+  } else if (now - rate_since_ >= std::chrono::milliseconds(250)) {
+    const double seconds = std::chrono::duration<double>(now - rate_since_).count();
+    const double rate = static_cast<double>(core_.admitted() - rate_admitted_) / seconds;
+    if (rate_window_waited_) {
+      const double old = admit_rate_.load();
+      admit_rate_ = old > 0 ? 0.7 * old + 0.3 * rate : rate;
+    }
+    rate_since_ = now;
+    rate_admitted_ = core_.admitted();
+    rate_window_waited_ = state.waiting > 0;
+  }
   running_count_ = core_.running();
   waiting_count_ = core_.waiting();
   free_blocks_ = core_.cache().num_free_blocks();

@@ -53,6 +53,10 @@ class ContinuousBatcher {
   void Stop(std::chrono::milliseconds timeout);
 
   BatcherSnapshot Snapshot() const;
+  // How long a request submitted now would wait before its first step, from the requests
+  // ahead of it and the recent rate at which requests leave the queue; 0 when nothing waits
+  // or the rate is not known yet.
+  int64_t EstimatedWaitMs() const;
   const std::string& name() const { return core_.name(); }
   int max_seq_len() const { return core_.max_seq_len(); }
 
@@ -93,6 +97,12 @@ class ContinuousBatcher {
   std::atomic<uint64_t> steps_{0};
   std::atomic<uint64_t> preemptions_{0};
   LoadState published_;  // owned by the loop: the last state the observer saw
+  // Admission rate (requests/s leaving the queue), smoothed over windows in which requests
+  // were waiting; written by the loop.
+  std::atomic<double> admit_rate_{0};
+  Clock::time_point rate_since_{};
+  uint64_t rate_admitted_ = 0;
+  bool rate_window_waited_ = false;
   std::thread thread_;
 };
 

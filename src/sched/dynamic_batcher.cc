@@ -111,13 +111,14 @@ bool DynamicBatcher::Cancel(uint64_t id) {
   return true;
 }
 
-void DynamicBatcher::Stop(bool drain) {
+void DynamicBatcher::Stop(bool drain, BatchTime drain_deadline) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (std::this_thread::get_id() == loop_thread_) {
       if (state_ == State::kRunning) {
         state_ = State::kStopping;
         drain_ = drain;
+        drain_deadline_ = drain_deadline;
       }
       return;
     }
@@ -137,6 +138,7 @@ void DynamicBatcher::Stop(bool drain) {
       case State::kRunning:
         state_ = State::kStopping;
         drain_ = drain;
+        drain_deadline_ = drain_deadline;
         break;
       case State::kStopping:  // requested by the runner; join below
         break;
@@ -197,8 +199,8 @@ void DynamicBatcher::Loop() {
   loop_thread_ = std::this_thread::get_id();
   for (;;) {
     const bool stopping = state_ == State::kStopping;
-    if (stopping && !drain_) break;
     const BatchTime now = BatchClock::now();
+    if (stopping && (!drain_ || now >= drain_deadline_)) break;
     const BatchDecision decision = policy_.Decide(SnapshotLocked(), now, /*draining=*/stopping);
 
     std::vector<std::shared_ptr<BatchItem>> expired;

@@ -110,8 +110,9 @@ class DynamicBatcher {
   // Idempotent; later calls return once the first has finished. Before Start, queued
   // items are rejected with Unavailable whatever `drain` says. Called from the runner it
   // only requests the stop (the thread cannot join itself); the batcher must not be
-  // destroyed from its own runner.
-  void Stop(bool drain);
+  // destroyed from its own runner. With `drain`, batches start only until `drain_deadline`;
+  // what is still queued then is rejected (the batch running at the deadline finishes).
+  void Stop(bool drain, BatchTime drain_deadline = BatchTime::max());
 
   DynamicBatcherStats Stats() const;
   const std::string& name() const { return name_; }
@@ -143,6 +144,7 @@ class DynamicBatcher {
   State state_ = State::kCreated;         // GUARDED_BY(mu_)
   std::thread::id loop_thread_;           // GUARDED_BY(mu_); the batcher thread once it runs
   bool drain_ = false;                    // GUARDED_BY(mu_)
+  BatchTime drain_deadline_ = BatchTime::max();  // GUARDED_BY(mu_)
   uint64_t next_id_ = 1;                  // GUARDED_BY(mu_)
   std::vector<LevelQueue> queues_;        // GUARDED_BY(mu_); [0] is level 1
   DynamicBatcherStats stats_;             // GUARDED_BY(mu_); queued_* computed on read

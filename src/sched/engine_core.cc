@@ -192,10 +192,20 @@ void EngineCore::Fail(Seq& s, const Status& error, const std::string& reason, st
 
 void EngineCore::ExpireDeadlines(Clock::time_point now, std::vector<GenerationEvent>& out) {
   std::vector<uint64_t> expired;
+  std::vector<uint64_t> waited_too_long;
+  const auto max_wait = std::chrono::milliseconds(options_.max_queue_time_ms);
   for (auto& [handle, seq] : seqs_) {
-    if (seq->req.deadline && now >= *seq->req.deadline) expired.push_back(handle);
+    if (seq->req.deadline && now >= *seq->req.deadline) {
+      expired.push_back(handle);
+    } else if (options_.max_queue_time_ms > 0 && !seq->admitted_once && now - seq->req.arrival > max_wait) {
+      waited_too_long.push_back(handle);
+    }
   }
   for (uint64_t h : expired) Finish(h, FinishReason::kAbort, out, DeadlineExceeded("request timed out"), "timeout");
+  const Status overloaded = ResourceExhausted(
+      "the request waited longer than max_queue_time_ms (" + std::to_string(options_.max_queue_time_ms) +
+      " ms) for model '" + name_ + "' to start it: the server is overloaded, retry later");
+  for (uint64_t h : waited_too_long) Finish(h, FinishReason::kAbort, out, overloaded, "queue_timeout");
 }
 
 void EngineCore::Remove(uint64_t handle) {
@@ -275,6 +285,10 @@ bool EngineCore::Step(std::vector<GenerationEvent>& out) {
     running_.push_back(h);
     s.state = RequestState::kRunning;
     waiting_tokens_ -= static_cast<int64_t>(s.tokens.size());
+    if (!s.admitted_once) {
+      s.admitted_once = true;
+      ++admitted_;
+    }
     if (!cache_->prefix_caching()) continue;
     if (s.prefix_blocks > 0) {
       const Status adopted = cache_->AdoptPrefix(static_cast<int64_t>(h), s.block_hashes, s.tokens, s.prefix_blocks);

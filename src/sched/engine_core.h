@@ -85,7 +85,9 @@ class EngineCore {
   // final event (kAbort, or the given reason and error). False for unknown handles.
   bool Finish(uint64_t handle, FinishReason reason, std::vector<GenerationEvent>& out, const Status& error = {},
               const std::string& failure_reason = {});
-  // Fails every request whose deadline has passed (DeadlineExceeded, "timeout").
+  // Fails every request whose deadline has passed (DeadlineExceeded, "timeout"), and every
+  // request still waiting for its first step after max_queue_time_ms (ResourceExhausted,
+  // "queue_timeout").
   void ExpireDeadlines(Clock::time_point now, std::vector<GenerationEvent>& out);
   // One iteration: appends the events of this step to `out`. False when nothing could be
   // scheduled (every running sequence blocked on KV blocks).
@@ -97,6 +99,7 @@ class EngineCore {
   int waiting() const { return static_cast<int>(waiting_.size()); }
   int64_t waiting_tokens() const { return waiting_tokens_; }
   uint64_t steps() const { return steps_; }
+  uint64_t admitted() const { return admitted_; }  // requests that left the queue for their first step
   uint64_t preemptions() const { return preemptions_; }
   // Prefix caching: prompt tokens looked up at admission, and those found.
   int64_t prefix_queried_tokens() const { return prefix_queried_; }
@@ -124,6 +127,7 @@ class EngineCore {
     int32_t generated = 0;
     int32_t num_computed = 0;
     bool started = false;             // first scheduled (queue time reported)
+    bool admitted_once = false;       // has left the waiting queue at least once
     bool prompt_logprobs_done = false;
     RequestState state = RequestState::kQueued;
     uint64_t seed = 0;
@@ -160,6 +164,7 @@ class EngineCore {
   uint64_t preemptions_ = 0;
   int64_t prefix_queried_ = 0;
   int64_t prefix_hits_ = 0;
+  uint64_t admitted_ = 0;
   std::vector<engine::SeqStep> step_scratch_;
 };
 

@@ -16,6 +16,7 @@ struct ApiError {
   std::string type = "invalid_request_error";
   std::string param;                           // the offending field, when there is one
   std::string code;                            // machine-readable: model_not_found, context_length_exceeded, ...
+  int retry_after_s = 0;                       // 429/503: the Retry-After header (0: 1 second)
 
   // {"error": {"message", "type", "param", "code"}} (null param/code when empty).
   std::string Body() const;

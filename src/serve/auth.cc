@@ -140,7 +140,7 @@ Result<Authenticator> Authenticator::Create(const ServerConfig& config) {
   auth.mode_ = config.auth.mode;
   const std::string& top_tier = config.HighestTier();
   const int top_priority = config.tiers.at(top_tier);
-  auth.anonymous_ = Principal{"anonymous", top_tier, top_priority, /*is_admin=*/true, 0};
+  auth.anonymous_ = Principal{"anonymous", top_tier, top_priority, /*is_admin=*/true, 0, RateLimits{}};
 
   auto add_keys = [&auth](const std::vector<std::string>& keys, Principal principal) {
     const auto index = static_cast<uint32_t>(auth.principals_.size());
@@ -149,9 +149,10 @@ Result<Authenticator> Authenticator::Create(const ServerConfig& config) {
   };
   for (const TenantConfig& tenant : config.tenants) {
     add_keys(tenant.keys, Principal{tenant.name, tenant.tier, config.tiers.at(tenant.tier), /*is_admin=*/false,
-                                    tenant.max_concurrent_requests});
+                                    tenant.max_concurrent_requests,
+                                    RateLimits{tenant.requests_per_minute, tenant.tokens_per_minute}});
   }
-  add_keys(config.auth.admin_keys, Principal{"admin", top_tier, top_priority, /*is_admin=*/true, 0});
+  add_keys(config.auth.admin_keys, Principal{"admin", top_tier, top_priority, /*is_admin=*/true, 0, RateLimits{}});
 
   // Validate() rejects equal keys; equal digests would be a SHA-256 collision. Either would
   // make the branch-free selection below OR two principal indices together.

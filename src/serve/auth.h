@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "serve/config.h"
+#include "serve/rate_limiter.h"
 
 namespace ferry::serve {
 
@@ -20,6 +21,7 @@ struct Principal {
   int priority = 1;                 // the tier's priority, 1 the highest
   bool is_admin = false;
   int max_concurrent_requests = 0;  // the tenant's limit; 0: unlimited
+  RateLimits rate_limits;           // the tenant's requests and tokens per minute
 };
 
 using Sha256Digest = std::array<uint8_t, 32>;

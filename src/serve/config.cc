@@ -29,7 +29,7 @@ thread_local ConfigEnvironment* t_env = nullptr;
 // does not have it.
 bool IsSectionKey(std::string_view key) {
   for (std::string_view s : {"listener", "auth", "models", "tenants", "log", "api", "cors", "batching",
-                             "dynamic_batching", "default_queue_policy"}) {
+                             "dynamic_batching", "default_queue_policy", "tls"}) {
     if (key == s) return true;
   }
   return false;
@@ -292,7 +292,7 @@ Status ParseListener(const YAML::Node& node, ListenerConfig& out) {
   FERRY_ASSIGN_OR_RETURN(const MapReader m,
                          MapReader::Open(node, "listener",
                                          {"host", "port", "io_threads", "output_threads", "max_body_bytes", "max_header_bytes", "header_timeout_ms",
-                                          "idle_timeout_ms", "shutdown_timeout_ms", "max_connections"}));
+                                          "idle_timeout_ms", "shutdown_timeout_ms", "max_connections", "tls"}));
   FERRY_RETURN_IF_ERROR(m.String("host", out.host));
   FERRY_RETURN_IF_ERROR(m.Int("port", out.port));
   FERRY_RETURN_IF_ERROR(m.Int("io_threads", out.io_threads));
@@ -303,17 +303,32 @@ Status ParseListener(const YAML::Node& node, ListenerConfig& out) {
   FERRY_RETURN_IF_ERROR(m.Int("idle_timeout_ms", out.idle_timeout_ms));
   FERRY_RETURN_IF_ERROR(m.Int("shutdown_timeout_ms", out.shutdown_timeout_ms));
   FERRY_RETURN_IF_ERROR(m.Int("max_connections", out.max_connections));
+  if (const YAML::Node* tls = m.Find("tls")) {
+    FERRY_ASSIGN_OR_RETURN(const MapReader t, MapReader::Open(*tls, "listener.tls", {"cert", "key", "min_version"}));
+    FERRY_RETURN_IF_ERROR(t.Require("cert"));
+    FERRY_RETURN_IF_ERROR(t.Require("key"));
+    FERRY_RETURN_IF_ERROR(t.String("cert", out.tls.cert_path));
+    FERRY_RETURN_IF_ERROR(t.String("key", out.tls.key_path));
+    FERRY_RETURN_IF_ERROR(t.String("min_version", out.tls.min_version));
+    if (out.tls.min_version != "1.2" && out.tls.min_version != "1.3") {
+      return InvalidArgument("listener.tls.min_version: must be 1.2 or 1.3, got '" + out.tls.min_version + "'");
+    }
+  }
   return Status::Ok();
 }
 
 Status ParseAuth(const YAML::Node& node, AuthConfig& out) {
-  FERRY_ASSIGN_OR_RETURN(const MapReader m, MapReader::Open(node, "auth", {"mode", "admin_keys", "admin_key_env"}));
+  FERRY_ASSIGN_OR_RETURN(const MapReader m,
+                         MapReader::Open(node, "auth", {"mode", "admin_keys", "admin_key_env", "metrics_require_key",
+                                                        "allowed_hosts"}));
   if (const YAML::Node* mode = m.Find("mode")) {
     FERRY_ASSIGN_OR_RETURN(out.mode, ReadEnum<AuthMode>(*mode, m.Path("mode"),
                                                         {{"keys", AuthMode::kKeys}, {"none", AuthMode::kNone}}));
   }
   FERRY_RETURN_IF_ERROR(m.AppendStrings("admin_keys", out.admin_keys));
   FERRY_RETURN_IF_ERROR(m.AppendEnv("admin_key_env", out.admin_keys));
+  FERRY_RETURN_IF_ERROR(m.Bool("metrics_require_key", out.metrics_require_key));
+  FERRY_RETURN_IF_ERROR(m.AppendStrings("allowed_hosts", out.allowed_hosts));
   return Status::Ok();
 }
 
@@ -328,13 +343,16 @@ Status ParseTiers(const YAML::Node& node, std::map<std::string, int>& out) {
 
 Status ParseTenant(const YAML::Node& node, const std::string& path, TenantConfig& out) {
   FERRY_ASSIGN_OR_RETURN(const MapReader m,
-                         MapReader::Open(node, path, {"name", "tier", "keys", "key_env", "max_concurrent_requests"}));
+                         MapReader::Open(node, path, {"name", "tier", "keys", "key_env", "max_concurrent_requests",
+                                                      "requests_per_minute", "tokens_per_minute"}));
   FERRY_RETURN_IF_ERROR(m.Require("name"));
   FERRY_RETURN_IF_ERROR(m.String("name", out.name));
   FERRY_RETURN_IF_ERROR(m.String("tier", out.tier));
   FERRY_RETURN_IF_ERROR(m.AppendStrings("keys", out.keys));
   FERRY_RETURN_IF_ERROR(m.AppendEnv("key_env", out.keys));
   FERRY_RETURN_IF_ERROR(m.Int("max_concurrent_requests", out.max_concurrent_requests));
+  FERRY_RETURN_IF_ERROR(m.Int("requests_per_minute", out.requests_per_minute));
+  FERRY_RETURN_IF_ERROR(m.Int("tokens_per_minute", out.tokens_per_minute));
   return Status::Ok();
 }
 
@@ -344,7 +362,7 @@ Status ParseContinuousBatching(const YAML::Node& node, const std::string& path,
                          MapReader::Open(node, path,
                                          {"max_num_seqs", "max_num_batched_tokens", "max_seq_len", "kv_block_tokens",
                                           "max_queue_requests", "max_queue_tokens", "default_timeout_ms",
-                                          "enable_prefix_caching"}));
+                                          "enable_prefix_caching", "max_queue_time_ms"}));
   FERRY_RETURN_IF_ERROR(m.Int("max_num_seqs", out.max_num_seqs));
   FERRY_RETURN_IF_ERROR(m.Int("max_num_batched_tokens", out.max_num_batched_tokens));
   FERRY_RETURN_IF_ERROR(m.Int("max_seq_len", out.max_seq_len));
@@ -353,6 +371,7 @@ Status ParseContinuousBatching(const YAML::Node& node, const std::string& path,
   FERRY_RETURN_IF_ERROR(m.Int("max_queue_tokens", out.max_queue_tokens));
   FERRY_RETURN_IF_ERROR(m.Int("default_timeout_ms", out.default_timeout_ms));
   FERRY_RETURN_IF_ERROR(m.Bool("enable_prefix_caching", out.enable_prefix_caching));
+  FERRY_RETURN_IF_ERROR(m.Int("max_queue_time_ms", out.max_queue_time_ms));
   return Status::Ok();
 }
 
@@ -637,6 +656,8 @@ Status ValidateTenants(const ServerConfig& config) {
       return InvalidArgument(path + ".tier: unknown tier " + Quoted(tenant.tier) + " (tiers: " + known + ")");
     }
     FERRY_RETURN_IF_ERROR(CheckRange(path + ".max_concurrent_requests", tenant.max_concurrent_requests, 0, kNoMax));
+    FERRY_RETURN_IF_ERROR(CheckRange(path + ".requests_per_minute", tenant.requests_per_minute, 0, kNoMax));
+    FERRY_RETURN_IF_ERROR(CheckRange(path + ".tokens_per_minute", tenant.tokens_per_minute, 0, kNoMax));
   }
   return ValidateKeys(config);
 }

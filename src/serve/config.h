@@ -15,6 +15,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "sched/batching_options.h"
+#include "serve/connection_stream.h"
 
 namespace ferry::serve {
 
@@ -30,6 +31,7 @@ struct ListenerConfig {
   int64_t idle_timeout_ms = 60000;       // keep-alive connection with no request in flight
   int64_t shutdown_timeout_ms = 30000;   // drain limit on SIGTERM
   int max_connections = 4096;
+  TlsOptions tls;                        // listener.tls: {cert, key, min_version}; HTTPS when set
 };
 
 enum class AuthMode {
@@ -41,6 +43,9 @@ enum class AuthMode {
 struct AuthConfig {
   AuthMode mode = AuthMode::kKeys;
   std::vector<std::string> admin_keys;  // includes the value of auth.admin_key_env
+  bool metrics_require_key = false;     // /metrics needs a tenant or admin key (mode keys)
+  // Mode none: Host header values accepted besides the loopback names (DNS rebinding).
+  std::vector<std::string> allowed_hosts;
 };
 
 // One API customer: its keys map to it and to its tier.
@@ -49,6 +54,8 @@ struct TenantConfig {
   std::string tier = "default";
   std::vector<std::string> keys;    // includes the value of key_env
   int max_concurrent_requests = 0;  // 0: unlimited
+  int64_t requests_per_minute = 0;  // rate limit; 0: unlimited
+  int64_t tokens_per_minute = 0;    // rate limit on prompt + generated tokens; 0: unlimited
 };
 
 // How the model's output is parsed into OpenAI tool calls (vLLM's --tool-call-parser).

@@ -93,7 +93,7 @@ class EncoderJob : public std::enable_shared_from_this<EncoderJob> {
     for (const auto& in : p_.inputs) prompt_tokens_ += static_cast<int64_t>(in.ids.size());
     ctx_->SetLog("model", model_.name());
     ctx_->SetLog("inputs", n);
-    if (!p_.user.empty()) ctx_->SetLog("user", p_.user);
+    ctx_->SetUserLog(p_.user);
     auto self = shared_from_this();
     ctx_->writer().OnDisconnect([self] { self->CancelAll(); });
     for (size_t i = 0; i < n; ++i) {
@@ -154,6 +154,7 @@ class EncoderJob : public std::enable_shared_from_this<EncoderJob> {
     tier_.prompt_tokens->Inc(static_cast<double>(prompt_tokens_));
     tier_.request_prompt_tokens->Observe(static_cast<double>(prompt_tokens_));
     ctx_->SetLog("prompt_tokens", prompt_tokens_);
+    ctx_->CountTokens(prompt_tokens_);
     if (!error_.ok()) {
       const ApiError e = FromStatus(error_);
       const std::string_view reason = e.http_status == 429 ? kFailureRejectedQueueFull

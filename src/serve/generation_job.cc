@@ -246,7 +246,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     remaining_ = total;
     ctx_->SetLog("model", model_.name());
     ctx_->SetLog("completion_id", id_);
-    if (!p_.user.empty()) ctx_->SetLog("user", p_.user);
+    ctx_->SetUserLog(p_.user);
     auto self = shared_from_this();
     ctx_->writer().OnDisconnect([self] { self->CancelAll("client disconnected"); });
     for (int i = 0; i < total; ++i) {
@@ -273,7 +273,10 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
       std::lock_guard<std::mutex> lock(mu_);
       if (!h.ok()) {
         // Nothing of this request runs: cancel what was queued and answer with the error.
-        const ApiError err = FromStatus(h.status(), "prompt");
+        ApiError err = FromStatus(h.status(), "prompt");
+        if (err.http_status == 429) {
+          err.retry_after_s = static_cast<int>(std::min<int64_t>(60, model_.decoder()->EstimatedWaitMs() / 1000 + 1));
+        }
         ctx_->metrics().RecordFailure(model_.name(), ctx_->principal().tier,
                                       err.http_status == 429 ? kFailureRejectedQueueFull : kFailureInvalidRequest);
         answered_ = true;
@@ -334,6 +337,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
         failed_ = true;
         failure_ = FromStatus(c.out->error());
         failure_reason_ = c.out->failure_reason().empty() ? kFailureEngineError : c.out->failure_reason();
+        if (failure_reason_ == kFailureQueueTimeout) failure_.code = std::string(kFailureQueueTimeout);
         for (Choice& o : choices_) {
           if (!o.done && o.handle != 0) model_.decoder()->Cancel(o.handle);
         }
@@ -389,6 +393,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     tier_.request_generation_tokens->Observe(static_cast<double>(completion_tokens_));
     ctx_->SetLog("prompt_tokens", prompt_tokens_);
     ctx_->SetLog("completion_tokens", completion_tokens_);
+    ctx_->CountTokens(prompt_tokens_ + completion_tokens_);
     ctx_->SetLog("finish_reason", finish);
   }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "serve/connection_stream.h"
 
 namespace ferry::serve {
 
@@ -29,6 +30,7 @@ struct HttpServerOptions {
   int64_t idle_timeout_ms = 60000;    // keep-alive connections idle longer are closed
   int64_t write_timeout_ms = 60000;   // a client that stops reading its response is dropped
   int max_connections = 4096;
+  TlsOptions tls;  // HTTPS when a certificate is given
   // Tests only: called at named points inside I/O handlers ("accept", "read", "write"); a
   // throw there must cost only that connection.
   std::function<void(const char* point)> fault_injection;
@@ -73,8 +75,13 @@ class HttpServer {
   HttpServer(HttpServerOptions options, HttpHandler handler, HttpErrorBody error_body);
   ~HttpServer();
 
-  // Binds and listens; the port is chosen when options.port is 0.
+  // Binds and listens (and loads the TLS certificate when there is one); the port is
+  // chosen when options.port is 0.
   Status Listen();
+  // Reads the TLS certificate and key again (after they were replaced on disk); new
+  // connections use them, open ones keep theirs. On failure the old ones stay.
+  Status ReloadTls();
+  bool tls() const { return tls_; }
   int port() const { return port_; }
   // Starts the I/O threads; returns immediately.
   void Start();
@@ -89,6 +96,8 @@ class HttpServer {
   int active_requests() const { return requests_.load(); }
   // Exceptions that escaped an I/O handler and were caught around the I/O loop.
   int64_t io_exceptions() const { return io_exceptions_.load(); }
+  // Idle or slow connections closed at the connection limit to make room for a new one.
+  int64_t evictions() const { return evictions_.load(); }
 
   // Tests only: runs `fn` on an I/O thread outside any connection, so that a throw from it
   // reaches the catch around the I/O loop.
@@ -101,7 +110,9 @@ class HttpServer {
   std::atomic<int> connections_{0};
   std::atomic<int> requests_{0};
   std::atomic<int64_t> io_exceptions_{0};
+  std::atomic<int64_t> evictions_{0};
   int port_ = 0;
+  bool tls_ = false;
 };
 
 }  // namespace ferry::serve

@@ -228,6 +228,8 @@ inline constexpr std::string_view kFailureTimeout = "timeout";
 inline constexpr std::string_view kFailureCancelled = "cancelled";
 inline constexpr std::string_view kFailureEngineError = "engine_error";
 inline constexpr std::string_view kFailureNonfiniteLogits = "nonfinite_logits";
+inline constexpr std::string_view kFailureShutdown = "shutdown";
+inline constexpr std::string_view kFailureQueueTimeout = "queue_timeout";
 
 // Thread-safe. ferry's serving metrics: vLLM's names under the `ferry:` prefix, labelled
 // by model_name and, for per-request metrics, tier. Families are public; ForModel and
@@ -286,6 +288,11 @@ struct ServerMetrics {
   CounterFamily& request_failure;  // ferry:request_failure_total {model_name, tier, reason}
 
   CounterFamily& http_requests;  // ferry:http_requests_total {route, code}
+
+  // {tenant}
+  CounterFamily& tenant_requests;  // ferry:tenant_requests_total {tenant, code}: API requests answered
+  CounterFamily& tenant_tokens;    // ferry:tenant_tokens_total {tenant}: prompt + generated tokens used
+  CounterFamily& rate_limited;     // ferry:rate_limited_requests_total {tenant, limit}: refused by a rate limit
 
   // The process (read from /proc when rendered), as Prometheus' client libraries export it.
   CounterFamily& process_cpu_seconds;        // process_cpu_seconds_total

@@ -113,7 +113,9 @@ int ServedModel::max_seq_len() const { return preloaded_->max_seq_len(); }
 
 void ServedModel::Stop(int64_t timeout_ms) {
   if (decoder_ != nullptr) decoder_->Stop(std::chrono::milliseconds(timeout_ms));
-  if (encoder_ != nullptr) encoder_->Stop(/*drain=*/timeout_ms > 0);
+  if (encoder_ != nullptr) {
+    encoder_->Stop(/*drain=*/timeout_ms > 0, sched::BatchClock::now() + std::chrono::milliseconds(timeout_ms));
+  }
 }
 
 // Runs on the dynamic batcher's thread: one encoder pass per kind in the batch. A failed

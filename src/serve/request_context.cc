@@ -1,18 +1,31 @@
 #include "serve/request_context.h"
 
-#include <cstdio>
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <ctime>
+
+#include "core/logging.h"
 
 namespace ferry::serve {
 
 void RequestLogger::Log(const nlohmann::json& line) {
-  if (!enabled_) return;
-  const std::string text = Dump(line);
+  if (!enabled_.load(std::memory_order_relaxed)) return;
+  const std::string text = Dump(line) + "\n";
   std::lock_guard<std::mutex> lock(mu_);
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
+  if (!enabled_.load(std::memory_order_relaxed)) return;
+  errno = 0;
+  const bool ok = std::fwrite(text.data(), 1, text.size(), out_) == text.size() && std::fflush(out_) == 0;
+  if (!ok) {
+    // The reader of the log went away (EPIPE) or the disk is full: serving goes on without
+    // the request log, and says so once on stderr.
+    const int err = errno;
+    enabled_ = false;
+    std::clearerr(out_);
+    FERRY_LOG_ERROR("request log disabled: writing it failed ({})", err != 0 ? std::strerror(err) : "short write");
+  }
 }
 
 RequestContext::RequestContext(std::string id, std::string route, Principal principal,
@@ -44,8 +57,21 @@ void RequestContext::AddHeader(std::string name, std::string value) {
 ResponseWriter::Headers RequestContext::ResponseHeaders() {
   std::lock_guard<std::mutex> lock(mu_);
   ResponseWriter::Headers headers{{"X-Request-Id", id_}};
+  headers.insert(headers.end(), response_headers_.begin(), response_headers_.end());
   headers.insert(headers.end(), headers_.begin(), headers_.end());
   return headers;
+}
+
+void RequestContext::SetUserLog(const std::string& user) {
+  if (user.empty()) return;
+  const Sha256Digest d = Sha256(user);
+  static const char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (int i = 0; i < 8; ++i) {
+    hex += kHex[d[i] >> 4];
+    hex += kHex[d[i] & 15];
+  }
+  SetLog("user_sha256", hex);
 }
 
 void RequestContext::ReplyJson(int status, const nlohmann::json& body) {
@@ -58,7 +84,9 @@ void RequestContext::ReplyJson(int status, const nlohmann::json& body) {
 void RequestContext::ReplyError(const ApiError& error) {
   if (finished_.load()) return;
   ResponseWriter::Headers headers = ResponseHeaders();
-  if (error.http_status == 429 || error.http_status == 503) headers.emplace_back("Retry-After", "1");
+  if (error.http_status == 429 || error.http_status == 503) {
+    headers.emplace_back("Retry-After", std::to_string(std::max(1, error.retry_after_s)));
+  }
   if (error.http_status == 401) headers.emplace_back("WWW-Authenticate", std::string(kWwwAuthenticate));
   client_gone_ = writer_->disconnected();
   writer_->Send(error.http_status, "application/json", error.Body(), headers);
@@ -98,6 +126,11 @@ void RequestContext::Finish(int status) {
     line["client_disconnected"] = client_gone_;
     logger_.Log(line);
   }
+  if (principal_.tenant != "unknown") {
+    metrics_.tenant_requests.WithLabels({principal_.tenant, std::to_string(status)}).Inc();
+    if (tokens_.load() > 0) metrics_.tenant_tokens.WithLabels({principal_.tenant}).Inc(static_cast<double>(tokens_.load()));
+  }
+  if (limiter_ != nullptr) limiter_->Charge(principal_.tenant, principal_.rate_limits, tokens_.load());
   if (on_finish_) on_finish_();
 }
 

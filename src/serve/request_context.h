@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -15,18 +16,21 @@
 #include "serve/auth.h"
 #include "serve/http_server.h"
 #include "serve/metrics.h"
+#include "serve/rate_limiter.h"
 
 namespace ferry::serve {
 
-// Writes one JSON object per line to stdout. Thread-safe.
+// Writes one JSON object per line to stdout (or `out`). Thread-safe. A failed write (the
+// pipe's reader is gone) turns the log off instead of ending the process.
 class RequestLogger {
  public:
-  explicit RequestLogger(bool enabled) : enabled_(enabled) {}
+  explicit RequestLogger(bool enabled, FILE* out = stdout) : enabled_(enabled), out_(out) {}
   void Log(const nlohmann::json& line);
-  bool enabled() const { return enabled_; }
+  bool enabled() const { return enabled_.load(); }
 
  private:
-  bool enabled_;
+  std::atomic<bool> enabled_;
+  FILE* out_;
   std::mutex mu_;
 };
 
@@ -51,6 +55,18 @@ class RequestContext {
   void AddHeader(std::string name, std::string value);
   // X-Request-Id and the added headers: what a route starting a stream sends.
   ResponseWriter::Headers ResponseHeaders();
+  // The request's `user` field goes to the log as "user_sha256" (the first 16 hex digits of
+  // its SHA-256): requests of one end user stay linkable, the value itself (often an e-mail
+  // address) is not written.
+  void SetUserLog(const std::string& user);
+  // Headers every response of this request carries (x-ratelimit-*); set before replying.
+  void AddResponseHeaders(const ResponseWriter::Headers& headers) { response_headers_ = headers; }
+  const ResponseWriter::Headers& response_headers() const { return response_headers_; }
+  // Tokens the request used (prompt + generated, or encoder input tokens), for rate limits.
+  void CountTokens(int64_t tokens) { tokens_ += tokens; }
+  // Where the request's tokens are charged when it finishes (the tenant's rate limits).
+  void ChargeTokensTo(RateLimiter* limiter) { limiter_ = limiter; }
+  int64_t tokens() const { return tokens_.load(); }
 
   // Sends a complete response and finishes the request (first call wins).
   void ReplyJson(int status, const nlohmann::json& body);
@@ -74,6 +90,9 @@ class RequestContext {
   ResponseWriter::Headers headers_;                // GUARDED_BY(mu_)
   std::atomic<bool> finished_{false};
   bool client_gone_ = false;  // the client had gone before the response was handed over
+  ResponseWriter::Headers response_headers_;  // written before any reply, read by it
+  std::atomic<int64_t> tokens_{0};
+  RateLimiter* limiter_ = nullptr;
 };
 
 }  // namespace ferry::serve

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <string_view>
 
+#include "core/json_limits.h"
+
 namespace ferry::serve {
 
 namespace {
@@ -24,11 +26,9 @@ const nlohmann::json* Field(const nlohmann::json& obj, const char* name) {
 
 MaybeError ParseJsonObject(const std::string& body, nlohmann::json& out) {
   if (body.empty()) return BadRequest("the request body is empty; expected a JSON object");
-  try {
-    out = nlohmann::json::parse(body);
-  } catch (const nlohmann::json::parse_error& e) {
-    return BadRequest(std::string("the request body is not valid JSON: ") + e.what());
-  }
+  Result<nlohmann::json> parsed = ParseStrictJson(body);
+  if (!parsed.ok()) return BadRequest("the request body is not valid JSON: " + parsed.status().message());
+  out = std::move(parsed).value();
   if (!out.is_object()) return BadRequest("the request body must be a JSON object");
   return std::nullopt;
 }

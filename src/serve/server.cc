@@ -1,5 +1,7 @@
 #include "serve/server.h"
 
+#include <cmath>
+
 #include <signal.h>
 
 #include <cctype>
@@ -57,6 +59,7 @@ Server::Server(ServerConfig config, Authenticator auth)
   ho.idle_timeout_ms = config_.listener.idle_timeout_ms;
   ho.write_timeout_ms = std::max<int64_t>(config_.listener.idle_timeout_ms, 10000);
   ho.max_connections = config_.listener.max_connections;
+  ho.tls = config_.listener.tls;
   http_ = std::make_unique<HttpServer>(
       ho, [this](HttpRequest&& r, std::shared_ptr<ResponseWriter> w) { Handle(std::move(r), std::move(w)); },
       [](int status, const std::string& message) { return ErrorBody(status, message); });
@@ -73,8 +76,8 @@ Status Server::Start() {
   // between, and every thread must inherit that mask.
   output_workers_ = std::make_unique<ThreadPool>(config_.listener.output_threads, "output");
   http_->Start();
-  FERRY_LOG_INFO("listening on http://{}:{} (auth: {})", config_.listener.host, http_->port(),
-                 AuthModeName(config_.auth.mode));
+  FERRY_LOG_INFO("listening on {}://{}:{} (auth: {})", http_->tls() ? "https" : "http", config_.listener.host,
+                 http_->port(), AuthModeName(config_.auth.mode));
   loader_ = std::thread([this] { LoadModels(); });
   return Status::Ok();
 }
@@ -109,6 +112,8 @@ bool Server::WaitUntilReady(int64_t timeout_ms) {
   cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [this] { return load_done_; });
   return load_done_ && !load_failed_;
 }
+
+Status Server::ReloadTls() { return http_->ReloadTls(); }
 
 void Server::RequestShutdown() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -200,8 +205,36 @@ json Server::AdminStatus() const {
               {"requests_in_flight", http_->active_requests()}, {"models", models}};
 }
 
+namespace {
+
+// Mode none only: a browser page on another site can reach a loopback server by pointing
+// its own host name at 127.0.0.1 (DNS rebinding); its requests then carry that name in
+// Host. So only loopback names, and the names configured, are answered.
+bool HostAllowed(std::string host, const std::vector<std::string>& allowed) {
+  if (host.empty()) return true;  // HTTP/1.0 without Host: no browser sends that
+  for (char& c : host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (host.front() == '[') {
+    host = host.substr(0, host.find(']') + 1);
+  } else if (host.find(':') != std::string::npos && host.find(':') == host.rfind(':')) {
+    host = host.substr(0, host.find(':'));  // name:port (one colon; a bare IPv6 has several)
+  }
+  if (host == "localhost" || IsLoopbackHost(host)) return true;
+  for (const std::string& a : allowed) {
+    if (host == a) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 void Server::Handle(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer) {
   const std::string& path = req.path;
+  if (config_.auth.mode == AuthMode::kNone && !HostAllowed(req.Header("host"), config_.auth.allowed_hosts)) {
+    metrics_.RecordHttpRequest("other", 403);
+    return writer->Send(403, "application/json",
+                        ErrorBody(403, "the Host header is not a loopback name; with auth mode none only loopback "
+                                       "names and auth.allowed_hosts are answered"));
+  }
   const bool get = req.method == "GET" || req.method == "HEAD";
   // CORS first: a preflight carries no API key, and every answer to an allowed origin
   // carries the Access-Control headers.
@@ -233,6 +266,14 @@ void Server::Handle(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer) {
   }
   if (path == "/metrics") {
     if (!get) return SendJson(*writer, 405, json::parse(ErrorBody(405, "use GET")));
+    if (config_.auth.metrics_require_key) {
+      Result<Principal> who = auth_.Authenticate(req.Header("authorization"), /*admin_route=*/false);
+      if (!who.ok()) {
+        metrics_.RecordHttpRequest(path, 401);
+        return writer->Send(401, "application/json", ErrorBody(401, "/metrics needs an API key"),
+                            {{"WWW-Authenticate", std::string(kWwwAuthenticate)}});
+      }
+    }
     metrics_.RecordHttpRequest(path, 200);
     return writer->Send(200, std::string(kPrometheusContentType), metrics_.Render());
   }
@@ -258,7 +299,7 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
   Result<Principal> who = auth_.Authenticate(req.Header("authorization"), admin);
   if (!who.ok()) {
     const int status = AuthHttpStatus(who.status());
-    auto ctx = std::make_shared<RequestContext>(RequestId(req), route, Principal{"unknown", "none", 0, false, 0},
+    auto ctx = std::make_shared<RequestContext>(RequestId(req), route, Principal{"unknown", "none", 0, false, 0, RateLimits{}},
                                                 writer, metrics_, logger_, nullptr);
     ApiError e;
     e.http_status = status;
@@ -268,6 +309,23 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
     return ctx->ReplyError(e);
   }
   const Principal& p = who.value();
+  // Per-tenant rate limits (requests and tokens per minute).
+  const RateLimiter::Admission rate = rate_limiter_.Admit(p.tenant, p.rate_limits);
+  if (!rate.admitted) {
+    auto ctx = std::make_shared<RequestContext>(RequestId(req), route, p, writer, metrics_, logger_, nullptr);
+    ctx->AddResponseHeaders(rate.headers);
+    metrics_.rate_limited.WithLabels({p.tenant, rate.limit}).Inc();
+    ApiError e;
+    e.http_status = 429;
+    e.type = "rate_limit_error";
+    e.code = "rate_limit_exceeded";
+    e.message = "tenant '" + p.tenant + "' is over its rate limit of " +
+                (rate.limit == "requests" ? std::to_string(p.rate_limits.requests_per_minute) + " requests"
+                                          : std::to_string(p.rate_limits.tokens_per_minute) + " tokens") +
+                " per minute; retry in " + RateLimiter::Duration(rate.retry_after_s);
+    e.retry_after_s = static_cast<int>(std::ceil(rate.retry_after_s));
+    return ctx->ReplyError(e);
+  }
   // Per-tenant concurrency limit.
   std::function<void()> release;
   if (p.max_concurrent_requests > 0) {
@@ -286,6 +344,8 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
     };
   }
   auto ctx = std::make_shared<RequestContext>(RequestId(req), route, p, writer, metrics_, logger_, std::move(release));
+  ctx->AddResponseHeaders(rate.headers);
+  if (p.rate_limits.tokens_per_minute > 0) ctx->ChargeTokensTo(&rate_limiter_);
   ctx->SetLog("method", req.method);
   ctx->SetLog("remote", req.remote);
   const bool get = req.method == "GET" || req.method == "HEAD";
@@ -348,12 +408,25 @@ void ShutdownOnSignals(Server& server) {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::thread([&server, set] {
-    int sig = 0;
-    if (sigwait(&set, &sig) == 0) {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set, &sig) != 0) return;
+      if (sig == SIGHUP) {
+        // The certificate was renewed on disk: new connections use the new one.
+        Status reloaded = server.ReloadTls();
+        if (reloaded.ok()) {
+          FERRY_LOG_INFO("SIGHUP: TLS certificate reloaded");
+        } else {
+          FERRY_LOG_ERROR("SIGHUP: TLS certificate not reloaded, the old one stays: {}", reloaded.message());
+        }
+        continue;
+      }
       FERRY_LOG_INFO("received signal {}", sig);
       server.RequestShutdown();
+      return;
     }
   }).detach();
 }

@@ -37,6 +37,8 @@ class Server {
   bool WaitUntilReady(int64_t timeout_ms);
   // Asks Run() to return (what SIGTERM/SIGINT do).
   void RequestShutdown();
+  // Reads the listener's TLS certificate and key again (what SIGHUP does).
+  Status ReloadTls();
   // Blocks until a shutdown is requested or model loading fails, then shuts down
   // gracefully; returns the process exit code (0, or 1 if a model failed to load).
   int Run();
@@ -46,10 +48,15 @@ class Server {
   ServerMetrics& metrics() { return metrics_; }
   const ServerConfig& config() const { return config_; }
 
+  // Serves one parsed request, exactly as the HTTP server does once it has read it: health,
+  // metrics, auth, limits, routing, the route. Runs on the caller's thread and does not
+  // block; the reply arrives through `writer`, maybe later. For in-process callers (the
+  // request fuzzer) as much as for the listener.
+  void Handle(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer);
+
  private:
   explicit Server(ServerConfig config, Authenticator auth);
   void LoadModels();
-  void Handle(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer);
   void HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer, const std::string& route);
   ServedModel* Find(const std::string& name);
   nlohmann::json ModelCard(const ServedModel& m) const;
@@ -67,6 +74,7 @@ class Server {
   std::condition_variable cv_;
   std::vector<std::unique_ptr<ServedModel>> models_;  // GUARDED_BY(mu_) while loading; fixed once ready
   std::map<std::string, int> tenant_inflight_;         // GUARDED_BY(mu_)
+  RateLimiter rate_limiter_;
   bool load_done_ = false;                             // GUARDED_BY(mu_)
   bool load_failed_ = false;                           // GUARDED_BY(mu_)
   bool shutdown_requested_ = false;                    // GUARDED_BY(mu_)
@@ -77,8 +85,9 @@ class Server {
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 
-// Blocks SIGINT and SIGTERM in the calling thread (call before any thread starts, so all
-// inherit the mask) and starts a thread that turns either signal into RequestShutdown().
+// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (call before any thread starts, so
+// all inherit the mask) and starts a thread that turns SIGINT and SIGTERM into
+// RequestShutdown() and SIGHUP into ReloadTls().
 void ShutdownOnSignals(Server& server);
 
 }  // namespace ferry::serve

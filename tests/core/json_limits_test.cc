@@ -60,6 +60,46 @@ TEST(ParseUntrustedJsonTest, SyntaxErrorsAreShortAndNeverThrow) {
   EXPECT_FALSE(ParseUntrustedJson("]]]]").ok());
 }
 
+TEST(ParseStrictJsonTest, BuildsTheSameValueAsTheParser) {
+  const std::string text =
+      R"({"a": [1, -2, 3.5, true, null, "x\u00e9"], "b": {"c": {"d": []}, "e": {}}, "f": 18446744073709551615})";
+  auto got = ParseStrictJson(text);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, nlohmann::json::parse(text));
+  EXPECT_EQ(*ParseStrictJson("[]"), nlohmann::json::array());
+  EXPECT_EQ(*ParseStrictJson("\"s\""), nlohmann::json("s"));
+}
+
+// Parsers disagree on repeated keys (nlohmann keeps the last, others the first): a request
+// that means two things is refused, at any depth.
+TEST(ParseStrictJsonTest, RepeatedKeysAreRefused) {
+  for (const char* text : {R"({"model": "a", "model": "b"})", R"({"x": {"k": 1, "k": 2}})",
+                           R"([{"a": 1}, {"b": 2, "b": 3}])"}) {
+    auto got = ParseStrictJson(text);
+    ASSERT_FALSE(got.ok()) << text;
+    EXPECT_NE(got.status().message().find("appears twice"), std::string::npos) << got.status().message();
+  }
+  EXPECT_TRUE(ParseStrictJson(R"({"k": 1, "o": {"k": 2}})").ok()) << "the same key in two objects is fine";
+}
+
+TEST(ParseStrictJsonTest, NumbersThatDoNotFitAreRefusedNotThrown) {
+  for (const std::string& text : {std::string(R"({"n": 1e400})"), std::string(R"({"t": -1e309})"),
+                                  R"({"n": )" + std::string(10000, '9') + "}"}) {
+    auto got = ParseStrictJson(text);
+    ASSERT_FALSE(got.ok()) << text.substr(0, 40);
+    EXPECT_NE(got.status().message().find("out of range"), std::string::npos) << got.status().message();
+    EXPECT_LT(got.status().message().size(), 200u);
+  }
+  EXPECT_TRUE(ParseStrictJson(R"({"n": 1e300})").ok());
+}
+
+TEST(ParseStrictJsonTest, DeepNestingAndSyntaxErrors) {
+  EXPECT_FALSE(ParseStrictJson(std::string(100000, '[')).ok());
+  EXPECT_FALSE(ParseStrictJson("{\"a\": }").ok());
+  EXPECT_FALSE(ParseStrictJson("").ok());
+  EXPECT_FALSE(ParseStrictJson("{} {}").ok());
+}
+
 TEST(JsonSnippetTest, SmallValuesReadAsCompactJson) {
   EXPECT_EQ(JsonSnippet(nlohmann::json::parse(R"({"a": [1, 2], "b": "x"})")), R"({"a":[1,2],"b":"x"})");
   EXPECT_EQ(JsonSnippet(nlohmann::json(-3)), "-3");

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <thread>
 
 #include "engine/engine.h"
 #include "decoder_test_util.h"
@@ -447,6 +448,56 @@ TEST_F(ContinuousBatcherTest, StopFinishesInFlightWork) {
     EXPECT_EQ(c.reason, FinishReason::kLength);
     EXPECT_EQ(c.tokens.size(), 12u);
   }
+}
+
+// Overload: with one sequence at a time and long generations, requests queue up. Those
+// that would wait longer than max_queue_time_ms are refused at Submit once the admission
+// rate is known, or when their wait runs out; every request admitted runs to completion, and
+// none starts after waiting much longer than the limit.
+TEST_F(ContinuousBatcherTest, QueueTimeLimitAndEstimatedWaitShedLoad) {
+  auto runner = MakeRunner(1, 256);
+  EngineCoreOptions o;
+  o.batching.max_num_seqs = 1;
+  o.batching.max_num_batched_tokens = 64;
+  o.batching.max_seq_len = 256;
+  o.batching.max_queue_time_ms = 400;
+  auto core = EngineCore::Create("kjv", engine_, o);
+  ASSERT_TRUE(core.ok());
+  ContinuousBatcher b(**core);
+  ASSERT_TRUE(b.Start().ok());
+  const auto p = Prompts(1)[0];
+  std::vector<Collector> cs(40);
+  int refused_at_submit = 0;
+  std::vector<Clock::time_point> submitted(cs.size());
+  for (size_t i = 0; i < cs.size(); ++i) {
+    GenerationRequest r = Greedy(p, 30, cs[i]);
+    r.ignore_eos = true;
+    submitted[i] = Clock::now();
+    auto h = b.Submit(std::move(r));
+    if (!h.ok()) {
+      EXPECT_EQ(h.status().code(), StatusCode::kResourceExhausted) << h.status().ToString();
+      ++refused_at_submit;
+      cs[i].finished = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  int completed = 0, timed_out = 0;
+  for (auto& c : cs) {
+    ASSERT_TRUE(c.Wait());
+    if (c.error.ok() && c.tokens.size() == 30u) ++completed;
+    if (c.failure == "queue_timeout") {
+      ++timed_out;
+      EXPECT_EQ(c.error.code(), StatusCode::kResourceExhausted);
+      EXPECT_TRUE(c.tokens.empty());
+    }
+  }
+  EXPECT_GT(completed, 0);
+  EXPECT_GT(refused_at_submit + timed_out, 0) << "load was shed";
+  RecordProperty("completed", completed);
+  RecordProperty("refused_at_submit", refused_at_submit);
+  RecordProperty("timed_out", timed_out);
+  EXPECT_EQ(completed + refused_at_submit + timed_out, static_cast<int>(cs.size()));
+  b.Stop(std::chrono::seconds(5));
 }
 
 }  // namespace

@@ -357,6 +357,31 @@ TEST(DynamicBatcherTest, StopWithDrainRunsQueued) {
   EXPECT_EQ(batcher.Enqueue(h.Item(3)).status().code(), StatusCode::kUnavailable);
 }
 
+// A drain has a deadline (the server's shutdown budget): the batch running when it passes
+// finishes, nothing queued starts after it, and what is left is rejected.
+TEST(DynamicBatcherTest, StopWithADrainDeadlineRejectsWhatHasNotStarted) {
+  Harness h;
+  h.HoldFirstBatch();
+  DynamicBatcher batcher("encoder", Options(1, 0), h.Runner(), h.Observer());
+  ASSERT_TRUE(batcher.Start().ok());
+  for (int tag = 0; tag < 4; ++tag) MustEnqueue(batcher, h.Item(tag));
+  ASSERT_TRUE(h.WaitBatches(1));
+  std::thread stopper([&] { batcher.Stop(/*drain=*/true, BatchClock::now()); });
+  // Release the held batch only once the stop has been requested (Enqueue then refuses).
+  const auto until = std::chrono::steady_clock::now() + kWaitLimit;
+  int probe = 50;
+  while (std::chrono::steady_clock::now() < until &&
+         batcher.Enqueue(h.Item(probe)).status().code() != StatusCode::kUnavailable) {
+    ++probe;
+  }
+  h.Open();
+  stopper.join();
+  EXPECT_EQ(h.batches(), (Batches{{0}}));
+  const std::map<int, StatusCode> rejected = h.rejections();
+  for (int tag : {1, 2, 3}) EXPECT_EQ(rejected.count(tag), 1u) << tag;
+  for (const auto& [tag, code] : rejected) EXPECT_EQ(code, StatusCode::kUnavailable) << tag;
+}
+
 TEST(DynamicBatcherTest, StopLetsTheRunningBatchFinish) {
   for (const bool drain : {false, true}) {
     SCOPED_TRACE(drain ? "drain" : "reject");

@@ -234,6 +234,36 @@ TEST_F(EngineCoreTest, DeadlinesAndStopIdsEndRequests) {
   EXPECT_LE((*stopped)[0].tokens.size(), 3u);
 }
 
+// A request that has waited longer than max_queue_time_ms before its first step is refused
+// as overload; one that has started is never cut by it.
+TEST_F(EngineCoreTest, QueueTimeLimitRefusesOnlyRequestsThatNeverStarted) {
+  EngineCoreOptions o;
+  o.batching.max_num_seqs = 1;
+  o.batching.max_num_batched_tokens = 64;
+  o.batching.max_seq_len = 128;
+  o.batching.max_queue_time_ms = 1000;
+  auto core = EngineCore::Create("kjv", engine_, o);
+  ASSERT_TRUE(core.ok());
+  GenerationRequest running = Request(Prompt("And it came to pass"), 30);
+  running.arrival = Clock::now() - std::chrono::seconds(5);
+  (*core)->Add(1, std::move(running));
+  std::vector<GenerationEvent> out;
+  ASSERT_TRUE((*core)->Step(out));  // request 1 starts (one sequence at a time)
+  GenerationRequest waiting = Request(Prompt("In the beginning"), 4);
+  waiting.arrival = Clock::now() - std::chrono::seconds(2);
+  (*core)->Add(2, std::move(waiting));
+  GenerationRequest fresh = Request(Prompt("Praise ye"), 4);
+  (*core)->Add(3, std::move(fresh));
+  out.clear();
+  (*core)->ExpireDeadlines(Clock::now(), out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].handle, 2u);
+  EXPECT_EQ(out[0].error.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(out[0].failure_reason, "queue_timeout");
+  EXPECT_TRUE((*core)->Contains(1)) << "a started request is not cut by the queue limit";
+  EXPECT_TRUE((*core)->Contains(3));
+}
+
 TEST_F(EngineCoreTest, KeptLogitsAreTheRowsThatChoseEachToken) {
   auto core = MakeCore(1, 256, 64);
   const int vocab = engine_->config().vocab_size;

@@ -168,7 +168,7 @@ TEST_F(GenerationTest, PriorityIsVllmsWithinTheTier) {
                      {{"model", "kjv-decoder"}, {"prompt", "Amen"}, {"max_tokens", 1}, {"priority", 1e12}})
                 .status,
             400);
-  Principal gold{"a", "gold", 1, false, 0}, standard{"b", "standard", 2, false, 0};
+  Principal gold{"a", "gold", 1, false, 0, RateLimits{}}, standard{"b", "standard", 2, false, 0, RateLimits{}};
   EXPECT_LT(SchedulerPriority(gold, 1000000), SchedulerPriority(standard, -1000000));  // tiers first
   EXPECT_LT(SchedulerPriority(standard, -1), SchedulerPriority(standard, 0));           // then lower first
 }

@@ -3,9 +3,17 @@
 // on an I/O thread ends the process.
 #include "serve/http_server.h"
 
+#include <boost/asio/ssl.hpp>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "test_client.h"
@@ -54,6 +62,61 @@ class HttpServerTest : public ::testing::Test {
 
 std::string ChunkedHead(const std::string& extra = "") {
   return "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n" + extra + "\r\n";
+}
+
+// A self-signed certificate for localhost and 127.0.0.1, made with the openssl tool.
+struct TestCertificate {
+  std::string dir, cert, key;
+  explicit TestCertificate(const std::string& common_name) {
+    char tmpl[] = "/tmp/ferry_tls_XXXXXX";
+    dir = mkdtemp(tmpl);
+    cert = dir + "/cert.pem";
+    key = dir + "/key.pem";
+    const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj '/CN=" + common_name +
+                            "' -addext 'subjectAltName=DNS:localhost,IP:127.0.0.1' -keyout " + key + " -out " + cert +
+                            " >/dev/null 2>&1";
+    ok = std::system(cmd.c_str()) == 0;
+  }
+  ~TestCertificate() { std::filesystem::remove_all(dir); }
+  bool ok = false;
+};
+
+// One HTTPS request with a client that trusts `ca` only; "" when the handshake or the
+// exchange fails. `subject` gets the server certificate's subject.
+std::string HttpsGet(int port, const std::string& ca, const std::string& path, std::string* subject = nullptr) {
+  namespace net = boost::asio;
+  namespace ssl = net::ssl;
+  net::io_context ioc;
+  ssl::context ctx(ssl::context::tls_client);
+  ctx.set_verify_mode(ssl::verify_peer);
+  boost::system::error_code ec;
+  ctx.load_verify_file(ca, ec);
+  if (ec) return "";
+  ssl::stream<net::ip::tcp::socket> stream(ioc, ctx);
+  stream.set_verify_callback(ssl::host_name_verification("localhost"));
+  SSL_set_tlsext_host_name(stream.native_handle(), "localhost");
+  stream.next_layer().connect(net::ip::tcp::endpoint(net::ip::make_address("127.0.0.1"), port), ec);
+  if (ec) return "";
+  stream.handshake(ssl::stream_base::client, ec);
+  if (ec) return "";
+  if (subject != nullptr) {
+    X509* peer = SSL_get1_peer_certificate(stream.native_handle());
+    char name[256] = {};
+    if (peer != nullptr) X509_NAME_oneline(X509_get_subject_name(peer), name, sizeof(name));
+    X509_free(peer);
+    *subject = name;
+  }
+  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+  net::write(stream, net::buffer(req), ec);
+  if (ec) return "";
+  std::string reply;
+  char buf[4096];
+  for (;;) {
+    const size_t n = stream.read_some(net::buffer(buf), ec);
+    reply.append(buf, n);
+    if (ec) break;
+  }
+  return reply;
 }
 
 // The request that aborted the process: a trailer field of 65,534 bytes or more makes
@@ -223,6 +286,147 @@ TEST_F(HttpServerTest, AThrowInAConnectionHandlerCostsOnlyThatConnection) {
     EXPECT_TRUE(dropped.WaitClosed(5s));
   }
   ExpectServing();
+}
+
+// A client that half-closes after sending (Connection: close, then shutdown of its sending
+// side) still gets its response.
+TEST_F(HttpServerTest, AHalfClosedClientGetsItsResponse) {
+  std::shared_ptr<ResponseWriter> held;
+  std::mutex mu;
+  std::condition_variable cv;
+  HttpServerOptions o;
+  o.port = 0;
+  o.io_threads = 2;
+  server_ = std::make_unique<HttpServer>(
+      o,
+      [&](HttpRequest&&, std::shared_ptr<ResponseWriter> w) {
+        std::lock_guard<std::mutex> lock(mu);
+        held = std::move(w);
+        cv.notify_all();
+      },
+      ErrorJson);
+  ASSERT_TRUE(server_->Listen().ok());
+  server_->Start();
+  TestConnection c(port());
+  c.SendRaw("GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  c.ShutdownSend();
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 5s, [&] { return held != nullptr; }));
+  }
+  std::this_thread::sleep_for(100ms);  // the server has seen the half-close by now
+  EXPECT_FALSE(held->disconnected());
+  held->Send(200, "application/json", R"({"late":true})");
+  HttpReply r = c.ReadReply();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.Json()["late"], true);
+}
+
+// A response whose client stops reading is dropped at the write timeout, and the request
+// stops counting as in flight exactly once.
+TEST_F(HttpServerTest, AWriteTimeoutEndsTheRequestOnce) {
+  HttpServerOptions o;
+  o.port = 0;
+  o.io_threads = 2;
+  o.write_timeout_ms = 300;
+  server_ = std::make_unique<HttpServer>(
+      o,
+      [](HttpRequest&&, std::shared_ptr<ResponseWriter> w) {
+        w->Send(200, "application/octet-stream", std::string(64 << 20, 'x'));  // far more than socket buffers
+      },
+      ErrorJson);
+  ASSERT_TRUE(server_->Listen().ok());
+  server_->Start();
+  TestConnection c(port());
+  c.SendRaw("GET /big HTTP/1.1\r\nHost: x\r\n\r\n");  // and never read
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (server_->active_requests() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_EQ(server_->active_requests(), 1);
+  while (server_->active_connections() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(server_->active_connections(), 0);
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(server_->active_requests(), 0);
+}
+
+// At the connection limit, connections that hold a slot without using it make room for new
+// ones (a health probe must get through): first the longest-idle keep-alive connection, then
+// a client that is still sending its request (slow drip).
+TEST_F(HttpServerTest, IdleAndSlowConnectionsMakeRoomAtTheLimit) {
+  HttpServerOptions o;
+  o.max_connections = 4;
+  Start(o);
+  auto fill = [&](const std::string& bytes) {
+    std::vector<std::unique_ptr<TestConnection>> held;
+    for (int i = 0; i < 4; ++i) {
+      held.push_back(std::make_unique<TestConnection>(port(), 3s));
+      ASSERT_TRUE(held.back()->connected());
+      if (!bytes.empty()) held.back()->SendRaw(bytes);
+      std::this_thread::sleep_for(20ms);  // distinct ages: the first is the oldest
+    }
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (server_->active_connections() < 4 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(5ms);
+    }
+    ASSERT_EQ(server_->active_connections(), 4);
+    const int64_t before = server_->evictions();
+    ExpectServing();
+    EXPECT_EQ(server_->evictions(), before + 1);
+    EXPECT_TRUE(held.front()->WaitClosed(2s)) << "the oldest goes first";
+    for (size_t i = 1; i < held.size(); ++i) held[i]->Close();
+  };
+  fill("");                                  // idle keep-alive connections
+  fill("POST /echo HTTP/1.1\r\nHost: x\r\n");  // requests that never finish arriving
+}
+
+// HTTPS: a client that trusts the certificate gets its answer; plain HTTP on the TLS port
+// and a client that does not trust it fail alone; a reload serves the new certificate to
+// new connections.
+TEST_F(HttpServerTest, TlsServesAndReloadsItsCertificate) {
+  TestCertificate first("ferry-first"), second("ferry-second");
+  ASSERT_TRUE(first.ok && second.ok) << "openssl is needed (scripts/install_deps.sh)";
+  HttpServerOptions o;
+  o.tls.cert_path = first.dir + "/live-cert.pem";
+  o.tls.key_path = first.dir + "/live-key.pem";
+  std::filesystem::copy_file(first.cert, o.tls.cert_path);
+  std::filesystem::copy_file(first.key, o.tls.key_path);
+  Start(o);
+  std::string subject;
+  std::string reply = HttpsGet(port(), first.cert, "/secure", &subject);
+  EXPECT_NE(reply.find("HTTP/1.1 200"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("/secure"), std::string::npos);
+  EXPECT_NE(subject.find("ferry-first"), std::string::npos) << subject;
+  EXPECT_EQ(HttpsGet(port(), second.cert, "/untrusted"), "") << "a client that does not trust it refuses";
+  {
+    TestConnection plain(port(), 3s);
+    plain.SendRaw("GET /plain HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_FALSE(plain.ReadReply().ok);
+  }
+  // The certificate is renewed on disk; a reload swaps it for new connections.
+  std::filesystem::copy_file(second.cert, o.tls.cert_path, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(second.key, o.tls.key_path, std::filesystem::copy_options::overwrite_existing);
+  ASSERT_TRUE(server_->ReloadTls().ok());
+  reply = HttpsGet(port(), second.cert, "/renewed", &subject);
+  EXPECT_NE(reply.find("HTTP/1.1 200"), std::string::npos) << reply;
+  EXPECT_NE(subject.find("ferry-second"), std::string::npos) << subject;
+  // A broken file is refused and the served certificate stays.
+  { std::ofstream(o.tls.key_path) << "not a key"; }
+  EXPECT_FALSE(server_->ReloadTls().ok());
+  EXPECT_NE(HttpsGet(port(), second.cert, "/still").find("HTTP/1.1 200"), std::string::npos);
+}
+
+TEST(HttpServerTlsTest, BadCertificateFilesAreRefusedAtListen) {
+  HttpServerOptions o;
+  o.port = 0;
+  o.tls.cert_path = "/nonexistent/cert.pem";
+  o.tls.key_path = "/nonexistent/key.pem";
+  HttpServer server(o, Echo, ErrorJson);
+  Status st = server.Listen();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("/nonexistent/cert.pem"), std::string::npos) << st.message();
 }
 
 TEST_F(HttpServerTest, AThrowOutsideAnyConnectionDoesNotEndTheIoThreads) {

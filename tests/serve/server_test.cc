@@ -33,6 +33,7 @@ std::string Config(const std::string& decoder_batching, const std::string& liste
          "tenants:\n  - name: acme\n    tier: gold\n    keys: [sk-acme-test]\n"
          "  - name: beta\n    tier: standard\n    keys: [sk-beta-test]\n"
          "  - name: solo\n    tier: standard\n    keys: [sk-solo-test]\n    max_concurrent_requests: 1\n"
+         "  - name: limited\n    tier: standard\n    keys: [sk-limited-test]\n    requests_per_minute: 2\n"
          "models:\n  - name: kjv-decoder\n    path: " + root + "/models/demo/kjv-decoder\n    threads: 2\n"
          "    batching:\n" + decoder_batching +
          "  - name: kjv-classifier\n    path: " + root + "/models/demo/kjv-classifier\n    threads: 2\n"
@@ -368,6 +369,30 @@ struct BadCase {
   std::map<std::string, std::string> headers = kAcme;
 };
 
+// A tenant over its requests-per-minute limit gets OpenAI's 429 with Retry-After and the
+// x-ratelimit-* headers; other tenants are unaffected.
+TEST_F(ServerTest, TenantRateLimitAnswers429WithRateLimitHeaders) {
+  const std::map<std::string, std::string> limited{{"Authorization", "Bearer sk-limited-test"}};
+  for (int i = 0; i < 2; ++i) {
+    HttpReply ok = PostJson(port(), "/v1/completions", Completion("In the beginning", 1), limited);
+    ASSERT_EQ(ok.status, 200) << ok.body;
+    EXPECT_EQ(ok.headers["x-ratelimit-limit-requests"], "2");
+    EXPECT_EQ(ok.headers["x-ratelimit-remaining-requests"], std::to_string(1 - i));
+  }
+  HttpReply refused = PostJson(port(), "/v1/completions", Completion("In the beginning", 1), limited);
+  EXPECT_EQ(refused.status, 429);
+  EXPECT_EQ(refused.Json()["error"]["type"], "rate_limit_error");
+  EXPECT_EQ(refused.Json()["error"]["code"], "rate_limit_exceeded");
+  EXPECT_GE(std::stoi(refused.headers["retry-after"]), 1);
+  EXPECT_EQ(refused.headers["x-ratelimit-remaining-requests"], "0");
+  EXPECT_FALSE(refused.headers["x-ratelimit-reset-requests"].empty());
+  EXPECT_EQ(PostJson(port(), "/v1/completions", Completion("In the beginning", 1), kBeta).status, 200);
+  const std::string metrics = testing::Http(port(), "GET", "/metrics").body;
+  EXPECT_NE(metrics.find("ferry:rate_limited_requests_total{tenant=\"limited\",limit=\"requests\"} 1"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("ferry:tenant_requests_total{tenant=\"limited\",code=\"200\"} 2"), std::string::npos);
+}
+
 TEST_F(ServerTest, MalformedRequestsGetAClearFourHundredAndTheServerStaysUp) {
   std::string long_prompt;
   for (int i = 0; i < 300; ++i) long_prompt += "and the word ";
@@ -417,6 +442,14 @@ TEST_F(ServerTest, MalformedRequestsGetAClearFourHundredAndTheServerStaysUp) {
        "{\"model\":\"kjv-classifier\",\"input\":[\"" + long_prompt + "\"]}", 400},
       {"classify input wrong type", "POST", "/v1/classify", R"({"model":"kjv-classifier","input":[1.5]})", 400},
       {"classify bad priority", "POST", "/v1/classify", R"({"model":"kjv-classifier","input":"a","priority":9})", 400},
+      // Numbers a double cannot hold, and keys that mean two things: a 400, never a 500.
+      {"n 1e400", "POST", "/v1/completions", R"({"model":"kjv-decoder","prompt":"a","n":1e400})", 400},
+      {"max_tokens 1e400", "POST", "/v1/completions", R"({"model":"kjv-decoder","prompt":"a","max_tokens":1e400})", 400},
+      {"temperature 1e309", "POST", "/v1/completions", R"({"model":"kjv-decoder","prompt":"a","temperature":1e309})", 400},
+      {"10,000-digit integer", "POST", "/v1/completions",
+       R"({"model":"kjv-decoder","prompt":"a","max_tokens":)" + std::string(10000, '7') + "}", 400},
+      {"duplicate key", "POST", "/v1/completions", R"({"model":"kjv-decoder","prompt":"a","prompt":"b"})", 400},
+      {"deeply nested body", "POST", "/v1/completions", std::string(5000, '[') + std::string(5000, ']'), 400},
       {"oversized body", "POST", "/v1/completions", std::string(70000, ' '), 413},
       {"GET on a POST route", "GET", "/v1/completions", "", 405},
       {"POST on a GET route", "POST", "/v1/models", "{}", 405},
@@ -498,6 +531,24 @@ TEST(ServerOverloadTest, FullQueueAnswers429WithRetryAfter) {
   EXPECT_NE(metrics.find("reason=\"rejected_queue_full\""), std::string::npos);
 }
 
+TEST(ServerAuthTest, MetricsCanRequireAKey) {
+  const std::string root = ferry::testing::SourcePath("");
+  auto server = StartServer(
+      "listener: {host: 127.0.0.1, port: 0}\n"
+      "auth: {mode: keys, admin_keys: [sk-admin-test], metrics_require_key: true}\n"
+      "tenants:\n  - {name: acme, keys: [sk-acme-test]}\n"
+      "models:\n  - {name: kjv-classifier, path: " + root + "/models/demo/kjv-classifier, threads: 1}\n"
+      "log: {level: warn, request_log: false}\n");
+  ASSERT_NE(server, nullptr);
+  HttpReply anonymous = testing::Http(server->port(), "GET", "/metrics");
+  EXPECT_EQ(anonymous.status, 401);
+  EXPECT_EQ(anonymous.Json()["error"]["type"], "authentication_error");
+  EXPECT_EQ(testing::Http(server->port(), "GET", "/metrics", "", {{"Authorization", "Bearer wrong"}}).status, 401);
+  EXPECT_EQ(testing::Http(server->port(), "GET", "/metrics", "", kAcme).status, 200);
+  EXPECT_EQ(testing::Http(server->port(), "GET", "/metrics", "", kAdmin).status, 200);
+  EXPECT_EQ(testing::Http(server->port(), "GET", "/health/live").status, 200);  // probes stay open
+}
+
 TEST(ServerShutdownTest, GracefulShutdownFinishesInFlightStreams) {
   auto server = StartServer(Config("      max_num_seqs: 4\n      max_num_batched_tokens: 64\n"));
   ASSERT_NE(server, nullptr);
@@ -528,6 +579,42 @@ TEST(ServerShutdownTest, GracefulShutdownFinishesInFlightStreams) {
   EXPECT_TRUE(idle.WaitClosed(5s));
   TestConnection late(port);
   EXPECT_FALSE(late.connected());
+}
+
+// A stream the shutdown budget cuts short ends with an error event and [DONE]: it must not
+// look like a complete answer.
+TEST(ServerShutdownTest, AStreamCutByShutdownEndsWithAnError) {
+  std::string yaml = Config("      max_num_seqs: 4\n      max_num_batched_tokens: 64\n");
+  const std::string budget = "shutdown_timeout_ms: 20000";
+  yaml.replace(yaml.find(budget), budget.size(), "shutdown_timeout_ms: 300");
+  auto server = StartServer(yaml);
+  ASSERT_NE(server, nullptr);
+  const int port = server->port();
+  json req = Completion("And the LORD said unto", 400);
+  req["ignore_eos"] = true;
+  req["stream"] = true;
+  TestConnection c(port);
+  c.SendRaw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-acme-test\r\nContent-Length: " +
+            std::to_string(req.dump().size()) + "\r\n\r\n" + req.dump());
+  ASSERT_EQ(c.ReadHead().status, 200);
+  std::string data;
+  ASSERT_TRUE(c.NextEvent(data));
+  auto run = std::async(std::launch::async, [&] { return server->Run(); });
+  server->RequestShutdown();
+  std::vector<std::string> events;
+  while (c.NextEvent(data)) events.push_back(data);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  const json error = json::parse(events[events.size() - 2], nullptr, false);
+  ASSERT_TRUE(error.contains("error")) << events[events.size() - 2];
+  EXPECT_TRUE(error["error"]["type"].is_string());
+  EXPECT_NE(error["error"]["message"].get<std::string>().find("shutting down"), std::string::npos);
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    const json chunk = json::parse(events[i], nullptr, false);
+    EXPECT_TRUE(chunk["choices"][0]["finish_reason"].is_null()) << "no chunk claims a finish: " << events[i];
+  }
+  ASSERT_EQ(run.wait_for(60s), std::future_status::ready);
+  EXPECT_EQ(run.get(), 0);
 }
 
 }  // namespace

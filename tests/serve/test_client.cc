@@ -30,6 +30,11 @@ void TestConnection::Close() {
   socket_.close(ec);
 }
 
+void TestConnection::ShutdownSend() {
+  boost::system::error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_send, ec);
+}
+
 void TestConnection::SendRaw(const std::string& bytes) {
   boost::system::error_code ec;
   net::write(socket_, net::buffer(bytes), ec);
@@ -147,7 +152,8 @@ bool TestConnection::WaitClosed(std::chrono::milliseconds within) {
 
 HttpReply TestConnection::Request(const std::string& method, const std::string& path, const std::string& body,
                                   const std::map<std::string, std::string>& headers) {
-  std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+  std::string req = method + " " + path + " HTTP/1.1\r\n";
+  if (headers.count("Host") == 0) req += "Host: 127.0.0.1\r\n";  // a test may send its own
   for (const auto& [k, v] : headers) req += k + ": " + v + "\r\n";
   if (!body.empty() || method == "POST") {
     req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";

@@ -39,6 +39,8 @@ class TestConnection {
   bool connected() const { return connected_; }
 
   void SendRaw(const std::string& bytes);
+  // Half-closes: no more bytes will be sent, replies can still be read.
+  void ShutdownSend();
   // Reads one full response (Content-Length or chunked). `ok` false on timeout / EOF.
   HttpReply ReadReply();
   // Reads the status line and headers of a streamed (chunked) response.

@@ -1,0 +1,231 @@
+// `ferry serve` as a process, for what only a process shows: signals (SIGPIPE on a closed
+// stdout, SIGTERM with a shutdown budget) and what clients see while it stops.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "serve/test_client.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// One `ferry serve` child. Its stderr goes to a file (the port is read from it); its stdout
+// (the request log) goes to a pipe that the test either drains or closes.
+class ServeProcess {
+ public:
+  explicit ServeProcess(std::vector<std::string> args, bool close_stdout_reader = false) {
+    char tmpl[] = "/tmp/ferry_serve_proc_XXXXXX";
+    const int fd = mkstemp(tmpl);
+    err_path_ = tmpl;
+    int out[2];
+    if (pipe(out) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(out[1], STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      close(out[0]);
+      std::vector<char*> argv;
+      static const std::string name = "ferry";
+      argv.push_back(const_cast<char*>(name.c_str()));
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(testing::FerryBinary().c_str(), argv.data());
+      _exit(127);
+    }
+    close(fd);
+    close(out[1]);
+    out_fd_ = out[0];
+    if (close_stdout_reader) {
+      close(out_fd_);  // whatever the server writes to stdout now meets a pipe with no reader
+      out_fd_ = -1;
+    } else {
+      fcntl(out_fd_, F_SETFL, O_NONBLOCK);
+    }
+  }
+  ~ServeProcess() {
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (out_fd_ >= 0) close(out_fd_);
+    std::remove(err_path_.c_str());
+  }
+
+  std::string Stderr() const {
+    std::ifstream in(err_path_);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+  // Waits for the listening port and /health/ready; 0 on failure.
+  int WaitReady(std::chrono::seconds within = 120s) {
+    const auto deadline = Clock::now() + within;
+    static const std::regex listening("listening on http://[0-9.]+:([0-9]+)");
+    while (Clock::now() < deadline) {
+      if (!Alive()) return 0;
+      std::smatch m;
+      const std::string err = Stderr();
+      if (port_ == 0 && std::regex_search(err, m, listening)) port_ = std::stoi(m[1]);
+      if (port_ != 0 && serve::testing::Http(port_, "GET", "/health/ready").status == 200) return port_;
+      std::this_thread::sleep_for(50ms);
+    }
+    return 0;
+  }
+
+  bool Alive() {
+    if (exited_) return false;
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      exited_ = true;
+      status_ = status;
+      return false;
+    }
+    return true;
+  }
+
+  // SIGTERM, then waits up to `within`; returns the exit code (-1: killed by a signal or
+  // still running) and how long the exit took.
+  int Terminate(std::chrono::milliseconds within, double* seconds = nullptr) {
+    const auto t0 = Clock::now();
+    kill(pid_, SIGTERM);
+    while (Clock::now() - t0 < within && Alive()) std::this_thread::sleep_for(10ms);
+    if (seconds != nullptr) *seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (!exited_) return -1;
+    return WIFEXITED(status_) ? WEXITSTATUS(status_) : -1;
+  }
+  int status() const { return status_; }
+  int port() const { return port_; }
+
+  // Whatever the child has written to stdout (the request log) since the last call.
+  std::string ReadStdout() {
+    std::string out;
+    char buf[4096];
+    for (ssize_t n; out_fd_ >= 0 && (n = read(out_fd_, buf, sizeof(buf))) > 0;) out.append(buf, n);
+    return out;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  int port_ = 0;
+  bool exited_ = false;
+  int status_ = 0;
+  std::string err_path_;
+};
+
+std::string Demo(const std::string& name) { return testing::SourcePath("models/demo/" + name); }
+
+const char* kCompletion = R"({"model":"m","prompt":"In the beginning","max_tokens":4,"temperature":0})";
+
+// A closed stdout used to end the server on the next request-log line (SIGPIPE).
+TEST(ServeProcessTest, AClosedStdoutDoesNotEndTheServer) {
+  ServeProcess p({"serve", "--model", "m=" + Demo("kjv-decoder"), "--no-auth", "--port", "0"},
+                 /*close_stdout_reader=*/true);
+  const int port = p.WaitReady();
+  ASSERT_NE(port, 0) << p.Stderr();
+  for (int i = 0; i < 3; ++i) {
+    auto r = serve::testing::Http(port, "POST", "/v1/completions", kCompletion);
+    EXPECT_EQ(r.status, 200) << r.body;
+  }
+  EXPECT_TRUE(p.Alive()) << p.Stderr();
+  EXPECT_NE(p.Stderr().find("request log disabled"), std::string::npos) << p.Stderr();
+  EXPECT_EQ(p.Terminate(20s), 0) << p.Stderr();
+}
+
+std::string WriteConfig(const std::string& yaml) {
+  char tmpl[] = "/tmp/ferry_serve_cfg_XXXXXX.yaml";
+  const int fd = mkstemps(tmpl, 5);
+  close(fd);
+  std::ofstream(tmpl) << yaml;
+  return tmpl;
+}
+
+// An encoder's queue used to drain in full at SIGTERM whatever the budget (98 s with 1 s):
+// batches start only within shutdown_timeout_ms, the rest are refused with a 503.
+TEST(ServeProcessTest, EncoderShutdownKeepsItsBudget) {
+  const std::string config = WriteConfig(
+      "listener: {host: 127.0.0.1, port: 0, shutdown_timeout_ms: 1000}\nauth: {mode: none}\n"
+      "models:\n  - name: m\n    path: " + Demo("kjv-classifier") + "\n    threads: 1\n"
+      "    dynamic_batching: {max_batch_size: 1, max_queue_delay_us: 0}\n"
+      "log: {level: info, request_log: false}\n");
+  ServeProcess p({"serve", "--config", config});
+  const int port = p.WaitReady();
+  ASSERT_NE(port, 0) << p.Stderr();
+  // Far more work than the budget (tens of seconds on two cores): 32 requests of 64 long
+  // inputs, one input per batch.
+  std::string text;
+  for (int w = 0; w < 6; ++w) text += "And it came to pass in those days, that there went out a decree. ";
+  std::string inputs;
+  for (int i = 0; i < 64; ++i) inputs += std::string(i ? "," : "") + "\"" + text + std::to_string(i) + "\"";
+  const std::string body = R"({"model":"m","input":[)" + inputs + "]}";
+  std::vector<int> statuses(32, 0);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 32; ++i) {
+    clients.emplace_back([&, i] { statuses[i] = serve::testing::Http(port, "POST", "/v1/classify", body).status; });
+  }
+  std::this_thread::sleep_for(500ms);  // the queue fills
+  double seconds = 0;
+  EXPECT_EQ(p.Terminate(30s, &seconds), 0) << p.Stderr();
+  for (auto& c : clients) c.join();
+  EXPECT_LT(seconds, 4.0) << "the 1 s budget was not kept";
+  int refused = 0;
+  for (int s : statuses) {
+    EXPECT_TRUE(s == 200 || s == 503) << s;
+    refused += s == 503;
+  }
+  EXPECT_GT(refused, 0);
+  std::remove(config.c_str());
+}
+
+}  // namespace
+}  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// With auth mode none the server is reachable only on loopback, but a web page can still
+// reach it through a name of its own resolving to 127.0.0.1 (DNS rebinding): such a Host is
+// refused. The request log keeps a hash of the user field, never the value.
+TEST(ServeProcessTest, ModeNoneAnswersLoopbackHostsOnlyAndTheLogHashesTheUser) {
+  const std::string cfg = WriteConfig(
+      "listener: {host: 127.0.0.1, port: 0}\n"
+      "auth: {mode: none, allowed_hosts: [ferry.internal]}\n"
+      "models:\n  - {name: m, path: " + Demo("kjv-decoder") + ", threads: 1}\n"
+      "log: {level: info, request_log: true}\n");
+  ServeProcess p({"serve", "--config", cfg});
+  const int port = p.WaitReady();
+  ASSERT_NE(port, 0) << p.Stderr();
+  auto evil = serve::testing::Http(port, "GET", "/health/live", "", {{"Host", "attacker.example:" + std::to_string(port)}});
+  EXPECT_EQ(evil.status, 403) << evil.body;
+  EXPECT_EQ(evil.Json()["error"]["type"], "permission_error");
+  for (const std::string& host : {"localhost:" + std::to_string(port), std::string("127.0.0.1"), std::string("[::1]:80"),
+                                 std::string("ferry.internal"), std::string("LOCALHOST")}) {
+    EXPECT_EQ(serve::testing::Http(port, "GET", "/health/live", "", {{"Host", host}}).status, 200) << host;
+  }
+  const std::string secret = "alice@example.com";
+  auto r = serve::testing::Http(
+      port, "POST", "/v1/completions",
+      R"({"model":"m","prompt":"In the beginning","max_tokens":2,"temperature":0,"user":")" + secret + "\"}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(p.Terminate(20s), 0) << p.Stderr();
+  const std::string log = p.ReadStdout();
+  EXPECT_NE(log.find("\"user_sha256\""), std::string::npos) << log;
+  EXPECT_EQ(log.find(secret), std::string::npos) << log;
+  std::remove(cfg.c_str());
+}
+
+}  // namespace
+}  // namespace ferry
