@@ -93,7 +93,8 @@ class CaptureWriter : public ferry::serve::ResponseWriter {
 };
 
 const char* const kRoutes[] = {"/v1/completions", "/v1/embeddings", "/v1/classify", "/v1/models",
-                               "/v1/models/kjv-decoder", "/admin/status", "/health/ready", "/metrics"};
+                               "/v1/models/kjv-decoder", "/admin/status", "/health/ready", "/metrics",
+                               "/v1/chat/completions", "/tokenize", "/detokenize"};
 
 }  // namespace
 
