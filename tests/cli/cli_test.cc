@@ -286,7 +286,7 @@ TEST(CliTest, MakeCheckpointRoundTrips) {
 TEST(CliBadInputTest, ServeRefusesBadConfigurations) {
   ExpectCleanError(RunFerry({"serve", "--config", "/nonexistent/ferry.yaml"}), "ferry.yaml");
   ExpectCleanError(RunFerry({"serve"}), "no models to serve");
-  ExpectCleanError(RunFerry({"serve", "--model", "no-equals-sign"}), "NAME=PATH");
+  ExpectCleanError(RunFerry({"serve", "--model", "=no-name"}), "NAME=PATH");
   ExpectCleanError(RunFerry({"serve", "--model", "m=" + testing::SourcePath("models/demo/kjv-decoder"), "--host",
                              "0.0.0.0", "--no-auth"}),
                    "loopback");
