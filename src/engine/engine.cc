@@ -45,7 +45,7 @@ Result<std::shared_ptr<Engine>> Engine::Load(const std::string& path, const Engi
   if (has_tokenizer) {
     auto tok = tokenizer::LoadTokenizer(path);
     if (!tok.ok()) return tok.status().WithContext("loading the tokenizer of '" + path + "'");
-    e->tokenizer_ = std::move(tok).value();
+    e->SetTokenizer(std::move(tok).value());
   }
   std::map<std::string, std::string> settings;
   for (const char* name : {"tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
@@ -125,7 +125,7 @@ Result<std::shared_ptr<Engine>> Engine::LoadEngineFile(const std::string& path, 
   if (files.count("tokenizer.json") || files.count("tokenizer.model")) {
     auto tok = tokenizer::LoadTokenizerFromFiles(files);
     if (!tok.ok()) return tok.status().WithContext(where + ": embedded tokenizer");
-    e->tokenizer_ = std::move(tok).value();
+    e->SetTokenizer(std::move(tok).value());
   }
   auto tc = tokenizer::ParseTokenizerConfig(files);
   if (!tc.ok()) return tc.status().WithContext(where);
@@ -186,6 +186,26 @@ std::vector<int32_t> Engine::StopIds() const {
   std::vector<int32_t> ids(config_.eos_token_ids.begin(), config_.eos_token_ids.end());
   if (ids.empty() && tokenizer_ != nullptr) ids = tokenizer_->eos_ids();
   return ids;
+}
+
+void Engine::SetTokenizer(std::unique_ptr<tokenizer::Tokenizer> tok) {
+  tokenizer_ = std::move(tok);
+  max_token_bytes_ = 1;
+  std::string bytes;
+  for (int32_t id = 0; id < tokenizer_->vocab_size(); ++id) {
+    bytes.clear();
+    tokenizer_->AppendTokenBytes(id, /*first=*/false, &bytes);
+    // Special tokens count by their text: "<|endoftext|>" in a prompt is one token.
+    const size_t n = std::max(bytes.size(), tokenizer_->IdToToken(id).size());
+    max_token_bytes_ = std::max(max_token_bytes_, n);
+  }
+}
+
+bool Engine::TextSurelyLongerThan(std::string_view text, int64_t tokens) const {
+  if (tokenizer_ == nullptr) return false;
+  // Each token stands for at most max_token_bytes_ bytes of text. Normalizers can shrink
+  // text (NFKC, accent stripping, whitespace cleanup), so allow 4x before being sure.
+  return static_cast<double>(text.size()) > 4.0 * static_cast<double>(max_token_bytes_) * static_cast<double>(tokens);
 }
 
 Result<std::vector<int32_t>> Engine::EncodePrompt(std::string_view text) const {

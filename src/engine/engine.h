@@ -58,6 +58,9 @@ class Engine {
   std::vector<int32_t> StopIds() const;
   // BOS to prepend to a text prompt, when the tokenizer's settings ask for one.
   Result<std::vector<int32_t>> EncodePrompt(std::string_view text) const;
+  // True when `text` certainly has more than `tokens` tokens, judged from its length in bytes
+  // alone: the check a server makes before it spends time tokenizing a huge prompt.
+  bool TextSurelyLongerThan(std::string_view text, int64_t tokens) const;
 
  private:
   Engine() = default;
@@ -68,6 +71,8 @@ class Engine {
   std::unique_ptr<backend::Backend> backend_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   tokenizer::TokenizerConfig tokenizer_config_;
+  size_t max_token_bytes_ = 1;  // the longest text one token stands for
+  void SetTokenizer(std::unique_ptr<tokenizer::Tokenizer> tok);
   std::shared_ptr<const void> weights_keepalive_;
   std::unique_ptr<model::DecoderModel> decoder_;
   std::unique_ptr<model::EncoderModel> encoder_;

@@ -240,6 +240,7 @@ bool EngineCore::Step(std::vector<GenerationEvent>& out) {
     v.handle = s.handle;
     v.priority = s.req.priority;
     v.arrival = s.arrival_order;
+    v.sibling = s.req.sibling;
     v.num_tokens = static_cast<int32_t>(s.tokens.size());
     v.num_computed = s.num_computed;
     v.blocks_held = static_cast<int32_t>(cache_->BlockTable(static_cast<int64_t>(s.handle)).size());

@@ -57,6 +57,10 @@ struct GenerationRequest {
   bool prompt_logprobs = false;      // log-probabilities of the prompt tokens (echo)
   bool keep_logits = false;          // return the logits rows (offline tools: dumps, comparisons)
   int64_t priority = 0;              // lower runs first (vLLM's); the server adds the tier's rank
+  // Index among the sequences one client request submitted (its n choices of each of its
+  // prompts). Within a priority the scheduler orders by it before arrival, so that a
+  // request with n = 64 does not hold up every request that arrives after it.
+  int sibling = 0;
   std::string tier = "default";
   Clock::time_point arrival = Clock::now();
   std::optional<Clock::time_point> deadline;

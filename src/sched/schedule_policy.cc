@@ -9,6 +9,7 @@ namespace {
 
 bool HigherFirst(const SeqView& a, const SeqView& b) {
   if (a.priority != b.priority) return a.priority < b.priority;
+  if (a.sibling != b.sibling) return a.sibling < b.sibling;
   return a.arrival < b.arrival;
 }
 

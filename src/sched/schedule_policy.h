@@ -20,6 +20,7 @@ struct SeqView {
   // Waiting sequences only: how many of the prefix-cache blocks covering [0, num_computed)
   // no sequence holds, so that taking them uses up free blocks.
   int32_t cached_free_blocks = 0;
+  int32_t sibling = 0;        // index among the sequences of one client request (GenerationRequest::sibling)
 };
 
 struct PlanInput {
@@ -43,8 +44,10 @@ struct Decision {
   int tokens = 0;                     // sum of num_new_tokens
 };
 
-// The iteration plan:
-//  1. Running sequences in priority order (priority, then arrival): those with one token to
+// The iteration plan. "Priority order" is priority, then sibling index, then arrival: one
+// request's many sequences (n choices, several prompts) take turns with other requests'
+// first ones instead of going ahead of all of them.
+//  1. Running sequences in priority order: those with one token to
 //     compute (decode) first, then prefill chunks, each taking from the token budget.
 //  2. A sequence that needs KV blocks the cache does not have evicts the lowest-priority,
 //     most recently admitted running sequence not yet scheduled this step (preemption by

@@ -186,6 +186,11 @@ MaybeError ParseChat(const std::string& raw_body, const json& body, ServedModel&
     return BadRequest("the chat template refused this conversation: " + prompt.status().message(), "messages",
                       "chat_template_error");
   }
+  if (model.engine().TextSurelyLongerThan(*prompt, model.max_seq_len())) {
+    return BadRequest("the rendered chat has " + std::to_string(prompt->size()) + " bytes, more than " +
+                          std::to_string(model.max_seq_len()) + " tokens (this model's maximum context length) can hold",
+                      "messages", "context_length_exceeded");
+  }
   // The template writes the special tokens (BOS, turn markers) itself.
   auto ids = model.engine().tokenizer()->Encode(*prompt);
   if (!ids.ok()) return BadRequest("cannot tokenize the rendered chat: " + ids.status().message(), "messages");

@@ -16,6 +16,11 @@ MaybeError ReadPrompts(const json& body, const ServedModel& model, GenerationPar
   const engine::Engine& e = model.engine();
   auto add_text = [&](const std::string& text) -> MaybeError {
     if (e.tokenizer() == nullptr) return BadRequest("this model has no tokenizer; send the prompt as token ids", "prompt");
+    if (e.TextSurelyLongerThan(text, model.max_seq_len())) {
+      return BadRequest("the prompt has " + std::to_string(text.size()) + " bytes, more than " +
+                            std::to_string(model.max_seq_len()) + " tokens (this model's maximum context length) "
+                            "can hold", "prompt", "context_length_exceeded");
+    }
     auto ids = e.EncodePrompt(text);
     if (!ids.ok()) return BadRequest("cannot tokenize the prompt: " + ids.status().message(), "prompt");
     if (ids.value().empty()) return BadRequest("the prompt is empty", "prompt");

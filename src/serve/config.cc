@@ -291,12 +291,13 @@ class MapReader {
 Status ParseListener(const YAML::Node& node, ListenerConfig& out) {
   FERRY_ASSIGN_OR_RETURN(const MapReader m,
                          MapReader::Open(node, "listener",
-                                         {"host", "port", "io_threads", "output_threads", "max_body_bytes", "max_header_bytes", "header_timeout_ms",
+                                         {"host", "port", "io_threads", "output_threads", "request_threads", "max_body_bytes", "max_header_bytes", "header_timeout_ms",
                                           "idle_timeout_ms", "shutdown_timeout_ms", "max_connections", "tls"}));
   FERRY_RETURN_IF_ERROR(m.String("host", out.host));
   FERRY_RETURN_IF_ERROR(m.Int("port", out.port));
   FERRY_RETURN_IF_ERROR(m.Int("io_threads", out.io_threads));
   FERRY_RETURN_IF_ERROR(m.Int("output_threads", out.output_threads));
+  FERRY_RETURN_IF_ERROR(m.Int("request_threads", out.request_threads));
   FERRY_RETURN_IF_ERROR(m.Int("max_body_bytes", out.max_body_bytes));
   FERRY_RETURN_IF_ERROR(m.Int("max_header_bytes", out.max_header_bytes));
   FERRY_RETURN_IF_ERROR(m.Int("header_timeout_ms", out.header_timeout_ms));
@@ -602,6 +603,7 @@ Status ValidateListener(const ListenerConfig& l) {
   FERRY_RETURN_IF_ERROR(CheckRange("listener.port", l.port, 0, 65535));
   FERRY_RETURN_IF_ERROR(CheckRange("listener.io_threads", l.io_threads, 1, 1024));
   FERRY_RETURN_IF_ERROR(CheckRange("listener.output_threads", l.output_threads, 1, 1024));
+  FERRY_RETURN_IF_ERROR(CheckRange("listener.request_threads", l.request_threads, 1, 1024));
   FERRY_RETURN_IF_ERROR(CheckRange("listener.max_body_bytes", l.max_body_bytes, 1, kNoMax));
   // Beast stores a field's length in 16 bits: one field must stay under 64 KiB.
   FERRY_RETURN_IF_ERROR(CheckRange("listener.max_header_bytes", l.max_header_bytes, 1024, 60 * 1024));

@@ -25,6 +25,7 @@ struct ListenerConfig {
   int port = 8000;                       // 0: any free port (tests)
   int io_threads = 2;
   int output_threads = 2;                // turn engine events into responses (detokenize, format)
+  int request_threads = 2;               // parse and tokenize request bodies, off the I/O threads
   int64_t max_body_bytes = 1 << 20;
   int64_t max_header_bytes = 32 * 1024;  // request line + headers; also a chunk line or trailer block
   int64_t header_timeout_ms = 10000;     // first byte → complete head and body (slowloris)

@@ -263,6 +263,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
       r.logprobs = p_.logprobs;
       r.prompt_logprobs = p_.echo && p_.logprobs >= 0;
       r.priority = p_.priority;
+      r.sibling = i;
       r.tier = ctx_->principal().tier;
       r.arrival = ctx_->arrival();
       r.on_event = [self, i](sched::GenerationEvent& ev) {

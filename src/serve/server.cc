@@ -75,6 +75,7 @@ Status Server::Start() {
   // Threads start here, not in the constructor: ShutdownOnSignals blocks the signals in
   // between, and every thread must inherit that mask.
   output_workers_ = std::make_unique<ThreadPool>(config_.listener.output_threads, "output");
+  request_workers_ = std::make_unique<ThreadPool>(config_.listener.request_threads, "request");
   http_->Start();
   FERRY_LOG_INFO("listening on {}://{}:{} (auth: {})", http_->tls() ? "https" : "http", config_.listener.host,
                  http_->port(), AuthModeName(config_.auth.mode));
@@ -154,6 +155,7 @@ void Server::Shutdown() {
   const int64_t spent =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
   http_->Shutdown(std::max<int64_t>(budget - spent, 1000));
+  request_workers_.reset();  // after the I/O threads: nothing submits to it any more
   output_workers_.reset();  // runs what the batchers' last events queued, while the models still exist
   FERRY_LOG_INFO("shut down");
 }
@@ -381,8 +383,25 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
   }
   if (stopping_.load()) return ctx->ReplyError(FromStatus(Unavailable("the server is shutting down")));
   if (!ready_.load()) return ctx->ReplyError(FromStatus(Unavailable("models are still loading")));
+  // Parsing and tokenizing a large body takes time: never on an I/O thread, where it would
+  // hold up every connection that thread serves (health probes included).
+  request_workers_->Submit([this, ctx, path, text = std::move(req.body)] {
+    try {
+      RouteBody(ctx, path, text);
+    } catch (const std::exception& ex) {
+      ctx->ReplyError(FromStatus(Internal(std::string("unexpected error: ") + ex.what())));
+    }
+  });
+}
+
+void Server::RouteBody(const std::shared_ptr<RequestContext>& ctx, const std::string& path, const std::string& text) {
+  const bool completions = path == "/v1/completions";
+  const bool chat = path == "/v1/chat/completions";
+  const bool embeddings = path == "/v1/embeddings";
+  const bool utility = path == "/tokenize" || path == "/detokenize";
+  if (stopping_.load()) return ctx->ReplyError(FromStatus(Unavailable("the server is shutting down")));
   json body;
-  if (MaybeError e = ParseJsonObject(req.body, body)) return ctx->ReplyError(*e);
+  if (MaybeError e = ParseJsonObject(text, body)) return ctx->ReplyError(*e);
   std::string model_name;
   if (MaybeError e = RequireString(body, "model", model_name)) return ctx->ReplyError(*e);
   ServedModel* m = Find(model_name);
@@ -396,8 +415,8 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
   }
   const RouteEnv env{*output_workers_, config_.api.unknown_fields};
   if (completions) return HandleCompletion(ctx, *m, body, env);
-  if (chat) return HandleChatCompletion(ctx, *m, req.body, body, env);
-  if (path == "/tokenize") return HandleTokenize(ctx, *m, req.body, body, env);
+  if (chat) return HandleChatCompletion(ctx, *m, text, body, env);
+  if (path == "/tokenize") return HandleTokenize(ctx, *m, text, body, env);
   if (path == "/detokenize") return HandleDetokenize(ctx, *m, body, env);
   if (embeddings) return HandleEmbeddings(ctx, *m, body);
   return HandleClassify(ctx, *m, body);

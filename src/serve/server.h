@@ -58,6 +58,8 @@ class Server {
   explicit Server(ServerConfig config, Authenticator auth);
   void LoadModels();
   void HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer, const std::string& route);
+  // On a request worker: parses a work route's body and hands it to its route.
+  void RouteBody(const std::shared_ptr<RequestContext>& ctx, const std::string& path, const std::string& text);
   ServedModel* Find(const std::string& name);
   nlohmann::json ModelCard(const ServedModel& m) const;
   nlohmann::json AdminStatus() const;
@@ -68,7 +70,8 @@ class Server {
   RequestLogger logger_;
   const CorsPolicy cors_;
   std::unique_ptr<HttpServer> http_;
-  std::unique_ptr<ThreadPool> output_workers_;  // events → responses, off the scheduler threads
+  std::unique_ptr<ThreadPool> output_workers_;   // events → responses, off the scheduler threads
+  std::unique_ptr<ThreadPool> request_workers_;  // bodies → parsed, tokenized requests, off the I/O threads
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -229,3 +229,50 @@ TEST(ServeProcessTest, ModeNoneAnswersLoopbackHostsOnlyAndTheLogHashesTheUser) {
 
 }  // namespace
 }  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// Keys never reach the logs (stdout request log, stderr at debug level) or error bodies,
+// whether they are valid, wrong, or sent where they do not belong.
+TEST(ServeProcessTest, KeysNeverAppearInLogsOrErrors) {
+  const std::string tenant_key = "sk-tenant-7f3a9c1e";
+  const std::string admin_key = "sk-admin-b52d04aa";
+  const std::string wrong_key = "sk-wrong-e91c77d0";
+  const std::string cfg = WriteConfig(
+      "listener: {host: 127.0.0.1, port: 0}\n"
+      "auth: {mode: keys, admin_keys: [" + admin_key + "]}\n"
+      "tenants:\n  - {name: acme, keys: [" + tenant_key + "]}\n"
+      "models:\n  - {name: m, path: " + Demo("kjv-decoder") + ", threads: 1}\n"
+      "log: {level: debug, request_log: true}\n");
+  ServeProcess p({"serve", "--config", cfg});
+  const int port = p.WaitReady();
+  ASSERT_NE(port, 0) << p.Stderr();
+  std::string bodies;
+  auto call = [&](const std::string& method, const std::string& path, const std::string& body,
+                  const std::map<std::string, std::string>& headers) {
+    auto r = serve::testing::Http(port, method, path, body, headers);
+    bodies += r.body;
+    return r.status;
+  };
+  EXPECT_EQ(call("POST", "/v1/completions", kCompletion, {{"Authorization", "Bearer " + tenant_key}}), 200);
+  EXPECT_EQ(call("POST", "/v1/completions", kCompletion, {{"Authorization", "Bearer " + wrong_key}}), 401);
+  EXPECT_EQ(call("GET", "/admin/status", "", {{"Authorization", "Bearer " + tenant_key}}), 403);
+  EXPECT_EQ(call("GET", "/admin/status", "", {{"Authorization", "Bearer " + admin_key}}), 200);
+  EXPECT_EQ(call("POST", "/v1/completions", R"({"model":"m","prompt":")" + wrong_key + R"(","max_tokens":1,"nope":1})",
+                 {{"Authorization", "Bearer " + tenant_key}}), 400);
+  EXPECT_EQ(call("POST", "/v1/completions", kCompletion, {{"Authorization", "Basic " + wrong_key}}), 401);
+  EXPECT_EQ(p.Terminate(20s), 0) << p.Stderr();
+  const std::string logs = p.ReadStdout() + p.Stderr();
+  for (const std::string& key : {tenant_key, admin_key}) {
+    EXPECT_EQ(logs.find(key), std::string::npos) << key << " in the logs:\n" << logs;
+    EXPECT_EQ(bodies.find(key), std::string::npos) << key << " in an error body";
+  }
+  // A wrong key is a secret too (often a real key for another service): only the prompt
+  // that carried it as text may show it, and the request log does not hold prompts.
+  EXPECT_EQ(logs.find(wrong_key), std::string::npos) << logs;
+  std::remove(cfg.c_str());
+}
+
+}  // namespace
+}  // namespace ferry

@@ -170,6 +170,31 @@ TEST(SchedulePolicy, PreemptedSequenceIsReadmittedForRecompute) {
   EXPECT_EQ(StepOf(d, 7), 13);
 }
 
+// A request with many sequences (n choices) arrived first; a one-sequence request after it
+// still gets the next free slot, before the first request's later siblings.
+TEST(SchedulePolicy, SiblingsTakeTurnsWithOtherRequests) {
+  PlanInput in;
+  in.block_tokens = 4;
+  in.free_blocks = 100;
+  in.max_num_seqs = 3;
+  in.token_budget = 100;
+  for (uint64_t i = 0; i < 4; ++i) {
+    SeqView w = Waiting(10 + i, 8, 1, 1 + i);
+    w.sibling = static_cast<int32_t>(i);
+    in.waiting.push_back(w);
+  }
+  in.waiting.push_back(Waiting(20, 8, 1, 5));  // another request, sibling 0, arrived last
+  const Decision d = PlanStep(in);
+  ASSERT_EQ(d.admitted.size(), 3u);
+  EXPECT_EQ(d.admitted[0], 10u);
+  EXPECT_EQ(d.admitted[1], 20u);  // before the first request's second sequence
+  EXPECT_EQ(d.admitted[2], 11u);
+  // Priority still comes first.
+  in.waiting.back().priority = 2;
+  const Decision p = PlanStep(in);
+  EXPECT_EQ(p.admitted, (std::vector<uint64_t>{10, 11, 12}));
+}
+
 TEST(SchedulePolicy, EmptyInputSchedulesNothing) {
   PlanInput in;
   in.free_blocks = 10;

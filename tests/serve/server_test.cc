@@ -61,7 +61,7 @@ class ServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     server_ = StartServer(Config("      max_num_seqs: 16\n      max_num_batched_tokens: 64\n"
-                                 "      max_queue_requests: 256\n")).release();
+                                 "      max_queue_requests: 256\n      max_queue_time_ms: 600000\n")).release();
   }
   static void TearDownTestSuite() {
     delete server_;
@@ -498,6 +498,25 @@ TEST_F(ServerTest, BrokenHttpAndSlowClientsAreAnsweredAndClosed) {
       EXPECT_EQ(r.status, 200);
     }
   }
+  ExpectHealthy();
+}
+
+// A prompt whose byte length alone proves it cannot fit is refused before it is tokenized
+// (tokenizing megabytes used to hold up an I/O thread), with the same code as a prompt
+// found too long after tokenizing.
+TEST_F(ServerTest, AHugePromptIsRefusedBeforeTokenizing) {
+  const std::string huge(60000, 'a');
+  HttpReply r = PostJson(port(), "/v1/completions", Completion(huge, 2), kAcme);
+  ASSERT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.Json()["error"]["code"], "context_length_exceeded");
+  EXPECT_NE(r.Json()["error"]["message"].get<std::string>().find("60000 bytes"), std::string::npos) << r.body;
+  // Long but possibly fitting text is tokenized and judged by its tokens.
+  std::string words;
+  for (int i = 0; i < 1500; ++i) words += "and ";
+  HttpReply t = PostJson(port(), "/v1/completions", Completion(words, 2), kAcme);
+  ASSERT_EQ(t.status, 400) << t.body;
+  EXPECT_EQ(t.Json()["error"]["code"], "context_length_exceeded");
+  EXPECT_EQ(t.Json()["error"]["message"].get<std::string>().find("bytes"), std::string::npos) << t.body;
   ExpectHealthy();
 }
 
