@@ -9,6 +9,8 @@ missing=()
 # The server tests drive ferry with the openai npm client and curl.
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
 command -v curl >/dev/null 2>&1 || pkgs+=(curl)
+# bench/qos_report.py plots the QoS benchmark's timeline.
+pkgs+=(python3-matplotlib)
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done

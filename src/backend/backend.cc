@@ -22,7 +22,7 @@ Status Backend::CopyColumns(const Tensor& src, int64_t col_begin, Tensor& dst) {
   return Status::Ok();
 }
 
-Status Backend::PoolRows(const Tensor& x, const AttentionBatch& batch, bool mean, Tensor& out) {
+Status Backend::PoolRows(const Tensor& x, const AttentionBatch& batch, PoolMode mode, Tensor& out) {
   const std::span<const SeqSpan> spans = batch.spans;
   if (x.dtype() != DType::kF32 || out.dtype() != DType::kF32 || !x.device().is_cpu() || x.rank() != 2 ||
       out.rank() != 2 || out.dim(0) != static_cast<int64_t>(spans.size()) || out.dim(1) != x.dim(1)) {
@@ -36,14 +36,25 @@ Status Backend::PoolRows(const Tensor& x, const AttentionBatch& batch, bool mean
     }
     float* dst = out.data<float>() + static_cast<int64_t>(s) * H;
     const float* src = x.data<float>() + static_cast<int64_t>(sp.q_begin) * H;
-    if (!mean) {
-      std::memcpy(dst, src, static_cast<size_t>(H) * sizeof(float));
-      continue;
+    switch (mode) {
+      case PoolMode::kFirst:
+        std::memcpy(dst, src, static_cast<size_t>(H) * sizeof(float));
+        break;
+      case PoolMode::kLast:
+        std::memcpy(dst, src + static_cast<int64_t>(sp.q_len - 1) * H, static_cast<size_t>(H) * sizeof(float));
+        break;
+      case PoolMode::kMean:
+        std::fill(dst, dst + H, 0.0f);
+        for (int32_t t = 0; t < sp.q_len; ++t)
+          for (int64_t j = 0; j < H; ++j) dst[j] += src[t * H + j];
+        for (int64_t j = 0; j < H; ++j) dst[j] /= static_cast<float>(sp.q_len);
+        break;
+      case PoolMode::kMax:
+        std::memcpy(dst, src, static_cast<size_t>(H) * sizeof(float));
+        for (int32_t t = 1; t < sp.q_len; ++t)
+          for (int64_t j = 0; j < H; ++j) dst[j] = std::max(dst[j], src[t * H + j]);
+        break;
     }
-    std::fill(dst, dst + H, 0.0f);
-    for (int32_t t = 0; t < sp.q_len; ++t)
-      for (int64_t j = 0; j < H; ++j) dst[j] += src[t * H + j];
-    for (int64_t j = 0; j < H; ++j) dst[j] /= static_cast<float>(sp.q_len);
   }
   return Status::Ok();
 }

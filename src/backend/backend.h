@@ -85,6 +85,9 @@ struct TokenSampling {
   std::span<const int32_t> banned;   // ids that may not be drawn (stop ids before min_tokens)
 };
 
+// How PoolRows reduces a sequence's rows to one (sentence-transformers' pooling modes).
+enum class PoolMode { kFirst, kMean, kMax, kLast };
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -181,10 +184,10 @@ class Backend {
   virtual Status DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionBatch& batch,
                                 const AttentionParams& params, Tensor& out) = 0;
 
-  // Sentence embeddings, reduced where the hidden states live: out[s, :] = x[q_begin, :] of
-  // span s (first: the CLS row) or the mean of its q_len rows (f32 sums). The default works
-  // on host f32 memory.
-  virtual Status PoolRows(const Tensor& x, const AttentionBatch& batch, bool mean, Tensor& out);
+  // Sentence embeddings, reduced where the hidden states live: out[s, :] = the first row of
+  // span s (the CLS row), the mean of its q_len rows (f32 sums), their element-wise max, or
+  // its last row. The default works on host f32 memory.
+  virtual Status PoolRows(const Tensor& x, const AttentionBatch& batch, PoolMode mode, Tensor& out);
 
   // DenseAttention on a fused QKV projection qkv [T, (nh + 2 nkv) * hd] (q columns, then k,
   // then v). q, k and v are scratch for backends that split it with CopyColumns first (the

@@ -34,6 +34,15 @@ struct CudaDeviceInfo {
 // Unavailable without a device (or without the CUDA backend in this build).
 Result<CudaDeviceInfo> QueryCudaDevice(int device);
 
+// A device's memory as cudaMemGetInfo reports it (free counts what this process and
+// others have taken already).
+struct CudaMemoryInfo {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+};
+// Unavailable without a device (or without the CUDA backend in this build).
+Result<CudaMemoryInfo> QueryCudaMemory(int device);
+
 // Unavailable when there is no GPU or the build has no CUDA backend.
 Result<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& options);
 

@@ -15,6 +15,10 @@ Result<CudaDeviceInfo> QueryCudaDevice(int) {
   return Unavailable("this ferry was built without the CUDA backend (configure with -DFERRY_CUDA=ON)");
 }
 
+Result<CudaMemoryInfo> QueryCudaMemory(int) {
+  return Unavailable("this ferry was built without the CUDA backend (configure with -DFERRY_CUDA=ON)");
+}
+
 }  // namespace ferry::backend
 
 #endif  // FERRY_HAVE_CUDA

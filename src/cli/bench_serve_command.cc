@@ -24,6 +24,12 @@ struct BenchServeArgs {
   bool no_progress = false;
   std::string json_path;
   bool save_requests = false;
+  std::string extra_body;
+  std::string rate_schedule;
+  std::vector<std::string> tiers;
+  std::vector<std::string> tier_slos;
+  bool num_prompts_given = false;
+  bool request_rate_given = false;
 };
 
 // A fixed length (when given) or an "a,b" range (when given) into [min, max].
@@ -51,14 +57,34 @@ Status ToLoadOptions(BenchServeArgs& a) {
   FERRY_RETURN_IF_ERROR(ApplyLength("input-len", a.input_len, a.input_len_range, o.input_len_min, o.input_len_max));
   FERRY_RETURN_IF_ERROR(
       ApplyLength("output-len", a.output_len, a.output_len_range, o.output_len_min, o.output_len_max));
-  if (a.slo_ttft_ms > 0) o.slo.ttft_ms = a.slo_ttft_ms;
+  if (!a.rate_schedule.empty()) {
+    if (a.num_prompts_given || a.request_rate_given) {
+      return InvalidArgument("--rate-schedule sets the arrivals and their number; drop --num-prompts and --request-rate");
+    }
+    Result<std::vector<tools::RatePhase>> schedule = tools::ParseRateSchedule(a.rate_schedule);
+    if (!schedule.ok()) return schedule.status();
+    o.rate_schedule = *schedule;
+  }
+  for (const std::string& spec : a.tiers) {
+    Result<tools::LoadTier> tier = tools::ParseLoadTier(spec);
+    if (!tier.ok()) return tier.status();
+    o.tiers.push_back(*tier);
+  }
+  for (const std::string& spec : a.tier_slos) FERRY_RETURN_IF_ERROR(tools::ApplyTierSlo(o.tiers, spec));
+    if (a.slo_ttft_ms > 0) o.slo.ttft_ms = a.slo_ttft_ms;
   if (a.slo_tpot_ms > 0) o.slo.tpot_ms = a.slo_tpot_ms;
   if (a.slo_e2e_ms > 0) o.slo.e2e_ms = a.slo_e2e_ms;
   o.progress = !a.no_progress;
+  if (!a.extra_body.empty()) {
+    o.extra_body = nlohmann::json::parse(a.extra_body, nullptr, /*allow_exceptions=*/false);
+    if (!o.extra_body.is_object()) return InvalidArgument("--extra-body must be a JSON object");
+  }
   return tools::ValidateLoadOptions(o);
 }
 
-int RunBenchServe(BenchServeArgs& a) {
+int RunBenchServe(BenchServeArgs& a, CLI::App& sub) {
+  a.num_prompts_given = sub.get_option("--num-prompts")->count() > 0;
+  a.request_rate_given = sub.get_option("--request-rate")->count() > 0;
   Status st = ToLoadOptions(a);
   if (!st.ok()) return Fail(st);
   Result<tools::BenchmarkReport> report = tools::RunLoadBenchmark(a.load);
@@ -121,8 +147,21 @@ void RegisterBenchServe(CLI::App& bench, int& exit_code) {
   sub->add_flag("--no-progress", a->no_progress, "No progress bar on stderr");
   sub->add_option("--label", o.label, "A name for this run, carried into the JSON");
   sub->add_option("--json", a->json_path, "Write the full result as JSON to this file");
+  sub->add_option("--extra-body", a->extra_body,
+                  "JSON object merged into every request body, e.g. '{\"truncation\": \"chunk\"}'");
   sub->add_flag("--save-requests", a->save_requests, "Include per-request records in the JSON");
-  sub->callback([a, &exit_code] { exit_code = RunBenchServe(*a); });
+  sub->add_option("--rate-schedule", a->rate_schedule,
+                  "Phases of SECONDS:RATE, e.g. 60:8,60:24,60:8 (a 1x-3x-1x burst); replaces --request-rate and "
+                  "--num-prompts");
+  sub->add_option("--tier", a->tiers,
+                  "NAME:SHARE[:API_KEY] (repeatable): a share of the requests sent with that tier's key, reported "
+                  "per tier");
+  sub->add_option("--tier-slo", a->tier_slos,
+                  "NAME:ttft=MS,tpot=MS,e2e=MS (repeatable): a tier's own SLO targets (default: the --slo-* ones)");
+  sub->add_option("--variant-header", o.variant_header,
+                  "Response header naming the variant that served a request (recorded per request; '' to skip)")
+      ->capture_default_str();
+  sub->callback([a, sub, &exit_code] { exit_code = RunBenchServe(*a, *sub); });
 }
 
 }  // namespace ferry::cli

@@ -20,6 +20,9 @@ struct MakeCheckpointOptions {
   std::string dtype = "bf16";
   std::string out;
   uint64_t seed = 0;
+  std::string head = "sequence";
+  int labels = 0;
+  std::string tokenizer;
 };
 
 int RunMakeCheckpoint(const MakeCheckpointOptions& o) {
@@ -29,6 +32,9 @@ int RunMakeCheckpoint(const MakeCheckpointOptions& o) {
   spec.preset = o.preset;
   spec.dtype = *dtype;
   spec.seed = o.seed;
+  spec.head = o.head;
+  spec.num_labels = o.labels;
+  spec.tokenizer_dir = o.tokenizer;
   // --arch is accepted for readability; the preset decides the architecture.
   if (!o.arch.empty() && o.preset.rfind(o.arch, 0) != 0 && !(o.arch == "bert" && o.preset.rfind("bert", 0) == 0)) {
     return Fail(InvalidArgument("preset '" + o.preset + "' is not a '" + o.arch + "' model"));
@@ -126,6 +132,9 @@ void RegisterMakeCheckpoint(CLI::App& app, int& exit_code) {
   sub->add_option("--preset", o->preset, "One of: " + presets)->required();
   sub->add_option("--dtype", o->dtype, "fp32, bf16 or fp16");
   sub->add_option("--seed", o->seed, "Random seed");
+  sub->add_option("--head", o->head, "BERT: sequence (classifier), token (token classifier) or none (embeddings)");
+  sub->add_option("--labels", o->labels, "BERT: labels of the head (default: 2, or CoNLL's 9 BIO tags for token)");
+  sub->add_option("--tokenizer", o->tokenizer, "Copy the tokenizer files of this folder into the checkpoint");
   sub->add_option("-o,--output", o->out, "Output directory")->required();
   sub->callback([o, &exit_code] { exit_code = RunMakeCheckpoint(*o); });
 }

@@ -1,5 +1,7 @@
 #include "core/allocator.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <new>
 
@@ -13,6 +15,15 @@ void* AlignedAlloc(size_t bytes) {
 }
 
 void AlignedFree(void* p) { std::free(p); }
+
+std::shared_ptr<void> AllocateStorage(size_t bytes) {
+  if (bytes < kLargeAllocation) return std::shared_ptr<void>(AlignedAlloc(bytes), AlignedFree);
+  constexpr size_t kPage = 4096;
+  const size_t length = (bytes + kPage - 1) / kPage * kPage;
+  void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return std::shared_ptr<void>(p, [length](void* q) { munmap(q, length); });
+}
 
 namespace {
 PinnedAllocFn g_pinned_alloc = nullptr;

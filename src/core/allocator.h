@@ -14,6 +14,15 @@ inline constexpr size_t kAlignment = 64;
 void* AlignedAlloc(size_t bytes);
 void AlignedFree(void* p);
 
+// Blocks from this size up are mapped from the kernel and unmapped when freed.
+inline constexpr size_t kLargeAllocation = size_t{1} << 20;
+// Tensor storage: AlignedAlloc below kLargeAllocation, whole pages from mmap at and above it.
+// Large activations are freed back to the kernel at once, so a process that runs batch after
+// batch holds one batch's activations, not what the heap kept of every earlier one (glibc
+// raises its own mmap threshold after the first large free and then serves such blocks
+// from a heap that fragments and grows with every batch).
+std::shared_ptr<void> AllocateStorage(size_t bytes);
+
 // Pinned host memory for fast device copies. Without a CUDA runtime it is ordinary aligned
 // memory; the CUDA backend registers its own pinned allocator (cudaHostAlloc).
 using PinnedAllocFn = void* (*)(size_t);

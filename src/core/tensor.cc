@@ -41,7 +41,7 @@ Tensor Tensor::Empty(Shape shape, DType dtype) {
   t.strides_ = ContiguousStrides(t.shape_);
   t.dtype_ = dtype;
   const size_t bytes = std::max<size_t>(t.nbytes(), 1);
-  std::shared_ptr<void> mem(AlignedAlloc(bytes), AlignedFree);
+  std::shared_ptr<void> mem = AllocateStorage(bytes);
   t.data_ = mem.get();
   t.storage_ = std::move(mem);
   return t;

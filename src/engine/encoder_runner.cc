@@ -41,13 +41,20 @@ Result<model::EncoderOutput> RunEncoder(const Engine& engine, const std::vector<
   if (pooling.has_value()) {
     FERRY_ASSIGN_OR_RETURN(Tensor pooled,
                            be.Allocate({static_cast<int64_t>(b.spans.size()), out.hidden.dim(1)}, out.hidden.dtype()));
-    FERRY_RETURN_IF_ERROR(be.PoolRows(out.hidden, b.spans, *pooling == Pooling::kMean, pooled));
+    const backend::PoolMode mode = *pooling == Pooling::kMean  ? backend::PoolMode::kMean
+                                   : *pooling == Pooling::kMax ? backend::PoolMode::kMax
+                                   : *pooling == Pooling::kLast ? backend::PoolMode::kLast
+                                                                : backend::PoolMode::kFirst;
+    FERRY_RETURN_IF_ERROR(be.PoolRows(out.hidden, b.spans, mode, pooled));
     FERRY_ASSIGN_OR_RETURN(out.hidden, be.ToHost(pooled));
   } else {
     out.hidden = Tensor();
   }
   if (out.logits.defined()) {
     FERRY_ASSIGN_OR_RETURN(out.logits, engine.backend().ToHost(out.logits));
+  }
+  if (out.token_logits.defined()) {
+    FERRY_ASSIGN_OR_RETURN(out.token_logits, engine.backend().ToHost(out.token_logits));
   }
   return out;
 }
@@ -60,6 +67,14 @@ Result<Tensor> Classify(const Engine& engine, const std::vector<EncodedInput>& i
   }
   FERRY_ASSIGN_OR_RETURN(model::EncoderOutput out, RunEncoder(engine, inputs, std::nullopt));
   return out.logits;
+}
+
+Result<Tensor> ClassifyTokens(const Engine& engine, const std::vector<EncodedInput>& inputs) {
+  if (engine.encoder() != nullptr && !engine.encoder()->has_token_classifier()) {
+    return InvalidArgument("model '" + engine.path() + "' has no token-classification head");
+  }
+  FERRY_ASSIGN_OR_RETURN(model::EncoderOutput out, RunEncoder(engine, inputs, std::nullopt));
+  return out.token_logits;
 }
 
 Result<Tensor> Embed(const Engine& engine, const std::vector<EncodedInput>& inputs, Pooling pooling, bool normalize) {

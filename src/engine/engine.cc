@@ -57,6 +57,18 @@ Result<std::shared_ptr<Engine>> Engine::Load(const std::string& path, const Engi
   auto tc = tokenizer::ParseTokenizerConfig(settings);
   if (!tc.ok()) return tc.status().WithContext("loading '" + path + "'");
   e->tokenizer_config_ = std::move(tc).value();
+  {
+    auto read = [&path](const std::string& name) -> std::optional<std::string> {
+      std::error_code ec;
+      const fs::path p = fs::path(path) / name;
+      if (!fs::is_regular_file(p, ec)) return std::nullopt;
+      auto text = ReadFileToString(p.string());
+      return text.ok() ? std::optional<std::string>(std::move(text).value()) : std::nullopt;
+    };
+    auto pooling = io::ParseSentencePooling(read(io::kModulesFile), read);
+    if (!pooling.ok()) return pooling.status().WithContext("'" + path + "'");
+    e->sentence_pooling_ = std::move(pooling).value();
+  }
   auto ckpt_or = io::Checkpoint::Open(path);
   if (!ckpt_or.ok()) return ckpt_or.status().WithContext("loading '" + path + "'");
   std::shared_ptr<io::Checkpoint> ckpt = std::move(ckpt_or).value();
@@ -130,6 +142,16 @@ Result<std::shared_ptr<Engine>> Engine::LoadEngineFile(const std::string& path, 
   auto tc = tokenizer::ParseTokenizerConfig(files);
   if (!tc.ok()) return tc.status().WithContext(where);
   e->tokenizer_config_ = std::move(tc).value();
+
+  {
+    auto read = [&files](const std::string& name) -> std::optional<std::string> {
+      auto it = files.find(name);
+      return it == files.end() ? std::nullopt : std::optional<std::string>(it->second);
+    };
+    auto pooling = io::ParseSentencePooling(read(io::kModulesFile), read);
+    if (!pooling.ok()) return pooling.status().WithContext(where);
+    e->sentence_pooling_ = std::move(pooling).value();
+  }
 
   // A GPU engine's weights are stored in the activation dtype it was built for.
   EngineOptions backend_options = options;

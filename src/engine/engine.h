@@ -10,6 +10,7 @@
 #include "core/device_spec.h"
 #include "io/engine_manifest.h"
 #include "io/model_config.h"
+#include "io/pooling_config.h"
 #include "model/decoder.h"
 #include "model/encoder.h"
 #include "tokenizer/tokenizer.h"
@@ -42,6 +43,8 @@ class Engine {
   const io::ManifestBuild* build_info() const { return build_info_ ? &*build_info_ : nullptr; }
 
   const io::ModelConfig& config() const { return config_; }
+  // A sentence-transformers checkpoint's pooling (modules.json); nullopt for other models.
+  const std::optional<io::SentencePooling>& sentence_pooling() const { return sentence_pooling_; }
   bool is_decoder() const { return decoder_ != nullptr; }
   // Null when the folder has no tokenizer files (token ids only).
   const tokenizer::Tokenizer* tokenizer() const { return tokenizer_.get(); }
@@ -77,6 +80,7 @@ class Engine {
   std::unique_ptr<model::DecoderModel> decoder_;
   std::unique_ptr<model::EncoderModel> encoder_;
   std::optional<io::ManifestBuild> build_info_;
+  std::optional<io::SentencePooling> sentence_pooling_;
 };
 
 }  // namespace ferry::engine

@@ -329,6 +329,16 @@ Result<BuildReport> BuildEngine(const std::string& model_dir, const std::string&
     if (!fs::exists(p, ec)) continue;
     FERRY_ASSIGN_OR_RETURN(manifest.files[name], ReadFileToString(p.string()));
   }
+  // sentence-transformers' pooling settings travel with the engine.
+  if (const fs::path p = fs::path(model_dir) / io::kModulesFile; fs::exists(p, ec)) {
+    FERRY_ASSIGN_OR_RETURN(const std::string modules, ReadFileToString(p.string()));
+    manifest.files[io::kModulesFile] = modules;
+    for (const std::string& name : io::SentencePoolingFiles(modules)) {
+      const fs::path f = fs::path(model_dir) / name;
+      if (!fs::exists(f, ec)) continue;
+      FERRY_ASSIGN_OR_RETURN(manifest.files[name], ReadFileToString(f.string()));
+    }
+  }
   for (const char* name : kBinaryFiles) {
     const fs::path p = fs::path(model_dir) / name;
     if (!fs::exists(p, ec)) continue;

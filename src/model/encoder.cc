@@ -21,6 +21,11 @@ Status LoadLayerNorm(const WeightSource& w, const std::string& base, int64_t H, 
   return Status::Ok();
 }
 
+// BertForTokenClassification and its relatives put the classifier on every token.
+bool IsTokenClassifier(const io::ModelConfig& config) {
+  return config.architecture.ends_with("ForTokenClassification");
+}
+
 }  // namespace
 
 Result<std::unique_ptr<EncoderModel>> EncoderModel::Load(const io::ModelConfig& config, const WeightSource& w,
@@ -68,8 +73,11 @@ Result<std::unique_ptr<EncoderModel>> EncoderModel::Load(const io::ModelConfig& 
     FERRY_ASSIGN_OR_RETURN(m->pooler_, LoadLinear(w, be, options, "pooler", {p + "pooler.dense.weight"},
                                                   {p + "pooler.dense.bias"}, {H}, H));
   }
+  m->token_head_ = IsTokenClassifier(config);
   if (config.num_labels > 0 && w.has("classifier.weight")) {
-    if (!m->has_pooler()) return InvalidArgument("classification head without a pooler is not supported");
+    if (!m->token_head_ && !m->has_pooler()) {
+      return InvalidArgument("sequence-classification head without a pooler is not supported");
+    }
     FERRY_ASSIGN_OR_RETURN(m->classifier_, LoadLinear(w, be, options, "classifier", {"classifier.weight"},
                                                       {"classifier.bias"}, {config.num_labels}, H));
   }
@@ -115,11 +123,17 @@ Result<std::unique_ptr<EncoderModel>> EncoderModel::LoadPrepared(const io::Model
     FERRY_ASSIGN_OR_RETURN(layer.out_ln_beta, table(key + "out_ln.beta", {H}));
     m->layers_.push_back(std::move(layer));
   }
+  m->token_head_ = IsTokenClassifier(config);
   auto pooler = w.linear("pooler");
-  if (pooler.ok()) {
-    m->pooler_ = std::move(pooler).value();
+  if (pooler.ok()) m->pooler_ = std::move(pooler).value();
+  if (pooler.ok() || m->token_head_) {
     auto classifier = w.linear("classifier");
-    if (classifier.ok()) m->classifier_ = std::move(classifier).value();
+    if (classifier.ok()) {
+      m->classifier_ = std::move(classifier).value();
+      if (m->classifier_.out_features() != config.num_labels || m->classifier_.in_features() != H) {
+        return DataLoss("weight 'classifier' does not match the config's shape");
+      }
+    }
   }
   return m;
 }
@@ -143,7 +157,7 @@ Status EncoderModel::Visit(const WeightVisitor& v) const {
     FERRY_RETURN_IF_ERROR(v.tensor(key + "out_ln.beta", L.out_ln_beta));
   }
   if (has_pooler()) FERRY_RETURN_IF_ERROR(v.linear("pooler", pooler_));
-  if (has_classifier()) FERRY_RETURN_IF_ERROR(v.linear("classifier", classifier_));
+  if (head() != EncoderHead::kNone) FERRY_RETURN_IF_ERROR(v.linear("classifier", classifier_));
   return Status::Ok();
 }
 
@@ -231,6 +245,11 @@ Status EncoderModel::Forward(const EncoderBatch& batch, EncoderOutput& out) {
   out.hidden = x;
   out.pooled = Tensor();
   out.logits = Tensor();
+  out.token_logits = Tensor();
+  if (has_token_classifier()) {
+    FERRY_ASSIGN_OR_RETURN(out.token_logits, be.Allocate({T, c.num_labels}, act));
+    FERRY_RETURN_IF_ERROR(RunLinear(-1, "classifier", x, classifier_, out.token_logits));
+  }
   if (has_pooler()) {
     const int64_t S = static_cast<int64_t>(batch.spans.size());
     FERRY_ASSIGN_OR_RETURN(Tensor cls, be.Allocate({S, H}, act));

@@ -1,5 +1,6 @@
-// Encoder transformers (BERT family): post-LN blocks, pooler and sequence-classification
-// head, written once against backend::Backend.
+// Encoder transformers (BERT family): post-LN blocks, pooler, and a sequence-classification
+// (ForSequenceClassification) or token-classification (ForTokenClassification) head, written
+// once against backend::Backend.
 #pragma once
 
 #include <memory>
@@ -20,9 +21,17 @@ struct EncoderBatch {
 };
 
 struct EncoderOutput {
-  Tensor hidden;  // [T, H] last hidden state
-  Tensor pooled;  // [S, H] pooler output (tanh(dense(CLS))); undefined when the model has no pooler
-  Tensor logits;  // [S, num_labels]; undefined without a classification head
+  Tensor hidden;        // [T, H] last hidden state
+  Tensor pooled;        // [S, H] pooler output (tanh(dense(CLS))); undefined when the model has no pooler
+  Tensor logits;        // [S, num_labels]; undefined without a sequence-classification head
+  Tensor token_logits;  // [T, num_labels]; undefined without a token-classification head
+};
+
+// What sits on top of the encoder.
+enum class EncoderHead {
+  kNone,      // hidden states only (embeddings)
+  kSequence,  // pooler + linear over the CLS row (BertForSequenceClassification)
+  kToken,     // linear over every row (BertForTokenClassification)
 };
 
 // Immutable after Load; Forward is thread-compatible.
@@ -40,8 +49,14 @@ class EncoderModel {
 
   const io::ModelConfig& config() const { return config_; }
   bool has_pooler() const { return pooler_.out_features() > 0 && (pooler_.packed || pooler_.weight.defined()); }
-  bool has_classifier() const {
-    return classifier_.out_features() > 0 && (classifier_.packed || classifier_.weight.defined());
+  // A sequence-classification head.
+  bool has_classifier() const { return head() == EncoderHead::kSequence; }
+  bool has_token_classifier() const { return head() == EncoderHead::kToken; }
+  EncoderHead head() const {
+    if (classifier_.out_features() <= 0 || (!classifier_.packed && !classifier_.weight.defined())) {
+      return EncoderHead::kNone;
+    }
+    return token_head_ ? EncoderHead::kToken : EncoderHead::kSequence;
   }
 
  private:
@@ -63,6 +78,7 @@ class EncoderModel {
   std::vector<Layer> layers_;
   backend::LinearWeight pooler_;
   backend::LinearWeight classifier_;
+  bool token_head_ = false;  // the classifier reads every row, not the pooled CLS row
   LinearInputObserver observer_;
 };
 

@@ -163,6 +163,9 @@ void ContinuousBatcher::TakeInbox() {
   for (Arrival& a : arrivals) {
     handlers_[a.handle] = std::move(a.request.on_event);
     a.request.on_event = nullptr;
+    if (core_.observer() != nullptr && core_.observer()->wants_requests()) {
+      progress_[a.handle] = Progress{a.request.tier, a.request.arrival, {}, false};
+    }
     core_.Add(a.handle, std::move(a.request));
   }
   for (uint64_t h : cancels) core_.Finish(h, FinishReason::kAbort, events_);
@@ -173,9 +176,12 @@ void ContinuousBatcher::TakeInbox() {
 // Hands each event to its request's handler, in order. A handler that asks to stop ends
 // its request with finish reason "stop" (its final event follows at once).
 void ContinuousBatcher::Deliver(std::vector<GenerationEvent>& events) {
+  const bool timed = !progress_.empty();
+  const Clock::time_point now = events.empty() || !timed ? Clock::time_point() : Clock::now();
   for (size_t i = 0; i < events.size(); ++i) {
     const uint64_t handle = events[i].handle;
     const bool finished = events[i].finished;
+    if (timed) ReportProgress(events[i], now);
     auto it = handlers_.find(handle);
     if (it == handlers_.end()) continue;
     EventAction action = EventAction::kContinue;
@@ -194,6 +200,35 @@ void ContinuousBatcher::Deliver(std::vector<GenerationEvent>& events) {
     if (action == EventAction::kStop) core_.Finish(handle, FinishReason::kStop, events);  // appended: delivered next
   }
   events.clear();
+}
+
+// Times one event of a request for the observer: queue wait on its first event, time to
+// first token and the gaps between token events, and the outcome when it finishes.
+void ContinuousBatcher::ReportProgress(const GenerationEvent& ev, Clock::time_point now) {
+  auto it = progress_.find(ev.handle);
+  if (it == progress_.end()) return;
+  Progress& p = it->second;
+  RequestProgress r;
+  r.tier = p.tier;
+  if (ev.queue_seconds > 0) r.queue_seconds = ev.queue_seconds;
+  r.new_tokens = static_cast<int>(ev.tokens.size());
+  if (r.new_tokens > 0) {
+    if (!p.first_token) {
+      p.first_token = true;
+      r.ttft_seconds = std::chrono::duration<double>(now - p.arrival).count();
+    } else {
+      r.token_gap_seconds = std::chrono::duration<double>(now - p.last_token).count() / r.new_tokens;
+    }
+    p.last_token = now;
+  }
+  if (ev.finished) {
+    r.finished = true;
+    r.failure_reason = ev.error.ok() ? std::string_view() : std::string_view(ev.failure_reason);
+    r.prompt_tokens = ev.prompt_tokens_count;
+    r.generated_tokens = ev.generated_tokens_count;
+  }
+  core_.observer()->OnRequest(r);
+  if (ev.finished) progress_.erase(it);
 }
 
 void ContinuousBatcher::Publish() {

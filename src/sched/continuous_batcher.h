@@ -66,9 +66,18 @@ class ContinuousBatcher {
     GenerationRequest request;
   };
 
+  // What the observer's OnRequest needs to time a request's events (loop thread).
+  struct Progress {
+    std::string tier;
+    Clock::time_point arrival;
+    Clock::time_point last_token;
+    bool first_token = false;
+  };
+
   void Loop();
   void TakeInbox();
   void Deliver(std::vector<GenerationEvent>& events);
+  void ReportProgress(const GenerationEvent& event, Clock::time_point now);
   void Publish();
 
   EngineCore& core_;
@@ -89,6 +98,7 @@ class ContinuousBatcher {
 
   // Owned by the loop thread.
   std::unordered_map<uint64_t, std::function<EventAction(GenerationEvent&)>> handlers_;
+  std::unordered_map<uint64_t, Progress> progress_;  // only while an observer is set
   std::vector<GenerationEvent> events_;
 
   std::atomic<int> running_count_{0};

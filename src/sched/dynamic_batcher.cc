@@ -98,6 +98,76 @@ Result<uint64_t> DynamicBatcher::Enqueue(std::shared_ptr<BatchItem> item) {
   return id;
 }
 
+Result<std::vector<uint64_t>> DynamicBatcher::EnqueueGroup(const std::vector<std::shared_ptr<BatchItem>>& items) {
+  if (items.empty()) return std::vector<uint64_t>();
+  if (!options_status_.ok()) return options_status_.WithContext("dynamic batcher " + name_);
+  const DynamicBatchingOptions& options = policy_.options();
+  const BatchItem& first = *items.front();
+  for (const auto& item : items) {
+    if (!item) return InvalidArgument("null batch item");
+    if (item->priority_level != first.priority_level || item->timeout_us != first.timeout_us) {
+      return InvalidArgument("the items of a group must share their priority and timeout");
+    }
+  }
+  const int requested = first.priority_level;
+  if (requested < 0 || requested > options.priority_levels) {
+    return InvalidArgument("priority " + std::to_string(requested) + " is outside [0, " +
+                           std::to_string(options.priority_levels) + "] (0: the default level)");
+  }
+  if (first.timeout_us < 0) return InvalidArgument("timeout_us must be >= 0");
+  const int level = requested == 0 ? options.default_priority_level : requested;
+  const QueuePolicy& policy = options.PolicyFor(level);
+  const int64_t timeout_us = EffectiveTimeoutUs(policy, first.timeout_us);
+
+  std::vector<uint64_t> ids;
+  ids.reserve(items.size());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ == State::kStopping || state_ == State::kStopped) {
+      return Unavailable("dynamic batcher " + name_ + " is stopped");
+    }
+    for (const auto& item : items) {
+      if (item->id != 0) return InvalidArgument("batch item " + std::to_string(item->id) + " is already enqueued");
+    }
+    LevelQueue& queue = queues_[static_cast<size_t>(level - 1)];
+    if (policy.max_queue_size > 0 && queue.size() >= static_cast<size_t>(policy.max_queue_size)) {
+      ++stats_.rejected_queue_full;
+      return ResourceExhausted("queue full: priority level " + std::to_string(level) + " of " + name_ +
+                               " holds " + std::to_string(queue.size()) + " items (max_queue_size " +
+                               std::to_string(policy.max_queue_size) + ")");
+    }
+    // One arrival: every item gets the same enqueue time and deadline.
+    const BatchTime now = BatchClock::now();
+    const BatchTime deadline = timeout_us > 0 ? AddMicros(now, timeout_us) : kNoDeadline;
+    for (const auto& item : items) {
+      const uint64_t id = next_id_++;
+      item->id = id;
+      item->level = level;
+      item->enqueue_time = now;
+      item->deadline = deadline;
+      queue.emplace(id, item);
+      ids.push_back(id);
+    }
+  }
+  cv_.notify_one();
+  return ids;
+}
+
+size_t DynamicBatcher::CancelAll(const std::vector<uint64_t>& ids) {
+  std::vector<std::shared_ptr<BatchItem>> taken;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (uint64_t id : ids) {
+      if (auto item = TakeLocked(id)) taken.push_back(std::move(item));
+    }
+    stats_.cancelled += taken.size();
+  }
+  for (const auto& item : taken) {
+    NotifyRejected(name_, *item, Cancelled("request " + std::to_string(item->id) + " was cancelled while queued"));
+  }
+  return taken.size();
+}
+
 bool DynamicBatcher::Cancel(uint64_t id) {
   std::shared_ptr<BatchItem> item;
   {

@@ -101,9 +101,18 @@ class DynamicBatcher {
   // the level's max_queue_size is reached ("queue full"). Unavailable: stopping or stopped.
   Result<uint64_t> Enqueue(std::shared_ptr<BatchItem> item);
 
+  // Queues the items of one request together (the windows of a long input): all of them or
+  // none. They must ask for the same priority and timeout. The level's max_queue_size is
+  // checked once, before them, so it counts requests that arrive rather than their
+  // windows: a request is admitted while its level holds fewer than max_queue_size items.
+  // Returns their ids in order; errors as Enqueue.
+  Result<std::vector<uint64_t>> EnqueueGroup(const std::vector<std::shared_ptr<BatchItem>>& items);
+
   // Removes a queued item and rejects it with Cancelled. False when the item is not
   // queued (running, finished, rejected or unknown).
   bool Cancel(uint64_t id);
+  // Cancel for many items at once (one lock); returns how many were still queued.
+  size_t CancelAll(const std::vector<uint64_t>& ids);
 
   // Stops accepting (Enqueue -> Unavailable), lets the running batch finish, then runs
   // everything still queued (drain) or rejects it with Unavailable, and joins the thread.

@@ -8,7 +8,9 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -40,6 +42,21 @@ struct LoadState {
   double kv_usage = 0;  // used blocks / all blocks
 };
 
+// One request's progress as the continuous batcher delivers its events, for load monitors
+// (the QoS controller). Times are measured on the scheduler thread from the request's
+// arrival. The views are valid during the call only.
+struct RequestProgress {
+  std::string_view tier;
+  std::optional<double> queue_seconds;  // first scheduled: arrival to its first step
+  std::optional<double> ttft_seconds;   // first token: arrival to the step that produced it
+  double token_gap_seconds = 0;         // later tokens: time since the previous token event, per token
+  int new_tokens = 0;                   // tokens this event carries
+  bool finished = false;
+  std::string_view failure_reason;      // finished with an error: its metrics label ("engine_error", ...)
+  int32_t prompt_tokens = 0;            // set when finished
+  int32_t generated_tokens = 0;         // set when finished
+};
+
 // Metrics hooks, called on the thread that steps.
 class BatcherObserver {
  public:
@@ -55,6 +72,10 @@ class BatcherObserver {
     (void)queried;
     (void)hits;
   }
+  // After each event of a request the ContinuousBatcher delivers (not for GenerateAll),
+  // when wants_requests() says so (the batcher then times every request's events).
+  virtual void OnRequest(const RequestProgress& progress) { (void)progress; }
+  virtual bool wants_requests() const { return false; }
 };
 
 struct EngineCoreOptions {

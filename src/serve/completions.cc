@@ -1,5 +1,7 @@
 #include "serve/completions.h"
 
+#include <algorithm>
+
 #include "serve/generation_job.h"
 #include "serve/request_fields.h"
 #include "tokenizer/tokenizer.h"
@@ -14,9 +16,12 @@ MaybeError ReadPrompts(const json& body, const ServedModel& model, GenerationPar
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) return BadRequest("missing required field: prompt", "prompt");
   const engine::Engine& e = model.engine();
+  // A prompt that truncate_prompt_tokens will cut may be longer than the context.
+  auto cut = body.find("truncate_prompt_tokens");
+  const bool truncating = cut != body.end() && !cut->is_null();
   auto add_text = [&](const std::string& text) -> MaybeError {
     if (e.tokenizer() == nullptr) return BadRequest("this model has no tokenizer; send the prompt as token ids", "prompt");
-    if (e.TextSurelyLongerThan(text, model.max_seq_len())) {
+    if (!truncating && e.TextSurelyLongerThan(text, model.max_seq_len())) {
       return BadRequest("the prompt has " + std::to_string(text.size()) + " bytes, more than " +
                             std::to_string(model.max_seq_len()) + " tokens (this model's maximum context length) "
                             "can hold", "prompt", "context_length_exceeded");
@@ -52,10 +57,37 @@ MaybeError ReadPrompts(const json& body, const ServedModel& model, GenerationPar
   return ForEachTextOrIds(*it, "prompt", kMaxChoices, add_text, add_ids);
 }
 
+// vLLM's truncate_prompt_tokens: keep the last N tokens of each prompt (-1: as many as the
+// context leaves beside max_tokens).
+MaybeError TruncatePrompts(const json& body, const ServedModel& model, GenerationParams& p) {
+  auto it = body.find("truncate_prompt_tokens");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  int64_t keep = 0;
+  if (auto e = ReadInt(body, "truncate_prompt_tokens", -1, model.max_seq_len(), keep)) return e;
+  if (keep == 0) {
+    return BadRequest("truncate_prompt_tokens must be >= 1, or -1 for the model's context", "truncate_prompt_tokens");
+  }
+  if (keep < 0) keep = std::max<int64_t>(1, model.max_seq_len() - p.max_tokens);
+  const tokenizer::Tokenizer* tok = model.engine().tokenizer();
+  for (size_t i = 0; i < p.prompts.size(); ++i) {
+    std::vector<int32_t>& prompt = p.prompts[i];
+    if (static_cast<int64_t>(prompt.size()) <= keep) continue;
+    prompt.erase(prompt.begin(), prompt.end() - keep);
+    p.prompt_texts[i].clear();  // echo shows what the model read
+    if (tok != nullptr) {
+      auto text = tok->Decode(prompt, false);
+      if (text.ok()) p.prompt_texts[i] = std::move(text).value();
+    }
+  }
+  return std::nullopt;
+}
+
 MaybeError ParseCompletion(const json& body, const ServedModel& model, RequestContext& ctx, const RouteEnv& env,
                            GenerationParams& p) {
-  if (auto e = CheckUnknownFields(body, {"prompt", "max_tokens", "logprobs", "echo", "best_of", "suffix"}, ctx,
-                                  env.unknown_fields)) {
+  if (auto e = CheckUnknownFields(body,
+                                  {"prompt", "max_tokens", "logprobs", "echo", "best_of", "suffix",
+                                   "truncate_prompt_tokens"},
+                                  ctx, env.unknown_fields)) {
     return e;
   }
   if (auto e = ReadPrompts(body, model, p)) return e;
@@ -63,6 +95,7 @@ MaybeError ParseCompletion(const json& body, const ServedModel& model, RequestCo
   int64_t v = p.max_tokens;
   if (auto e = ReadInt(body, "max_tokens", 1, 1 << 20, v)) return e;
   p.max_tokens = static_cast<int>(v);
+  if (auto e = TruncatePrompts(body, model, p)) return e;
   if (body.contains("best_of") && !body["best_of"].is_null()) {
     int64_t best_of = p.n;
     if (auto e = ReadInt(body, "best_of", 1, kMaxChoices, best_of)) return e;

@@ -18,273 +18,14 @@
 #include <sstream>
 #include <utility>
 
+#include "serve/config_yaml.h"
+#include "serve/qos_config.h"
+
 namespace ferry::serve {
 
 namespace {
 
-// The environment of the parse under way (FERRY_* variables as config keys), or null.
-thread_local ConfigEnvironment* t_env = nullptr;
-
-// Keys that hold a mapping or a list: a FERRY_ variable below one creates it when the file
-// does not have it.
-bool IsSectionKey(std::string_view key) {
-  for (std::string_view s : {"listener", "auth", "models", "tenants", "log", "api", "cors", "batching",
-                             "dynamic_batching", "default_queue_policy", "tls"}) {
-    if (key == s) return true;
-  }
-  return false;
-}
-
-// ---- Messages --------------------------------------------------------------------------
-
-std::string Where(const YAML::Mark& mark) {
-  if (mark.is_null()) return "";
-  return " (line " + std::to_string(mark.line + 1) + ", column " + std::to_string(mark.column + 1) + ")";
-}
-
-Status ErrorAt(const YAML::Node& node, const std::string& path, const std::string& message) {
-  return InvalidArgument(path + ": " + message + Where(node.Mark()));
-}
-
-std::string KindName(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null: return "null";
-    case YAML::NodeType::Scalar: return "a scalar";
-    case YAML::NodeType::Sequence: return "a sequence";
-    case YAML::NodeType::Map: return "a mapping";
-    case YAML::NodeType::Undefined: break;
-  }
-  return "nothing";
-}
-
-// A scalar as messages quote it; long values keep only their head.
-std::string Quoted(const std::string& text) {
-  constexpr size_t kMaxChars = 60;
-  if (text.size() <= kMaxChars) return "'" + text + "'";
-  return "'" + text.substr(0, kMaxChars) + "...'";
-}
-
-std::string Got(const YAML::Node& node) {
-  return node.IsScalar() ? Quoted(node.Scalar()) : KindName(node);
-}
-
-// ---- Scalars ---------------------------------------------------------------------------
-// Conversions are done here rather than by yaml-cpp's as<T>() so that every failure names
-// the key path and says what was expected.
-
-Result<std::string> ReadString(const YAML::Node& node, const std::string& path) {
-  if (!node.IsScalar()) return ErrorAt(node, path, "expected a string, got " + KindName(node));
-  return node.Scalar();
-}
-
-template <typename T>
-Result<T> ReadInt(const YAML::Node& node, const std::string& path) {
-  if (!node.IsScalar()) return ErrorAt(node, path, "expected an integer, got " + KindName(node));
-  const std::string& text = node.Scalar();
-  int64_t value = 0;
-  const char* begin = text.data();
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(begin, end, value);
-  if (ec == std::errc::result_out_of_range ||
-      (ec == std::errc() && ptr == end &&
-       (value < std::numeric_limits<T>::min() || value > std::numeric_limits<T>::max()))) {
-    return ErrorAt(node, path, "integer out of range: " + Quoted(text));
-  }
-  if (ec != std::errc() || ptr != end || text.empty()) {
-    return ErrorAt(node, path, "expected an integer, got " + Quoted(text));
-  }
-  return static_cast<T>(value);
-}
-
-// YAML 1.2's core booleans only: "yes"/"on" are the YAML 1.1 spellings that surprise people.
-Result<bool> ReadBool(const YAML::Node& node, const std::string& path) {
-  if (node.IsScalar()) {
-    const std::string& text = node.Scalar();
-    if (text == "true" || text == "True" || text == "TRUE") return true;
-    if (text == "false" || text == "False" || text == "FALSE") return false;
-  }
-  return ErrorAt(node, path, "expected true or false, got " + Got(node));
-}
-
-template <typename E>
-Result<E> ReadEnum(const YAML::Node& node, const std::string& path,
-                   std::initializer_list<std::pair<std::string_view, E>> names) {
-  std::string expected;
-  for (const auto& [name, value] : names) {
-    if (node.IsScalar() && node.Scalar() == name) return value;
-    expected += (expected.empty() ? "" : ", ") + std::string(name);
-  }
-  return ErrorAt(node, path, "expected one of " + expected + "; got " + Got(node));
-}
-
-// The value of the environment variable a `*_env` key names.
-Result<std::string> ReadEnvValue(const YAML::Node& node, const std::string& path) {
-  FERRY_ASSIGN_OR_RETURN(const std::string var, ReadString(node, path));
-  if (var.empty()) return ErrorAt(node, path, "expected the name of an environment variable");
-  const char* value = std::getenv(var.c_str());
-  if (value == nullptr) return ErrorAt(node, path, "environment variable " + var + " is not set");
-  if (*value == '\0') return ErrorAt(node, path, "environment variable " + var + " is empty");
-  return std::string(value);
-}
-
-// ---- Containers ------------------------------------------------------------------------
-
-struct Entry {
-  std::string key;
-  YAML::Node key_node;
-  YAML::Node value;
-};
-
-// The entries of a mapping in file order. Null reads as an empty mapping. Duplicate keys
-// are errors: yaml-cpp would keep both and lookups would see only one.
-Result<std::vector<Entry>> ReadEntries(const YAML::Node& node, const std::string& path) {
-  std::vector<Entry> entries;
-  if (node.IsNull()) return entries;
-  if (!node.IsMap()) return ErrorAt(node, path, "expected a mapping, got " + KindName(node));
-  std::set<std::string> seen;
-  for (const auto& item : node) {
-    const std::string key_path = path + (path.empty() ? "" : ".");
-    if (!item.first.IsScalar()) {
-      return ErrorAt(item.first, key_path + "<key>", "expected a scalar key, got " + KindName(item.first));
-    }
-    const std::string& key = item.first.Scalar();
-    if (!seen.insert(key).second) return ErrorAt(item.first, key_path + key, "duplicate key");
-    entries.push_back(Entry{key, item.first, item.second});
-  }
-  return entries;
-}
-
-// Items of a sequence with their paths ("tenants[2]"). Null reads as an empty sequence.
-Result<std::vector<std::pair<std::string, YAML::Node>>> ReadItems(const YAML::Node& node,
-                                                                  const std::string& path) {
-  std::vector<std::pair<std::string, YAML::Node>> items;
-  if (node.IsNull()) return items;
-  if (!node.IsSequence()) return ErrorAt(node, path, "expected a sequence, got " + KindName(node));
-  for (const auto& item : node) {
-    items.emplace_back(path + "[" + std::to_string(items.size()) + "]", item);
-  }
-  // Items the environment adds past the file's (FERRY_MODELS_1_NAME, ...).
-  while (t_env != nullptr) {
-    const std::string item_path = path + "[" + std::to_string(items.size()) + "]";
-    if (!t_env->HasUnder(item_path)) break;
-    items.emplace_back(item_path, YAML::Node(YAML::NodeType::Map));
-  }
-  return items;
-}
-
-// One mapping with a fixed set of keys: anything else is an error, so a typo never falls
-// back silently to a default.
-class MapReader {
- public:
-  static Result<MapReader> Open(const YAML::Node& node, std::string path,
-                                std::initializer_list<std::string_view> allowed) {
-    FERRY_ASSIGN_OR_RETURN(std::vector<Entry> entries, ReadEntries(node, path));
-    MapReader reader(node, std::move(path));
-    for (Entry& entry : entries) {
-      bool known = false;
-      for (std::string_view key : allowed) known = known || key == entry.key;
-      if (!known) return ErrorAt(entry.key_node, reader.Path(entry.key), "unknown key");
-      reader.entries_.push_back(std::move(entry));
-    }
-    if (t_env != nullptr) FERRY_RETURN_IF_ERROR(reader.ApplyEnvironment(allowed));
-    return reader;
-  }
-
-  std::string Path(std::string_view key) const {
-    return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
-  }
-
-  const YAML::Node* Find(std::string_view key) const {
-    for (const Entry& entry : entries_) {
-      if (entry.key == key) return &entry.value;
-    }
-    return nullptr;
-  }
-
-  Status Require(std::string_view key) const {
-    if (Find(key) != nullptr) return Status::Ok();
-    return ErrorAt(node_, path_, "missing required key '" + std::string(key) + "'");
-  }
-
-  Status String(std::string_view key, std::string& out) const {
-    const YAML::Node* node = Find(key);
-    if (node == nullptr) return Status::Ok();
-    FERRY_ASSIGN_OR_RETURN(out, ReadString(*node, Path(key)));
-    return Status::Ok();
-  }
-
-  template <typename T>
-  Status Int(std::string_view key, T& out) const {
-    const YAML::Node* node = Find(key);
-    if (node == nullptr) return Status::Ok();
-    FERRY_ASSIGN_OR_RETURN(out, ReadInt<T>(*node, Path(key)));
-    return Status::Ok();
-  }
-
-  Status Bool(std::string_view key, bool& out) const {
-    const YAML::Node* node = Find(key);
-    if (node == nullptr) return Status::Ok();
-    FERRY_ASSIGN_OR_RETURN(out, ReadBool(*node, Path(key)));
-    return Status::Ok();
-  }
-
-  // Appends the strings of a sequence.
-  Status AppendStrings(std::string_view key, std::vector<std::string>& out) const {
-    const YAML::Node* node = Find(key);
-    if (node == nullptr) return Status::Ok();
-    FERRY_ASSIGN_OR_RETURN(const auto items, ReadItems(*node, Path(key)));
-    for (const auto& [item_path, item] : items) {
-      FERRY_ASSIGN_OR_RETURN(std::string value, ReadString(item, item_path));
-      out.push_back(std::move(value));
-    }
-    return Status::Ok();
-  }
-
-  // Appends the value of the environment variable that `key` names.
-  Status AppendEnv(std::string_view key, std::vector<std::string>& out) const {
-    const YAML::Node* node = Find(key);
-    if (node == nullptr) return Status::Ok();
-    FERRY_ASSIGN_OR_RETURN(std::string value, ReadEnvValue(*node, Path(key)));
-    out.push_back(std::move(value));
-    return Status::Ok();
-  }
-
- private:
-  MapReader(const YAML::Node& node, std::string path) : node_(node), path_(std::move(path)) {}
-
-  // FERRY_<PATH> variables replace (or add) keys; a section with variables below it that
-  // the file lacks is created empty, for its own reader to fill.
-  Status ApplyEnvironment(std::initializer_list<std::string_view> allowed) {
-    for (std::string_view key : allowed) {
-      const std::string key_path = Path(key);
-      YAML::Node value;
-      if (std::optional<std::string> text = t_env->Get(key_path)) {
-        try {
-          value = YAML::Load(*text);
-        } catch (const YAML::Exception& e) {
-          return InvalidArgument(ConfigEnvironment::VarName(key_path) + " (" + key_path + "): invalid YAML: " + e.msg);
-        }
-      } else if (Find(key) == nullptr && IsSectionKey(key) && t_env->HasUnder(key_path)) {
-        value = YAML::Node(key == "models" || key == "tenants" ? YAML::NodeType::Sequence : YAML::NodeType::Map);
-      } else {
-        continue;
-      }
-      bool replaced = false;
-      for (Entry& e : entries_) {
-        if (e.key == key) {
-          e.value = value;
-          replaced = true;
-        }
-      }
-      if (!replaced) entries_.push_back(Entry{std::string(key), YAML::Node(std::string(key)), value});
-    }
-    return Status::Ok();
-  }
-
-  YAML::Node node_;
-  std::string path_;
-  std::vector<Entry> entries_;
-};
+using namespace config_yaml;  // NOLINT(google-build-using-namespace): the file is its client
 
 // ---- Sections --------------------------------------------------------------------------
 
@@ -333,11 +74,16 @@ Status ParseAuth(const YAML::Node& node, AuthConfig& out) {
   return Status::Ok();
 }
 
-Status ParseTiers(const YAML::Node& node, std::map<std::string, int>& out) {
+// Each tier is a priority, or {priority, min_variant, slo} (the QoS rule of the tier).
+Status ParseTiers(const YAML::Node& node, std::map<std::string, int>& out,
+                  std::map<std::string, qos::TierRule>& rules) {
   FERRY_ASSIGN_OR_RETURN(const std::vector<Entry> entries, ReadEntries(node, "tiers"));
   out.clear();
+  rules.clear();
   for (const Entry& entry : entries) {
-    FERRY_ASSIGN_OR_RETURN(out[entry.key], ReadInt<int>(entry.value, "tiers." + entry.key));
+    std::optional<qos::TierRule> rule;
+    FERRY_RETURN_IF_ERROR(ParseTier(entry.value, "tiers." + entry.key, out[entry.key], rule));
+    if (rule) rules[entry.key] = std::move(*rule);
   }
   return Status::Ok();
 }
@@ -431,16 +177,47 @@ Status ParseDynamicBatching(const YAML::Node& node, const std::string& path, sch
   return Status::Ok();
 }
 
-Status ParseModel(const YAML::Node& node, const std::string& path, ModelConfig& out) {
+Status ParseLongInputs(const YAML::Node& node, const std::string& path, chunk::LongInputOptions& out) {
   FERRY_ASSIGN_OR_RETURN(const MapReader m,
                          MapReader::Open(node, path,
-                                         {"name", "path", "threads", "device", "activations", "kv_cache_dtype",
-                                          "enforce_eager", "batching", "dynamic_batching", "warmup", "chat_template",
-                                          "tool_call_parser", "gpu_memory_utilization"}));
-  FERRY_RETURN_IF_ERROR(m.Require("name"));
-  FERRY_RETURN_IF_ERROR(m.Require("path"));
-  FERRY_RETURN_IF_ERROR(m.String("name", out.name));
-  FERRY_RETURN_IF_ERROR(m.String("path", out.path));
+                                         {"truncation", "chunk_tokens", "chunk_overlap", "classify_aggregate",
+                                          "embeddings_aggregate", "token_aggregation", "token_merge",
+                                          "max_input_tokens"}));
+  // Each enum from the parser chunk/ gives its names to, so the two never disagree.
+  auto choice = [&m](const char* key, auto parse, auto& value) -> Status {
+    const YAML::Node* node = m.Find(key);
+    if (node == nullptr) return Status::Ok();
+    FERRY_ASSIGN_OR_RETURN(const std::string name, ReadString(*node, m.Path(key)));
+    const auto parsed = parse(name);
+    if (!parsed) return ErrorAt(*node, m.Path(key), "unknown value " + Quoted(name));
+    value = *parsed;
+    return Status::Ok();
+  };
+  FERRY_RETURN_IF_ERROR(choice("truncation", chunk::ParseTruncation, out.truncation));
+  FERRY_RETURN_IF_ERROR(m.Int("chunk_tokens", out.chunk_tokens));
+  FERRY_RETURN_IF_ERROR(m.Int("chunk_overlap", out.chunk_overlap));
+  FERRY_RETURN_IF_ERROR(choice("classify_aggregate", chunk::ParseClassifyAggregate, out.classify_aggregate));
+  FERRY_RETURN_IF_ERROR(choice("embeddings_aggregate", chunk::ParseEmbedAggregate, out.embeddings_aggregate));
+  FERRY_RETURN_IF_ERROR(choice("token_aggregation", chunk::ParseTokenAggregation, out.token_aggregation));
+  FERRY_RETURN_IF_ERROR(choice("token_merge", chunk::ParseTokenMerge, out.token_merge));
+  FERRY_RETURN_IF_ERROR(m.Int("max_input_tokens", out.max_input_tokens));
+  return Status::Ok();
+}
+
+}  // namespace
+
+// The serving options of a model, which a variant may override (also used by qos_config.cc).
+const std::vector<std::string_view>& ModelOptionKeys() {
+  // Every one of them may differ between the variants of a group: each variant is its own
+  // engine (its GPU memory share, its checkpoint's chat template and tool-call format).
+  static const std::vector<std::string_view> keys = {
+      "threads",     "device",  "activations", "kv_cache_dtype", "enforce_eager",  "batching",
+      "dynamic_batching", "warmup", "long_inputs", "pooling", "normalize", "chat_template",
+      "tool_call_parser", "gpu_memory_utilization"};
+  return keys;
+}
+
+Status ParseModelOptions(const MapReader& m, ModelConfig& out) {
   FERRY_RETURN_IF_ERROR(m.Int("threads", out.threads));
   if (m.Find("device") != nullptr) {
     std::string device;
@@ -472,14 +249,7 @@ Status ParseModel(const YAML::Node& node, const std::string& path, ModelConfig& 
   }
   FERRY_RETURN_IF_ERROR(m.Bool("warmup", out.warmup));
   FERRY_RETURN_IF_ERROR(m.String("chat_template", out.chat_template));
-  if (const YAML::Node* util = m.Find("gpu_memory_utilization")) {
-    FERRY_ASSIGN_OR_RETURN(const std::string text, ReadString(*util, m.Path("gpu_memory_utilization")));
-    char* end = nullptr;
-    out.gpu_memory_utilization = std::strtod(text.c_str(), &end);
-    if (text.empty() || *end != '\0') {
-      return ErrorAt(*util, m.Path("gpu_memory_utilization"), "expected a number, got " + Quoted(text));
-    }
-  }
+  FERRY_RETURN_IF_ERROR(m.Number("gpu_memory_utilization", out.gpu_memory_utilization));
   if (const YAML::Node* parser = m.Find("tool_call_parser")) {
     FERRY_ASSIGN_OR_RETURN(out.tool_call_parser, ReadEnum<ToolCallParser>(*parser, m.Path("tool_call_parser"),
                                                                           {{"auto", ToolCallParser::kAuto},
@@ -488,8 +258,26 @@ Status ParseModel(const YAML::Node& node, const std::string& path, ModelConfig& 
                                                                            {"llama3_json", ToolCallParser::kLlama3Json},
                                                                            {"mistral", ToolCallParser::kMistral}}));
   }
+  if (const YAML::Node* long_inputs = m.Find("long_inputs")) {
+    FERRY_RETURN_IF_ERROR(ParseLongInputs(*long_inputs, m.Path("long_inputs"), out.long_inputs));
+  }
+  if (const YAML::Node* pooling = m.Find("pooling")) {
+    FERRY_ASSIGN_OR_RETURN(out.pooling, ReadEnum<std::optional<io::PoolingMode>>(
+                                            *pooling, m.Path("pooling"),
+                                            {{"cls", io::PoolingMode::kCls},
+                                             {"mean", io::PoolingMode::kMean},
+                                             {"max", io::PoolingMode::kMax},
+                                             {"last", io::PoolingMode::kLastToken}}));
+  }
+  if (m.Find("normalize") != nullptr) {
+    bool normalize = true;
+    FERRY_RETURN_IF_ERROR(m.Bool("normalize", normalize));
+    out.normalize = normalize;
+  }
   return Status::Ok();
 }
+
+namespace {
 
 Status ParseApi(const YAML::Node& node, ApiConfig& out) {
   FERRY_ASSIGN_OR_RETURN(const MapReader m, MapReader::Open(node, "api", {"unknown_fields"}));
@@ -516,6 +304,28 @@ Status ParseCors(const YAML::Node& node, CorsConfig& out) {
   return Status::Ok();
 }
 
+Status ParseModel(const YAML::Node& node, const std::string& path, ModelConfig& out) {
+  std::vector<std::string_view> keys = {"name", "path", "variants", "qos"};
+  keys.insert(keys.end(), ModelOptionKeys().begin(), ModelOptionKeys().end());
+  FERRY_ASSIGN_OR_RETURN(const MapReader m, MapReader::Open(node, path, keys));
+  FERRY_RETURN_IF_ERROR(m.Require("name"));
+  if (m.Find("variants") == nullptr) {
+    FERRY_RETURN_IF_ERROR(m.Require("path"));
+    if (const YAML::Node* qos = m.Find("qos")) {
+      return ErrorAt(*qos, m.Path("qos"), "applies only to a model with variants");
+    }
+  }
+  FERRY_RETURN_IF_ERROR(m.String("name", out.name));
+  FERRY_RETURN_IF_ERROR(m.String("path", out.path));
+  FERRY_RETURN_IF_ERROR(ParseModelOptions(m, out));
+  // Variants start from the model's options, so they are read after them.
+  if (const YAML::Node* qos = m.Find("qos")) FERRY_RETURN_IF_ERROR(ParseQos(*qos, m.Path("qos"), out.qos));
+  if (const YAML::Node* variants = m.Find("variants")) {
+    FERRY_RETURN_IF_ERROR(ParseVariants(*variants, m.Path("variants"), out, out.variants));
+  }
+  return Status::Ok();
+}
+
 Status ParseLog(const YAML::Node& node, LogConfig& out) {
   FERRY_ASSIGN_OR_RETURN(const MapReader m, MapReader::Open(node, "log", {"level", "request_log"}));
   if (const YAML::Node* level = m.Find("level")) {
@@ -538,7 +348,7 @@ Status ParseRoot(const YAML::Node& file_root, ServerConfig& config) {
                                                                        "log", "api", "cors"}));
   if (const YAML::Node* node = m.Find("listener")) FERRY_RETURN_IF_ERROR(ParseListener(*node, config.listener));
   if (const YAML::Node* node = m.Find("auth")) FERRY_RETURN_IF_ERROR(ParseAuth(*node, config.auth));
-  if (const YAML::Node* node = m.Find("tiers")) FERRY_RETURN_IF_ERROR(ParseTiers(*node, config.tiers));
+  if (const YAML::Node* node = m.Find("tiers")) FERRY_RETURN_IF_ERROR(ParseTiers(*node, config.tiers, config.tier_rules));
   if (const YAML::Node* node = m.Find("tenants")) {
     FERRY_ASSIGN_OR_RETURN(const auto items, ReadItems(*node, "tenants"));
     for (const auto& [path, item] : items) {
@@ -675,12 +485,28 @@ Status ValidateModels(const std::vector<ModelConfig>& models) {
     if (!names.insert(model.name).second) {
       return InvalidArgument(path + ".name: duplicate model name " + Quoted(model.name));
     }
-    if (model.path.empty()) return InvalidArgument(path + ".path: must not be empty");
+    if (model.variants.empty() && model.path.empty()) return InvalidArgument(path + ".path: must not be empty");
+    if (!model.variants.empty() && !model.path.empty()) {
+      return InvalidArgument(path + ": give either path or variants (each variant has its own path)");
+    }
     FERRY_RETURN_IF_ERROR(CheckRange(path + ".threads", model.threads, 0, 4096));
     FERRY_RETURN_IF_ERROR(model.batching.Validate().WithContext(path + ".batching"));
     FERRY_RETURN_IF_ERROR(model.dynamic_batching.Validate().WithContext(path + ".dynamic_batching"));
     if (!(model.gpu_memory_utilization >= 0.0 && model.gpu_memory_utilization <= 1.0)) {
       return InvalidArgument(path + ".gpu_memory_utilization: must be in [0, 1]");
+    }
+    FERRY_RETURN_IF_ERROR(model.long_inputs.Validate().WithContext(path + ".long_inputs"));
+    for (size_t v = 0; v < model.variants.size(); ++v) {
+      const ModelConfig& variant = model.variants[v].model;
+      const std::string vpath = path + ".variants[" + std::to_string(v) + "]";
+      if (variant.path.empty()) return InvalidArgument(vpath + ".path: must not be empty");
+      FERRY_RETURN_IF_ERROR(CheckRange(vpath + ".threads", variant.threads, 0, 4096));
+      FERRY_RETURN_IF_ERROR(variant.batching.Validate().WithContext(vpath + ".batching"));
+      FERRY_RETURN_IF_ERROR(variant.dynamic_batching.Validate().WithContext(vpath + ".dynamic_batching"));
+      FERRY_RETURN_IF_ERROR(variant.long_inputs.Validate().WithContext(vpath + ".long_inputs"));
+      if (!(variant.gpu_memory_utilization >= 0.0 && variant.gpu_memory_utilization <= 1.0)) {
+        return InvalidArgument(vpath + ".gpu_memory_utilization: must be in [0, 1]");
+      }
     }
   }
   return Status::Ok();
@@ -745,7 +571,8 @@ Status ServerConfig::Validate() const {
                              "set auth.mode: none for a loopback-only server");
     }
   }
-  return ValidateModels(models);
+  FERRY_RETURN_IF_ERROR(ValidateModels(models));
+  return ValidateQosGroups(*this);
 }
 
 const std::string& ServerConfig::HighestTier() const {
@@ -776,7 +603,5 @@ Result<ServerConfig> LoadServerConfig(const std::string& path, const ServerConfi
   if (!valid.ok()) return valid.WithContext(path);
   return config;
 }
-
-
 
 }  // namespace ferry::serve

@@ -11,9 +11,12 @@
 #include <string_view>
 #include <vector>
 
+#include "chunk/long_input_options.h"
 #include "core/device_spec.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "io/pooling_config.h"
+#include "qos/qos_options.h"
 #include "sched/batching_options.h"
 #include "serve/connection_stream.h"
 
@@ -68,11 +71,13 @@ enum class ToolCallParser {
   kMistral,     // [TOOL_CALLS][{"name": ..., "arguments": ...}, ...]
 };
 
+struct VariantConfig;
+
 // One served model. A decoder obeys `batching`, an encoder `dynamic_batching`; which one
 // a model is comes from its files, so both are accepted for every model.
 struct ModelConfig {
   std::string name;  // [A-Za-z0-9._:/-]+, unique
-  std::string path;  // checkpoint directory or engine file, relative to the working directory
+  std::string path;  // checkpoint directory or engine file, relative to the working directory; empty with variants
   int threads = 0;   // 0: all cores
   DeviceSpec device = DeviceSpec::Cpu();  // cpu, cuda or cuda:N
   DType activations = DType::kBF16;    // GPU: activation dtype of a checkpoint (engine files carry theirs)
@@ -87,6 +92,17 @@ struct ModelConfig {
   // cache); the KV cache takes what is left, vLLM's gpu_memory_utilization. 0: the KV cache
   // holds max_num_seqs sequences of max_seq_len.
   double gpu_memory_utilization = 0;
+  // Encoders: inputs longer than a window (truncation, windows, merges, max_input_tokens).
+  chunk::LongInputOptions long_inputs;
+  // Embeddings of a model without sentence-transformers settings (modules.json), which win
+  // when present: the pooling (unset: mean) and whether to L2-normalize (unset: true).
+  std::optional<io::PoolingMode> pooling;
+  std::optional<bool> normalize;
+  // A QoS variant group when not empty: one model to clients, served by these variants
+  // (most accurate first), each with its own engine and batcher; `qos` steers new requests
+  // between them. Each variant starts from this model's options and overrides what it sets.
+  std::vector<VariantConfig> variants;
+  qos::QosOptions qos;
 };
 
 // What to do with request fields a route does not know.
@@ -109,6 +125,12 @@ struct CorsConfig {
   int max_age_s = 600;  // how long a browser may cache a preflight answer
 };
 
+// One rung of a variant group: a full model config (name = the group's) plus its own name.
+struct VariantConfig {
+  std::string name;  // [A-Za-z0-9._-]+, unique in the group; named in responses and metrics
+  ModelConfig model;
+};
+
 enum class LogLevel { kTrace, kDebug, kInfo, kWarn, kError };
 
 struct LogConfig {
@@ -122,6 +144,9 @@ struct ServerConfig {
   AuthConfig auth;
   // Tier name → priority, 1 the highest (the encoder batcher's priority levels).
   std::map<std::string, int> tiers = {{"default", 1}};
+  // What a tier asks of every QoS variant group (`tiers: {gold: {priority, min_variant, slo}}`);
+  // a group's own `qos.tiers` overrides it field by field.
+  std::map<std::string, qos::TierRule> tier_rules;
   std::vector<TenantConfig> tenants;
   std::vector<ModelConfig> models;
   LogConfig log;

@@ -20,8 +20,8 @@ std::string Quoted(const std::string& text) {
 }  // namespace
 
 Status ApplyVllmFlags(ServerConfig& config, const ServerConfigOverrides& o) {
-  // vLLM's flags: for every model.
-  for (ModelConfig& m : config.models) {
+  // vLLM's flags: for every model, and every variant of a variant group (each its own engine).
+  auto apply = [&o](ModelConfig& m) {
     if (o.max_model_len) m.batching.max_seq_len = *o.max_model_len;
     if (o.max_num_seqs) m.batching.max_num_seqs = *o.max_num_seqs;
     if (o.max_num_batched_tokens) m.batching.max_num_batched_tokens = *o.max_num_batched_tokens;
@@ -33,6 +33,10 @@ Status ApplyVllmFlags(ServerConfig& config, const ServerConfigOverrides& o) {
     if (o.kv_cache_dtype) m.kv_cache_dtype = *o.kv_cache_dtype;
     if (o.device) m.device = *o.device;
     if (o.gpu_memory_utilization) m.gpu_memory_utilization = *o.gpu_memory_utilization;
+  };
+  for (ModelConfig& m : config.models) {
+    apply(m);
+    for (VariantConfig& v : m.variants) apply(v.model);
   }
   if (!o.allowed_origins.empty()) config.cors.allowed_origins = o.allowed_origins;
   if (o.api_key) {
@@ -81,6 +85,10 @@ Status ApplyModelFlag(ServerConfig& config, std::string_view name_eq_path) {
   }
   for (ModelConfig& model : config.models) {
     if (model.name == name) {
+      if (!model.variants.empty()) {
+        return InvalidArgument("--model " + name + "=...: model '" + name +
+                               "' is a variant group; set its variants' paths in the config file");
+      }
       model.path = path;
       return Status::Ok();
     }

@@ -122,7 +122,7 @@ MaybeError CheckUnknownFields(const json& obj, std::initializer_list<const char*
     for (char c : ignored) {
       if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') quoted += c;
     }
-    ctx.AddHeader("Warning", "299 ferry \"unrecognized request arguments ignored: " + quoted.substr(0, 512) + "\"");
+    ctx.AddResponseHeader("Warning", "299 ferry \"unrecognized request arguments ignored: " + quoted.substr(0, 512) + "\"");
     ctx.SetLog("ignored_fields", ignored);
   }
   return std::nullopt;

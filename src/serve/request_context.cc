@@ -12,17 +12,23 @@
 namespace ferry::serve {
 
 void RequestLogger::Log(const nlohmann::json& line) {
-  if (!enabled_.load(std::memory_order_relaxed)) return;
+  if (enabled_) Write(line);
+}
+
+void RequestLogger::LogEvent(const nlohmann::json& line) { Write(line); }
+
+void RequestLogger::Write(const nlohmann::json& line) {
+  if (failed_.load(std::memory_order_relaxed)) return;
   const std::string text = Dump(line) + "\n";
   std::lock_guard<std::mutex> lock(mu_);
-  if (!enabled_.load(std::memory_order_relaxed)) return;
+  if (failed_.load(std::memory_order_relaxed)) return;
   errno = 0;
   const bool ok = std::fwrite(text.data(), 1, text.size(), out_) == text.size() && std::fflush(out_) == 0;
   if (!ok) {
     // The reader of the log went away (EPIPE) or the disk is full: serving goes on without
     // the request log, and says so once on stderr.
     const int err = errno;
-    enabled_ = false;
+    failed_ = true;
     std::clearerr(out_);
     FERRY_LOG_ERROR("request log disabled: writing it failed ({})", err != 0 ? std::strerror(err) : "short write");
   }
@@ -49,16 +55,20 @@ void RequestContext::SetLog(const std::string& key, nlohmann::json value) {
   log_[key] = std::move(value);
 }
 
-void RequestContext::AddHeader(std::string name, std::string value) {
+void RequestContext::AddResponseHeaders(const ResponseWriter::Headers& headers) {
   std::lock_guard<std::mutex> lock(mu_);
-  headers_.emplace_back(std::move(name), std::move(value));
+  response_headers_.insert(response_headers_.end(), headers.begin(), headers.end());
+}
+
+void RequestContext::AddResponseHeader(std::string name, std::string value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  response_headers_.emplace_back(std::move(name), std::move(value));
 }
 
 ResponseWriter::Headers RequestContext::ResponseHeaders() {
-  std::lock_guard<std::mutex> lock(mu_);
   ResponseWriter::Headers headers{{"X-Request-Id", id_}};
+  std::lock_guard<std::mutex> lock(mu_);
   headers.insert(headers.end(), response_headers_.begin(), response_headers_.end());
-  headers.insert(headers.end(), headers_.begin(), headers_.end());
   return headers;
 }
 

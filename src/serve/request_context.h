@@ -26,10 +26,16 @@ class RequestLogger {
  public:
   explicit RequestLogger(bool enabled, FILE* out = stdout) : enabled_(enabled), out_(out) {}
   void Log(const nlohmann::json& line);
-  bool enabled() const { return enabled_.load(); }
+  // A line written whether or not request logs are on (QoS decisions); it too stops once a
+  // write has failed.
+  void LogEvent(const nlohmann::json& line);
+  bool enabled() const { return enabled_ && !failed_.load(); }
 
  private:
-  std::atomic<bool> enabled_;
+  void Write(const nlohmann::json& line);
+
+  const bool enabled_;
+  std::atomic<bool> failed_{false};  // a write failed: nothing more is written
   FILE* out_;
   std::mutex mu_;
 };
@@ -51,17 +57,16 @@ class RequestContext {
   ServerMetrics& metrics() { return metrics_; }
   // Fields added to the request's log line.
   void SetLog(const std::string& key, nlohmann::json value);
-  // A header every response to this request carries (before the response starts).
-  void AddHeader(std::string name, std::string value);
-  // X-Request-Id and the added headers: what a route starting a stream sends.
-  ResponseWriter::Headers ResponseHeaders();
   // The request's `user` field goes to the log as "user_sha256" (the first 16 hex digits of
   // its SHA-256): requests of one end user stay linkable, the value itself (often an e-mail
   // address) is not written.
   void SetUserLog(const std::string& user);
-  // Headers every response of this request carries (x-ratelimit-*); set before replying.
-  void AddResponseHeaders(const ResponseWriter::Headers& headers) { response_headers_ = headers; }
-  const ResponseWriter::Headers& response_headers() const { return response_headers_; }
+  // Headers every response of this request carries (x-ratelimit-*, X-Ferry-Variant, the
+  // Warning of ignored unknown fields), added to those added before; set before replying.
+  void AddResponseHeaders(const ResponseWriter::Headers& headers);
+  void AddResponseHeader(std::string name, std::string value);
+  // X-Request-Id and the added headers: what a route passes when it starts a stream itself.
+  ResponseWriter::Headers ResponseHeaders();
   // Tokens the request used (prompt + generated, or encoder input tokens), for rate limits.
   void CountTokens(int64_t tokens) { tokens_ += tokens; }
   // Where the request's tokens are charged when it finishes (the tenant's rate limits).
@@ -87,10 +92,9 @@ class RequestContext {
   std::function<void()> on_finish_;
   std::mutex mu_;
   nlohmann::json log_ = nlohmann::json::object();  // GUARDED_BY(mu_)
-  ResponseWriter::Headers headers_;                // GUARDED_BY(mu_)
+  ResponseWriter::Headers response_headers_;        // GUARDED_BY(mu_)
   std::atomic<bool> finished_{false};
   bool client_gone_ = false;  // the client had gone before the response was handed over
-  ResponseWriter::Headers response_headers_;  // written before any reply, read by it
   std::atomic<int64_t> tokens_{0};
   RateLimiter* limiter_ = nullptr;
 };

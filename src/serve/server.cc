@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <cctype>
+#include <ctime>
 #include <random>
 
 #include "core/logging.h"
@@ -38,6 +39,24 @@ void SendJson(ResponseWriter& w, int status, const json& body) {
   w.Send(status, "application/json", Dump(body));
 }
 
+// The routes a model serves, from what sits on its encoder.
+json ModelRoutes(const ServedModel& m) {
+  if (m.is_decoder()) {
+    json routes = json::array({"/v1/completions"});
+    if (m.chat().has_template()) routes.push_back("/v1/chat/completions");
+    return routes;
+  }
+  const model::EncoderModel& e = *m.engine().encoder();
+  json routes = json::array();
+  if (m.embedding_pooling().unsupported.empty()) routes.push_back("/v1/embeddings");
+  if (e.has_classifier()) routes.push_back("/v1/classify");
+  if (e.has_token_classifier()) routes.push_back("/v1/token-classify");
+  const bool cross_encoder = e.has_classifier() && m.engine().config().num_labels == 1;
+  const bool bi_encoder = e.head() == model::EncoderHead::kNone && m.embedding_pooling().unsupported.empty();
+  if (cross_encoder || bi_encoder) routes.push_back("/v1/score");
+  return routes;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
@@ -60,6 +79,7 @@ Server::Server(ServerConfig config, Authenticator auth)
   ho.write_timeout_ms = std::max<int64_t>(config_.listener.idle_timeout_ms, 10000);
   ho.max_connections = config_.listener.max_connections;
   ho.tls = config_.listener.tls;
+  qos_metrics_ = std::make_unique<QosMetrics>(metrics_.registry);
   http_ = std::make_unique<HttpServer>(
       ho, [this](HttpRequest&& r, std::shared_ptr<ResponseWriter> w) { Handle(std::move(r), std::move(w)); },
       [](int status, const std::string& message) { return ErrorBody(status, message); });
@@ -86,24 +106,38 @@ Status Server::Start() {
 void Server::LoadModels() {
   for (const ModelConfig& mc : config_.models) {
     if (stopping_.load()) break;
-    auto m = ServedModel::Create(mc, metrics_);
-    if (!m.ok()) {
-      FERRY_LOG_ERROR("cannot serve model '{}': {}", mc.name, m.status().message());
-      std::fprintf(stderr, "error: %s\n", m.status().message().c_str());
+    Status status;
+    if (!mc.variants.empty()) {
+      auto g = VariantGroup::Create(config_, mc, metrics_, *qos_metrics_,
+                                    [this](const qos::DecisionRecord& r) { LogDecision(r); });
+      status = g.status();
+      if (g.ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        groups_.push_back(std::move(g).value());
+      }
+    } else {
+      auto m = ServedModel::Create(mc, metrics_);
+      status = m.status();
+      if (m.ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        models_.push_back(std::move(m).value());
+      }
+    }
+    if (!status.ok()) {
+      FERRY_LOG_ERROR("cannot serve model '{}': {}", mc.name, status.message());
+      std::fprintf(stderr, "error: %s\n", status.message().c_str());
       std::lock_guard<std::mutex> lock(mu_);
       load_failed_ = true;
       load_done_ = true;
       cv_.notify_all();
       return;
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    models_.push_back(std::move(m).value());
   }
   std::lock_guard<std::mutex> lock(mu_);
   load_done_ = true;
   if (!stopping_.load()) {
     ready_ = true;
-    FERRY_LOG_INFO("ready: {} model(s) loaded and warmed up", models_.size());
+    FERRY_LOG_INFO("ready: {} model(s) loaded and warmed up", models_.size() + groups_.size());
   }
   cv_.notify_all();
 }
@@ -147,11 +181,14 @@ void Server::Shutdown() {
   if (loader_.joinable()) loader_.join();
   const int64_t budget = config_.listener.shutdown_timeout_ms;
   std::vector<ServedModel*> models;
+  std::vector<VariantGroup*> groups;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& m : models_) models.push_back(m.get());
+    for (auto& g : groups_) groups.push_back(g.get());
   }
   for (ServedModel* m : models) m->Stop(budget);  // running work finishes, the rest is cancelled
+  for (VariantGroup* g : groups) g->Stop(budget);
   const int64_t spent =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
   http_->Shutdown(std::max<int64_t>(budget - spent, 1000));
@@ -168,16 +205,58 @@ ServedModel* Server::Find(const std::string& name) {
   return nullptr;
 }
 
+VariantGroup* Server::FindGroup(const std::string& name) {
+  if (!ready_.load()) return nullptr;
+  for (auto& g : groups_) {
+    if (g->name() == name) return g.get();
+  }
+  return nullptr;
+}
+
+void Server::LogDecision(const qos::DecisionRecord& record) {
+  json line = record.ToJson();
+  const std::time_t secs = static_cast<std::time_t>(record.unix_ms / 1000);
+  std::tm tm;
+  gmtime_r(&secs, &tm);
+  char ts[40];
+  std::strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+  char full[48];
+  std::snprintf(full, sizeof(full), "%s.%03dZ", ts, static_cast<int>(record.unix_ms % 1000));
+  line["ts"] = full;
+  line["event"] = "qos_decision";
+  logger_.LogEvent(line);
+}
+
+json Server::GroupCard(const VariantGroup& g) const {
+  json card = ModelCard(g.top());
+  card["ferry"]["variants"] = g.VariantsJson();
+  return card;
+}
+
 json Server::ModelCard(const ServedModel& m) const {
   const io::ModelConfig& c = m.engine().config();
   json card = {{"id", m.name()}, {"object", "model"}, {"created", m.created_unix()}, {"owned_by", "ferry"},
                {"max_model_len", m.max_seq_len()}};
-  json routes = m.is_decoder() ? json::array({"/v1/completions"}) : json::array({"/v1/embeddings", "/v1/classify"});
-  if (m.is_decoder() && m.chat().has_template()) routes.push_back("/v1/chat/completions");
-  card["ferry"] = {{"kind", m.is_decoder() ? "decoder" : "encoder"}, {"architecture", c.model_type}, {"routes", routes}};
+  card["ferry"] = {{"kind", m.is_decoder() ? "decoder" : "encoder"},
+                   {"architecture", c.model_type},
+                   {"routes", ModelRoutes(m)}};
   if (m.is_decoder()) {
     card["ferry"]["chat_template"] = m.chat().has_template();
     card["ferry"]["tool_call_parser"] = std::string(ToolCallParserName(m.chat().parser));
+  } else {
+    const EmbeddingPooling& p = m.embedding_pooling();
+    card["ferry"]["pooling"] = {{"mode", io::PoolingModeName(p.mode)}, {"normalize", p.normalize},
+                                {"source", p.source}};
+    if (!p.unsupported.empty()) card["ferry"]["pooling"]["unsupported"] = p.unsupported;
+    const chunk::LongInputOptions& l = m.config().long_inputs;
+    card["ferry"]["long_inputs"] = {{"truncation", chunk::TruncationName(l.truncation)},
+                                    {"chunk_tokens", l.chunk_tokens > 0 ? l.chunk_tokens : m.max_seq_len()},
+                                    {"max_input_tokens", l.max_input_tokens}};
+    if (!c.id2label.empty()) {
+      json labels = json::array();
+      for (const auto& [id, label] : c.id2label) labels.push_back(label);
+      card["ferry"]["labels"] = labels;
+    }
   }
   return card;
 }
@@ -200,6 +279,11 @@ json Server::AdminStatus() const {
                       {"last_batch_size", s.last_batch_size}, {"rejected_queue_full", s.rejected_queue_full},
                       {"rejected_timeout", s.rejected_timeout}, {"cancelled", s.cancelled}};
     }
+    models.push_back(std::move(j));
+  }
+  for (const auto& g : groups_) {
+    json j = GroupCard(*g);
+    j["variant_batchers"] = g->BatchersJson();
     models.push_back(std::move(j));
   }
   const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
@@ -293,9 +377,11 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
   // Route label for metrics: fixed names, never raw paths (unbounded label values).
   std::string route = path;
   if (path.rfind("/v1/models/", 0) == 0) route = "/v1/models/{id}";
+  if (path.rfind("/admin/qos/", 0) == 0) route = "/admin/qos/{model}";
   if (route != "/v1/completions" && route != "/v1/chat/completions" && route != "/v1/embeddings" &&
-      route != "/v1/classify" && route != "/v1/models" && route != "/v1/models/{id}" && route != "/admin/status" &&
-      route != "/tokenize" && route != "/detokenize") {
+      route != "/v1/classify" && route != "/v1/token-classify" && route != "/v1/score" && route != "/v1/models" &&
+      route != "/v1/models/{id}" && route != "/admin/status" && route != "/admin/qos" &&
+      route != "/admin/qos/{model}" && route != "/tokenize" && route != "/detokenize") {
     route = "other";
   }
   Result<Principal> who = auth_.Authenticate(req.Header("authorization"), admin);
@@ -356,26 +442,31 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
     if (!get) return ctx->ReplyError(ApiError{405, "use GET", "invalid_request_error", "", ""});
     return ctx->ReplyJson(200, AdminStatus());
   }
+  if (path == "/admin/qos" || path.rfind("/admin/qos/", 0) == 0) return HandleQosAdmin(ctx, req, path);
   if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
     if (!get) return ctx->ReplyError(ApiError{405, "use GET", "invalid_request_error", "", ""});
     if (!ready_.load()) return ctx->ReplyError(FromStatus(Unavailable("models are still loading")));
     if (path == "/v1/models") {
       json data = json::array();
-      for (const auto& m : models_) data.push_back(ModelCard(*m));
+      for (const ModelConfig& mc : config_.models) {  // in the config's order; a group once
+        if (ServedModel* m = Find(mc.name)) data.push_back(ModelCard(*m));
+        if (VariantGroup* g = FindGroup(mc.name)) data.push_back(GroupCard(*g));
+      }
       return ctx->ReplyJson(200, {{"object", "list"}, {"data", data}});
     }
-    ServedModel* m = Find(path.substr(std::string("/v1/models/").size()));
-    if (m == nullptr) {
-      return ctx->ReplyError(ApiError{404, "the model does not exist", "not_found_error", "model", "model_not_found"});
-    }
-    return ctx->ReplyJson(200, ModelCard(*m));
+    const std::string id = path.substr(std::string("/v1/models/").size());
+    if (ServedModel* m = Find(id)) return ctx->ReplyJson(200, ModelCard(*m));
+    if (VariantGroup* g = FindGroup(id)) return ctx->ReplyJson(200, GroupCard(*g));
+    return ctx->ReplyError(ApiError{404, "the model does not exist", "not_found_error", "model", "model_not_found"});
   }
   const bool completions = path == "/v1/completions";
   const bool chat = path == "/v1/chat/completions";
   const bool embeddings = path == "/v1/embeddings";
   const bool classify = path == "/v1/classify";
+  const bool token_classify = path == "/v1/token-classify";
+  const bool score = path == "/v1/score";
   const bool utility = path == "/tokenize" || path == "/detokenize";
-  if (!completions && !chat && !embeddings && !classify && !utility) {
+  if (!completions && !chat && !embeddings && !classify && !token_classify && !score && !utility) {
     return ctx->ReplyError(ApiError{404, "no route for " + req.method + " " + path, "not_found_error", "", ""});
   }
   if (req.method != "POST") {
@@ -398,6 +489,8 @@ void Server::RouteBody(const std::shared_ptr<RequestContext>& ctx, const std::st
   const bool completions = path == "/v1/completions";
   const bool chat = path == "/v1/chat/completions";
   const bool embeddings = path == "/v1/embeddings";
+  const bool token_classify = path == "/v1/token-classify";
+  const bool score = path == "/v1/score";
   const bool utility = path == "/tokenize" || path == "/detokenize";
   if (stopping_.load()) return ctx->ReplyError(FromStatus(Unavailable("the server is shutting down")));
   json body;
@@ -405,6 +498,17 @@ void Server::RouteBody(const std::shared_ptr<RequestContext>& ctx, const std::st
   std::string model_name;
   if (MaybeError e = RequireString(body, "model", model_name)) return ctx->ReplyError(*e);
   ServedModel* m = Find(model_name);
+  if (VariantGroup* g = m == nullptr ? FindGroup(model_name) : nullptr) {
+    // A variant group: the controller picks the variant this request runs on, from start to end.
+    const std::string& tier = ctx->principal().tier;
+    m = g->Admit(tier);
+    if (m == nullptr) {
+      return ctx->ReplyError(FromStatus(Unavailable("model '" + model_name + "' has no healthy variant at or above "
+                                                    "the floor of tier '" + tier + "'")));
+    }
+    ctx->AddResponseHeader("X-Ferry-Variant", m->variant());
+    ctx->SetLog("variant", m->variant());
+  }
   if (m == nullptr) {
     return ctx->ReplyError(ApiError{404, "the model '" + model_name + "' does not exist", "not_found_error", "model",
                                     "model_not_found"});
@@ -418,8 +522,40 @@ void Server::RouteBody(const std::shared_ptr<RequestContext>& ctx, const std::st
   if (chat) return HandleChatCompletion(ctx, *m, text, body, env);
   if (path == "/tokenize") return HandleTokenize(ctx, *m, text, body, env);
   if (path == "/detokenize") return HandleDetokenize(ctx, *m, body, env);
-  if (embeddings) return HandleEmbeddings(ctx, *m, body);
-  return HandleClassify(ctx, *m, body);
+  if (embeddings) return HandleEmbeddings(ctx, *m, body, *output_workers_);
+  if (token_classify) return HandleTokenClassify(ctx, *m, body, *output_workers_);
+  if (score) return HandleScore(ctx, *m, body, *output_workers_);
+  return HandleClassify(ctx, *m, body, *output_workers_);
+}
+
+void Server::HandleQosAdmin(const std::shared_ptr<RequestContext>& ctx, const HttpRequest& req,
+                            const std::string& path) {
+  const bool get = req.method == "GET" || req.method == "HEAD";
+  if (!ready_.load()) return ctx->ReplyError(FromStatus(Unavailable("models are still loading")));
+  if (path == "/admin/qos") {
+    if (!get) return ctx->ReplyError(ApiError{405, "use GET", "invalid_request_error", "", ""});
+    json models = json::array();
+    for (const auto& g : groups_) models.push_back(g->QosJson());
+    return ctx->ReplyJson(200, {{"models", models}});
+  }
+  const std::string name = path.substr(std::string("/admin/qos/").size());
+  VariantGroup* g = FindGroup(name);
+  if (g == nullptr) {
+    return ctx->ReplyError(ApiError{404, "no QoS variant group named '" + name + "'", "not_found_error", "model",
+                                    "model_not_found"});
+  }
+  if (get) return ctx->ReplyJson(200, g->QosJson());
+  if (req.method != "POST") return ctx->ReplyError(ApiError{405, path + " takes GET or POST", "invalid_request_error", "", ""});
+  json body;
+  if (MaybeError e = ParseJsonObject(req.body, body)) return ctx->ReplyError(*e);
+  Result<json> r = g->Admin(body);
+  if (!r.ok()) {
+    if (r.status().code() == StatusCode::kFailedPrecondition) {
+      return ctx->ReplyError(ApiError{409, r.status().message(), "invalid_request_error", "pin", "variant_unhealthy"});
+    }
+    return ctx->ReplyError(FromStatus(r.status()));
+  }
+  return ctx->ReplyJson(200, *r);
 }
 
 void ShutdownOnSignals(Server& server) {

@@ -19,7 +19,9 @@
 #include "serve/http_server.h"
 #include "serve/metrics.h"
 #include "serve/model_repository.h"
+#include "serve/qos_metrics.h"
 #include "serve/request_context.h"
+#include "serve/variant_group.h"
 
 namespace ferry::serve {
 
@@ -61,8 +63,13 @@ class Server {
   // On a request worker: parses a work route's body and hands it to its route.
   void RouteBody(const std::shared_ptr<RequestContext>& ctx, const std::string& path, const std::string& text);
   ServedModel* Find(const std::string& name);
+  VariantGroup* FindGroup(const std::string& name);
   nlohmann::json ModelCard(const ServedModel& m) const;
+  nlohmann::json GroupCard(const VariantGroup& g) const;
   nlohmann::json AdminStatus() const;
+  // GET /admin/qos, GET and POST /admin/qos/MODEL.
+  void HandleQosAdmin(const std::shared_ptr<RequestContext>& ctx, const HttpRequest& req, const std::string& path);
+  void LogDecision(const qos::DecisionRecord& record);
 
   const ServerConfig config_;
   const Authenticator auth_;
@@ -76,6 +83,8 @@ class Server {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::unique_ptr<ServedModel>> models_;  // GUARDED_BY(mu_) while loading; fixed once ready
+  std::vector<std::unique_ptr<VariantGroup>> groups_;  // QoS variant groups; as models_
+  std::unique_ptr<QosMetrics> qos_metrics_;
   std::map<std::string, int> tenant_inflight_;         // GUARDED_BY(mu_)
   RateLimiter rate_limiter_;
   bool load_done_ = false;                             // GUARDED_BY(mu_)

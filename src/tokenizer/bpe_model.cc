@@ -14,6 +14,8 @@ struct Symbol {
   int32_t prev;
   int32_t next;
   bool removed;
+  uint32_t begin;  // the bytes of the word it stands for
+  uint32_t end;
 };
 
 struct Candidate {
@@ -121,12 +123,13 @@ const std::string* BpeModel::IdToToken(int32_t id) const {
   return token.empty() ? nullptr : &token;
 }
 
-Status BpeModel::Tokenize(std::string_view word, std::vector<int32_t>* ids) const {
+Status BpeModel::Tokenize(std::string_view word, std::vector<int32_t>* ids, std::vector<ByteRange>* spans) const {
   if (word.empty()) return Status::Ok();
   const bool plain = options_.continuing_subword_prefix.empty() && options_.end_of_word_suffix.empty();
   if (options_.ignore_merges) {
     if (auto it = vocab_.find(word); it != vocab_.end()) {
       ids->push_back(it->second);
+      if (spans != nullptr) spans->push_back({0, static_cast<uint32_t>(word.size())});
       return Status::Ok();
     }
   }
@@ -134,14 +137,15 @@ Status BpeModel::Tokenize(std::string_view word, std::vector<int32_t>* ids) cons
   Scratch& scratch = ThreadScratch();
   std::vector<Symbol>& symbols = scratch.symbols;
   symbols.clear();
-  auto add_symbol = [&symbols](int32_t id) {
+  auto add_symbol = [&symbols](int32_t id, size_t begin, size_t end) {
     const auto index = static_cast<int32_t>(symbols.size());
-    symbols.push_back({id, index - 1, index + 1, false});
+    symbols.push_back({id, index - 1, index + 1, false, static_cast<uint32_t>(begin), static_cast<uint32_t>(end)});
   };
 
   // Initial symbols: one per character, with unknown characters falling back to byte tokens
   // or to the unk token (fused into one when fuse_unk).
   int32_t pending_unk = -1;  // a fused run of unknown characters
+  size_t unk_begin = 0;      // and where it starts
   size_t pos = 0;
   while (pos < word.size()) {
     const size_t start = pos;
@@ -156,10 +160,10 @@ Status BpeModel::Tokenize(std::string_view word, std::vector<int32_t>* ids) cons
     }
     if (auto it = vocab_.find(piece); it != vocab_.end()) {
       if (pending_unk >= 0) {
-        add_symbol(pending_unk);
+        add_symbol(pending_unk, unk_begin, start);
         pending_unk = -1;
       }
-      add_symbol(it->second);
+      add_symbol(it->second, start, pos);
       continue;
     }
     if (options_.byte_fallback) {
@@ -167,20 +171,27 @@ Status BpeModel::Tokenize(std::string_view word, std::vector<int32_t>* ids) cons
       for (char c : piece) all_bytes = all_bytes && byte_ids_[static_cast<unsigned char>(c)] >= 0;
       if (all_bytes) {
         if (pending_unk >= 0) {
-          add_symbol(pending_unk);
+          add_symbol(pending_unk, unk_begin, start);
           pending_unk = -1;
         }
-        for (char c : piece) add_symbol(byte_ids_[static_cast<unsigned char>(c)]);
+        // One byte each (of the character itself; a prefix or suffix added for lookup
+        // has no bytes in the word).
+        const size_t char_bytes = pos - start;
+        for (size_t i = 0; i < piece.size(); ++i) {
+          const size_t b = std::min(start + i, start + char_bytes - 1);
+          add_symbol(byte_ids_[static_cast<unsigned char>(piece[i])], b, b + 1);
+        }
         continue;
       }
     }
     if (unk_id_) {
-      if (pending_unk >= 0 && !options_.fuse_unk) add_symbol(pending_unk);
+      if (pending_unk >= 0 && !options_.fuse_unk) add_symbol(pending_unk, unk_begin, start);
+      if (pending_unk < 0 || !options_.fuse_unk) unk_begin = start;
       pending_unk = *unk_id_;
     }
     // Without an unk token HF drops the character silently.
   }
-  if (pending_unk >= 0) add_symbol(pending_unk);
+  if (pending_unk >= 0) add_symbol(pending_unk, unk_begin, word.size());
   if (symbols.empty()) return Status::Ok();
   symbols.back().next = -1;
 
@@ -204,6 +215,7 @@ Status BpeModel::Tokenize(std::string_view word, std::vector<int32_t>* ids) cons
     const Merge* current = FindMerge(left.id, right.id);
     if (current == nullptr || current->new_id != top.new_id) continue;
     left.id = top.new_id;
+    left.end = right.end;
     right.removed = true;
     left.next = right.next;
     if (right.next >= 0) symbols[static_cast<size_t>(right.next)].prev = top.pos;
@@ -221,7 +233,9 @@ Status BpeModel::Tokenize(std::string_view word, std::vector<int32_t>* ids) cons
     }
   }
   for (const Symbol& s : symbols) {
-    if (!s.removed) ids->push_back(s.id);
+    if (s.removed) continue;
+    ids->push_back(s.id);
+    if (spans != nullptr) spans->push_back({s.begin, s.end});
   }
   return Status::Ok();
 }

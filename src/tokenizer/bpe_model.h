@@ -26,10 +26,13 @@ class BpeModel : public Model {
  public:
   static Result<std::unique_ptr<BpeModel>> Create(const Json& config);
 
-  Status Tokenize(std::string_view word, std::vector<int32_t>* ids) const override;
+  Status Tokenize(std::string_view word, std::vector<int32_t>* ids,
+                  std::vector<ByteRange>* spans = nullptr) const override;
   std::optional<int32_t> TokenToId(std::string_view token) const override;
   const std::string* IdToToken(int32_t id) const override;
   int32_t vocab_size() const override { return static_cast<int32_t>(tokens_.size()); }
+  std::string continuing_subword_prefix() const override { return options_.continuing_subword_prefix; }
+  std::optional<int32_t> unk_id() const override { return unk_id_; }
 
  private:
   struct Merge {

@@ -108,10 +108,57 @@ Status HfTokenizer::EncodeText(std::string_view text, bool at_start, std::vector
     }
     if (s.end == s.begin) continue;
     words.clear();
-    words.push_back({normalized.substr(s.begin, s.end - s.begin), at_start && s.begin == 0});
+    words.push_back({normalized.substr(s.begin, s.end - s.begin), at_start && s.begin == 0, {}});
     if (pre_tokenizer_) FERRY_RETURN_IF_ERROR(pre_tokenizer_->PreTokenize(&words));
     for (const PreToken& word : words) {
       if (!word.text.empty()) FERRY_RETURN_IF_ERROR(model_->Tokenize(word.text, ids));
+    }
+  }
+  return Status::Ok();
+}
+
+// The same steps as EncodeText on text that carries its alignment with the input, so that
+// every token's span in its word maps back to input bytes.
+Status HfTokenizer::EncodeTextWithOffsets(std::string_view text, bool at_start, uint32_t base,
+                                          std::vector<int32_t>* ids, std::vector<TokenOffset>* offsets) const {
+  AlignedText normalized = AlignedText::Identity(text, base);
+  if (normalizer_) FERRY_RETURN_IF_ERROR(normalizer_->NormalizeAligned(&normalized));
+  if (normalized.text.empty()) return Status::Ok();
+
+  std::vector<TextSegment> segments;
+  if (normalized_matcher_.empty()) {
+    segments.push_back({0, normalized.text.size(), -1});
+  } else {
+    normalized_matcher_.Split(normalized.text, &segments);
+  }
+  std::vector<PreToken> words;
+  std::vector<ByteRange> spans;
+  for (const TextSegment& s : segments) {
+    if (s.id >= 0) {
+      ids->push_back(s.id);
+      const ByteRange r = normalized.Original(s.begin, s.end);
+      offsets->push_back({r.first, r.second});
+      continue;
+    }
+    if (s.end == s.begin) continue;
+    words.clear();
+    PreToken whole{normalized.text.substr(s.begin, s.end - s.begin), at_start && s.begin == 0, {}};
+    whole.align.assign(normalized.align.begin() + static_cast<std::ptrdiff_t>(s.begin),
+                       normalized.align.begin() + static_cast<std::ptrdiff_t>(s.end));
+    words.push_back(std::move(whole));
+    if (pre_tokenizer_) FERRY_RETURN_IF_ERROR(pre_tokenizer_->PreTokenize(&words));
+    for (const PreToken& word : words) {
+      if (word.text.empty()) continue;
+      spans.clear();
+      FERRY_RETURN_IF_ERROR(model_->Tokenize(word.text, ids, &spans));
+      for (const ByteRange& span : spans) {
+        if (span.second > span.first) {
+          offsets->push_back({word.align[span.first].first, word.align[span.second - 1].second});
+        } else {
+          const uint32_t at = span.first < word.align.size() ? word.align[span.first].first : word.align.back().second;
+          offsets->push_back({at, at});
+        }
+      }
     }
   }
   return Status::Ok();

@@ -17,8 +17,13 @@ class HfTokenizer : public PipelineTokenizer {
   // `json` is the content of tokenizer.json.
   static Result<std::unique_ptr<HfTokenizer>> Create(std::string_view json, const TokenizerConfig& config);
 
+  std::string continuing_subword_prefix() const override { return model_->continuing_subword_prefix(); }
+  std::optional<int32_t> unk_id() const override { return model_->unk_id(); }
+
  protected:
   Status EncodeText(std::string_view text, bool at_start, std::vector<int32_t>* ids) const override;
+  Status EncodeTextWithOffsets(std::string_view text, bool at_start, uint32_t base, std::vector<int32_t>* ids,
+                               std::vector<TokenOffset>* offsets) const override;
   std::optional<int32_t> ModelTokenToId(std::string_view token) const override {
     return model_->TokenToId(token);
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "tokenizer/aligned_text.h"
 #include "tokenizer/json_util.h"
 
 namespace ferry::tokenizer {
@@ -25,8 +26,13 @@ using Vocab = std::unordered_map<std::string, int32_t, StringHash, std::equal_to
 class Model {
  public:
   virtual ~Model() = default;
-  // Appends the ids of `word` (valid UTF-8, never empty).
-  virtual Status Tokenize(std::string_view word, std::vector<int32_t>* ids) const = 0;
+  // Appends the ids of `word` (valid UTF-8, never empty) and, when `spans` is given, the
+  // bytes of `word` each token stands for.
+  virtual Status Tokenize(std::string_view word, std::vector<int32_t>* ids,
+                          std::vector<ByteRange>* spans = nullptr) const = 0;
+  // The prefix that marks a token continuing a word ("##"), empty when the model has none.
+  virtual std::string continuing_subword_prefix() const { return std::string(); }
+  virtual std::optional<int32_t> unk_id() const { return std::nullopt; }
   virtual std::optional<int32_t> TokenToId(std::string_view token) const = 0;
   // nullptr when the id has no token.
   virtual const std::string* IdToToken(int32_t id) const = 0;

@@ -1,5 +1,6 @@
 #include "tokenizer/normalizers.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -113,27 +114,37 @@ class StripNormalizer : public Normalizer {
  public:
   StripNormalizer(bool left, bool right) : left_(left), right_(right) {}
   Status Normalize(std::string* text) const override {
+    const auto [begin, end] = Kept(*text);
+    *text = text->substr(begin, end - begin);
+    return Status::Ok();
+  }
+  Status NormalizeAligned(AlignedText* text) const override {
+    const auto [begin, end] = Kept(text->text);
+    *text = text->Slice(begin, end);
+    return Status::Ok();
+  }
+
+ private:
+  std::pair<size_t, size_t> Kept(const std::string& text) const {
     size_t begin = 0;
-    size_t end = text->size();
+    size_t end = text.size();
     if (left_) {
       while (begin < end) {
         size_t next = begin;
-        if (!unicode::IsWhitespace(NextCodePoint(*text, &next))) break;
+        if (!unicode::IsWhitespace(NextCodePoint(text, &next))) break;
         begin = next;
       }
     }
     if (right_) {
       while (end > begin) {
         size_t start = 0;
-        if (!unicode::IsWhitespace(PrevCodePoint(*text, end, &start))) break;
+        if (!unicode::IsWhitespace(PrevCodePoint(text, end, &start))) break;
         end = start;
       }
     }
-    *text = text->substr(begin, end - begin);
-    return Status::Ok();
+    return {begin, end};
   }
 
- private:
   bool left_;
   bool right_;
 };
@@ -143,6 +154,15 @@ class PrependNormalizer : public Normalizer {
   explicit PrependNormalizer(std::string prefix) : prefix_(std::move(prefix)) {}
   Status Normalize(std::string* text) const override {
     if (!text->empty()) text->insert(0, prefix_);
+    return Status::Ok();
+  }
+  // The prefix is aligned with the first character, as HF's NormalizedString::prepend does.
+  Status NormalizeAligned(AlignedText* text) const override {
+    if (text->text.empty()) return Status::Ok();
+    AlignedText out;
+    out.Append(prefix_, text->At(0));
+    out.AppendSlice(*text, 0, text->text.size());
+    *text = std::move(out);
     return Status::Ok();
   }
 
@@ -170,6 +190,24 @@ class ReplaceNormalizer : public Normalizer {
     *text = std::move(out);
     return Status::Ok();
   }
+  // The replacement is aligned with the last byte of the match (HF inserts it after what
+  // it removes, aligned with what precedes the insertion point).
+  Status NormalizeAligned(AlignedText* text) const override {
+    std::vector<Regex::Match> matches;
+    FERRY_RETURN_IF_ERROR(regex_.FindAll(text->text, &matches));
+    if (matches.empty()) return Status::Ok();
+    AlignedText out;
+    size_t last = 0;
+    for (const Regex::Match& m : matches) {
+      out.AppendSlice(*text, last, m.begin);
+      const size_t at = m.end > m.begin ? m.end - 1 : (m.begin > 0 ? m.begin - 1 : 0);
+      if (!text->align.empty()) out.Append(content_, text->At(std::min(at, text->align.size() - 1)));
+      last = m.end;
+    }
+    out.AppendSlice(*text, last, text->text.size());
+    *text = std::move(out);
+    return Status::Ok();
+  }
 
  private:
   Regex regex_;
@@ -190,6 +228,10 @@ class SequenceNormalizer : public Normalizer {
     for (const auto& step : steps_) FERRY_RETURN_IF_ERROR(step->Normalize(text));
     return Status::Ok();
   }
+  Status NormalizeAligned(AlignedText* text) const override {
+    for (const auto& step : steps_) FERRY_RETURN_IF_ERROR(step->NormalizeAligned(text));
+    return Status::Ok();
+  }
 
  private:
   std::vector<std::unique_ptr<Normalizer>> steps_;
@@ -204,6 +246,46 @@ Status ByteLevelNormalizer::Normalize(std::string* text) const {
 }
 
 }  // namespace
+
+Status Normalizer::NormalizeAligned(AlignedText* t) const {
+  if (t->text.empty()) return Status::Ok();
+  std::string whole = t->text;
+  FERRY_RETURN_IF_ERROR(Normalize(&whole));
+  auto pieces = [&](auto next_end) -> Result<AlignedText> {
+    AlignedText out;
+    std::string piece;
+    size_t begin = 0;
+    while (begin < t->text.size()) {
+      const size_t end = next_end(begin);
+      piece.assign(t->text, begin, end - begin);
+      FERRY_RETURN_IF_ERROR(Normalize(&piece));
+      out.Append(piece, {t->align[begin].first, t->align[end - 1].second});
+      begin = end;
+    }
+    return out;
+  };
+  // One character at a time.
+  FERRY_ASSIGN_OR_RETURN(AlignedText out, pieces([&](size_t begin) {
+                           size_t pos = begin;
+                           NextCodePoint(t->text, &pos);
+                           return pos;
+                         }));
+  if (out.text != whole) {
+    // One word (with the spaces after it) at a time: compositions do not cross spaces.
+    FERRY_ASSIGN_OR_RETURN(out, pieces([&](size_t begin) {
+                             size_t end = begin;
+                             while (end < t->text.size() && t->text[end] != ' ') ++end;
+                             while (end < t->text.size() && t->text[end] == ' ') ++end;
+                             return end;
+                           }));
+  }
+  if (out.text != whole) {
+    out = AlignedText();
+    out.Append(whole, {t->align.front().first, t->align.back().second});
+  }
+  *t = std::move(out);
+  return Status::Ok();
+}
 
 Result<std::unique_ptr<Normalizer>> MakeNormalizer(const Json& config) {
   if (config.is_null()) return std::unique_ptr<Normalizer>();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "tokenizer/unicode.h"
 #include "tokenizer/utf8.h"
 
 namespace ferry::tokenizer {
@@ -219,6 +220,106 @@ Result<Encoding> PipelineTokenizer::EncodeWithSpecial(std::string_view text,
     out.type_ids.insert(out.type_ids.end(), s.type_ids.begin(), s.type_ids.end());
   }
   return out;
+}
+
+Result<std::vector<int32_t>> PipelineTokenizer::EncodeWithOffsets(std::string_view text,
+                                                                  std::vector<TokenOffset>* offsets) const {
+  if (const size_t bad = FindInvalidUtf8(text); bad != std::string_view::npos) {
+    return InvalidArgument("text is not valid UTF-8: ill-formed sequence at byte " + std::to_string(bad));
+  }
+  if (text.size() >= (size_t{1} << 31)) return InvalidArgument("text too long for offsets");
+  std::vector<int32_t> ids;
+  offsets->clear();
+  if (text.empty()) return ids;
+  if (raw_matcher_.empty()) {
+    FERRY_RETURN_IF_ERROR(EncodeTextWithOffsets(text, /*at_start=*/true, 0, &ids, offsets));
+  } else {
+    std::vector<TextSegment> segments;
+    raw_matcher_.Split(text, &segments);
+    for (const TextSegment& s : segments) {
+      if (s.id >= 0) {
+        ids.push_back(s.id);
+        offsets->push_back({static_cast<uint32_t>(s.begin), static_cast<uint32_t>(s.end)});
+      } else if (s.end > s.begin) {
+        FERRY_RETURN_IF_ERROR(EncodeTextWithOffsets(text.substr(s.begin, s.end - s.begin), s.begin == 0,
+                                                    static_cast<uint32_t>(s.begin), &ids, offsets));
+      }
+    }
+  }
+  TrimOffsets(ids, offsets);
+  return ids;
+}
+
+void PipelineTokenizer::TrimOffsets(const std::vector<int32_t>& ids, std::vector<TokenOffset>* offsets) const {
+  if (!post_processor_) return;
+  const std::optional<bool> add_prefix_space = post_processor_->TrimsOffsets();
+  if (!add_prefix_space) return;
+  // Spaces are U+0120 in byte-level alphabets, or plain whitespace.
+  auto is_space = [](char32_t cp) { return cp == 0x120 || unicode::IsWhitespace(cp); };
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string* token = TokenString(ids[i]);
+    if (token == nullptr || token->empty()) continue;
+    std::u32string cps;
+    size_t pos = 0;
+    while (pos < token->size()) cps.push_back(NextCodePoint(*token, &pos));
+    size_t leading = 0;
+    while (leading < cps.size() && is_space(cps[leading])) ++leading;
+    size_t trailing = 0;
+    while (trailing < cps.size() && is_space(cps[cps.size() - 1 - trailing])) ++trailing;
+    TokenOffset& o = (*offsets)[i];
+    if (leading > 0) {
+      const bool is_first = i == 0 || o.begin == 0;
+      if (!(is_first && *add_prefix_space && leading == 1)) {
+        o.begin = std::min<uint32_t>(o.begin + static_cast<uint32_t>(leading), o.end);
+      }
+    }
+    if (trailing > 0 && o.end >= trailing) o.end = std::max<uint32_t>(o.end - static_cast<uint32_t>(trailing), o.begin);
+  }
+}
+
+Result<TemplatedEncoding> PipelineTokenizer::ApplyTemplate(std::span<const int32_t> first,
+                                                           std::optional<std::span<const int32_t>> second) const {
+  // The processors only move ids around and add their own (non-negative) ones, so the
+  // sequences travel through them as negative markers that say where each token came from.
+  constexpr int32_t kSecondBase = -(1 << 30);
+  if (first.size() >= (size_t{1} << 29) || (second && second->size() >= (size_t{1} << 29))) {
+    return InvalidArgument("sequence too long for the template");
+  }
+  std::vector<EncodedSegment> segments(second ? 2 : 1);
+  for (size_t i = 0; i < first.size(); ++i) segments[0].ids.push_back(-1 - static_cast<int32_t>(i));
+  segments[0].type_ids.assign(first.size(), 0);
+  if (second) {
+    for (size_t i = 0; i < second->size(); ++i) segments[1].ids.push_back(kSecondBase - static_cast<int32_t>(i));
+    segments[1].type_ids.assign(second->size(), 1);
+  }
+  if (post_processor_) post_processor_->Process(&segments);
+  TemplatedEncoding out;
+  for (const EncodedSegment& s : segments) {
+    for (size_t i = 0; i < s.ids.size(); ++i) {
+      const int32_t marker = s.ids[i];
+      out.type_ids.push_back(s.type_ids[i]);
+      if (marker >= 0) {
+        out.ids.push_back(marker);
+        out.sequence.push_back(-1);
+        out.position.push_back(-1);
+      } else if (marker > kSecondBase) {
+        const int32_t pos = -1 - marker;
+        out.ids.push_back(first[static_cast<size_t>(pos)]);
+        out.sequence.push_back(0);
+        out.position.push_back(pos);
+      } else {
+        const int32_t pos = kSecondBase - marker;
+        out.ids.push_back((*second)[static_cast<size_t>(pos)]);
+        out.sequence.push_back(1);
+        out.position.push_back(pos);
+      }
+    }
+  }
+  return out;
+}
+
+std::string PipelineTokenizer::TokensToString(const std::vector<std::string>& tokens) const {
+  return DecodeTokens(tokens, decoder_.get());
 }
 
 Result<std::string> PipelineTokenizer::Decode(std::span<const int32_t> ids, bool skip_special) const {

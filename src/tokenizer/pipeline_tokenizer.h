@@ -23,6 +23,13 @@ class PipelineTokenizer : public Tokenizer {
   Result<Encoding> EncodeWithSpecial(std::string_view text,
                                      std::optional<std::string_view> pair) const final;
   Result<std::string> Decode(std::span<const int32_t> ids, bool skip_special) const final;
+  Result<std::vector<int32_t>> EncodeWithOffsets(std::string_view text,
+                                                 std::vector<TokenOffset>* offsets) const final;
+  Result<TemplatedEncoding> ApplyTemplate(std::span<const int32_t> first,
+                                          std::optional<std::span<const int32_t>> second) const final;
+  std::string TokensToString(const std::vector<std::string>& tokens) const final;
+  std::string continuing_subword_prefix() const override { return std::string(); }
+  std::optional<int32_t> unk_id() const override { return std::nullopt; }
 
   int32_t vocab_size() const final { return vocab_size_; }
   std::optional<int32_t> bos_id() const final { return bos_id_; }
@@ -36,6 +43,9 @@ class PipelineTokenizer : public Tokenizer {
  protected:
   // Encodes ordinary text found between added tokens; `at_start` when it begins the input.
   virtual Status EncodeText(std::string_view text, bool at_start, std::vector<int32_t>* ids) const = 0;
+  // The same, appending each token's byte offsets into `text` shifted by `base`.
+  virtual Status EncodeTextWithOffsets(std::string_view text, bool at_start, uint32_t base,
+                                       std::vector<int32_t>* ids, std::vector<TokenOffset>* offsets) const = 0;
   virtual std::optional<int32_t> ModelTokenToId(std::string_view token) const = 0;
   // nullptr when the model has no token for `id`.
   virtual const std::string* ModelIdToToken(int32_t id) const = 0;
@@ -64,6 +74,8 @@ class PipelineTokenizer : public Tokenizer {
 
  private:
   Status EncodeInto(std::string_view text, std::vector<int32_t>* ids) const;
+  // HF's ByteLevel process_offsets, when the post-processor trims offsets.
+  void TrimOffsets(const std::vector<int32_t>& ids, std::vector<TokenOffset>* offsets) const;
   const std::string* TokenString(int32_t id) const;
   std::string StreamBytes(int32_t id, bool first) const;
 

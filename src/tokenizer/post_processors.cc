@@ -53,7 +53,9 @@ class TemplateProcessor : public PostProcessor {
 // [CLS] A [SEP] (B [SEP]) for BERT; <s> A </s> (</s> B </s>) with all-zero types for RoBERTa.
 class ClsSepProcessor : public PostProcessor {
  public:
-  ClsSepProcessor(int32_t cls, int32_t sep, bool roberta) : cls_(cls), sep_(sep), roberta_(roberta) {}
+  ClsSepProcessor(int32_t cls, int32_t sep, bool roberta, std::optional<bool> trims = std::nullopt)
+      : cls_(cls), sep_(sep), roberta_(roberta), trims_(trims) {}
+  std::optional<bool> TrimsOffsets() const override { return trims_; }
 
   void Process(std::vector<EncodedSegment>* segments) const override {
     EncodedSegment out;
@@ -73,12 +75,18 @@ class ClsSepProcessor : public PostProcessor {
   int32_t cls_;
   int32_t sep_;
   bool roberta_;
+  std::optional<bool> trims_;
 };
 
 // Byte-level post-processing only trims offsets, which ferry does not report.
 class IdentityProcessor : public PostProcessor {
  public:
+  explicit IdentityProcessor(std::optional<bool> trims = std::nullopt) : trims_(trims) {}
   void Process(std::vector<EncodedSegment>*) const override {}
+  std::optional<bool> TrimsOffsets() const override { return trims_; }
+
+ private:
+  std::optional<bool> trims_;
 };
 
 class SequenceProcessor : public PostProcessor {
@@ -87,6 +95,12 @@ class SequenceProcessor : public PostProcessor {
       : steps_(std::move(steps)) {}
   void Process(std::vector<EncodedSegment>* segments) const override {
     for (const auto& step : steps_) step->Process(segments);
+  }
+  std::optional<bool> TrimsOffsets() const override {
+    for (const auto& step : steps_) {
+      if (auto trims = step->TrimsOffsets()) return trims;
+    }
+    return std::nullopt;
   }
 
  private:
@@ -155,9 +169,16 @@ Result<std::unique_ptr<PostProcessor>> MakePostProcessor(const Json& config) {
   if (type == "BertProcessing" || type == "RobertaProcessing") {
     FERRY_ASSIGN_OR_RETURN(int32_t cls, ReadTokenPairId(config, "cls"));
     FERRY_ASSIGN_OR_RETURN(int32_t sep, ReadTokenPairId(config, "sep"));
-    return std::unique_ptr<PostProcessor>(new ClsSepProcessor(cls, sep, type == "RobertaProcessing"));
+    const bool roberta = type == "RobertaProcessing";
+    std::optional<bool> trims;
+    if (roberta && JsonBool(config, "trim_offsets", true)) trims = JsonBool(config, "add_prefix_space", true);
+    return std::unique_ptr<PostProcessor>(new ClsSepProcessor(cls, sep, roberta, trims));
   }
-  if (type == "ByteLevel") return std::unique_ptr<PostProcessor>(new IdentityProcessor());
+  if (type == "ByteLevel") {
+    std::optional<bool> trims;
+    if (JsonBool(config, "trim_offsets", true)) trims = JsonBool(config, "add_prefix_space", true);
+    return std::unique_ptr<PostProcessor>(new IdentityProcessor(trims));
+  }
   if (type == "Sequence") {
     const Json* list = JsonField(config, "processors");
     if (list == nullptr || !list->is_array()) {

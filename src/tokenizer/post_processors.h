@@ -24,6 +24,11 @@ class PostProcessor {
   // On input one segment (single) or two (pair) whose type ids are 0 and 1. Processors that
   // add special tokens merge the segments into one; the caller concatenates what is left.
   virtual void Process(std::vector<EncodedSegment>* segments) const = 0;
+
+  // HF's trim_offsets (ByteLevel, RobertaProcessing): offsets of tokens that begin or end
+  // with spaces leave the spaces out. Absent when the processor does not trim; otherwise
+  // its add_prefix_space, which keeps the one space it may have added to the first token.
+  virtual std::optional<bool> TrimsOffsets() const { return std::nullopt; }
 };
 
 // Builds from a tokenizer.json "post_processor" object. A null JSON value yields nullptr.

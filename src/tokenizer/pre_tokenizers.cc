@@ -9,6 +9,16 @@
 #include "tokenizer/utf8.h"
 
 namespace ferry::tokenizer {
+
+PreToken PreToken::Sub(size_t begin, size_t end, bool starts) const {
+  PreToken out{text.substr(begin, end - begin), starts, {}};
+  if (!align.empty()) {
+    out.align.assign(align.begin() + static_cast<std::ptrdiff_t>(begin),
+                     align.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+  return out;
+}
+
 namespace {
 
 // GPT-2's word split, also what the ByteLevel pre-tokenizer applies with use_regex.
@@ -115,7 +125,7 @@ void EmitSplits(const PreToken& piece, std::vector<Span>* spans, SplitBehavior b
   for (const Span& s : *result) {
     if (s.end == s.begin) continue;
     if (behavior == SplitBehavior::kRemoved && s.is_match) continue;
-    out->push_back({piece.text.substr(s.begin, s.end - s.begin), piece.at_start && s.begin == 0});
+    out->push_back(piece.Sub(s.begin, s.end, piece.at_start && s.begin == 0));
   }
 }
 
@@ -167,7 +177,11 @@ class ByteLevelPreTokenizer : public PreTokenizer {
   Status PreTokenize(std::vector<PreToken>* pieces) const override {
     if (add_prefix_space_) {
       for (PreToken& piece : *pieces) {
-        if (!piece.text.empty() && piece.text[0] != ' ') piece.text.insert(piece.text.begin(), ' ');
+        if (!piece.text.empty() && piece.text[0] != ' ') {
+          piece.text.insert(piece.text.begin(), ' ');
+          // Aligned with the first character, as HF's prepend does.
+          if (!piece.align.empty()) piece.align.insert(piece.align.begin(), piece.align.front());
+        }
       }
     }
     if (use_regex_) {
@@ -177,9 +191,21 @@ class ByteLevelPreTokenizer : public PreTokenizer {
     }
     const ByteLevelAlphabet& alphabet = ByteLevelAlphabet::Get();
     std::string mapped;
+    std::vector<ByteRange> align;
     for (PreToken& piece : *pieces) {
       mapped.clear();
-      alphabet.Encode(piece.text, &mapped);
+      if (piece.align.empty()) {
+        alphabet.Encode(piece.text, &mapped);
+      } else {
+        // Each byte becomes one visible character of one or two bytes, aligned like it.
+        align.clear();
+        for (size_t i = 0; i < piece.text.size(); ++i) {
+          const size_t before = mapped.size();
+          alphabet.Encode(std::string_view(piece.text).substr(i, 1), &mapped);
+          align.insert(align.end(), mapped.size() - before, piece.align[i]);
+        }
+        piece.align.swap(align);
+      }
       piece.text.swap(mapped);
     }
     return Status::Ok();
@@ -204,19 +230,25 @@ class MetaspacePreTokenizer : public PreTokenizer {
       if (piece.text.find(' ') != std::string::npos) {
         std::string replaced;
         replaced.reserve(piece.text.size() + 8);
-        for (char c : piece.text) {
+        std::vector<ByteRange> align;
+        for (size_t i = 0; i < piece.text.size(); ++i) {
+          const char c = piece.text[i];
+          const size_t n = c == ' ' ? replacement_.size() : 1;
           if (c == ' ') {
             replaced += replacement_;
           } else {
             replaced.push_back(c);
           }
+          if (!piece.align.empty()) align.insert(align.end(), n, piece.align[i]);
         }
         piece.text.swap(replaced);
+        piece.align.swap(align);
       }
       const bool prepend = scheme_ == PrependScheme::kAlways ||
                            (scheme_ == PrependScheme::kFirst && piece.at_start);
       if (prepend && !piece.text.empty() && piece.text.compare(0, replacement_.size(), replacement_) != 0) {
         piece.text.insert(0, replacement_);
+        if (!piece.align.empty()) piece.align.insert(piece.align.begin(), replacement_.size(), piece.align.front());
       }
     }
     if (!split_) {
@@ -244,9 +276,7 @@ class BertPreTokenizer : public PreTokenizer {
       size_t pos = 0;
       const std::string& text = piece.text;
       auto flush = [&](size_t end) {
-        if (end > word_begin) {
-          out->push_back({text.substr(word_begin, end - word_begin), piece.at_start && word_begin == 0});
-        }
+        if (end > word_begin) out->push_back(piece.Sub(word_begin, end, piece.at_start && word_begin == 0));
       };
       while (pos < text.size()) {
         const size_t start = pos;
@@ -256,7 +286,7 @@ class BertPreTokenizer : public PreTokenizer {
           word_begin = pos;
         } else if (unicode::IsBertPunctuation(cp)) {
           flush(start);
-          out->push_back({text.substr(start, pos - start), piece.at_start && start == 0});
+          out->push_back(piece.Sub(start, pos, piece.at_start && start == 0));
           word_begin = pos;
         }
       }

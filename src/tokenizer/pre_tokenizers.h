@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "tokenizer/aligned_text.h"
 #include "tokenizer/json_util.h"
 
 namespace ferry::tokenizer {
@@ -14,6 +15,12 @@ struct PreToken {
   std::string text;
   // Begins at offset 0 of the input text; Metaspace's prepend_scheme "first" needs it.
   bool at_start = false;
+  // Empty, or one original range per byte of `text` (when offsets are wanted); kept
+  // through every split and rewrite.
+  std::vector<ByteRange> align = {};
+
+  // Bytes [begin, end) of this piece, with their alignment.
+  PreToken Sub(size_t begin, size_t end, bool starts) const;
 };
 
 // Thread-safe: immutable after construction.

@@ -2,6 +2,7 @@
 
 #include <sentencepiece_processor.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -57,6 +58,28 @@ Status SentencePieceTokenizer::EncodeText(std::string_view text, bool, std::vect
   }
   ids->insert(ids->end(), pieces.begin(), pieces.end());
   return Status::Ok();
+}
+
+// SentencePiece reports each piece's bytes in the input it was given.
+Status SentencePieceTokenizer::EncodeTextWithOffsets(std::string_view text, bool, uint32_t base,
+                                                     std::vector<int32_t>* ids,
+                                                     std::vector<TokenOffset>* offsets) const {
+  sentencepiece::ImmutableSentencePieceText spt;
+  if (const auto status = processor_->Encode(text, spt.mutable_proto()); !status.ok()) {
+    return InvalidArgument("SentencePiece could not encode the text: " + std::string(status.ToString()));
+  }
+  for (const auto& piece : spt.pieces()) {
+    ids->push_back(static_cast<int32_t>(piece.id()));
+    const uint32_t begin = std::min<uint32_t>(piece.begin(), static_cast<uint32_t>(text.size()));
+    const uint32_t end = std::min<uint32_t>(std::max(piece.end(), begin), static_cast<uint32_t>(text.size()));
+    offsets->push_back({base + begin, base + end});
+  }
+  return Status::Ok();
+}
+
+std::optional<int32_t> SentencePieceTokenizer::unk_id() const {
+  const int id = processor_->unk_id();
+  return id >= 0 ? std::optional<int32_t>(id) : std::nullopt;
 }
 
 std::optional<int32_t> SentencePieceTokenizer::ModelTokenToId(std::string_view token) const {

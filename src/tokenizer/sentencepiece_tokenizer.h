@@ -22,8 +22,12 @@ class SentencePieceTokenizer : public PipelineTokenizer {
                                                                 const TokenizerConfig& config);
   ~SentencePieceTokenizer() override;
 
+  std::optional<int32_t> unk_id() const override;
+
  protected:
   Status EncodeText(std::string_view text, bool at_start, std::vector<int32_t>* ids) const override;
+  Status EncodeTextWithOffsets(std::string_view text, bool at_start, uint32_t base, std::vector<int32_t>* ids,
+                               std::vector<TokenOffset>* offsets) const override;
   std::optional<int32_t> ModelTokenToId(std::string_view token) const override;
   const std::string* ModelIdToToken(int32_t id) const override;
   int32_t model_vocab_size() const override;

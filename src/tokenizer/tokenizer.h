@@ -21,6 +21,25 @@ struct Encoding {
   std::vector<int32_t> type_ids;  // same length as ids
 };
 
+// A token's place in the text it was encoded from: bytes [begin, end) of that text. Tokens
+// that a normalizer or pre-tokenizer produced from several characters cover all of them;
+// added tokens cover their match.
+struct TokenOffset {
+  uint32_t begin = 0;
+  uint32_t end = 0;
+};
+
+// One or two encoded sequences with the model's special tokens added (the post-processor's
+// template), and where each token came from.
+struct TemplatedEncoding {
+  std::vector<int32_t> ids;
+  std::vector<int32_t> type_ids;
+  // Per token: 0 or 1, the sequence it belongs to, or -1 for a token the template added.
+  std::vector<int8_t> sequence;
+  // Per token: its index in that sequence, or -1 for a token the template added.
+  std::vector<int32_t> position;
+};
+
 // Thread-safe after Load: Encode/Decode are const and share no mutable state.
 class Tokenizer {
  public:
@@ -34,6 +53,23 @@ class Tokenizer {
   // pairs with type ids).
   virtual Result<Encoding> EncodeWithSpecial(
       std::string_view text, std::optional<std::string_view> pair = std::nullopt) const = 0;
+  // Encode(text) plus each token's byte offsets into `text` (HF's offset mapping, in bytes;
+  // byte-level tokenizers trim the offsets of tokens that begin or end with a space when
+  // their post-processor says trim_offsets, as HF does).
+  virtual Result<std::vector<int32_t>> EncodeWithOffsets(std::string_view text,
+                                                         std::vector<TokenOffset>* offsets) const = 0;
+  // The post-processor's template around already-encoded sequences (HF post_process): what
+  // EncodeWithSpecial adds, applied to ids, so that windows of a long input each get their
+  // own special tokens.
+  virtual Result<TemplatedEncoding> ApplyTemplate(
+      std::span<const int32_t> first, std::optional<std::span<const int32_t>> second = std::nullopt) const = 0;
+  // HF convert_tokens_to_string: token strings joined by the tokenizer's decoder.
+  virtual std::string TokensToString(const std::vector<std::string>& tokens) const = 0;
+  // The model's continuing-subword prefix ("##" for WordPiece), empty when it has none: the
+  // tokens of such a model say themselves whether they continue a word.
+  virtual std::string continuing_subword_prefix() const = 0;
+  virtual std::optional<int32_t> unk_id() const = 0;
+
   // HF decode(ids, skip_special_tokens=skip_special). Ids outside the vocabulary are an
   // OutOfRange error.
   virtual Result<std::string> Decode(std::span<const int32_t> ids, bool skip_special = true) const = 0;

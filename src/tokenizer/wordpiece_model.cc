@@ -28,14 +28,18 @@ Result<std::unique_ptr<WordPieceModel>> WordPieceModel::Create(const Json& confi
   return model;
 }
 
-Status WordPieceModel::Tokenize(std::string_view word, std::vector<int32_t>* ids) const {
+Status WordPieceModel::Tokenize(std::string_view word, std::vector<int32_t>* ids,
+                                std::vector<ByteRange>* spans) const {
+  const ByteRange whole{0, static_cast<uint32_t>(word.size())};
   size_t chars = 0;
   for (char c : word) chars += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
   if (chars > max_input_chars_per_word_) {
     ids->push_back(unk_id_);
+    if (spans != nullptr) spans->push_back(whole);
     return Status::Ok();
   }
   const size_t mark = ids->size();
+  const size_t span_mark = spans != nullptr ? spans->size() : 0;
   thread_local std::string candidate;
   size_t start = 0;
   while (start < word.size()) {
@@ -61,9 +65,14 @@ Status WordPieceModel::Tokenize(std::string_view word, std::vector<int32_t>* ids
       // Any unmatched remainder makes the whole word unknown.
       ids->resize(mark);
       ids->push_back(unk_id_);
+      if (spans != nullptr) {
+        spans->resize(span_mark);
+        spans->push_back(whole);
+      }
       return Status::Ok();
     }
     ids->push_back(found);
+    if (spans != nullptr) spans->push_back({static_cast<uint32_t>(start), static_cast<uint32_t>(end)});
     start = end;
   }
   return Status::Ok();
@@ -86,7 +95,9 @@ Result<std::unique_ptr<WordLevelModel>> WordLevelModel::Create(const Json& confi
   return model;
 }
 
-Status WordLevelModel::Tokenize(std::string_view word, std::vector<int32_t>* ids) const {
+Status WordLevelModel::Tokenize(std::string_view word, std::vector<int32_t>* ids,
+                                std::vector<ByteRange>* spans) const {
+  if (spans != nullptr) spans->push_back({0, static_cast<uint32_t>(word.size())});
   if (auto it = vocab_.find(word); it != vocab_.end()) {
     ids->push_back(it->second);
     return Status::Ok();

@@ -14,10 +14,13 @@ class WordPieceModel : public Model {
  public:
   static Result<std::unique_ptr<WordPieceModel>> Create(const Json& config);
 
-  Status Tokenize(std::string_view word, std::vector<int32_t>* ids) const override;
+  Status Tokenize(std::string_view word, std::vector<int32_t>* ids,
+                  std::vector<ByteRange>* spans = nullptr) const override;
   std::optional<int32_t> TokenToId(std::string_view token) const override;
   const std::string* IdToToken(int32_t id) const override;
   int32_t vocab_size() const override { return static_cast<int32_t>(tokens_.size()); }
+  std::string continuing_subword_prefix() const override { return prefix_; }
+  std::optional<int32_t> unk_id() const override { return unk_id_; }
 
  private:
   Vocab vocab_;
@@ -33,10 +36,14 @@ class WordLevelModel : public Model {
  public:
   static Result<std::unique_ptr<WordLevelModel>> Create(const Json& config);
 
-  Status Tokenize(std::string_view word, std::vector<int32_t>* ids) const override;
+  Status Tokenize(std::string_view word, std::vector<int32_t>* ids,
+                  std::vector<ByteRange>* spans = nullptr) const override;
   std::optional<int32_t> TokenToId(std::string_view token) const override;
   const std::string* IdToToken(int32_t id) const override;
   int32_t vocab_size() const override { return static_cast<int32_t>(tokens_.size()); }
+  std::optional<int32_t> unk_id() const override {
+    return unk_id_ < 0 ? std::nullopt : std::optional<int32_t>(unk_id_);
+  }
 
  private:
   Vocab vocab_;

@@ -22,7 +22,7 @@ struct Preset {
   bool tied = false;
   bool llama3_rope = false;
   double rope_factor = 8.0;
-  int type_vocab = 2, labels = 2;
+  int type_vocab = 2;
 };
 
 const std::map<std::string, Preset>& Presets() {
@@ -38,6 +38,8 @@ const std::map<std::string, Preset>& Presets() {
       // Small shapes for tests.
       {"llama-test", {"llama", 512, 64, 160, 2, 4, 2, 256, 10000.0, false}},
       {"bert-test", {"bert", 512, 64, 128, 2, 4, 4, 128}},
+      // BERT's WordPiece vocabulary (bert-base-uncased's size) on a small body: text tests.
+      {"bert-test-vocab", {"bert", 30522, 64, 128, 2, 4, 4, 512}},
   };
   return presets;
 }
@@ -108,7 +110,18 @@ std::vector<TensorSpec> DecoderTensors(const Preset& p) {
   return t;
 }
 
-std::vector<TensorSpec> EncoderTensors(const Preset& p) {
+// CoNLL-2003's tags, the usual labels of a BERT token classifier.
+const std::vector<std::string> kConllLabels = {"O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC",
+                                               "I-MISC"};
+
+std::vector<std::string> Labels(const std::string& head, int num_labels) {
+  if (head == "token" && (num_labels == 0 || num_labels == static_cast<int>(kConllLabels.size()))) return kConllLabels;
+  std::vector<std::string> labels;
+  for (int i = 0; i < (num_labels > 0 ? num_labels : 2); ++i) labels.push_back("LABEL_" + std::to_string(i));
+  return labels;
+}
+
+std::vector<TensorSpec> EncoderTensors(const Preset& p, const std::string& head, int labels) {
   std::vector<TensorSpec> t;
   const float w = 0.02f;
   const std::string e = "bert.embeddings.";
@@ -134,10 +147,14 @@ std::vector<TensorSpec> EncoderTensors(const Preset& p) {
     t.push_back({pre + "output.LayerNorm.weight", {p.hidden}, 0.0f, 1.0f});
     t.push_back({pre + "output.LayerNorm.bias", {p.hidden}, 0.0f, 0.0f});
   }
-  t.push_back({"bert.pooler.dense.weight", {p.hidden, p.hidden}, w, 0});
-  t.push_back({"bert.pooler.dense.bias", {p.hidden}, w, 0});
-  t.push_back({"classifier.weight", {p.labels, p.hidden}, w, 0});
-  t.push_back({"classifier.bias", {p.labels}, w, 0});
+  if (head != "token") {
+    t.push_back({"bert.pooler.dense.weight", {p.hidden, p.hidden}, w, 0});
+    t.push_back({"bert.pooler.dense.bias", {p.hidden}, w, 0});
+  }
+  if (head != "none") {
+    t.push_back({"classifier.weight", {labels, p.hidden}, w, 0});
+    t.push_back({"classifier.bias", {labels}, w, 0});
+  }
   return t;
 }
 
@@ -149,7 +166,7 @@ std::string TorchDtypeName(DType d) {
   }
 }
 
-nlohmann::json ConfigJson(const Preset& p, DType dtype) {
+nlohmann::json ConfigJson(const Preset& p, DType dtype, const std::string& head, const std::vector<std::string>& labels) {
   nlohmann::json c;
   c["model_type"] = p.arch;
   c["vocab_size"] = p.vocab;
@@ -160,18 +177,22 @@ nlohmann::json ConfigJson(const Preset& p, DType dtype) {
   c["max_position_embeddings"] = p.max_pos;
   c["torch_dtype"] = TorchDtypeName(dtype);
   if (p.arch == "bert") {
-    c["architectures"] = {"BertForSequenceClassification"};
+    c["architectures"] = {head == "token"  ? "BertForTokenClassification"
+                          : head == "none" ? "BertModel"
+                                           : "BertForSequenceClassification"};
     c["hidden_act"] = "gelu";
     c["type_vocab_size"] = p.type_vocab;
     c["layer_norm_eps"] = 1e-12;
     c["pad_token_id"] = 0;
-    nlohmann::json id2label, label2id;
-    for (int i = 0; i < p.labels; ++i) {
-      id2label[std::to_string(i)] = "LABEL_" + std::to_string(i);
-      label2id["LABEL_" + std::to_string(i)] = i;
+    if (head != "none") {
+      nlohmann::json id2label, label2id;
+      for (size_t i = 0; i < labels.size(); ++i) {
+        id2label[std::to_string(i)] = labels[i];
+        label2id[labels[i]] = i;
+      }
+      c["id2label"] = id2label;
+      c["label2id"] = label2id;
     }
-    c["id2label"] = id2label;
-    c["label2id"] = label2id;
     return c;
   }
   c["architectures"] = {p.arch == "llama" ? "LlamaForCausalLM" : p.arch == "mistral" ? "MistralForCausalLM"
@@ -217,11 +238,33 @@ Status MakeCheckpoint(const CheckpointSpec& spec, const std::string& dir) {
     return InvalidArgument("checkpoint dtype must be fp32, bf16 or fp16");
   }
   const Preset& p = it->second;
+  if (spec.head != "sequence" && spec.head != "token" && spec.head != "none") {
+    return InvalidArgument("head must be sequence, token or none, got '" + spec.head + "'");
+  }
+  if (p.arch != "bert" && (spec.head != "sequence" || spec.num_labels != 0)) {
+    return InvalidArgument("--head and --labels apply to BERT presets only");
+  }
+  if (spec.num_labels < 0 || spec.num_labels > 4096) return InvalidArgument("labels must be in [1, 4096]");
+  const std::vector<std::string> labels = Labels(spec.head, spec.num_labels);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return InvalidArgument("cannot create '" + dir + "': " + ec.message());
+  if (!spec.tokenizer_dir.empty()) {
+    int copied = 0;
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json",
+                             "tokenizer.model"}) {
+      const std::filesystem::path from = std::filesystem::path(spec.tokenizer_dir) / name;
+      if (!std::filesystem::exists(from, ec)) continue;
+      std::filesystem::copy_file(from, std::filesystem::path(dir) / name,
+                                 std::filesystem::copy_options::overwrite_existing, ec);
+      if (ec) return InvalidArgument("cannot copy " + from.string() + ": " + ec.message());
+      ++copied;
+    }
+    if (copied == 0) return NotFound("no tokenizer files in '" + spec.tokenizer_dir + "'");
+  }
 
-  const std::vector<TensorSpec> specs = p.arch == "bert" ? EncoderTensors(p) : DecoderTensors(p);
+  const std::vector<TensorSpec> specs =
+      p.arch == "bert" ? EncoderTensors(p, spec.head, static_cast<int>(labels.size())) : DecoderTensors(p);
   // Group tensors into shards of about spec.shard_bytes.
   std::vector<std::vector<const TensorSpec*>> shards(1);
   double bytes = 0;
@@ -256,7 +299,7 @@ Status MakeCheckpoint(const CheckpointSpec& spec, const std::string& dir) {
     nlohmann::json index = {{"metadata", {{"total_size", static_cast<int64_t>(total)}}}, {"weight_map", weight_map}};
     FERRY_RETURN_IF_ERROR(WriteStringToFile(dir + "/model.safetensors.index.json", index.dump(2)));
   }
-  FERRY_RETURN_IF_ERROR(WriteStringToFile(dir + "/config.json", ConfigJson(p, spec.dtype).dump(2)));
+  FERRY_RETURN_IF_ERROR(WriteStringToFile(dir + "/config.json", ConfigJson(p, spec.dtype, spec.head, labels).dump(2)));
   return Status::Ok();
 }
 

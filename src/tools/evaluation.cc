@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
+#include <tuple>
 
 #include "engine/encoder_runner.h"
 #include "sched/engine_core.h"
@@ -181,6 +183,47 @@ Result<ClassificationResult> EvaluateClassifier(const engine::Engine& model, con
     }
   }
   return r;
+}
+
+Result<ChunkedClassificationResult> EvaluateChunkedClassifier(const engine::Engine& model,
+                                                              const std::vector<std::string>& texts,
+                                                              const std::vector<int>& labels,
+                                                              const chunk::OfflineOptions& options,
+                                                              chunk::ClassifyAggregate aggregate) {
+  if (texts.size() != labels.size()) return InvalidArgument("texts and labels differ in number");
+  ChunkedClassificationResult r;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    FERRY_ASSIGN_OR_RETURN(chunk::DocumentClassification c,
+                           chunk::ClassifyDocument(model, texts[i], std::nullopt, options, aggregate));
+    const std::vector<double>& p = c.merged.probs;
+    const int pred = static_cast<int>(std::max_element(p.begin(), p.end()) - p.begin());
+    r.result.predictions.push_back(pred);
+    r.result.correct += pred == labels[i];
+    ++r.result.total;
+    r.result.truncated += c.info.truncated || c.info.windows > 1;
+    r.windows += c.info.windows;
+    r.tokens += c.info.tokens;
+  }
+  return r;
+}
+
+Result<EntityScores> EvaluateTokenClassifier(const engine::Engine& model, const std::vector<std::string>& texts,
+                                             const std::vector<std::vector<GoldEntity>>& gold,
+                                             const chunk::OfflineOptions& options,
+                                             chunk::TokenAggregation aggregation, chunk::TokenMerge merge) {
+  if (texts.size() != gold.size()) return InvalidArgument("texts and gold entities differ in number");
+  EntityScores s;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    FERRY_ASSIGN_OR_RETURN(chunk::DocumentTokens d,
+                           chunk::TokenClassifyDocument(model, texts[i], options, aggregation, merge));
+    std::set<std::tuple<uint32_t, uint32_t, std::string>> want;
+    for (const GoldEntity& g : gold[i]) want.emplace(g.start, g.end, g.label);
+    for (const chunk::Entity& e : d.entities) s.true_positives += want.count({e.start, e.end, e.label});
+    s.predicted += static_cast<int64_t>(d.entities.size());
+    s.gold += static_cast<int64_t>(want.size());
+    s.windows += d.info.windows;
+  }
+  return s;
 }
 
 }  // namespace ferry::tools

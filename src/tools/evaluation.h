@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "chunk/offline.h"
 #include "engine/engine.h"
 
 namespace ferry::tools {
@@ -37,6 +38,48 @@ struct ClassificationResult {
 // the argmax label with `labels`.
 Result<ClassificationResult> EvaluateClassifier(const engine::Engine& model, const std::vector<std::string>& texts,
                                                 const std::vector<int>& labels, int max_tokens);
+
+struct ChunkedClassificationResult {
+  ClassificationResult result;
+  int64_t windows = 0;  // model inputs run, over all texts
+  int64_t tokens = 0;   // tokens the model read
+};
+
+// The same over whole texts cut into windows (or truncated) by chunk/, merged by `aggregate`:
+// what /v1/classify answers with those settings.
+Result<ChunkedClassificationResult> EvaluateChunkedClassifier(const engine::Engine& model,
+                                                              const std::vector<std::string>& texts,
+                                                              const std::vector<int>& labels,
+                                                              const chunk::OfflineOptions& options,
+                                                              chunk::ClassifyAggregate aggregate);
+
+// A labelled span of a text, in code points.
+struct GoldEntity {
+  uint32_t start = 0;
+  uint32_t end = 0;
+  std::string label;
+};
+
+struct EntityScores {
+  int64_t true_positives = 0;
+  int64_t predicted = 0;
+  int64_t gold = 0;
+  int64_t windows = 0;
+  double precision() const { return predicted ? static_cast<double>(true_positives) / predicted : 0.0; }
+  double recall() const { return gold ? static_cast<double>(true_positives) / gold : 0.0; }
+  double f1() const {
+    const double p = precision(), r = recall();
+    return p + r > 0 ? 2 * p * r / (p + r) : 0.0;
+  }
+};
+
+// Entity-level precision, recall and F1 of a token classifier: a predicted entity counts
+// when its label and character span equal a gold one's (the exact-match rule of seqeval
+// and the CoNLL evaluation, on spans of the text).
+Result<EntityScores> EvaluateTokenClassifier(const engine::Engine& model, const std::vector<std::string>& texts,
+                                             const std::vector<std::vector<GoldEntity>>& gold,
+                                             const chunk::OfflineOptions& options,
+                                             chunk::TokenAggregation aggregation, chunk::TokenMerge merge);
 
 struct AgreementResult {
   double max_abs_error = 0;     // max |candidate - reference| over every logit compared

@@ -141,13 +141,15 @@ class HttpClient {
     if (idle_.size() < kMaxIdle) idle_.push_back(std::move(c));
   }
 
-  http::request<http::string_body> MakeRequest(std::string body) const {
+  // `api_key` overrides the run's key (a tier's own); empty: the run's.
+  http::request<http::string_body> MakeRequest(std::string body, const std::string& api_key = {}) const {
     http::request<http::string_body> req{http::verb::post, target_, 11};
     req.set(http::field::host, host_header_);
     req.set(http::field::user_agent, "ferry-bench-serve");
     req.set(http::field::content_type, "application/json");
     req.set(http::field::accept, options_.stream ? "text/event-stream" : "application/json");
-    if (!options_.api_key.empty()) req.set(http::field::authorization, "Bearer " + options_.api_key);
+    const std::string& key = api_key.empty() ? options_.api_key : api_key;
+    if (!key.empty()) req.set(http::field::authorization, "Bearer " + key);
     req.keep_alive(true);
     req.body() = std::move(body);
     req.prepare_payload();
@@ -173,10 +175,10 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   // Receives the record and, when it can be reused, the connection.
   using Done = std::function<void(RequestRecord, std::unique_ptr<Connection>)>;
 
-  Exchange(HttpClient& client, RequestRecord record, std::string body, Done done)
+  Exchange(HttpClient& client, RequestRecord record, std::string body, const std::string& api_key, Done done)
       : client_(client),
         record_(std::move(record)),
-        request_(client.MakeRequest(std::move(body))),
+        request_(client.MakeRequest(std::move(body), api_key)),
         done_(std::move(done)) {}
 
   // Sends on `idle` when given (falling back to a fresh connection once if the server has
@@ -256,6 +258,10 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     }
     const auto& msg = parser_->get();
     record_.http_status = static_cast<int>(msg.result_int());
+    if (!client_.options().variant_header.empty()) {
+      auto variant = msg.find(client_.options().variant_header);
+      if (variant != msg.end()) record_.variant = std::string(variant->value());
+    }
     beast::string_view content_type = msg[http::field::content_type];
     streaming_ = record_.http_status == 200 &&
                  StartsWithNoCase(std::string_view(content_type.data(), content_type.size()), "text/event-stream");
@@ -481,10 +487,12 @@ class ProgressBar {
 class Batch {
  public:
   Batch(HttpClient& client, const std::vector<PlannedRequest>& plan, std::vector<double> offsets, int max_concurrency,
-        ProgressBar* progress)
+        ProgressBar* progress, std::vector<int> tiers = {}, std::vector<int> phases = {})
       : client_(client),
         plan_(plan),
         offsets_(std::move(offsets)),
+        tiers_(std::move(tiers)),
+        phases_(std::move(phases)),
         max_concurrency_(max_concurrency),
         progress_(progress),
         timer_(client.ioc()),
@@ -539,8 +547,16 @@ class Batch {
     record.scheduled_s = offsets_[i];
     record.start_s = SecondsBetween(start_, Clock::now());
     record.prompt_tokens = plan_[i].prompt_tokens;
+    const LoadOptions& o = client_.options();
+    std::string api_key;
+    if (i < tiers_.size() && !o.tiers.empty()) {
+      const LoadTier& tier = o.tiers[static_cast<size_t>(tiers_[i])];
+      record.tier = tier.name;
+      api_key = tier.api_key;
+    }
+    if (i < phases_.size()) record.phase = phases_[i];
     auto exchange = std::make_shared<Exchange>(
-        client_, std::move(record), RequestBody(plan_[i], client_.options()),
+        client_, std::move(record), RequestBody(plan_[i], o), api_key,
         [this](RequestRecord r, std::unique_ptr<Connection> conn) { OnDone(std::move(r), std::move(conn)); });
     exchange->Start(client_.TakeIdle());
   }
@@ -560,6 +576,8 @@ class Batch {
   HttpClient& client_;
   const std::vector<PlannedRequest>& plan_;
   std::vector<double> offsets_;
+  std::vector<int> tiers_;   // per request: index into the options' tiers
+  std::vector<int> phases_;  // per request: its rate-schedule phase
   int max_concurrency_;
   ProgressBar* progress_;
   asio::steady_timer timer_;
@@ -590,9 +608,14 @@ Result<BenchmarkReport> RunLoadBenchmark(const LoadOptions& options) {
   FERRY_RETURN_IF_ERROR(ValidateLoadOptions(options));
   Result<HttpUrl> url = ParseHttpUrl(options.url);
   if (!url.ok()) return url.status();
-  std::vector<std::string> texts;
+  std::vector<DatasetEntry> texts;
   if (!options.dataset_path.empty()) {
-    FERRY_ASSIGN_OR_RETURN(texts, LoadDatasetTexts(options.dataset_path));
+    FERRY_ASSIGN_OR_RETURN(texts, LoadDataset(options.dataset_path));
+    for (const DatasetEntry& e : texts) {
+      if (!e.input.is_null() && options.endpoint == LoadEndpoint::kCompletions) {
+        return InvalidArgument("dataset '" + options.dataset_path + "': \"input\" lines are for encoder endpoints");
+      }
+    }
   }
   RaiseFileLimit();
 
@@ -604,7 +627,9 @@ Result<BenchmarkReport> RunLoadBenchmark(const LoadOptions& options) {
     // Different prompts from the timed ones, so no prefix cache is warmed for them.
     std::vector<PlannedRequest> plan =
         PlanRequests(options, texts, options.warmup_requests, options.seed + kWarmupSeed);
-    Batch warmup(client, plan, std::vector<double>(plan.size(), 0.0), options.max_concurrency, nullptr);
+    // With tiers, warm-up requests go out with the first tier's key.
+    Batch warmup(client, plan, std::vector<double>(plan.size(), 0.0), options.max_concurrency, nullptr,
+                 std::vector<int>(plan.size(), 0));
     warmup.Run();
     if (warmup.failed() == static_cast<int>(plan.size())) {
       const RequestRecord& r = warmup.records().front();
@@ -613,17 +638,33 @@ Result<BenchmarkReport> RunLoadBenchmark(const LoadOptions& options) {
     }
   }
 
-  std::vector<PlannedRequest> plan = PlanRequests(options, texts, options.num_prompts, options.seed);
-  ProgressBar progress(options.num_prompts, options.progress);
-  Batch batch(client, plan, ArrivalOffsets(options.num_prompts, options.request_rate, options.burstiness, options.seed),
-              options.max_concurrency, &progress);
+  std::vector<int> phases;
+  std::vector<double> offsets =
+      options.rate_schedule.empty()
+          ? ArrivalOffsets(options.num_prompts, options.request_rate, options.burstiness, options.seed)
+          : ScheduleOffsets(options.rate_schedule, options.burstiness, options.seed, &phases);
+  const int n = static_cast<int>(offsets.size());
+  if (n == 0) return InvalidArgument("the rate schedule produced no arrivals");
+  std::vector<PlannedRequest> plan = PlanRequests(options, texts, n, options.seed);
+  ProgressBar progress(n, options.progress);
+  Batch batch(client, plan, std::move(offsets), options.max_concurrency, &progress,
+              AssignTiers(n, options.tiers, options.seed), std::move(phases));
+  const double started_unix_s =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   batch.Run();
 
   BenchmarkReport report;
   report.options = options;
+  report.started_unix_s = started_unix_s;
   report.records = std::move(batch.records());
   report.summary = SummarizeRun(report.records, batch.duration_s(), options.slo);
   report.peak_in_flight = batch.peak_in_flight();
+  if (!options.tiers.empty() || !options.rate_schedule.empty()) {
+    // A scheduled run lasts as long as its schedule, however early its last request ends.
+    double scheduled_s = 0;
+    for (const RatePhase& p : options.rate_schedule) scheduled_s += p.duration_s;
+    report.tiers = SummarizeTiers(options, report.records, std::max(batch.duration_s(), scheduled_s));
+  }
   return report;
 }
 

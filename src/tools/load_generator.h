@@ -70,6 +70,22 @@ struct SloTargets {
   bool any() const { return ttft_ms || tpot_ms || e2e_ms; }
 };
 
+// One phase of a rate schedule: `rate` requests per second (Gamma arrivals with the run's
+// burstiness) for `duration_s` seconds; a rate of 0 is a silent phase.
+struct RatePhase {
+  double duration_s = 0;
+  double rate = 0;
+};
+
+// A tier of traffic: a share of the requests, sent with the tier's API key, judged against
+// the tier's SLO (each target unset here falls back to the run's).
+struct LoadTier {
+  std::string name;
+  double share = 0;
+  std::string api_key;  // empty: the run's --api-key
+  SloTargets slo;
+};
+
 // Everything one benchmark run needs; filled from the command line.
 struct LoadOptions {
   std::string url = "http://127.0.0.1:8000";
@@ -89,6 +105,8 @@ struct LoadOptions {
   int token_id_max = 1000;
   // JSON lines with a "text" field: used in order (cycling) instead of random prompts.
   std::string dataset_path;
+  // Fields merged into every request body (e.g. {"truncation": "chunk", "chunk_tokens": 512}).
+  nlohmann::json extra_body = nlohmann::json::object();
   int output_len_min = 128;  // max_tokens, drawn uniformly from [min, max] per request
   int output_len_max = 128;
   bool ignore_eos = true;
@@ -100,7 +118,26 @@ struct LoadOptions {
   double timeout_s = 600.0;  // per request, from sending to the last byte
   bool progress = true;      // a progress bar on stderr
   std::string label;
+  // When not empty, arrivals follow this schedule instead of request_rate, and the number
+  // of requests is what it produces (num_prompts is ignored).
+  std::vector<RatePhase> rate_schedule;
+  std::vector<LoadTier> tiers;  // empty: one tier, the run itself
+  // The response header naming what served a request (a QoS variant), recorded per request.
+  std::string variant_header = "x-ferry-variant";
 };
+
+// "60:8,60:24,60:8": seconds:requests-per-second phases.
+Result<std::vector<RatePhase>> ParseRateSchedule(std::string_view text);
+// "NAME:SHARE[:API_KEY]", e.g. "gold:0.2:sk-gold".
+Result<LoadTier> ParseLoadTier(std::string_view text);
+// "NAME:ttft=MS,tpot=MS,e2e=MS" (any subset) sets that tier's SLO targets.
+Status ApplyTierSlo(std::vector<LoadTier>& tiers, std::string_view text);
+// Send offsets following `schedule` (Gamma gaps within each phase, restarting at each
+// phase boundary), and each request's phase. Reproducible for one seed.
+std::vector<double> ScheduleOffsets(const std::vector<RatePhase>& schedule, double burstiness, uint64_t seed,
+                                    std::vector<int>* phases);
+// Each of `n` requests' tier index, drawn by share (reproducible for one seed).
+std::vector<int> AssignTiers(int n, const std::vector<LoadTier>& tiers, uint64_t seed);
 
 // Checks ranges and combinations; RunLoadBenchmark calls it first.
 Status ValidateLoadOptions(const LoadOptions& options);
@@ -155,22 +192,32 @@ class SseParser {
 // One request's prompt and length, decided before the run.
 struct PlannedRequest {
   std::vector<int> prompt_ids;  // random ids, or
-  std::string prompt_text;      // text (dataset or synthetic)
+  std::string prompt_text;      // text (dataset or synthetic), or
+  nlohmann::json input;         // an encoder request's `input` as the dataset gives it
   int prompt_tokens = 0;        // known only for prompt_ids; 0 otherwise
   int max_tokens = 0;
   uint64_t seed = 0;
 };
 
-// `count` requests, reproducible for one seed. `texts` (a loaded dataset) replaces the
-// random prompts when not empty.
-std::vector<PlannedRequest> PlanRequests(const LoadOptions& options, const std::vector<std::string>& texts, int count,
-                                         uint64_t seed);
+// One line of a dataset: a text, or (encoder endpoints) an `input` sent as it is, e.g.
+// several token-id arrays.
+struct DatasetEntry {
+  std::string text;
+  nlohmann::json input;  // null when the line has a text
+};
+
+// `count` requests, reproducible for one seed. `dataset` (loaded) replaces the random
+// prompts when not empty.
+std::vector<PlannedRequest> PlanRequests(const LoadOptions& options, const std::vector<DatasetEntry>& dataset,
+                                         int count, uint64_t seed);
 
 // The JSON request body for the options' endpoint.
 std::string RequestBody(const PlannedRequest& request, const LoadOptions& options);
 
 // Reads a JSON-lines file whose lines each hold a "text" string.
 Result<std::vector<std::string>> LoadDatasetTexts(const std::string& path);
+// The same, also accepting lines with an "input" (any JSON) instead of a text.
+Result<std::vector<DatasetEntry>> LoadDataset(const std::string& path);
 
 // What happened to one request.
 struct RequestRecord {
@@ -194,6 +241,9 @@ struct RequestRecord {
   int64_t prompt_tokens = 0;  // from "usage" when given, else what was sent if known
   int64_t output_tokens = 0;  // from "usage" when given, else the content chunks
   int content_chunks = 0;
+  std::string tier;     // the tier it was sent as ("" without tiers)
+  int phase = -1;       // its rate-schedule phase (-1 without a schedule)
+  std::string variant;  // the variant header's value ("" when absent)
 };
 
 // Whether a request completed and met every target set. A request with one output token
@@ -221,11 +271,44 @@ struct BenchmarkSummary {
 };
 BenchmarkSummary SummarizeRun(const std::vector<RequestRecord>& records, double duration_s, const SloTargets& slo);
 
+// One tier's share of a run (or the whole run, when it has no tiers), judged against the
+// tier's SLO, with its breakdown by schedule phase and by the variant that served it.
+struct TierReport {
+  struct Phase {
+    int index = 0;
+    double start_s = 0;
+    double duration_s = 0;
+    double rate = 0;  // the schedule's rate for the whole run
+    int requests = 0;
+    int completed = 0;
+    int good = 0;
+    double slo_attainment = 0;  // good / requests
+    double goodput = 0;         // good / duration
+    Distribution ttft_ms;
+  };
+  struct VariantShare {
+    int requests = 0;
+    int64_t output_tokens = 0;
+    double token_share = 0;  // of the tier's output tokens
+  };
+  std::string tier;
+  SloTargets slo;
+  BenchmarkSummary summary;
+  double slo_attainment = 0;  // good / requests (failed requests miss)
+  std::vector<Phase> phases;
+  std::map<std::string, VariantShare> variants;  // "" for replies without the header
+};
+// Per tier (in the options' order; one entry for the whole run without tiers).
+std::vector<TierReport> SummarizeTiers(const LoadOptions& options, const std::vector<RequestRecord>& records,
+                                       double duration_s);
+
 struct BenchmarkReport {
   LoadOptions options;
   std::vector<RequestRecord> records;  // in request order
   BenchmarkSummary summary;
   int peak_in_flight = 0;
+  double started_unix_s = 0;     // wall-clock time of the first send (to line up with server logs)
+  std::vector<TierReport> tiers;  // with tiers or a rate schedule
 };
 
 // Runs the benchmark: resolves and connects to the server (failing with kUnavailable when

@@ -135,6 +135,23 @@ Status ValidateLoadOptions(const LoadOptions& o) {
                                 std::pair{"--slo-e2e-ms", o.slo.e2e_ms}}) {
     if (v && !(*v > 0)) return InvalidArgument(std::string(name) + " must be > 0");
   }
+  double scheduled = 0;
+  for (const RatePhase& p : o.rate_schedule) {
+    if (!(p.duration_s > 0) || !(p.rate >= 0) || !std::isfinite(p.rate)) {
+      return InvalidArgument("--rate-schedule: each phase needs a duration > 0 and a finite rate >= 0");
+    }
+    scheduled += p.duration_s * p.rate;
+  }
+  if (!o.rate_schedule.empty() && !(scheduled > 0)) return InvalidArgument("--rate-schedule sends no requests");
+  std::vector<std::string> names;
+  for (const LoadTier& t : o.tiers) {
+    if (t.name.empty()) return InvalidArgument("--tier: a tier needs a name");
+    if (!(t.share > 0)) return InvalidArgument("--tier " + t.name + ": the share must be > 0");
+    if (std::find(names.begin(), names.end(), t.name) != names.end()) {
+      return InvalidArgument("--tier " + t.name + " is given twice");
+    }
+    names.push_back(t.name);
+  }
   return ParseHttpUrl(o.url).status();
 }
 
@@ -268,7 +285,7 @@ void SseParser::ProcessLine(std::string_view line, std::vector<SseEvent>& out) {
 // ---------------------------------------------------------------------------------------
 // Requests
 
-std::vector<PlannedRequest> PlanRequests(const LoadOptions& o, const std::vector<std::string>& texts, int count,
+std::vector<PlannedRequest> PlanRequests(const LoadOptions& o, const std::vector<DatasetEntry>& texts, int count,
                                          uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int> input_len(o.input_len_min, o.input_len_max);
@@ -282,7 +299,8 @@ std::vector<PlannedRequest> PlanRequests(const LoadOptions& o, const std::vector
     p.max_tokens = output_len(rng);
     p.seed = seed + i;
     if (!texts.empty()) {
-      p.prompt_text = texts[i % texts.size()];
+      p.prompt_text = texts[i % texts.size()].text;
+      p.input = texts[i % texts.size()].input;
     } else if (o.endpoint == LoadEndpoint::kCompletions) {
       p.prompt_ids.resize(static_cast<size_t>(len));
       for (int& id : p.prompt_ids) id = token_id(rng);
@@ -315,31 +333,46 @@ std::string RequestBody(const PlannedRequest& p, const LoadOptions& o) {
       body["seed"] = p.seed;
       break;
     case LoadEndpoint::kEmbeddings:
-      body["input"] = p.prompt_text;
+      body["input"] = p.input.is_null() ? nlohmann::json(p.prompt_text) : p.input;
       break;
     case LoadEndpoint::kClassify:
-      body["input"] = nlohmann::json::array({p.prompt_text});
+      body["input"] = p.input.is_null() ? nlohmann::json::array({p.prompt_text}) : p.input;
       break;
   }
+  for (const auto& [key, value] : o.extra_body.items()) body[key] = value;
   return body.dump();
 }
 
-Result<std::vector<std::string>> LoadDatasetTexts(const std::string& path) {
+Result<std::vector<DatasetEntry>> LoadDataset(const std::string& path) {
   std::ifstream in(path);
   if (!in) return NotFound("cannot open dataset '" + path + "'");
-  std::vector<std::string> texts;
+  std::vector<DatasetEntry> entries;
   std::string line;
   int line_no = 0;
   while (std::getline(in, line)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || !j.contains("text") || !j["text"].is_string()) {
-      return InvalidArgument(fmt::format("{}:{}: expected a JSON object with a \"text\" string", path, line_no));
+    if (j.is_object() && j.contains("text") && j["text"].is_string()) {
+      entries.push_back({j["text"].get<std::string>(), nullptr});
+    } else if (j.is_object() && j.contains("input") && !j["input"].is_null()) {
+      entries.push_back({std::string(), j["input"]});
+    } else {
+      return InvalidArgument(
+          fmt::format("{}:{}: expected a JSON object with a \"text\" string or an \"input\"", path, line_no));
     }
-    texts.push_back(j["text"].get<std::string>());
   }
-  if (texts.empty()) return InvalidArgument("dataset '" + path + "' has no lines");
+  if (entries.empty()) return InvalidArgument("dataset '" + path + "' has no lines");
+  return entries;
+}
+
+Result<std::vector<std::string>> LoadDatasetTexts(const std::string& path) {
+  FERRY_ASSIGN_OR_RETURN(std::vector<DatasetEntry> entries, LoadDataset(path));
+  std::vector<std::string> texts;
+  for (DatasetEntry& e : entries) {
+    if (!e.input.is_null()) return InvalidArgument("dataset '" + path + "' has \"input\" lines; expected texts");
+    texts.push_back(std::move(e.text));
+  }
   return texts;
 }
 

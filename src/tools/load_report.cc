@@ -46,9 +46,13 @@ std::string FormatReport(const BenchmarkReport& report) {
   row("Server:", o.url + std::string(LoadEndpointPath(o.endpoint)) +
                      (o.endpoint == LoadEndpoint::kCompletions ? (o.stream ? " (stream)" : " (no stream)") : ""));
   row("Model:", o.model);
-  row("Request rate (req/s):",
-      RateText(o.request_rate) +
-          (std::isinf(o.request_rate) || o.request_rate <= 0 ? "" : fmt::format(", burstiness {:g}", o.burstiness)));
+  if (o.rate_schedule.empty()) {
+    row("Request rate (req/s):",
+        RateText(o.request_rate) +
+            (std::isinf(o.request_rate) || o.request_rate <= 0 ? "" : fmt::format(", burstiness {:g}", o.burstiness)));
+  } else {
+    row("Request rate (req/s):", fmt::format("rate schedule (below), burstiness {:g}", o.burstiness));
+  }
   row("Max concurrency:", o.max_concurrency > 0 ? std::to_string(o.max_concurrency) : "none");
   row("Peak requests in flight:", std::to_string(report.peak_in_flight));
   row("Successful requests:", std::to_string(s.completed));
@@ -75,6 +79,35 @@ std::string FormatReport(const BenchmarkReport& report) {
   dist("TPOT", s.tpot_ms);
   dist("ITL", s.itl_ms);
   dist("E2E", s.e2e_ms);
+  if (!o.rate_schedule.empty()) {
+    std::string schedule;
+    for (const RatePhase& p : o.rate_schedule) {
+      schedule += fmt::format("{}{:g} s at {:g}/s", schedule.empty() ? "" : ", ", p.duration_s, p.rate);
+    }
+    out += fmt::format("{:-^60}\n", " rate schedule ");
+    out += schedule + "\n";
+  }
+  for (const TierReport& t : report.tiers) {
+    const std::string title = t.tier.empty() ? " all requests " : " tier " + t.tier + " ";
+    out += fmt::format("{:-^60}\n", title);
+    if (t.slo.any()) row("SLO:", SloText(t.slo));
+    row("Requests (completed / failed):", fmt::format("{} / {}", t.summary.completed, t.summary.failed));
+    row("SLO attainment:", fmt::format("{:.1f} %", t.slo_attainment * 100));
+    if (t.summary.goodput) row("Goodput (req/s):", fmt::format("{:.2f}", *t.summary.goodput));
+    if (t.summary.ttft_ms.count > 0) {
+      row("TTFT p50 / p95 / p99 (ms):",
+          fmt::format("{:.1f} / {:.1f} / {:.1f}", t.summary.ttft_ms.p50, t.summary.ttft_ms.p95, t.summary.ttft_ms.p99));
+    }
+    for (const auto& [variant, v] : t.variants) {
+      row(fmt::format("  served by {}:", variant.empty() ? "(no header)" : variant),
+          fmt::format("{} requests, {:.1f} % of output tokens", v.requests, v.token_share * 100));
+    }
+    for (const TierReport::Phase& p : t.phases) {
+      row(fmt::format("  phase {} ({:g}/s):", p.index, p.rate),
+          fmt::format("{} requests, {:.1f} % in SLO, goodput {:.2f}/s, TTFT p95 {:.1f} ms", p.requests,
+                      p.slo_attainment * 100, p.goodput, p.ttft_ms.p95));
+    }
+  }
   out += fmt::format("{:=^60}\n", "");
   return out;
 }
@@ -125,6 +158,50 @@ nlohmann::json ReportToJson(const BenchmarkReport& report, bool include_requests
   j["tpot_ms"] = DistributionJson(s.tpot_ms);
   j["itl_ms"] = DistributionJson(s.itl_ms);
   j["e2e_ms"] = DistributionJson(s.e2e_ms);
+  j["started_unix_s"] = report.started_unix_s;
+  if (!o.rate_schedule.empty()) {
+    nlohmann::json schedule = nlohmann::json::array();
+    for (const RatePhase& p : o.rate_schedule) schedule.push_back({{"duration_s", p.duration_s}, {"rate", p.rate}});
+    j["config"]["rate_schedule"] = std::move(schedule);
+  }
+  if (!o.tiers.empty()) {
+    nlohmann::json tiers = nlohmann::json::array();
+    for (const LoadTier& t : o.tiers) tiers.push_back({{"name", t.name}, {"share", t.share}});
+    j["config"]["tiers"] = std::move(tiers);
+  }
+  if (!report.tiers.empty()) {
+    nlohmann::json tiers = nlohmann::json::array();
+    for (const TierReport& t : report.tiers) {
+      nlohmann::json phases = nlohmann::json::array();
+      for (const TierReport::Phase& p : t.phases) {
+        phases.push_back({{"index", p.index}, {"start_s", p.start_s}, {"duration_s", p.duration_s}, {"rate", p.rate},
+                          {"requests", p.requests}, {"completed", p.completed}, {"good", p.good},
+                          {"slo_attainment", p.slo_attainment}, {"goodput", p.goodput},
+                          {"ttft_ms", DistributionJson(p.ttft_ms)}});
+      }
+      nlohmann::json variants = nlohmann::json::object();
+      for (const auto& [name, v] : t.variants) {
+        variants[name] = {{"requests", v.requests}, {"output_tokens", v.output_tokens}, {"token_share", v.token_share}};
+      }
+      tiers.push_back({{"tier", t.tier},
+                       {"slo",
+                        {{"ttft_ms", OptionalJson(t.slo.ttft_ms)},
+                         {"tpot_ms", OptionalJson(t.slo.tpot_ms)},
+                         {"e2e_ms", OptionalJson(t.slo.e2e_ms)}}},
+                       {"requests", t.summary.num_requests},
+                       {"completed", t.summary.completed},
+                       {"failed", t.summary.failed},
+                       {"good_requests", t.summary.good_requests},
+                       {"slo_attainment", t.slo_attainment},
+                       {"goodput", OptionalJson(t.summary.goodput)},
+                       {"output_tokens", t.summary.total_output_tokens},
+                       {"ttft_ms", DistributionJson(t.summary.ttft_ms)},
+                       {"tpot_ms", DistributionJson(t.summary.tpot_ms)},
+                       {"variants", std::move(variants)},
+                       {"phases", std::move(phases)}});
+    }
+    j["tiers"] = std::move(tiers);
+  }
   if (include_requests) {
     nlohmann::json requests = nlohmann::json::array();
     for (const RequestRecord& r : report.records) {
@@ -142,7 +219,10 @@ nlohmann::json ReportToJson(const BenchmarkReport& report, bool include_requests
                           {"itl_ms", r.itl_ms},
                           {"prompt_tokens", r.prompt_tokens},
                           {"output_tokens", r.output_tokens},
-                          {"content_chunks", r.content_chunks}});
+                          {"content_chunks", r.content_chunks},
+                          {"tier", r.tier},
+                          {"phase", r.phase},
+                          {"variant", r.variant}});
     }
     j["requests"] = std::move(requests);
   }

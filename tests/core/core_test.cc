@@ -4,6 +4,7 @@
 #include <memory>
 #include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <numeric>
@@ -104,6 +105,30 @@ TEST(ArenaTest, ReusesMemoryAfterReset) {
   EXPECT_EQ(arena.capacity(), cap);  // no growth on the second round
   EXPECT_EQ(reinterpret_cast<uintptr_t>(b) % kAlignment, 0u);
   (void)a;
+}
+
+// Resident pages of this process, from /proc/self/statm.
+int64_t ResidentBytes() {
+  std::ifstream in("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  in >> size >> resident;
+  return resident * 4096;
+}
+
+TEST(AllocatorTest, LargeStorageIsAlignedWritableAndGoesBackToTheKernelWhenFreed) {
+  auto small = AllocateStorage(100);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.get()) % kAlignment, 0u);
+  const int64_t before = ResidentBytes();
+  {
+    constexpr size_t kBytes = 64u << 20;
+    auto large = AllocateStorage(kBytes + 3);
+    ASSERT_NE(large, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(large.get()) % kAlignment, 0u);
+    std::memset(large.get(), 1, kBytes + 3);  // every byte is ours
+    EXPECT_GE(ResidentBytes() - before, static_cast<int64_t>(kBytes) / 2);
+  }
+  // Freed: the pages are unmapped, not kept by the heap.
+  EXPECT_LT(ResidentBytes() - before, int64_t{8} << 20);
 }
 
 TEST(ThreadingTest, ParallelForCoversRangeOnce) {

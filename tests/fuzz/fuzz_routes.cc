@@ -25,6 +25,7 @@ class CaptureWriter : public ferry::serve::ResponseWriter {
     body_ = std::move(body);
     json_ = content_type == "application/json";
     done_ = true;
+    on_disconnect_ = nullptr;  // as the listener does once a response is complete
     cv_.notify_all();
   }
   void StartStream(int status, std::string, Headers) override {
@@ -41,10 +42,12 @@ class CaptureWriter : public ferry::serve::ResponseWriter {
     std::lock_guard<std::mutex> lock(mu_);
     FUZZ_CHECK(started_ && !done_);
     done_ = true;
+    on_disconnect_ = nullptr;
     cv_.notify_all();
   }
   void OnDisconnect(std::function<void()> callback) override {
     std::unique_lock<std::mutex> lock(mu_);
+    if (done_) return;
     if (disconnected_) {
       lock.unlock();
       callback();
@@ -92,9 +95,11 @@ class CaptureWriter : public ferry::serve::ResponseWriter {
   std::function<void()> on_disconnect_;
 };
 
-const char* const kRoutes[] = {"/v1/completions", "/v1/embeddings", "/v1/classify", "/v1/models",
-                               "/v1/models/kjv-decoder", "/admin/status", "/health/ready", "/metrics",
-                               "/v1/chat/completions", "/tokenize", "/detokenize"};
+// New routes go at the end, so that the seeds' first bytes keep their routes.
+const char* const kRoutes[] = {"/v1/completions",      "/v1/embeddings",         "/v1/classify",  "/v1/models",
+                               "/v1/models/kjv-decoder", "/admin/status",        "/health/ready", "/metrics",
+                               "/v1/token-classify",   "/v1/score",              "/v1/chat/completions",
+                               "/tokenize",            "/detokenize"};
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 
 #include "engine/engine.h"
 #include "decoder_test_util.h"
+#include "chunk/offline.h"
 #include "engine/encoder_runner.h"
 #include "io/safetensors.h"
 #include "test_util.h"
@@ -87,6 +88,43 @@ TEST_F(DemoModelsTest, ClassifierLogitsMatchPyTorchAloneAndBatched) {
   ASSERT_TRUE(batched.ok());
   const std::vector<float> ref = ToFloats(ref_->Get("batch.logits").value());
   EXPECT_LE(MaxDiff(batched->data<float>(), ref.data(), ref.size()), 1e-3 * MaxAbs(ref));
+}
+
+// The tagger (when tools/train_demo has trained it and it is in the repository): per-token
+// logits against PyTorch's, and the entities of chunk/'s grouping against the pipeline's.
+TEST_F(DemoModelsTest, TaggerTokenLogitsAndEntitiesMatchPyTorch) {
+  const std::string dir = testing::SourcePath("models/demo/kjv-tagger");
+  if (!std::ifstream(dir + "/config.json") || !json_.contains("tagger")) {
+    GTEST_SKIP() << "models/demo/kjv-tagger and its references are not in the repository yet";
+  }
+  auto e = engine::Engine::Load(dir);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  ASSERT_TRUE((*e)->encoder()->has_token_classifier());
+  for (const auto& input : json_["tagger"]["inputs"]) {
+    const std::string key = "t" + std::to_string(input["index"].get<int>());
+    const std::vector<int32_t> ids = ToIds(ref_->Get(key + ".input_ids").value());
+    auto enc = (*e)->tokenizer()->EncodeWithSpecial(input["text"].get<std::string>());
+    ASSERT_TRUE(enc.ok());
+    EXPECT_EQ(enc->ids, ids) << key;
+    auto logits = engine::ClassifyTokens(**e, {{enc->ids, enc->type_ids}});
+    ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+    const std::vector<float> ref = ToFloats(ref_->Get(key + ".logits").value());
+    ASSERT_EQ(static_cast<size_t>(logits->numel()), ref.size());
+    EXPECT_LE(MaxDiff(logits->data<float>(), ref.data(), ref.size()), 1e-3 * MaxAbs(ref)) << key;
+    chunk::OfflineOptions options;
+    options.truncation = chunk::Truncation::kEnd;
+    auto entities = chunk::TokenClassifyDocument(**e, input["text"].get<std::string>(), options,
+                                                 chunk::TokenAggregation::kSimple, chunk::TokenMerge::kCenter);
+    ASSERT_TRUE(entities.ok()) << entities.status().ToString();
+    const auto& want = input["entities"];
+    ASSERT_EQ(entities->entities.size(), want.size()) << key;
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(entities->entities[i].label, want[i]["label"]) << key;
+      EXPECT_EQ(entities->entities[i].start, want[i]["start"].get<uint32_t>()) << key;
+      EXPECT_EQ(entities->entities[i].end, want[i]["end"].get<uint32_t>()) << key;
+      EXPECT_NEAR(entities->entities[i].score, want[i]["score"].get<double>(), 1e-4) << key;
+    }
+  }
 }
 
 }  // namespace

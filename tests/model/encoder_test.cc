@@ -4,10 +4,14 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
 
 #include "engine/engine.h"
 #include "engine/encoder_runner.h"
+#include "engine/engine_builder.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 
@@ -115,6 +119,74 @@ TEST_F(BertTinyTest, PaddedBatchMatches) {
   auto logits = engine::Classify(*engine_, inputs);
   ASSERT_TRUE(logits.ok()) << logits.status().ToString();
   EXPECT_LE(MaxDiff(logits->data<float>(), ref_logits.data(), ref_logits.size()), 1e-3 * MaxAbs(ref_logits));
+}
+
+// Max and last-token pooling against the reference hidden states.
+TEST_F(BertTinyTest, MaxAndLastTokenPoolingMatch) {
+  const int64_t H = engine_->config().hidden_size;
+  engine::EncodedInput in{ToIds(ref_->Get("i0.input_ids").value()), ToIds(ref_->Get("i0.token_type_ids").value())};
+  const std::vector<float> hidden = ToFloats(ref_->Get("i0.last_hidden_state").value());
+  const int64_t len = static_cast<int64_t>(in.ids.size());
+  std::vector<float> max(hidden.begin(), hidden.begin() + H);
+  for (int64_t t = 1; t < len; ++t)
+    for (int64_t j = 0; j < H; ++j) max[j] = std::max(max[j], hidden[t * H + j]);
+  auto got_max = engine::Embed(*engine_, {in}, engine::Pooling::kMax, false);
+  auto got_last = engine::Embed(*engine_, {in, in}, engine::Pooling::kLast, false);
+  ASSERT_TRUE(got_max.ok() && got_last.ok());
+  EXPECT_LE(MaxDiff(got_max->data<float>(), max.data(), H), 1e-3 * MaxAbs(hidden));
+  EXPECT_LE(MaxDiff(got_last->data<float>() + H, hidden.data() + (len - 1) * H, H), 1e-3 * MaxAbs(hidden));
+}
+
+// bert-tiny's weights as a BertForTokenClassification: the same classifier on every row of
+// the reference hidden states. From the checkpoint and from an engine file built from it.
+TEST_F(BertTinyTest, TokenClassificationHeadScoresEveryToken) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("ferry_token_head_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const char* name : {"model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt"}) {
+    fs::copy_file(fs::path(dir_) / name, dir / name, fs::copy_options::overwrite_existing);
+  }
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(dir_ + "/config.json"));
+  config["architectures"] = {"BertForTokenClassification"};
+  std::ofstream(dir / "config.json") << config.dump();
+  auto weights = io::SafetensorsFile::Open(dir_ + "/model.safetensors");
+  ASSERT_TRUE(weights.ok());
+  const std::vector<float> w = ToFloats((*weights)->Get("classifier.weight").value());
+  const std::vector<float> bias = ToFloats((*weights)->Get("classifier.bias").value());
+  const int64_t H = engine_->config().hidden_size;
+  const int64_t L = static_cast<int64_t>(bias.size());
+
+  engine::EncodedInput in{ToIds(ref_->Get("i1.input_ids").value()), ToIds(ref_->Get("i1.token_type_ids").value())};
+  const std::vector<float> hidden = ToFloats(ref_->Get("i1.last_hidden_state").value());
+  const int64_t len = static_cast<int64_t>(in.ids.size());
+  std::vector<float> want(static_cast<size_t>(len * L));
+  for (int64_t t = 0; t < len; ++t) {
+    for (int64_t k = 0; k < L; ++k) {
+      double v = bias[k];
+      for (int64_t j = 0; j < H; ++j) v += static_cast<double>(hidden[t * H + j]) * w[k * H + j];
+      want[static_cast<size_t>(t * L + k)] = static_cast<float>(v);
+    }
+  }
+  const std::string engine_path = (dir / "token.ferry").string();
+  engine::BuildOptions options;
+  options.tune = false;
+  ASSERT_TRUE(engine::BuildEngine(dir.string(), engine_path, options).ok());
+  for (const std::string& path : {dir.string(), engine_path}) {
+    auto e = engine::Engine::Load(path);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    ASSERT_TRUE((*e)->encoder()->has_token_classifier()) << path;
+    EXPECT_FALSE((*e)->encoder()->has_classifier());
+    // Two inputs in one pass: each input's rows in order.
+    auto logits = engine::ClassifyTokens(**e, {in, in});
+    ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+    ASSERT_EQ(logits->dim(0), 2 * len);
+    ASSERT_EQ(logits->dim(1), L);
+    EXPECT_LE(MaxDiff(logits->data<float>(), want.data(), want.size()), 1e-3 * MaxAbs(want)) << path;
+    EXPECT_LE(MaxDiff(logits->data<float>() + len * L, want.data(), want.size()), 1e-3 * MaxAbs(want)) << path;
+    EXPECT_FALSE(engine::Classify(**e, {in}).ok());  // no sequence head
+  }
+  EXPECT_FALSE(engine::ClassifyTokens(*engine_, {in}).ok());  // the sequence classifier has no token head
+  fs::remove_all(dir);
 }
 
 }  // namespace

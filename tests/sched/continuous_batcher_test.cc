@@ -502,3 +502,104 @@ TEST_F(ContinuousBatcherTest, QueueTimeLimitAndEstimatedWaitShedLoad) {
 
 }  // namespace
 }  // namespace ferry::sched
+
+namespace ferry::sched {
+namespace {
+
+// What a load monitor sees of each request: one report per event, timed on the loop.
+class ProgressRecorder : public BatcherObserver {
+ public:
+  struct Seen {
+    std::string tier;
+    std::optional<double> queue, ttft;
+    double gap = 0;
+    int tokens = 0;
+    bool finished = false;
+    std::string failure;
+    int prompt_tokens = 0, generated = 0;
+  };
+  void OnStep(const StepStats&) override {}
+  void OnPreemption(int) override {}
+  bool wants_requests() const override { return true; }
+  void OnRequest(const RequestProgress& p) override {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.push_back(Seen{std::string(p.tier), p.queue_seconds, p.ttft_seconds, p.token_gap_seconds, p.new_tokens,
+                        p.finished, std::string(p.failure_reason), p.prompt_tokens, p.generated_tokens});
+  }
+  std::mutex mu;
+  std::vector<Seen> seen;
+};
+
+TEST_F(ContinuousBatcherTest, ReportsEachRequestsQueueWaitFirstTokenGapsAndOutcome) {
+  auto runner = MakeRunner(4, 256);
+  EngineCoreOptions o;
+  o.batching.max_num_seqs = 4;
+  o.batching.max_num_batched_tokens = 64;
+  o.batching.max_seq_len = 256;
+  o.kv_seqs = 4;
+  auto core = EngineCore::Create("kjv", engine_, o);
+  ASSERT_TRUE(core.ok());
+  runner->core = std::move(core).value();
+  ProgressRecorder rec;
+  ContinuousBatcher b(*runner->core, &rec);
+  // The third request's steps fail: it ends with an engine error.
+  int calls = 0;
+  b.SetStepFunction([&](const std::vector<engine::SeqStep>& s) -> Result<std::vector<engine::SeqResult>> {
+    ++calls;
+    for (const engine::SeqStep& st : s) {
+      if (st.tokens.size() == 3) return Internal("injected");
+    }
+    return runner->executor().Step(s);
+  });
+  ASSERT_TRUE(b.Start().ok());
+  const auto prompts = Prompts(2);
+  Collector gold, silver, broken;
+  GenerationRequest g = Greedy(prompts[0], 6, gold);
+  g.tier = "gold";
+  g.ignore_eos = true;
+  GenerationRequest s = Greedy(prompts[1], 4, silver);
+  s.tier = "silver";
+  s.ignore_eos = true;
+  GenerationRequest x = Greedy({5, 6, 7}, 4, broken);
+  x.tier = "silver";
+  ASSERT_TRUE(b.Submit(std::move(g)).ok());
+  ASSERT_TRUE(b.Submit(std::move(s)).ok());
+  ASSERT_TRUE(b.Submit(std::move(x)).ok());
+  ASSERT_TRUE(gold.Wait());
+  ASSERT_TRUE(silver.Wait());
+  ASSERT_TRUE(broken.Wait());
+  b.Stop(1s);
+  std::lock_guard<std::mutex> lock(rec.mu);
+  int gold_tokens = 0, gold_ttft = 0, gold_queue = 0, finished = 0, failed = 0;
+  for (const ProgressRecorder::Seen& e : rec.seen) {
+    ASSERT_TRUE(e.tier == "gold" || e.tier == "silver") << e.tier;
+    if (e.tier == "gold") {
+      gold_tokens += e.tokens;
+      gold_ttft += e.ttft.has_value();
+      gold_queue += e.queue.has_value();
+      if (e.ttft) {
+        EXPECT_GT(*e.ttft, 0.0);
+      } else if (e.tokens > 0) {
+        EXPECT_GT(e.gap, 0.0);  // a later token: the time since the one before
+      }
+      if (e.finished) {
+        EXPECT_EQ(e.generated, 6);
+        EXPECT_EQ(e.prompt_tokens, static_cast<int>(prompts[0].size()));
+      }
+    }
+    finished += e.finished;
+    if (e.finished && !e.failure.empty()) {
+      ++failed;
+      EXPECT_EQ(e.failure, "engine_error");
+    }
+  }
+  EXPECT_EQ(gold_tokens, 6);
+  EXPECT_EQ(gold_ttft, 1);
+  EXPECT_EQ(gold_queue, 1);
+  EXPECT_EQ(finished, 3);
+  EXPECT_EQ(failed, 1);
+  EXPECT_GT(calls, 0);
+}
+
+}  // namespace
+}  // namespace ferry::sched

@@ -470,5 +470,95 @@ TEST(DynamicBatcherTest, StartChecksItsInputs) {
   EXPECT_EQ(twice.Start().code(), StatusCode::kFailedPrecondition);
 }
 
+// The windows of a long input: one request's items, queued together.
+std::vector<std::shared_ptr<BatchItem>> Group(Harness& h, int first_tag, int n, int priority = 0,
+                                              int64_t timeout_us = 0) {
+  std::vector<std::shared_ptr<BatchItem>> items;
+  for (int i = 0; i < n; ++i) items.push_back(h.Item(first_tag + i, priority, timeout_us));
+  return items;
+}
+
+TEST(DynamicBatcherTest, AGroupSharesBatchesWithOtherRequestsAndSpansSeveral) {
+  Harness h;
+  DynamicBatcher batcher("encoder", Options(4, kLongDelayUs), h.Runner(), h.Observer());
+  MustEnqueue(batcher, h.Item(0));                  // a short request
+  auto ids = batcher.EnqueueGroup(Group(h, 10, 6));  // a long one: six windows
+  ASSERT_TRUE(ids.ok()) << ids.status().ToString();
+  ASSERT_EQ(ids->size(), 6u);
+  MustEnqueue(batcher, h.Item(1));
+  ASSERT_TRUE(batcher.Start().ok());
+  ASSERT_TRUE(h.WaitReports(2));
+  batcher.Stop(/*drain=*/true);
+  // FIFO: the short request shares the first batch with the first windows, the second
+  // short one rides with the last windows.
+  EXPECT_EQ(h.batches(), (Batches{{0, 10, 11, 12}, {13, 14, 15, 1}}));
+}
+
+TEST(DynamicBatcherTest, AGroupIsAdmittedWholeAndCountsOnceAgainstTheQueueBound) {
+  Harness h;
+  DynamicBatchingOptions options = Options(8, kLongDelayUs);
+  options.default_queue_policy.max_queue_size = 3;
+  options.default_queue_policy.timeout_us = 5'000'000;
+  DynamicBatcher batcher("encoder", options, h.Runner(), h.Observer());
+  // The level holds nothing: a group of ten is admitted whole.
+  auto group = Group(h, 0, 10);
+  auto ids = batcher.EnqueueGroup(group);
+  ASSERT_TRUE(ids.ok()) << ids.status().ToString();
+  EXPECT_EQ(batcher.Stats().queued_total, 10);
+  // One arrival: the same enqueue time and deadline for every window.
+  for (const auto& item : group) {
+    EXPECT_EQ(item->enqueue_time, group[0]->enqueue_time);
+    EXPECT_EQ(item->deadline - item->enqueue_time, microseconds(5'000'000));
+  }
+  // Now the level is over its bound: the next group is refused whole, and so is an item.
+  auto refused = batcher.EnqueueGroup(Group(h, 20, 2));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(batcher.Stats().queued_total, 10);
+  EXPECT_EQ(batcher.Enqueue(h.Item(30)).status().code(), StatusCode::kResourceExhausted);
+  // Items of one group share their priority and timeout.
+  auto mixed = Group(h, 40, 2);
+  mixed[1]->priority_level = 1;
+  EXPECT_EQ(batcher.EnqueueGroup(mixed).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(batcher.EnqueueGroup(group).status().code(), StatusCode::kInvalidArgument);  // already queued
+  EXPECT_TRUE(batcher.EnqueueGroup({}).ok());
+}
+
+TEST(DynamicBatcherTest, CancellingAGroupFreesItsQueuedWindowsButNotTheRunningOnes) {
+  Harness h;
+  h.HoldFirstBatch();
+  DynamicBatcher batcher("encoder", Options(2, 0), h.Runner(), h.Observer());
+  ASSERT_TRUE(batcher.Start().ok());
+  auto ids = batcher.EnqueueGroup(Group(h, 0, 8));
+  ASSERT_TRUE(ids.ok());
+  ASSERT_TRUE(h.WaitBatches(1));  // windows 0 and 1 are running (held)
+  MustEnqueue(batcher, h.Item(100));  // another request behind them
+  EXPECT_EQ(batcher.CancelAll(*ids), 6u);
+  EXPECT_EQ(batcher.CancelAll(*ids), 0u);  // nothing left of it
+  const auto rejected = h.rejections();
+  EXPECT_EQ(rejected.size(), 6u);
+  for (int tag = 2; tag < 8; ++tag) EXPECT_EQ(rejected.at(tag), StatusCode::kCancelled) << tag;
+  h.Open();
+  ASSERT_TRUE(h.WaitBatches(2));
+  EXPECT_EQ(h.batches(), (Batches{{0, 1}, {100}}));  // the other request goes right on
+  EXPECT_EQ(batcher.Stats().cancelled, 6u);
+}
+
+TEST(DynamicBatcherTest, AGroupsPriorityAppliesToAllItsWindows) {
+  Harness h;
+  h.HoldFirstBatch();
+  DynamicBatchingOptions options = Options(3, 0);
+  options.priority_levels = 2;
+  DynamicBatcher batcher("encoder", options, h.Runner(), h.Observer());
+  ASSERT_TRUE(batcher.Start().ok());
+  MustEnqueue(batcher, h.Item(0, 2));
+  ASSERT_TRUE(h.WaitBatches(1));
+  ASSERT_TRUE(batcher.EnqueueGroup(Group(h, 10, 4, /*priority=*/2)).ok());  // a long low-priority document
+  ASSERT_TRUE(batcher.EnqueueGroup(Group(h, 20, 2, /*priority=*/1)).ok());  // a short urgent one after it
+  h.Open();
+  ASSERT_TRUE(h.WaitBatches(3));
+  EXPECT_EQ(h.batches(), (Batches{{0}, {20, 21, 10}, {11, 12, 13}}));
+}
+
 }  // namespace
 }  // namespace ferry::sched

@@ -365,6 +365,21 @@ const BadConfig kBadConfigs[] = {
      "auth: {mode: none}\nmodels: [{name: m, path: p, dynamic_batching: {max_batch_size: 4, "
      "preferred_batch_sizes: [2, 8]}}]\n",
      "models[0].dynamic_batching: preferred_batch_sizes must be ascending"},
+    {"unknown truncation", "auth: {mode: none}\nmodels: [{name: m, path: p, long_inputs: {truncation: middle}}]\n",
+     "models[0].long_inputs.truncation: unknown value 'middle'"},
+    {"unknown long_inputs key", "auth: {mode: none}\nmodels: [{name: m, path: p, long_inputs: {chunk_size: 4}}]\n",
+     "models[0].long_inputs.chunk_size: unknown key"},
+    {"overlap leaving no content",
+     "auth: {mode: none}\nmodels: [{name: m, path: p, long_inputs: {chunk_tokens: 64, chunk_overlap: 64}}]\n",
+     "models[0].long_inputs: chunk_overlap: 64 leaves no content token"},
+    {"negative max_input_tokens",
+     "auth: {mode: none}\nmodels: [{name: m, path: p, long_inputs: {max_input_tokens: -1}}]\n",
+     "models[0].long_inputs: max_input_tokens: must be >= 0"},
+    {"unknown aggregate",
+     "auth: {mode: none}\nmodels: [{name: m, path: p, long_inputs: {classify_aggregate: median}}]\n",
+     "models[0].long_inputs.classify_aggregate: unknown value 'median'"},
+    {"unknown pooling", "auth: {mode: none}\nmodels: [{name: m, path: p, pooling: sum}]\n",
+     "models[0].pooling: expected one of cls, mean, max, last; got 'sum'"},
 };
 
 TEST(ServerConfigTest, BadConfigsFailWithTheirReason) {
@@ -380,6 +395,40 @@ TEST(ServerConfigTest, BadConfigsFailWithTheirReason) {
     EXPECT_NE(config.status().message().find(bad.message), std::string::npos)
         << bad.name << "\n  expected: " << bad.message << "\n  got:      " << config.status().message();
   }
+}
+
+TEST(ServerConfigTest, LongInputsAndPooling) {
+  const char* yaml =
+      "auth: {mode: none}\n"
+      "models:\n"
+      "  - name: m\n    path: p\n    pooling: cls\n    normalize: false\n"
+      "    long_inputs: {truncation: chunk, chunk_tokens: 256, chunk_overlap: 32, classify_aggregate: max,\n"
+      "                  embeddings_aggregate: first, token_aggregation: average, token_merge: hf,\n"
+      "                  max_input_tokens: 100000}\n"
+      "  - name: d\n    path: q\n";
+  Result<ServerConfig> config = ParseServerConfig(yaml);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  const ModelConfig& m = config->models[0];
+  EXPECT_EQ(m.pooling, io::PoolingMode::kCls);
+  EXPECT_EQ(m.normalize, false);
+  EXPECT_EQ(m.long_inputs.truncation, chunk::Truncation::kChunk);
+  EXPECT_EQ(m.long_inputs.chunk_tokens, 256);
+  EXPECT_EQ(m.long_inputs.chunk_overlap, 32);
+  EXPECT_EQ(m.long_inputs.classify_aggregate, chunk::ClassifyAggregate::kMax);
+  EXPECT_EQ(m.long_inputs.embeddings_aggregate, chunk::EmbedAggregate::kFirst);
+  EXPECT_EQ(m.long_inputs.token_aggregation, chunk::TokenAggregation::kAverage);
+  EXPECT_EQ(m.long_inputs.token_merge, chunk::TokenMerge::kHf);
+  EXPECT_EQ(m.long_inputs.max_input_tokens, 100000);
+  // The defaults: errors for long inputs, the model's window, an eighth of it shared.
+  const ModelConfig& d = config->models[1];
+  EXPECT_FALSE(d.pooling.has_value());
+  EXPECT_FALSE(d.normalize.has_value());
+  EXPECT_EQ(d.long_inputs.truncation, chunk::Truncation::kError);
+  EXPECT_EQ(d.long_inputs.chunk_tokens, 0);
+  EXPECT_EQ(d.long_inputs.chunk_overlap, -1);
+  EXPECT_EQ(d.long_inputs.token_aggregation, chunk::TokenAggregation::kSimple);
+  EXPECT_EQ(d.long_inputs.token_merge, chunk::TokenMerge::kCenter);
+  EXPECT_EQ(d.long_inputs.max_input_tokens, 0);
 }
 
 TEST(ServerConfigTest, MessagesNeverQuoteKeys) {

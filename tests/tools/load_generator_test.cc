@@ -330,7 +330,7 @@ TEST(LoadGenRequestTest, DatasetTextsAndEncoderBodies) {
   LoadOptions o;
   o.model = "enc";
   o.endpoint = LoadEndpoint::kClassify;
-  std::vector<PlannedRequest> plan = PlanRequests(o, *texts, 3, 0);
+  std::vector<PlannedRequest> plan = PlanRequests(o, LoadDataset(path).value(), 3, 0);
   EXPECT_EQ(plan[2].prompt_text, "first");
   nlohmann::json body = nlohmann::json::parse(RequestBody(plan[1], o));
   EXPECT_EQ(body["input"], nlohmann::json::array({"second"}));
@@ -342,6 +342,24 @@ TEST(LoadGenRequestTest, DatasetTextsAndEncoderBodies) {
   ASSERT_TRUE(body["input"].is_string());
   std::string text = body["input"];
   EXPECT_EQ(std::count(text.begin(), text.end(), ' '), 5);
+
+  // Lines with an "input" are sent as they are (e.g. a batch of token-id arrays).
+  auto inputs = LoadDataset(dir.Write("inputs.jsonl", "{\"input\": [[101, 7, 102], [101, 8, 102]]}\n{\"text\": \"x\"}\n"));
+  ASSERT_TRUE(inputs.ok()) << inputs.status().ToString();
+  o.endpoint = LoadEndpoint::kClassify;
+  plan = PlanRequests(o, *inputs, 2, 0);
+  EXPECT_EQ(nlohmann::json::parse(RequestBody(plan[0], o))["input"], nlohmann::json::parse("[[101, 7, 102], [101, 8, 102]]"));
+  EXPECT_EQ(nlohmann::json::parse(RequestBody(plan[1], o))["input"], nlohmann::json::array({"x"}));
+  EXPECT_FALSE(LoadDatasetTexts(dir.File("inputs.jsonl")).ok());
+  o.endpoint = LoadEndpoint::kEmbeddings;
+  plan = PlanRequests(o, {}, 1, 0);
+
+  // --extra-body: long-input settings on every request.
+  o.extra_body = {{"truncation", "chunk"}, {"chunk_tokens", 512}};
+  body = nlohmann::json::parse(RequestBody(plan[0], o));
+  EXPECT_EQ(body["truncation"], "chunk");
+  EXPECT_EQ(body["chunk_tokens"], 512);
+  EXPECT_EQ(body["model"], "enc");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -448,16 +466,21 @@ class FakeServer {
       for (int i = 0; i < 100 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
       return false;
     }
+    // Names the key it was called with, as ferry names the variant that served a request.
+    std::string key(req[http::field::authorization]);
+    if (key.rfind("Bearer ", 0) == 0) key = key.substr(7);
+    const std::string variant_header = "X-Ferry-Variant: " + (key.empty() ? std::string("none") : key) + "\r\n";
     const std::string usage = R"({"prompt_tokens":)" + std::to_string(kPromptTokensInUsage) +
                               R"(,"completion_tokens":5,"total_tokens":)" + std::to_string(kPromptTokensInUsage + 5) +
                               "}";
     if (!body.value("stream", false)) {
-      return Reply(socket, 200, "OK", "",
+      return Reply(socket, 200, "OK", variant_header,
                    R"({"id":"c","object":"text_completion",)"
                    R"("choices":[{"index":0,"text":"abcde","finish_reason":"length"}],"usage":)" +
                        usage + "}");
     }
-    if (!WriteAll(socket, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")) {
+    if (!WriteAll(socket, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + variant_header +
+                              "Transfer-Encoding: chunked\r\n\r\n")) {
       return false;
     }
     if (!WriteChunk(socket, ": ping\n\n")) return false;
@@ -586,6 +609,61 @@ TEST(LoadGenEndToEndTest, RequestsLeaveOnTheirSchedule) {
   }
   EXPECT_GE(report->summary.duration_s, offsets.back());
   EXPECT_EQ(report->summary.completed, 5);
+}
+
+TEST(LoadGenEndToEndTest, RateScheduleAndTiersAreReportedPerTierPhaseAndVariant) {
+  FakeServer server;
+  LoadOptions o = TestOptions(server);
+  o.seed = 4;
+  o.timeout_s = 2;  // seeds 9 mod 10 stall
+  o.rate_schedule = {{0.5, 40}, {0.25, 0}, {0.5, 120}};  // about 20, 0 and 60 requests
+  o.tiers = {{"gold", 0.25, "key-gold", {}}, {"silver", 0.75, "key-silver", {}}};
+  o.tiers[0].slo.ttft_ms = 10000;
+  o.slo.ttft_ms = 1;  // silver falls back to the run's target, which nothing meets
+  Result<BenchmarkReport> report = RunLoadBenchmark(o);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  std::vector<int> phases;
+  const std::vector<double> offsets = ScheduleOffsets(o.rate_schedule, 1.0, 4, &phases);
+  const std::vector<int> tiers = AssignTiers(static_cast<int>(offsets.size()), o.tiers, 4);
+  ASSERT_EQ(report->records.size(), offsets.size());
+  for (const RequestRecord& r : report->records) {
+    const size_t i = static_cast<size_t>(r.index);
+    EXPECT_DOUBLE_EQ(r.scheduled_s, offsets[i]);
+    EXPECT_EQ(r.phase, phases[i]);
+    EXPECT_NE(r.phase, 1);  // the silent phase sends nothing
+    EXPECT_EQ(r.tier, o.tiers[static_cast<size_t>(tiers[i])].name);
+    if (r.success) {
+      EXPECT_EQ(r.variant, "key-" + r.tier);  // each tier's own key went out
+    }
+  }
+  ASSERT_EQ(report->tiers.size(), 2u);
+  const TierReport& gold = report->tiers[0];
+  const TierReport& silver = report->tiers[1];
+  EXPECT_EQ(gold.tier, "gold");
+  EXPECT_EQ(gold.summary.num_requests + silver.summary.num_requests, static_cast<int>(offsets.size()));
+  EXPECT_GT(gold.summary.num_requests, 0);
+  EXPECT_GT(silver.summary.num_requests, gold.summary.num_requests);
+  // Seeds 3 mod 4 get a 429: those miss their SLO; the rest of gold meets its 10 s target.
+  EXPECT_EQ(gold.summary.good_requests, gold.summary.completed);
+  EXPECT_NEAR(gold.slo_attainment, static_cast<double>(gold.summary.completed) / gold.summary.num_requests, 1e-12);
+  EXPECT_EQ(silver.summary.good_requests, 0);
+  EXPECT_EQ(silver.slo_attainment, 0.0);
+  ASSERT_EQ(gold.variants.count("key-gold"), 1u);
+  EXPECT_DOUBLE_EQ(gold.variants.at("key-gold").token_share, 1.0);
+  ASSERT_EQ(gold.phases.size(), 3u);
+  EXPECT_EQ(gold.phases[1].requests, 0);
+  EXPECT_DOUBLE_EQ(gold.phases[2].start_s, 0.75);
+  EXPECT_EQ(gold.phases[0].requests + gold.phases[2].requests, gold.summary.num_requests);
+  EXPECT_NEAR(gold.phases[2].goodput, gold.phases[2].good / 0.5, 1e-12);
+  EXPECT_GT(report->started_unix_s, 1.6e9);
+  const nlohmann::json j = ReportToJson(*report, /*include_requests=*/true);
+  EXPECT_EQ(j["tiers"][0]["tier"], "gold");
+  EXPECT_EQ(j["tiers"][0]["phases"].size(), 3u);
+  EXPECT_EQ(j["config"]["rate_schedule"][2]["rate"], 120);
+  EXPECT_EQ(j["requests"][0]["tier"], report->records[0].tier);
+  const std::string table = FormatReport(*report);
+  EXPECT_NE(table.find("tier gold"), std::string::npos);
+  EXPECT_NE(table.find("served by key-silver"), std::string::npos);
 }
 
 TEST(LoadGenEndToEndTest, TimedOutRequestsAreCountedNotFatal) {

@@ -9,6 +9,10 @@ Debian's `spm_train`. Standard library only; the output is deterministic.
 Held out (never trained on): every chapter whose number is a multiple of 10, and the
 last chapter of each book with fewer than 10 chapters. That is 124 of 1189 chapters.
 
+Proper-name tags (the tagger's labels) come from the text itself by a rule, see
+name_spans: title-case words that do not begin a sentence, are not on a short stop list,
+and never occur in lower case anywhere in the Bible.
+
 Usage: tools/train_demo/corpus.py [--out tools/train_demo/data] [--skip-spm]
 """
 
@@ -76,6 +80,11 @@ SPM_OPTIONS = [
     "--num_threads=1",
     "--minloglevel=1",
 ]
+
+# The tagger's labelling rule (name_spans).
+NAME_LABEL = "NAME"
+NAME_STOP_WORDS = frozenset({"I", "O", "LORD", "GOD", "God", "Lord", "Amen", "Selah", "JEHOVAH"})
+_NAME_WORD = re.compile(r"[A-Za-z]+(?:-[A-Za-z]+)*")
 
 _HEADING = re.compile(r"^(.+) (\d+)$")
 _VERSE = re.compile(r"^  (\d+) (.*)$")
@@ -191,6 +200,44 @@ def make_passages(chapter, rng):
     return passages
 
 
+def lowercase_words(chapters):
+    """Every word (letters, hyphen-joined) that starts with a lower-case letter somewhere."""
+    words = set()
+    for c in chapters:
+        for verse in c["verses"]:
+            for m in _NAME_WORD.finditer(verse):
+                if m.group()[0].islower():
+                    words.add(m.group())
+    return words
+
+
+def name_spans(text, lowercase):
+    """The proper names of a text as [(start, end)] character spans, by this rule:
+
+    A word is a run of ASCII letters, hyphens joining runs ("Beth-lehem"). It is part of a
+    name when it is title case (an upper-case first letter and at least one lower-case
+    letter, so "LORD" and "I" are not), is not on NAME_STOP_WORDS, has no lower-case
+    spelling anywhere in the Bible (`lowercase`, from lowercase_words: this drops "Father",
+    "Let", "Behold", "Sabbath"), and does not begin a sentence: the first word of the text
+    and any word whose previous non-space character is ".", "?" or "!" begin sentences.
+    Name words separated by a single space form one name ("Simon Peter"); a name never
+    includes "'s".
+    """
+    spans = []
+    for m in _NAME_WORD.finditer(text):
+        word = m.group()
+        before = text[:m.start()].rstrip()
+        sentence_start = not before or before[-1] in ".?!"
+        title = word[0].isupper() and any(ch.islower() for ch in word)
+        if not title or sentence_start or word in NAME_STOP_WORDS or word.lower() in lowercase:
+            continue
+        if spans and spans[-1][1] + 1 == m.start() and text[spans[-1][1]] == " ":
+            spans[-1] = (spans[-1][0], m.end())
+        else:
+            spans.append((m.start(), m.end()))
+    return spans
+
+
 def write_jsonl(path, rows):
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         for row in rows:
@@ -230,6 +277,16 @@ def write_corpus(chapters, out_dir):
                                  "last_verse": last, "group": c["group"], "label": c["label"], "text": text})
     write_jsonl(os.path.join(out_dir, "heldout_passages.jsonl"), passage_rows)
 
+    # The tagger's held-out data: whole chapters with their names (character offsets).
+    lowercase = lowercase_words(chapters)
+    tagged_rows = []
+    for c in heldout:
+        text = chapter_text(c)
+        tagged_rows.append({"book": c["book"], "chapter": c["chapter"], "text": text,
+                            "entities": [{"start": a, "end": b, "label": NAME_LABEL}
+                                         for a, b in name_spans(text, lowercase)]})
+    write_jsonl(os.path.join(out_dir, "heldout_tagged_chapters.jsonl"), tagged_rows)
+
     # One training verse per line: SentencePiece never merges across spaces, so a
     # chapter's ids are its verses' ids concatenated.
     with open(os.path.join(out_dir, "spm_train.txt"), "w", encoding="utf-8", newline="\n") as f:
@@ -267,7 +324,8 @@ def main():
     heldout_verses = sum(len(c["verses"]) for c in chapters if c["heldout"])
     print(f"{EXPECTED_BOOKS} books, {len(chapters)} chapters, {num_verses} verses; held out "
           f"{num_heldout} chapters ({heldout_verses} verses, {num_passages} passages)")
-    for name in ("verses.jsonl", "heldout_chapters.jsonl", "heldout_passages.jsonl", "spm_train.txt"):
+    for name in ("verses.jsonl", "heldout_chapters.jsonl", "heldout_passages.jsonl", "heldout_tagged_chapters.jsonl",
+                 "spm_train.txt"):
         print(f"  {name}  sha256 {sha256(os.path.join(args.out, name))}")
     if not args.skip_spm:
         model = train_sentencepiece(args.out)

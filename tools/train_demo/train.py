@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Trains ferry's two demo models on the King James Bible corpus that corpus.py builds.
+"""Trains ferry's three demo models on the King James Bible corpus that corpus.py builds.
 
   kjv-decoder     LlamaForCausalLM, next-token LM over chapters of verse text (bf16 export)
   kjv-classifier  BertForSequenceClassification, passage -> one of 8 book groups (fp16 export)
+  kjv-tagger      BertForTokenClassification, proper names as BIO tags (corpus.name_spans; fp16 export)
 
 Needs PyTorch, transformers (5.x), tokenizers, sentencepiece and a CUDA GPU. Reads
 verses.jsonl, heldout_chapters.jsonl, heldout_passages.jsonl and kjv_bpe.model from
@@ -54,6 +55,17 @@ CLASSIFIER_CONFIG = dict(
 )
 CLASSIFIER_VOCAB_SIZE = 4096
 BERT_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+# The tagger: the classifier's shape without the pooler, on a cased vocabulary (names are
+# told apart by their capitals), 128-token windows.
+TAGGER_MAX_TOKENS = 128
+TAGGER_CONFIG = dict(CLASSIFIER_CONFIG, max_position_embeddings=TAGGER_MAX_TOKENS)
+TAGGER_LABELS = ["O", "B-" + corpus.NAME_LABEL, "I-" + corpus.NAME_LABEL]
+TAGGER_INPUTS = [
+    "And Moses and Aaron went in unto Pharaoh, and said unto him, Thus saith the LORD God of the Hebrews.",
+    "Then Simon Peter having a sword drew it, and smote the high priest's servant.",
+    "And David dwelt in the castle; therefore they called it the city of David.",
+]
+TAGGER_OVERLAPS = [0, 16, 32, 64]
 
 DECODER_PROMPTS = ["And the LORD said unto", "In the beginning", "Blessed are the"]
 CLASSIFIER_INPUTS = [
@@ -384,14 +396,16 @@ def evaluate_decoder(out_dir, windows, report):
 # Classifier
 
 
-def train_wordpiece(texts, out_dir):
-    """Uncased BERT WordPiece vocabulary: tokenizer.json, vocab.txt, tokenizer_config.json."""
+def train_wordpiece(texts, out_dir, lowercase=True, max_tokens=CLASSIFIER_MAX_TOKENS):
+    """BERT WordPiece vocabulary (uncased unless `lowercase` is False): tokenizer.json,
+    vocab.txt, tokenizer_config.json."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
     tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##",
                                            max_input_chars_per_word=100))
     tokenizer.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
-                                                      strip_accents=None, lowercase=True)
+                                                      strip_accents=None if lowercase else False,
+                                                      lowercase=lowercase)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     trainer = trainers.WordPieceTrainer(vocab_size=CLASSIFIER_VOCAB_SIZE, min_frequency=2,
                                         special_tokens=BERT_SPECIAL_TOKENS, continuing_subword_prefix="##",
@@ -411,10 +425,11 @@ def train_wordpiece(texts, out_dir):
     with open(os.path.join(out_dir, "vocab.txt"), "w", encoding="utf-8", newline="\n") as f:
         for token, _ in vocab:
             f.write(token + "\n")
-    config = {"tokenizer_class": "BertTokenizer", "do_lower_case": True, "strip_accents": None,
+    config = {"tokenizer_class": "BertTokenizer", "do_lower_case": lowercase,
+              "strip_accents": None if lowercase else False,
               "tokenize_chinese_chars": True, "cls_token": "[CLS]", "sep_token": "[SEP]",
               "pad_token": "[PAD]", "unk_token": "[UNK]", "mask_token": "[MASK]",
-              "model_max_length": CLASSIFIER_MAX_TOKENS}
+              "model_max_length": max_tokens}
     with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
         json.dump(config, f, indent=2)
     return tokenizer
@@ -608,6 +623,216 @@ def evaluate_classifier(out_dir, eval_ids, eval_labels, report):
 
 
 # ---------------------------------------------------------------------------------------
+# Tagger
+
+
+def tagger_chapters(chapters, raw, lowercase):
+    """Per chapter: its text, its names (corpus.name_spans over the whole chapter, so a
+    passage that starts mid-sentence keeps the names at its start) and, per verse, the
+    token ids and BIO labels (B on an entity's first token, I on its other tokens)."""
+    out = []
+    for c in chapters:
+        text = corpus.chapter_text(c)
+        spans = corpus.name_spans(text, lowercase)
+        starts = {a for a, _ in spans}
+        inside = [0] * (len(text) + 1)
+        for a, b in spans:
+            for k in range(a, b):
+                inside[k] = 1
+        verses, pos = [], 0
+        for verse in c["verses"]:
+            enc = raw.encode(verse, add_special_tokens=False)
+            labels = []
+            for a, b in enc.offsets:
+                a, b = a + pos, b + pos
+                labels.append(1 if a in starts else (2 if inside[a] else 0))
+            verses.append((enc.ids, labels))
+            pos += len(verse) + 1  # the space that joins verses
+        out.append({"book": c["book"], "chapter": c["chapter"], "text": text, "spans": spans, "verses": verses,
+                    "chapter_dict": c})
+    return out
+
+
+def tagger_batches(chapters, batch_size, seed, cls_id, sep_id):
+    """Endless (input_ids, attention_mask, labels) batches of training passages (re-cut
+    every epoch as the classifier's are), labels -100 on [CLS], [SEP] and padding."""
+    epoch = 0
+    content = TAGGER_MAX_TOKENS - 2
+    while True:
+        rng = random.Random(seed * 1000 + 7 + epoch)
+        samples = []
+        for c in chapters:
+            for first, last, _ in corpus.make_passages(c["chapter_dict"], rng):
+                ids = [t for v in range(first - 1, last) for t in c["verses"][v][0]][:content]
+                labels = [t for v in range(first - 1, last) for t in c["verses"][v][1]][:content]
+                if labels and labels[0] == 2:
+                    labels[0] = 1  # a name cut at the passage start begins there
+                samples.append(([cls_id] + ids + [sep_id], [-100] + labels + [-100]))
+        rng.shuffle(samples)
+        for i in range(0, len(samples) - batch_size + 1, batch_size):
+            chunk = samples[i:i + batch_size]
+            width = max(len(x) for x, _ in chunk)
+            input_ids = torch.zeros(len(chunk), width, dtype=torch.long)
+            mask = torch.zeros(len(chunk), width, dtype=torch.long)
+            labels = torch.full((len(chunk), width), -100, dtype=torch.long)
+            for row, (x, y) in enumerate(chunk):
+                input_ids[row, :len(x)] = torch.tensor(x)
+                mask[row, :len(x)] = 1
+                labels[row, :len(y)] = torch.tensor(y)
+            yield epoch, len(samples), input_ids, mask, labels
+        epoch += 1
+
+
+def entity_f1(predicted, gold):
+    """Exact-match entity scores over documents: lists of {(start, end, label)} sets."""
+    tp = sum(len(p & g) for p, g in zip(predicted, gold))
+    n_pred = sum(len(p) for p in predicted)
+    n_gold = sum(len(g) for g in gold)
+    precision = tp / n_pred if n_pred else 0.0
+    recall = tp / n_gold if n_gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"f1": round(f1, 4), "precision": round(precision, 4), "recall": round(recall, 4), "true_positives": tp,
+            "predicted": n_pred, "gold": n_gold}
+
+
+def heldout_tagged(args):
+    rows = read_jsonl(os.path.join(args.data, "heldout_tagged_chapters.jsonl"))
+    gold = [{(e["start"], e["end"], e["label"]) for e in r["entities"]} for r in rows]
+    return [r["text"] for r in rows], gold
+
+
+@torch.no_grad()
+def tagger_token_accuracy(model, batches, device):
+    """Token accuracy and name-token recall on a fixed list of held-out batches."""
+    was_training = model.training
+    model.eval()
+    correct = total = name_hit = name_total = 0
+    for input_ids, mask, labels in batches:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
+                           token_type_ids=torch.zeros_like(input_ids).to(device)).logits
+        pred = logits.argmax(-1).cpu()
+        keep = labels != -100
+        correct += int(((pred == labels) & keep).sum())
+        total += int(keep.sum())
+        names = keep & (labels > 0)
+        name_hit += int(((pred == labels) & names).sum())
+        name_total += int(names.sum())
+    model.train(was_training)
+    return correct / max(1, total), name_hit / max(1, name_total)
+
+
+def train_tagger(args, report, budget, out_dir):
+    from transformers import BertConfig, BertForTokenClassification
+
+    device = torch.device("cuda")
+    chapters = corpus.read_chapters(args.data)
+    lowercase = corpus.lowercase_words(chapters)
+    train_chapters = [c for c in chapters if not c["heldout"]]
+    raw = train_wordpiece([v for c in train_chapters for v in c["verses"]], out_dir, lowercase=False,
+                          max_tokens=TAGGER_MAX_TOKENS)
+    log(f"tagger cased WordPiece vocabulary: {raw.get_vocab_size()} tokens")
+    cls_id, sep_id = raw.token_to_id("[CLS]"), raw.token_to_id("[SEP]")
+    train = tagger_chapters(train_chapters, raw, lowercase)
+    heldout = tagger_chapters([c for c in chapters if c["heldout"]], raw, lowercase)
+    eval_batches = []
+    for k, (_, _, ids, mask, labels) in enumerate(tagger_batches(heldout, 256, SEED, cls_id, sep_id)):
+        eval_batches.append((ids, mask, labels))
+        if k == 3:
+            break
+    names = sum(len(c["spans"]) for c in train)
+    log(f"tagger data: {len(train)} train chapters with {names} names; {len(heldout)} held-out chapters with "
+        f"{sum(len(c['spans']) for c in heldout)} names")
+
+    torch.manual_seed(SEED)
+    config = BertConfig(vocab_size=raw.get_vocab_size(), num_labels=len(TAGGER_LABELS),
+                        id2label=dict(enumerate(TAGGER_LABELS)), label2id={n: i for i, n in enumerate(TAGGER_LABELS)},
+                        **TAGGER_CONFIG)
+    model = BertForTokenClassification(config).to(device)
+    model.train()
+    params = count_parameters(model)
+    log(f"tagger parameters: {params}")
+    if params > 4_000_000:
+        raise ValueError("tagger over 4M parameters")
+    optimizer = make_optimizer(model, args.tagger_lr, 0.01)
+    steps = args.tagger_steps
+    warmup = max(1, steps // 10)
+    batches = tagger_batches(train, args.tagger_batch, SEED, cls_id, sep_id)
+    history, start = [], time.time()
+    deadline = budget.elapsed() + args.tagger_time_s
+    loss_sum, loss_count, done, per_epoch = 0.0, 0, 0, 0
+    for step in range(steps):
+        if budget.elapsed() > deadline:
+            log(f"tagger: time limit reached at step {step} of {steps}")
+            break
+        done = step + 1
+        for group in optimizer.param_groups:
+            group["lr"] = cosine_lr(step, steps, warmup, args.tagger_lr, 0.0)
+        epoch, per_epoch, input_ids, mask, labels = next(batches)
+        input_ids, mask, labels = input_ids.to(device), mask.to(device), labels.to(device)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(input_ids=input_ids, attention_mask=mask, token_type_ids=torch.zeros_like(input_ids)).logits
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=-100)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        if (step + 1) % 25 == 0:
+            loss_sum += loss.item()
+            loss_count += 1
+        if (step + 1) % args.eval_every == 0 or step + 1 == steps:
+            accuracy, name_recall = tagger_token_accuracy(model, eval_batches, device)
+            train_loss = loss_sum / max(1, loss_count)
+            history.append({"step": step + 1, "epoch": epoch, "train_loss": round(train_loss, 4),
+                            "heldout_token_accuracy_bf16": round(accuracy, 4),
+                            "heldout_name_token_recall_bf16": round(name_recall, 4),
+                            "seconds": round(time.time() - start, 1)})
+            log(f"tagger step {step + 1}/{steps} epoch {epoch} loss {train_loss:.4f} held-out token accuracy "
+                f"{accuracy:.4f}, name tokens {name_recall:.4f} ({time.time() - start:.0f}s)")
+            loss_sum, loss_count = 0.0, 0
+    torch.cuda.synchronize()
+    report["tagger"].update({
+        "parameters": params, "vocab_size": raw.get_vocab_size(), "train_chapters": len(train),
+        "train_names": names, "train_passages_per_epoch": per_epoch, "steps_planned": steps, "steps_done": done,
+        "batch_size": args.tagger_batch, "epochs": history[-1]["epoch"] + 1 if history else 0,
+        "peak_lr": args.tagger_lr, "train_seconds": round(time.time() - start, 1), "history": history,
+        "final_train_loss": history[-1]["train_loss"] if history else None,
+    })
+    model.eval()
+    model.to(torch.float16)
+    model.save_pretrained(out_dir)
+    del model, optimizer
+    torch.cuda.empty_cache()
+
+
+def evaluate_tagger(args, out_dir, report):
+    """Entity F1 on whole held-out chapters in float32 from the fp16 weights: the first 128
+    tokens only (the pipeline truncates), and the whole chapter in 128-token windows at
+    each overlap of TAGGER_OVERLAPS (transformers' pipeline with `stride`, whose merge is
+    ferry's chunk_merge "hf"). Aggregation "simple"."""
+    from transformers import AutoTokenizer, BertForTokenClassification, pipeline
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = BertForTokenClassification.from_pretrained(out_dir, dtype=torch.float32).to("cuda").eval()
+    tokenizer = AutoTokenizer.from_pretrained(out_dir)
+    texts, gold = heldout_tagged(args)
+    results = {}
+    for stride in [None] + TAGGER_OVERLAPS:
+        pipe = pipeline("token-classification", model=model, tokenizer=tokenizer, aggregation_strategy="simple",
+                        device=0, **({} if stride is None else {"stride": stride}))
+        predicted = []
+        for text in texts:
+            entities = pipe(text)
+            predicted.append({(int(e["start"]), int(e["end"]), e["entity_group"]) for e in entities})
+        key = "truncated_128" if stride is None else f"chunked_128_overlap_{stride}"
+        results[key] = entity_f1(predicted, gold)
+        log(f"tagger held-out chapters, {key}: {results[key]}")
+    report["tagger"]["heldout_chapters"] = results
+    del model
+    torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------------------------
 # References for ferry's tests
 
 
@@ -639,7 +864,7 @@ def decoder_reference(out_dir, sp, tensors, meta):
     prompts = []
     for j, text in enumerate(DECODER_PROMPTS):
         ids = tokenizer(text).input_ids
-        if ids != [sp.bos_id()] + sp.encode(text):
+        if sp is not None and ids != [sp.bos_id()] + sp.encode(text):
             raise ValueError(f"tokenizer ids for {text!r} differ from sentencepiece")
         logits = model(torch.tensor([ids])).logits[0, -1]
         sequence, greedy, margin = list(ids), [], float("inf")
@@ -688,6 +913,27 @@ def classifier_reference(out_dir, tensors, meta):
     meta["classifier"] = {"model": "models/demo/kjv-classifier", "labels": corpus.GROUP_NAMES, "inputs": inputs}
 
 
+@torch.no_grad()
+def tagger_reference(out_dir, tensors, meta):
+    from transformers import AutoTokenizer, BertForTokenClassification, pipeline
+
+    tokenizer = AutoTokenizer.from_pretrained(out_dir)
+    model = BertForTokenClassification.from_pretrained(out_dir, dtype=torch.float64,
+                                                       attn_implementation="eager").eval()
+    pipe = pipeline("token-classification", model=model, tokenizer=tokenizer, aggregation_strategy="simple")
+    inputs = []
+    for j, text in enumerate(TAGGER_INPUTS):
+        enc = tokenizer(text)
+        ids = torch.tensor([enc.input_ids])
+        logits = model(input_ids=ids, token_type_ids=torch.tensor([enc.token_type_ids])).logits[0]
+        tensors[f"t{j}.input_ids"] = ids[0].to(torch.int32)
+        tensors[f"t{j}.logits"] = logits.float()
+        entities = [{"label": e["entity_group"], "start": int(e["start"]), "end": int(e["end"]),
+                     "score": float(e["score"]), "word": e["word"]} for e in pipe(text)]
+        inputs.append({"index": j, "text": text, "input_ids": enc.input_ids, "entities": entities})
+    meta["tagger"] = {"model": "models/demo/kjv-tagger", "labels": TAGGER_LABELS, "inputs": inputs}
+
+
 # ---------------------------------------------------------------------------------------
 
 
@@ -705,13 +951,24 @@ def main():
     parser.add_argument("--classifier-batch", type=int, default=64)
     parser.add_argument("--classifier-lr", type=float, default=5e-4)
     parser.add_argument("--classifier-time-s", type=float, default=200)
+    parser.add_argument("--tagger-steps", type=int, default=3000)
+    parser.add_argument("--tagger-batch", type=int, default=64)
+    parser.add_argument("--tagger-lr", type=float, default=5e-4)
+    parser.add_argument("--tagger-time-s", type=float, default=200)
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--keep-going", action="store_true", help="run later stages after a failed one")
-    parser.add_argument("--only", choices=["decoder", "classifier"],
-                        help="train one model; the other's references come from its folder under --out, if there")
+    parser.add_argument("--only", choices=["decoder", "classifier", "tagger"],
+                        help="train one model; the others' references come from their folders under --out, if there")
     args = parser.parse_args()
 
-    import sentencepiece
+    try:
+        import sentencepiece
+    except ImportError:
+        # Training the decoder needs it; the other stages only cross-check the decoder's
+        # tokenizer with it, and skip that check without it.
+        if args.only in (None, "decoder"):
+            raise
+        sentencepiece = None
     import transformers
 
     budget = Budget()
@@ -724,12 +981,14 @@ def main():
 
     decoder_dir = os.path.join(args.out, "kjv-decoder")
     classifier_dir = os.path.join(args.out, "kjv-classifier")
+    tagger_dir = os.path.join(args.out, "kjv-tagger")
     reference_dir = os.path.join(args.out, "reference")
-    for d in (decoder_dir, classifier_dir, reference_dir):
+    for d in (decoder_dir, classifier_dir, tagger_dir, reference_dir):
         os.makedirs(d, exist_ok=True)
     report = {"args": vars(args), "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-              "decoder": {}, "classifier": {}, "failures": []}
-    sp = sentencepiece.SentencePieceProcessor(model_file=os.path.join(args.data, "kjv_bpe.model"))
+              "decoder": {}, "classifier": {}, "tagger": {}, "failures": []}
+    sp = (sentencepiece.SentencePieceProcessor(model_file=os.path.join(args.data, "kjv_bpe.model"))
+          if sentencepiece is not None else None)
 
     def stage(name, fn):
         t0 = time.time()
@@ -772,18 +1031,27 @@ def main():
         state["eval"] = train_classifier(args, report, budget, classifier_dir)
         evaluate_classifier(classifier_dir, *state["eval"], report)
 
+    def tagger():
+        train_tagger(args, report, budget, tagger_dir)
+        evaluate_tagger(args, tagger_dir, report)
+
     tensors, meta = {}, {"note": "logits computed by transformers " + transformers.__version__ +
                          " (eager attention) in float64 from the exported weights, stored as float32"}
 
     def trained_before(model_dir):
         return os.path.exists(os.path.join(model_dir, "model.safetensors"))
 
-    if args.only != "classifier":
+    def wanted(name):
+        return args.only is None or args.only == name
+
+    if wanted("decoder"):
         stage("decoder_tokenizer", decoder_tokenizer)
-    if (stage("decoder", decoder) if args.only != "classifier" else trained_before(decoder_dir)):
+    if (stage("decoder", decoder) if wanted("decoder") else trained_before(decoder_dir)):
         stage("decoder_reference", lambda: decoder_reference(decoder_dir, sp, tensors, meta))
-    if (stage("classifier", classifier) if args.only != "decoder" else trained_before(classifier_dir)):
+    if (stage("classifier", classifier) if wanted("classifier") else trained_before(classifier_dir)):
         stage("classifier_reference", lambda: classifier_reference(classifier_dir, tensors, meta))
+    if (stage("tagger", tagger) if wanted("tagger") else trained_before(tagger_dir)):
+        stage("tagger_reference", lambda: tagger_reference(tagger_dir, tensors, meta))
     if tensors:
         save_safetensors(os.path.join(reference_dir, "reference.safetensors"), tensors)
         with open(os.path.join(reference_dir, "reference.json"), "w") as f:

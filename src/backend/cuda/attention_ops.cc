@@ -98,7 +98,7 @@ Status CudaAttention::Dense(const void* q, const void* k, const void* v, int64_t
   return cuda::DenseAttention(a, ctx_.stream());
 }
 
-Status CudaAttention::Pool(const Tensor& x, const AttentionBatch& batch, bool mean, Tensor& out) {
+Status CudaAttention::Pool(const Tensor& x, const AttentionBatch& batch, PoolMode mode, Tensor& out) {
   const int64_t S = batch.num_seqs;
   if (out.dim(0) != S || out.dim(1) != x.dim(1) || out.dtype() != x.dtype()) {
     return InvalidArgument("PoolRows: cannot pool " + x.DebugString() + " into " + out.DebugString());
@@ -111,9 +111,12 @@ Status CudaAttention::Pool(const Tensor& x, const AttentionBatch& batch, bool me
   if (S == 0) return Status::Ok();
   // The batch description starts with q_begin[S], then q_len[S]: the rows and their counts.
   FERRY_ASSIGN_OR_RETURN(const int32_t* begin, Meta(batch, 0, 0));
-  if (!mean)
+  if (mode == PoolMode::kFirst)
     return cuda::EmbeddingGather(x.raw(), x.dtype(), begin, S, x.dim(1), out.raw(), out.dtype(), ctx_.stream());
-  return cuda::MeanRows(x.raw(), x.dim(1), begin, begin + S, S, out.raw(), x.dtype(), ctx_.stream());
+  const cuda::RowReduce reduce = mode == PoolMode::kMean  ? cuda::RowReduce::kMean
+                                 : mode == PoolMode::kMax ? cuda::RowReduce::kMax
+                                                          : cuda::RowReduce::kLast;
+  return cuda::ReduceRows(x.raw(), x.dim(1), begin, begin + S, S, reduce, out.raw(), x.dtype(), ctx_.stream());
 }
 
 }  // namespace ferry::backend

@@ -21,7 +21,7 @@ class CudaAttention {
   Status Dense(const void* q, const void* k, const void* v, int64_t q_stride, int64_t kv_stride, DType dtype,
                int64_t tokens, const AttentionBatch& batch, const AttentionParams& params, Tensor& out);
   // Backend::PoolRows.
-  Status Pool(const Tensor& x, const AttentionBatch& batch, bool mean, Tensor& out);
+  Status Pool(const Tensor& x, const AttentionBatch& batch, PoolMode mode, Tensor& out);
 
  private:
   // The device batch description: the uploaded one, or the host spans' meta copied over with

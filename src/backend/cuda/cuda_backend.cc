@@ -121,8 +121,8 @@ class CudaBackend final : public Backend {
   Status Add(Tensor& x, const Tensor& y) override {
     return cuda::Add(x.raw(), y.raw(), x.numel(), x.dtype(), stream());
   }
-  Status PoolRows(const Tensor& x, const AttentionBatch& batch, bool mean, Tensor& out) override {
-    return attention_.Pool(x, batch, mean, out);
+  Status PoolRows(const Tensor& x, const AttentionBatch& batch, PoolMode mode, Tensor& out) override {
+    return attention_.Pool(x, batch, mode, out);
   }
   Status CopyColumns(const Tensor& src, int64_t col_begin, Tensor& dst) override {
     return cuda::CopyColumns(src.raw(), src.dim(0), src.dim(1), col_begin, dst.raw(), dst.dim(1), src.dtype(),
@@ -266,6 +266,18 @@ Result<CudaDeviceInfo> QueryCudaDevice(int device) {
   FERRY_CUDA_RETURN_IF_ERROR(cudaRuntimeGetVersion(&info.runtime_version));
   FERRY_CUDA_RETURN_IF_ERROR(cudaDriverGetVersion(&info.driver_version));
   info.cublaslt_version = cublasLtGetVersion();
+  return info;
+}
+
+Result<CudaMemoryInfo> QueryCudaMemory(int device) {
+  if (!CudaAvailable()) return Unavailable("no CUDA device is available");
+  int previous = 0;
+  FERRY_CUDA_RETURN_IF_ERROR(cudaGetDevice(&previous));
+  FERRY_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  CudaMemoryInfo info;
+  const cudaError_t err = cudaMemGetInfo(&info.free_bytes, &info.total_bytes);
+  FERRY_CUDA_RETURN_IF_ERROR(cudaSetDevice(previous));
+  FERRY_CUDA_RETURN_IF_ERROR(err);
   return info;
 }
 

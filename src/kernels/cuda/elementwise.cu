@@ -125,18 +125,29 @@ dim3 RowGrid(int64_t rows, int64_t nvec) {
 }
 
 // dst[i] = D(S(src[i])) through f32.
-// out[s, c] = mean of x[r, c] over rows [begin[s], begin[s] + len[s]): one thread per column,
-// f32 accumulation, rows read in order (the CPU's summation order).
+// out[s, c] = mean, max or last of x[r, c] over rows [begin[s], begin[s] + len[s]): one thread
+// per column, f32 accumulation, rows read in order (the CPU's summation order).
 template <typename T>
-__global__ void MeanRowsKernel(const T* x, int64_t cols, const int32_t* begin, const int32_t* len, T* out) {
+__global__ void ReduceRowsKernel(const T* x, int64_t cols, const int32_t* begin, const int32_t* len, int reduce,
+                                 T* out) {
   const int s = blockIdx.y;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= cols) return;
   const int64_t first = begin[s];
   const int n = len[s];
-  float sum = 0.0f;
-  for (int r = 0; r < n; ++r) sum += ToF32(x[(first + r) * cols + c]);
-  out[static_cast<int64_t>(s) * cols + c] = FromF32<T>(n > 0 ? sum / static_cast<float>(n) : 0.0f);
+  float value = 0.0f;
+  if (n > 0) {
+    if (reduce == static_cast<int>(RowReduce::kLast)) {
+      value = ToF32(x[(first + n - 1) * cols + c]);
+    } else if (reduce == static_cast<int>(RowReduce::kMax)) {
+      value = ToF32(x[first * cols + c]);
+      for (int r = 1; r < n; ++r) value = fmaxf(value, ToF32(x[(first + r) * cols + c]));
+    } else {
+      for (int r = 0; r < n; ++r) value += ToF32(x[(first + r) * cols + c]);
+      value /= static_cast<float>(n);
+    }
+  }
+  out[static_cast<int64_t>(s) * cols + c] = FromF32<T>(value);
 }
 
 template <typename S, typename D, int V>
@@ -212,15 +223,16 @@ Status CopyColumns(const void* src, int64_t rows, int64_t src_cols, int64_t col_
   });
 }
 
-Status MeanRows(const void* x, int64_t cols, const int32_t* begin, const int32_t* len, int64_t n, void* out, DType act,
-                cudaStream_t stream) {
-  if (cols <= 0 || n < 0 || n > 65535) return InvalidArgument("MeanRows: need cols > 0 and 0 <= n <= 65535");
+Status ReduceRows(const void* x, int64_t cols, const int32_t* begin, const int32_t* len, int64_t n, RowReduce reduce,
+                  void* out, DType act, cudaStream_t stream) {
+  if (cols <= 0 || n < 0 || n > 65535) return InvalidArgument("ReduceRows: need cols > 0 and 0 <= n <= 65535");
   if (n == 0) return Status::Ok();
-  if (x == nullptr || begin == nullptr || len == nullptr || out == nullptr) return InvalidArgument("MeanRows: null pointer");
-  return DispatchAct(act, "MeanRows", [&](auto tag) -> Status {
+  if (x == nullptr || begin == nullptr || len == nullptr || out == nullptr) return InvalidArgument("ReduceRows: null pointer");
+  return DispatchAct(act, "ReduceRows", [&](auto tag) -> Status {
     using T = decltype(tag);
     const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads), static_cast<unsigned>(n));
-    MeanRowsKernel<T><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(x), cols, begin, len, static_cast<T*>(out));
+    ReduceRowsKernel<T><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(x), cols, begin, len,
+                                                       static_cast<int>(reduce), static_cast<T*>(out));
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
     return Status::Ok();
   });

@@ -91,10 +91,14 @@ Status Add(void* x, const void* y, int64_t n, DType act, cudaStream_t stream);
 Status CopyColumns(const void* src, int64_t rows, int64_t src_cols, int64_t col_begin, void* dst, int64_t dst_cols,
                    DType act, cudaStream_t stream);
 
-// out[s, :] = the mean of rows [begin[s], begin[s] + len[s]) of x [*, cols] (f32 sums, in
-// row order); an empty range gives zeros. begin and len are device arrays of n entries.
-Status MeanRows(const void* x, int64_t cols, const int32_t* begin, const int32_t* len, int64_t n, void* out, DType act,
-                cudaStream_t stream);
+// How ReduceRows turns a range of rows into one.
+enum class RowReduce { kMean, kMax, kLast };
+
+// out[s, :] = the mean (f32 sums, in row order), the element-wise max or the last of rows
+// [begin[s], begin[s] + len[s]) of x [*, cols]; an empty range gives zeros. begin and len
+// are device arrays of n entries.
+Status ReduceRows(const void* x, int64_t cols, const int32_t* begin, const int32_t* len, int64_t n, RowReduce reduce,
+                  void* out, DType act, cudaStream_t stream);
 
 // dst = src converted element-wise, among kF32, kF16, kBF16 and kF8E4M3 (to e4m3: nearest
 // even, saturated to +-448, NaN stays NaN), as core/dtype.h converts on the host.

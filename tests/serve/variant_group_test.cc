@@ -1,0 +1,421 @@
+// QoS variant groups end to end, in process: the demo decoder as a bf16 checkpoint and an
+// int8 engine built here, under a synthetic burst (down and back up, no request failed,
+// gold always on its floor); the admin API, metrics and model cards; an encoder group; a
+// variant that produces NaN rolled back; and a group refused for memory.
+#include "serve/variant_group.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "engine/engine_builder.h"
+#include "io/temp_dir.h"
+#include "serve/server.h"
+#include "test_client.h"
+#include "test_util.h"
+
+namespace ferry::serve {
+namespace {
+
+using json = nlohmann::json;
+using testing::HttpReply;
+using testing::PostJson;
+using namespace std::chrono_literals;
+
+const std::map<std::string, std::string> kGold{{"Authorization", "Bearer sk-gold"}};
+const std::map<std::string, std::string> kSilver{{"Authorization", "Bearer sk-silver"}};
+const std::map<std::string, std::string> kAdmin{{"Authorization", "Bearer sk-admin"}};
+
+std::unique_ptr<Server> StartServer(const std::string& yaml) {
+  auto cfg = ParseServerConfig(yaml);
+  EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
+  if (!cfg.ok()) return nullptr;
+  auto s = Server::Create(cfg.value());
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  if (!s.ok()) return nullptr;
+  EXPECT_TRUE(s.value()->Start().ok());
+  EXPECT_TRUE(s.value()->WaitUntilReady(300000));
+  return std::move(s).value();
+}
+
+const std::string kHead =
+    "listener: {host: 127.0.0.1, port: 0, shutdown_timeout_ms: 20000}\n"
+    "auth: {mode: keys, admin_keys: [sk-admin]}\n"
+    "tiers:\n  gold: {priority: 1, min_variant: bf16}\n  silver: 2\n"
+    "tenants:\n  - {name: acme, tier: gold, keys: [sk-gold], requests_per_minute: 100000}\n  - {name: beta, tier: silver, keys: [sk-silver]}\n";
+
+// Polls GET /admin/qos/MODEL until the active variant is `want` (true) or `within` passes.
+bool WaitForActive(int port, const std::string& model, const std::string& want, std::chrono::seconds within) {
+  const auto deadline = std::chrono::steady_clock::now() + within;
+  while (std::chrono::steady_clock::now() < deadline) {
+    HttpReply r = testing::Http(port, "GET", "/admin/qos/" + model, "", kAdmin);
+    if (r.status == 200 && r.Json()["active"] == want) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return false;
+}
+
+json Completion(const std::string& prompt, int max_tokens) {
+  return {{"model", "kjv"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}};
+}
+
+// One reply as a client saw it.
+struct Seen {
+  int status = 0;
+  std::string variant;
+  std::string text;
+};
+
+class QosServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new ferry::testing::TempDir();
+    engine::BuildOptions int8;
+    int8.precision = Precision::kInt8;
+    int8.calibration_tokens = 2048;
+    int8.tune = false;
+    int8.threads = 2;
+    auto built = engine::BuildEngine(ferry::testing::SourcePath("models/demo/kjv-decoder"), dir_->File("int8.ferry"), int8);
+    ASSERT_TRUE(built.ok()) << built.status().ToString();
+    engine::BuildOptions wo;
+    wo.precision = Precision::kInt8WeightOnly;
+    wo.tune = false;
+    wo.threads = 2;
+    built = engine::BuildEngine(ferry::testing::SourcePath("models/demo/kjv-classifier"), dir_->File("cls-int8wo.ferry"),
+                                wo);
+    ASSERT_TRUE(built.ok()) << built.status().ToString();
+    const std::string root = ferry::testing::SourcePath("");
+    server_ = StartServer(
+                  kHead +
+                  "models:\n"
+                  "  - name: kjv\n    threads: 2\n"
+                  "    batching: {max_num_seqs: 4, max_num_batched_tokens: 64, max_seq_len: 256, "
+                  "max_queue_requests: 1024}\n"
+                  "    qos:\n      window_s: 1.5\n      min_dwell_s: 2\n      tick_ms: 50\n      min_samples: 5\n"
+                  "      signals: [queue_wait]\n      slo: {ttft_ms: 150}\n"
+                  "      rollback: {canary_prompt: \"And God said\", canary_tokens: 8, canary_min_agreement: 0.5}\n"
+                  "    variants:\n"
+                  "      - {name: bf16, path: " + root + "/models/demo/kjv-decoder}\n"
+                  "      - {name: int8, path: " + dir_->File("int8.ferry") + "}\n"
+                  "  - name: cls\n    threads: 2\n"
+                  "    dynamic_batching: {max_batch_size: 8, max_queue_delay_us: 1000, priority_levels: 2}\n"
+                  "    qos: {min_dwell_s: 1, tiers: {gold: {min_variant: f32}}, rollback: {canary_prompt: \"In the beginning\"}}\n"
+                  "    variants:\n"
+                  "      - {name: f32, path: " + root + "/models/demo/kjv-classifier}\n"
+                  "      - {name: int8-wo, path: " + dir_->File("cls-int8wo.ferry") + "}\n"
+                  "log: {level: warn, request_log: false}\n")
+                  .release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+    delete dir_;
+    dir_ = nullptr;
+  }
+  int port() const { return server_->port(); }
+
+  static ferry::testing::TempDir* dir_;
+  static Server* server_;
+};
+
+ferry::testing::TempDir* QosServerTest::dir_ = nullptr;
+Server* QosServerTest::server_ = nullptr;
+
+TEST_F(QosServerTest, BurstMovesTheGroupDownAndBackUpWithoutFailures) {
+  ASSERT_NE(server_, nullptr);
+  ASSERT_TRUE(WaitForActive(port(), "kjv", "bf16", 30s));
+  // Gold's reference output, from its floor variant.
+  const json gold_request = Completion("And the LORD said unto Moses,", 8);
+  HttpReply ref = PostJson(port(), "/v1/completions", gold_request, kGold);
+  ASSERT_EQ(ref.status, 200) << ref.body;
+  ASSERT_EQ(ref.headers["x-ferry-variant"], "bf16");
+  // The tenant's rate-limit headers come with the variant's, not instead of them.
+  EXPECT_EQ(ref.headers["x-ratelimit-limit-requests"], "100000");
+  const std::string gold_text = ref.Json()["choices"][0]["text"];
+
+  std::mutex mu;
+  std::vector<Seen> gold, silver;
+  std::atomic<bool> stop_gold{false}, stop_burst{false};
+  std::thread gold_client([&] {
+    while (!stop_gold.load()) {
+      HttpReply r = PostJson(port(), "/v1/completions", gold_request, kGold);
+      std::lock_guard<std::mutex> lock(mu);
+      gold.push_back(Seen{r.status, r.headers["x-ferry-variant"], r.status == 200 ? r.Json()["choices"][0]["text"].get<std::string>() : r.body});
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+  // The burst: 16 closed-loop silver clients against 4 sequence slots.
+  std::vector<std::thread> burst;
+  for (int c = 0; c < 16; ++c) {
+    burst.emplace_back([&, c] {
+      for (int i = 0; !stop_burst.load(); ++i) {
+        json req = Completion("And it came to pass " + std::to_string(c * 1000 + i), 24);
+        HttpReply r = PostJson(port(), "/v1/completions", req, kSilver);
+        std::lock_guard<std::mutex> lock(mu);
+        silver.push_back(Seen{r.status, r.headers["x-ferry-variant"], r.body});
+      }
+    });
+  }
+  const bool went_down = WaitForActive(port(), "kjv", "int8", 90s);
+  if (went_down) std::this_thread::sleep_for(1500ms);  // silver keeps arriving on int8 for a while
+  stop_burst = true;
+  for (auto& t : burst) t.join();
+  const bool came_back = went_down && WaitForActive(port(), "kjv", "bf16", 90s);
+  std::this_thread::sleep_for(300ms);  // a few gold requests after the return, too
+  stop_gold = true;
+  gold_client.join();
+
+  EXPECT_TRUE(went_down) << "the burst did not move the group down";
+  EXPECT_TRUE(came_back) << "the group did not come back up";
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_GT(gold.size(), 5u);
+  for (const Seen& g : gold) {
+    EXPECT_EQ(g.status, 200) << g.text;
+    EXPECT_EQ(g.variant, "bf16");
+    EXPECT_EQ(g.text, gold_text);  // the floor variant's own output, not int8's
+  }
+  int on_int8 = 0, on_bf16 = 0;
+  for (const Seen& s : silver) {
+    EXPECT_EQ(s.status, 200) << s.text;
+    on_int8 += s.variant == "int8";
+    on_bf16 += s.variant == "bf16";
+  }
+  EXPECT_GT(on_int8, 0);
+  EXPECT_GT(on_bf16, 0);
+  EXPECT_EQ(on_int8 + on_bf16, static_cast<int>(silver.size()));
+
+  // The switches, their reasons, and the decision log.
+  const std::string metrics = testing::Http(port(), "GET", "/metrics").body;
+  EXPECT_NE(metrics.find("ferry:qos_switches_total{model_name=\"kjv\",from=\"bf16\",to=\"int8\",reason=\"pressure_high\"}"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("ferry:qos_switches_total{model_name=\"kjv\",from=\"int8\",to=\"bf16\",reason=\"pressure_low\"}"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("ferry:qos_active_variant{model_name=\"kjv\",variant=\"bf16\"} 1"), std::string::npos);
+  EXPECT_NE(metrics.find("ferry:qos_active_variant{model_name=\"kjv\",variant=\"int8\"} 0"), std::string::npos);
+  EXPECT_NE(metrics.find("ferry:qos_variant_requests_total{model_name=\"kjv\",variant=\"int8\",tier=\"silver\"}"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("ferry:qos_variant_generation_tokens_total{model_name=\"kjv\",variant=\"int8\"}"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("ferry:qos_pressure{model_name=\"kjv\",signal=\"queue_wait:silver\"}"), std::string::npos);
+  const json qos = testing::Http(port(), "GET", "/admin/qos/kjv", "", kAdmin).Json();
+  int downs = 0, ups = 0;
+  for (const json& d : qos["decisions"]) {
+    if (d["kind"] != "switch") continue;
+    downs += d["action"] == "down";
+    ups += d["action"] == "up";
+    EXPECT_FALSE(d["reason"].get<std::string>().empty());
+  }
+  EXPECT_GE(downs, 1);
+  EXPECT_GE(ups, 1);
+}
+
+TEST_F(QosServerTest, AdminPinsClearsAndShowsTheGroup) {
+  ASSERT_NE(server_, nullptr);
+  // One model to clients, with its variants.
+  const json models = testing::Http(port(), "GET", "/v1/models", "", kSilver).Json();
+  ASSERT_EQ(models["data"].size(), 2u);
+  EXPECT_EQ(models["data"][0]["id"], "kjv");
+  ASSERT_EQ(models["data"][0]["ferry"]["variants"].size(), 2u);
+  EXPECT_EQ(models["data"][0]["ferry"]["variants"][1]["name"], "int8");
+  EXPECT_EQ(models["data"][0]["max_model_len"], 256);
+  EXPECT_EQ(models["data"][0]["ferry"]["routes"], json::array({"/v1/completions", "/v1/chat/completions"}));
+  EXPECT_EQ(testing::Http(port(), "GET", "/v1/models/kjv", "", kSilver).status, 200);
+  const json status = testing::Http(port(), "GET", "/admin/status", "", kAdmin).Json();
+  ASSERT_EQ(status["models"].size(), 2u);
+  EXPECT_EQ(status["models"][0]["id"], "kjv");
+  ASSERT_EQ(status["models"][0]["variant_batchers"].size(), 2u);
+  EXPECT_EQ(status["models"][0]["variant_batchers"][1]["variant"], "int8");
+  EXPECT_GT(status["models"][0]["variant_batchers"][1]["batcher"]["kv_blocks"].get<int>(), 0);
+  // The admin routes are for admins.
+  EXPECT_EQ(testing::Http(port(), "GET", "/admin/qos", "", kSilver).status, 403);
+  HttpReply all = testing::Http(port(), "GET", "/admin/qos", "", kAdmin);
+  ASSERT_EQ(all.status, 200);
+  ASSERT_EQ(all.Json()["models"].size(), 2u);
+  const json kjv = all.Json()["models"][0];
+  EXPECT_EQ(kjv["model"], "kjv");
+  EXPECT_EQ(kjv["floors"]["gold"], "bf16");
+  EXPECT_EQ(kjv["kind"], "decoder");
+  EXPECT_TRUE(kjv["variants"][1]["canary"]["passed"].get<bool>()) << kjv["variants"][1].dump();
+  EXPECT_GT(kjv["variants"][1]["probe_seconds"].get<double>(), 0.0);
+  EXPECT_TRUE(kjv["signals"].contains("pressures"));
+  // Pin int8: silver runs on it at once, gold stays on its floor.
+  HttpReply pin = PostJson(port(), "/admin/qos/kjv", {{"pin", "int8"}}, kAdmin);
+  ASSERT_EQ(pin.status, 200) << pin.body;
+  EXPECT_EQ(pin.Json()["active"], "int8");
+  EXPECT_EQ(pin.Json()["pin"], "int8");
+  HttpReply s = PostJson(port(), "/v1/completions", Completion("In the beginning", 4), kSilver);
+  ASSERT_EQ(s.status, 200);
+  EXPECT_EQ(s.headers["x-ferry-variant"], "int8");
+  HttpReply g = PostJson(port(), "/v1/completions", Completion("In the beginning", 4), kGold);
+  ASSERT_EQ(g.status, 200);
+  EXPECT_EQ(g.headers["x-ferry-variant"], "bf16");
+  // Chat completions and /tokenize are admitted the same way: rendered with the chosen
+  // variant's chat template (the engine file carries the checkpoint's) and run on it.
+  const json chat = {{"model", "kjv"},
+                     {"messages", {{{"role", "user"}, {"content", "In the beginning"}}}},
+                     {"max_tokens", 4},
+                     {"temperature", 0}};
+  HttpReply cs = PostJson(port(), "/v1/chat/completions", chat, kSilver);
+  ASSERT_EQ(cs.status, 200) << cs.body;
+  EXPECT_EQ(cs.headers["x-ferry-variant"], "int8");
+  EXPECT_EQ(cs.Json()["object"], "chat.completion");
+  EXPECT_EQ(cs.Json()["model"], "kjv");
+  HttpReply cg = PostJson(port(), "/v1/chat/completions", chat, kGold);
+  ASSERT_EQ(cg.status, 200) << cg.body;
+  EXPECT_EQ(cg.headers["x-ferry-variant"], "bf16");
+  HttpReply tok = PostJson(port(), "/tokenize", {{"model", "kjv"}, {"prompt", "In the beginning"}}, kSilver);
+  ASSERT_EQ(tok.status, 200) << tok.body;
+  EXPECT_EQ(tok.headers["x-ferry-variant"], "int8");
+  EXPECT_GT(tok.Json()["count"].get<int>(), 0);
+  // Bad requests fail alone with a clear error.
+  HttpReply bad = PostJson(port(), "/admin/qos/kjv", {{"pin", "fp4"}}, kAdmin);
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.Json()["error"]["message"].get<std::string>().find("no variant 'fp4'"), std::string::npos);
+  EXPECT_EQ(PostJson(port(), "/admin/qos/kjv", {{"pinn", "int8"}}, kAdmin).status, 400);
+  EXPECT_EQ(PostJson(port(), "/admin/qos/kjv", {{"pin", 3}}, kAdmin).status, 400);
+  EXPECT_EQ(PostJson(port(), "/admin/qos/nope", {{"pin", "auto"}}, kAdmin).status, 404);
+  EXPECT_EQ(testing::Http(port(), "DELETE", "/admin/qos/kjv", "", kAdmin).status, 405);
+  // Clearing a healthy variant is a no-op; "auto" hands the group back to the controller,
+  // which returns to the top once the dwell time has passed.
+  EXPECT_EQ(PostJson(port(), "/admin/qos/kjv", {{"clear", "all"}}, kAdmin).status, 200);
+  HttpReply back = PostJson(port(), "/admin/qos/kjv", {{"pin", "auto"}}, kAdmin);
+  ASSERT_EQ(back.status, 200);
+  EXPECT_EQ(back.Json()["pin"], "auto");
+  EXPECT_TRUE(WaitForActive(port(), "kjv", "bf16", 30s));
+  const json after = testing::Http(port(), "GET", "/admin/qos/kjv", "", kAdmin).Json();
+  bool pinned = false;
+  for (const json& d : after["decisions"]) pinned = pinned || (d["kind"] == "switch" && d["code"] == "pin");
+  EXPECT_TRUE(pinned);
+  const std::string metrics = testing::Http(port(), "GET", "/metrics").body;
+  EXPECT_NE(metrics.find("ferry:qos_switches_total{model_name=\"kjv\",from=\"bf16\",to=\"int8\",reason=\"pin\"} 1"),
+            std::string::npos);
+}
+
+TEST_F(QosServerTest, EncoderGroupsRouteWholeRequestsPerTier) {
+  ASSERT_NE(server_, nullptr);
+  const json req = {{"model", "cls"}, {"input", json::array({"In the beginning God created", "Jesus wept."})}};
+  HttpReply before = PostJson(port(), "/v1/classify", req, kSilver);
+  ASSERT_EQ(before.status, 200) << before.body;
+  EXPECT_EQ(before.headers["x-ferry-variant"], "f32");
+  ASSERT_EQ(PostJson(port(), "/admin/qos/cls", {{"pin", "int8-wo"}}, kAdmin).status, 200);
+  HttpReply s = PostJson(port(), "/v1/classify", req, kSilver);
+  ASSERT_EQ(s.status, 200) << s.body;
+  EXPECT_EQ(s.headers["x-ferry-variant"], "int8-wo");
+  ASSERT_EQ(s.Json()["data"].size(), 2u);
+  // The int8-wo classifier agrees with f32 on these labels (quality table: same accuracy).
+  EXPECT_EQ(s.Json()["data"][0]["label"], before.Json()["data"][0]["label"]);
+  HttpReply g = PostJson(port(), "/v1/classify", req, kGold);
+  ASSERT_EQ(g.status, 200);
+  EXPECT_EQ(g.headers["x-ferry-variant"], "f32");  // the group's own floor for gold
+  const json qos = PostJson(port(), "/admin/qos/cls", {{"pin", "auto"}}, kAdmin).Json();
+  EXPECT_EQ(qos["kind"], "encoder");
+  EXPECT_TRUE(qos["variants"][1]["canary"]["passed"].get<bool>()) << qos["variants"][1].dump();
+  EXPECT_TRUE(WaitForActive(port(), "cls", "f32", 30s));
+}
+
+// A copy of the demo decoder whose final norm is NaN: every request on it fails with
+// non-finite logits.
+std::string BrokenDecoder(const ferry::testing::TempDir& dir) {
+  namespace fs = std::filesystem;
+  const std::string src = ferry::testing::SourcePath("models/demo/kjv-decoder");
+  const std::string dst = dir.File("broken");
+  fs::create_directories(dst);
+  for (const auto& e : fs::directory_iterator(src)) fs::copy_file(e.path(), dst + "/" + e.path().filename().string());
+  std::fstream f(dst + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t header_len = 0;
+  f.read(reinterpret_cast<char*>(&header_len), 8);
+  std::string header(header_len, '\0');
+  f.read(header.data(), static_cast<std::streamsize>(header_len));
+  const json h = json::parse(header);
+  const json& norm = h.at("model.norm.weight");
+  EXPECT_EQ(norm["dtype"], "BF16");
+  const uint64_t begin = norm["data_offsets"][0].get<uint64_t>();
+  const uint64_t end = norm["data_offsets"][1].get<uint64_t>();
+  f.seekp(static_cast<std::streamoff>(8 + header_len + begin));
+  const uint16_t nan = 0x7FC0;
+  for (uint64_t b = begin; b < end; b += 2) f.write(reinterpret_cast<const char*>(&nan), 2);
+  EXPECT_TRUE(f.good());
+  return dst;
+}
+
+TEST(QosRollbackTest, AVariantThatProducesNaNIsLeftUntilAnAdministratorClearsIt) {
+  ferry::testing::TempDir dir;
+  const std::string broken = BrokenDecoder(dir);
+  const std::string root = ferry::testing::SourcePath("");
+  std::unique_ptr<Server> server = StartServer(
+      kHead +
+      "models:\n"
+      "  - name: kjv\n    threads: 2\n    batching: {max_num_seqs: 4, max_num_batched_tokens: 64, max_seq_len: 128}\n"
+      "    qos: {window_s: 2, min_dwell_s: 1, tick_ms: 50, project_upgrade: false, "
+      "rollback: {error_rate: 0.5, min_errors: 3}}\n"
+      "    variants:\n"
+      "      - {name: bf16, path: " + root + "/models/demo/kjv-decoder}\n"
+      "      - {name: broken, path: " + broken + ", warmup: false}\n"
+      "log: {level: error, request_log: false}\n");
+  ASSERT_NE(server, nullptr);
+  const int port = server->port();
+  ASSERT_EQ(PostJson(port, "/admin/qos/kjv", {{"pin", "broken"}}, kAdmin).status, 200);
+  // Requests on the broken variant fail alone with a 500 naming the cause...
+  int failed = 0;
+  for (int i = 0; i < 3; ++i) {
+    HttpReply r = PostJson(port, "/v1/completions", Completion("In the beginning", 4), kSilver);
+    if (r.status == 500) {
+      ++failed;
+      EXPECT_NE(r.body.find("non-finite"), std::string::npos) << r.body;
+    }
+  }
+  EXPECT_EQ(failed, 3);
+  // ...until the error window marks it unhealthy and the group rolls back, pin or not.
+  ASSERT_TRUE(WaitForActive(port, "kjv", "bf16", 30s));
+  json qos = testing::Http(port, "GET", "/admin/qos/kjv", "", kAdmin).Json();
+  EXPECT_FALSE(qos["variants"][1]["healthy"].get<bool>());
+  EXPECT_NE(qos["variants"][1]["unhealthy_reason"].get<std::string>().find("engine errors: 3 of 3"), std::string::npos)
+      << qos["variants"][1].dump();
+  EXPECT_EQ(qos["pin"], "auto");
+  bool rolled_back = false;
+  for (const json& d : qos["decisions"]) rolled_back = rolled_back || d["code"] == "pin_released";
+  EXPECT_TRUE(rolled_back) << qos["decisions"].dump();
+  HttpReply ok = PostJson(port, "/v1/completions", Completion("In the beginning", 4), kSilver);
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_EQ(ok.headers["x-ferry-variant"], "bf16");
+  // It stays out, and cannot be pinned, until an administrator clears it.
+  std::this_thread::sleep_for(2500ms);  // the errors have left the window
+  qos = testing::Http(port, "GET", "/admin/qos/kjv", "", kAdmin).Json();
+  EXPECT_FALSE(qos["variants"][1]["healthy"].get<bool>());
+  HttpReply refused = PostJson(port, "/admin/qos/kjv", {{"pin", "broken"}}, kAdmin);
+  EXPECT_EQ(refused.status, 409);
+  EXPECT_NE(testing::Http(port, "GET", "/metrics").body.find(
+                "ferry:qos_variant_healthy{model_name=\"kjv\",variant=\"broken\"} 0"),
+            std::string::npos);
+  HttpReply cleared = PostJson(port, "/admin/qos/kjv", {{"clear", "broken"}}, kAdmin);
+  ASSERT_EQ(cleared.status, 200);
+  EXPECT_TRUE(cleared.Json()["variants"][1]["healthy"].get<bool>());
+}
+
+TEST(QosMemoryTest, AGroupThatCannotFitIsRefusedNamingTheSizes) {
+  const std::string root = ferry::testing::SourcePath("");
+  // 100,000 sequences of 512 tokens: a KV cache of hundreds of GiB per variant.
+  Result<ServerConfig> cfg = ParseServerConfig(
+      "auth: {mode: none}\nmodels:\n"
+      "  - name: kjv\n    batching: {max_num_seqs: 100000, max_num_batched_tokens: 100000}\n"
+      "    variants:\n"
+      "      - {name: a, path: " + root + "/models/demo/kjv-decoder}\n"
+      "      - {name: b, path: " + root + "/models/demo/kjv-decoder}\n");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  ServerMetrics metrics;
+  QosMetrics qos_metrics(metrics.registry);
+  Result<std::unique_ptr<VariantGroup>> g = VariantGroup::Create(*cfg, cfg->models[0], metrics, qos_metrics, nullptr);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), StatusCode::kResourceExhausted);
+  const std::string m = g.status().message();
+  EXPECT_NE(m.find("the variants of model 'kjv' need"), std::string::npos) << m;
+  EXPECT_NE(m.find("a: weights 12.8 MiB + KV 195.31 GiB"), std::string::npos) << m;
+  EXPECT_NE(m.find("available of"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace ferry::serve
