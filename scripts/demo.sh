@@ -32,6 +32,10 @@ Try, from another terminal:
     -d '{"model": "kjv-decoder", "prompt": "And the LORD said unto", "max_tokens": 48, "temperature": 0}'
   curl -N $url/v1/completions -H 'Content-Type: application/json' \\
     -d '{"model": "kjv-decoder", "prompt": "In the beginning", "max_tokens": 48, "temperature": 0.8, "top_p": 0.95, "seed": 7, "stream": true}'
+  curl $url/v1/chat/completions -H 'Content-Type: application/json' \\
+    -d '{"model": "kjv-decoder", "messages": [{"role": "system", "content": "The Psalms of David."}, {"role": "user", "content": "The LORD is my shepherd; I shall not want."}], "max_tokens": 48, "temperature": 0}'
+  curl -N $url/v1/chat/completions -H 'Content-Type: application/json' \\
+    -d '{"model": "kjv-decoder", "messages": [{"role": "user", "content": "In the beginning God created the heaven and the earth."}], "max_tokens": 32, "seed": 3, "stream": true}'
   curl $url/v1/classify -H 'Content-Type: application/json' \\
     -d '{"model": "kjv-classifier", "input": ["Comfort ye, comfort ye my people, saith your God.", "Jesus wept."]}'
   curl $url/v1/embeddings -H 'Content-Type: application/json' \\

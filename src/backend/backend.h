@@ -78,7 +78,11 @@ struct TokenSampling {
   float repetition_penalty = 1.0f;
   uint64_t seed = 0;
   uint64_t counter = 0;
-  std::span<const int32_t> history;  // prompt and generated tokens (repetition penalty)
+  std::span<const int32_t> history;  // prompt and generated tokens (the last `counter` are generated)
+  float presence_penalty = 0.0f;     // OpenAI's, on generated tokens
+  float frequency_penalty = 0.0f;
+  std::span<const std::pair<int32_t, float>> logit_bias;  // token id -> added to its logit
+  std::span<const int32_t> banned;   // ids that may not be drawn (stop ids before min_tokens)
 };
 
 // How PoolRows reduces a sequence's rows to one (sentence-transformers' pooling modes).
@@ -93,6 +97,8 @@ class Backend {
   // Activation buffers live on the backend's device. Out of memory is ResourceExhausted,
   // naming the size and the device.
   virtual Result<Tensor> Allocate(const Shape& shape, DType dtype) = 0;
+  // A GPU's free and total memory in bytes (cudaMemGetInfo); nullopt for the host.
+  virtual std::optional<std::pair<size_t, size_t>> DeviceMemory() const { return std::nullopt; }
   // The dtype models keep activations in (f32 on the CPU; bf16 or f16 on GPUs).
   virtual DType activation_dtype() const { return DType::kF32; }
   // The dtype of the paged KV cache the engine allocates for this backend.

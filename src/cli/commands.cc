@@ -26,6 +26,7 @@ int Main(int argc, char** argv) {
   RegisterEval(app, exit_code);
   RegisterBuild(app, exit_code);
   RegisterServe(app, exit_code);
+  RegisterRenderChat(app, exit_code);
   try {
     app.parse(argc, argv);  // the chosen subcommand's callback runs here and sets exit_code
   } catch (const CLI::ParseError& e) {

@@ -20,6 +20,8 @@ void RegisterBuild(CLI::App& app, int& exit_code);
 void RegisterColdstart(CLI::App& bench, int& exit_code);
 // Adds `serve` under the `bench` subcommand: the HTTP load generator.
 void RegisterBenchServe(CLI::App& bench, int& exit_code);
+// `ferry render-chat`: a chat template rendered for one conversation.
+void RegisterRenderChat(CLI::App& app, int& exit_code);
 // `ferry serve`: the HTTP server.
 void RegisterServe(CLI::App& app, int& exit_code);
 

@@ -47,6 +47,16 @@ Result<std::shared_ptr<Engine>> Engine::Load(const std::string& path, const Engi
     if (!tok.ok()) return tok.status().WithContext("loading the tokenizer of '" + path + "'");
     e->SetTokenizer(std::move(tok).value());
   }
+  std::map<std::string, std::string> settings;
+  for (const char* name : {"tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+                           "chat_template.jinja"}) {
+    const fs::path p = fs::path(path) / name;
+    if (!fs::exists(p, ec)) continue;
+    FERRY_ASSIGN_OR_RETURN(settings[name], ReadFileToString(p.string()));
+  }
+  auto tc = tokenizer::ParseTokenizerConfig(settings);
+  if (!tc.ok()) return tc.status().WithContext("loading '" + path + "'");
+  e->tokenizer_config_ = std::move(tc).value();
   {
     auto read = [&path](const std::string& name) -> std::optional<std::string> {
       std::error_code ec;
@@ -129,6 +139,9 @@ Result<std::shared_ptr<Engine>> Engine::LoadEngineFile(const std::string& path, 
     if (!tok.ok()) return tok.status().WithContext(where + ": embedded tokenizer");
     e->SetTokenizer(std::move(tok).value());
   }
+  auto tc = tokenizer::ParseTokenizerConfig(files);
+  if (!tc.ok()) return tc.status().WithContext(where);
+  e->tokenizer_config_ = std::move(tc).value();
 
   {
     auto read = [&files](const std::string& name) -> std::optional<std::string> {

@@ -14,6 +14,7 @@
 #include "model/decoder.h"
 #include "model/encoder.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_config.h"
 
 namespace ferry::engine {
 
@@ -47,6 +48,10 @@ class Engine {
   bool is_decoder() const { return decoder_ != nullptr; }
   // Null when the folder has no tokenizer files (token ids only).
   const tokenizer::Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  // The transformers-side settings around the tokenizer (special tokens, chat templates),
+  // from tokenizer_config.json, special_tokens_map.json, generation_config.json and
+  // chat_template.jinja; empty when the model has none of them.
+  const tokenizer::TokenizerConfig& tokenizer_config() const { return tokenizer_config_; }
   model::DecoderModel* decoder() const { return decoder_.get(); }
   model::EncoderModel* encoder() const { return encoder_.get(); }
   backend::Backend& backend() const { return *backend_; }
@@ -68,6 +73,7 @@ class Engine {
   io::ModelConfig config_;
   std::unique_ptr<backend::Backend> backend_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  tokenizer::TokenizerConfig tokenizer_config_;
   size_t max_token_bytes_ = 1;  // the longest text one token stands for
   void SetTokenizer(std::unique_ptr<tokenizer::Tokenizer> tok);
   std::shared_ptr<const void> weights_keepalive_;

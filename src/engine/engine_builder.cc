@@ -32,8 +32,9 @@ namespace fs = std::filesystem;
 namespace {
 
 // Text tokenizer/config files embedded verbatim in the manifest; binary ones as blobs.
-const char* const kTextFiles[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                                  "generation_config.json", "vocab.txt", "config.json"};
+const char* const kTextFiles[] = {"tokenizer.json",         "tokenizer_config.json", "special_tokens_map.json",
+                                  "generation_config.json", "vocab.txt",             "config.json",
+                                  "chat_template.jinja"};
 const char* const kBinaryFiles[] = {"tokenizer.model"};
 
 // What a precision means for the weights: how linears are stored, the dtype of the other

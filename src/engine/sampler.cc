@@ -17,6 +17,14 @@ Status SamplingParams::Validate() const {
   if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) {
     return InvalidArgument("repetition_penalty must be a finite number > 0");
   }
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) return InvalidArgument("presence_penalty must be in [-2, 2]");
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
+    return InvalidArgument("frequency_penalty must be in [-2, 2]");
+  }
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0) return InvalidArgument("logit_bias: token ids must be >= 0");
+    if (!(bias >= -100.0f && bias <= 100.0f)) return InvalidArgument("logit_bias values must be in [-100, 100]");
+  }
   return Status::Ok();
 }
 
@@ -59,10 +67,17 @@ double UniformDraw(uint64_t seed, uint64_t counter) {
 }
 
 int32_t Sampler::Sample(std::span<const float> logits, const SamplingParams& p, std::span<const int32_t> history,
-                        uint64_t seed, uint64_t counter) {
+                        uint64_t seed, uint64_t counter, std::span<const int32_t> banned) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
   scratch_.assign(logits.begin(), logits.end());
-  if (p.repetition_penalty != 1.0f) {
+  const kernels::RowPenalties penalties{history,     static_cast<size_t>(counter), p.repetition_penalty,
+                                        p.presence_penalty, p.frequency_penalty,   p.logit_bias,
+                                        banned};
+  if (kernels::NeedsAdjustments(penalties)) {
+    adjust_.clear();
+    kernels::CollectLogitAdjustments(penalties, 0, vocab, adjust_);
+    for (const kernels::LogitAdjustment& a : adjust_) scratch_[a.id] = kernels::AdjustLogit(logits[a.id], a);
+  } else if (p.repetition_penalty != 1.0f) {
     // Each distinct earlier token is penalised once (as transformers' gather/scatter does):
     // positive logits divided, negative ones multiplied.
     seen_.resize(vocab, 0);

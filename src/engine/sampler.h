@@ -1,5 +1,8 @@
-// Token sampling from logits: greedy, temperature, top-k, top-p, min-p, repetition penalty,
-// seeded. The processors apply in transformers' order: penalty, temperature, top-k, top-p, min-p.
+// Token sampling from logits: greedy, temperature, top-k, top-p, min-p, repetition,
+// presence and frequency penalties, logit bias, banned ids, seeded. The processors apply in
+// vLLM's order: logit bias and banned ids, repetition penalty, frequency and presence
+// penalties (kernels/logit_adjust.h, shared with the GPU), then temperature, top-k, top-p,
+// min-p.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +12,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kernels/logit_adjust.h"
 
 namespace ferry::engine {
 
@@ -21,7 +25,10 @@ struct SamplingParams {
   int top_k = 0;                    // 0 = off
   float top_p = 1.0f;               // 1 = off
   float min_p = 0.0f;               // 0 = off
-  float repetition_penalty = 1.0f;  // 1 = off
+  float repetition_penalty = 1.0f;  // 1 = off; prompt and output tokens
+  float presence_penalty = 0.0f;    // OpenAI's, -2..2: subtracted once from every token the output contains
+  float frequency_penalty = 0.0f;   // -2..2: subtracted once per occurrence in the output
+  std::vector<std::pair<int32_t, float>> logit_bias;  // token id -> bias in [-100, 100]
   std::optional<uint64_t> seed;     // absent: seeded from the request id
 
   Status Validate() const;
@@ -42,10 +49,10 @@ struct TokenOutput {
 class Sampler {
  public:
   // Picks the next token. `history` is the prompt plus the tokens generated so far (for the
-  // repetition penalty); `counter` is the number of tokens generated so far. Ties in greedy
-  // mode go to the lowest id, as argmax does.
+  // penalties); `counter` is the number of tokens generated so far (the tail of `history`).
+  // `banned` ids are never drawn. Ties in greedy mode go to the lowest id, as argmax does.
   int32_t Sample(std::span<const float> logits, const SamplingParams& params, std::span<const int32_t> history,
-                 uint64_t seed, uint64_t counter);
+                 uint64_t seed, uint64_t counter, std::span<const int32_t> banned = {});
 
   // The chosen token's log-probability under the unprocessed distribution (what the APIs
   // report) and, for top_k > 0, the k most likely tokens (ties to the lower id).
@@ -59,6 +66,7 @@ class Sampler {
   std::vector<int32_t> candidates_;
   std::vector<uint8_t> seen_;
   std::vector<double> probs_;
+  std::vector<kernels::LogitAdjustment> adjust_;
 };
 
 // A uniform double in [0, 1) for draw `counter` of stream `seed` (Philox4x32-10).

@@ -126,6 +126,9 @@ SamplingParams ParamsOf(const backend::TokenSampling& s) {
   p.top_p = s.top_p;
   p.min_p = s.min_p;
   p.repetition_penalty = s.repetition_penalty;
+  p.presence_penalty = s.presence_penalty;
+  p.frequency_penalty = s.frequency_penalty;
+  p.logit_bias.assign(s.logit_bias.begin(), s.logit_bias.end());
   return p;
 }
 
@@ -178,7 +181,8 @@ Result<std::vector<SeqResult>> StepExecutor::SampleOnHost(const Tensor& logits, 
       out[i].finite = false;
       continue;
     }
-    out[i].token = sampler_.Sample(last, ParamsOf(s.sampling), s.sampling.history, s.sampling.seed, s.sampling.counter);
+    out[i].token = sampler_.Sample(last, ParamsOf(s.sampling), s.sampling.history, s.sampling.seed, s.sampling.counter,
+                                   s.sampling.banned);
   }
   ScoreOnHost(logits, steps, out);
   return out;

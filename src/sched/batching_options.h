@@ -20,6 +20,7 @@ struct ContinuousBatchingOptions {
   int max_queue_requests = 256;       // waiting requests before 429
   int64_t max_queue_tokens = 262144;  // waiting prompt tokens before 429
   int64_t default_timeout_ms = 0;     // end-to-end limit per request; 0: none
+  bool enable_prefix_caching = true;  // share and keep full KV blocks by content (vLLM's automatic prefix caching)
   // Longest a request may wait before it first runs: one that waits longer is refused
   // (429), and one whose estimated wait is longer is refused at once. 0: no limit.
   int64_t max_queue_time_ms = 30000;

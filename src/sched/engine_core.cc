@@ -21,6 +21,42 @@ namespace {
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// vLLM's gpu_memory_utilization: the KV cache gets what is left of that fraction of the
+// device's memory once the weights are loaded, keeping a reserve for a step's activations
+// and logits (the largest step: max_num_batched_tokens tokens, max_num_seqs logits rows).
+Result<int> KvBlocksForMemory(const engine::Engine& e, const engine::KvCacheConfig& kc,
+                              const EngineCoreOptions& options, int max_seq) {
+  const auto memory = e.backend().DeviceMemory();
+  if (!memory) {
+    FERRY_LOG_WARN("gpu_memory_utilization applies to GPUs; the KV cache on {} holds max_num_seqs sequences",
+                   e.backend().Name());
+    return kc.num_blocks;
+  }
+  const auto [free, total] = *memory;
+  const io::ModelConfig& c = e.config();
+  const double used = static_cast<double>(total - free);
+  const double act_bytes = static_cast<double>(DTypeSize(e.backend().activation_dtype()));
+  const double reserve =
+      static_cast<double>(options.batching.max_num_batched_tokens) *
+          (4.0 * c.hidden_size + 2.0 * c.intermediate_size) * act_bytes * 2.0 +
+      static_cast<double>(options.batching.max_num_seqs) * static_cast<double>(c.vocab_size) * 4.0 * 3.0 +
+      256.0 * 1024 * 1024;
+  const double block_bytes = 2.0 * kc.num_layers * kc.num_kv_heads * kc.block_tokens * kc.head_dim *
+                             static_cast<double>(DTypeSize(kc.dtype));
+  const double budget = static_cast<double>(total) * options.gpu_memory_utilization - used - reserve;
+  const int blocks = budget > 0 ? static_cast<int>(budget / block_bytes) : 0;
+  const int one_sequence = (max_seq + kc.block_tokens - 1) / kc.block_tokens;
+  if (blocks < std::max(one_sequence, 1)) {
+    return ResourceExhausted("gpu_memory_utilization " + std::to_string(options.gpu_memory_utilization) +
+                             " leaves room for " + std::to_string(blocks) + " KV blocks; one sequence of " +
+                             std::to_string(max_seq) + " tokens needs " +
+                             std::to_string(one_sequence));
+  }
+  FERRY_LOG_INFO("{}: KV cache of {} blocks ({:.2f} GiB) for gpu_memory_utilization {}", e.path(), blocks,
+                 blocks * block_bytes / (1024.0 * 1024 * 1024), options.gpu_memory_utilization);
+  return blocks;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::string name, std::shared_ptr<engine::Engine> engine,
@@ -49,7 +85,11 @@ Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::string name, std::sh
   kc.head_dim = c.head_dim;
   kc.block_tokens = options.batching.kv_block_tokens;
   kc.num_blocks = kv_seqs * ((max_seq + kc.block_tokens - 1) / kc.block_tokens);
+  if (options.gpu_memory_utilization > 0) {
+    FERRY_ASSIGN_OR_RETURN(kc.num_blocks, KvBlocksForMemory(*core->engine_, kc, options, max_seq));
+  }
   kc.dtype = core->engine_->backend().kv_cache_dtype();
+  kc.prefix_caching = options.batching.enable_prefix_caching;
   FERRY_ASSIGN_OR_RETURN(core->cache_, engine::KvCache::Create(kc, core->engine_->backend()));
   core->executor_ = std::make_unique<engine::StepExecutor>(*core->engine_->decoder(), *core->cache_);
   if (options.step_graphs) {
@@ -68,6 +108,21 @@ Status EngineCore::Validate(const GenerationRequest& request) const {
   const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
   if (prompt_len == 0) return InvalidArgument("the prompt is empty");
   if (request.max_tokens < 1) return InvalidArgument("max_tokens must be at least 1");
+  if (request.min_tokens < 0 || request.min_tokens > request.max_tokens) {
+    return InvalidArgument("min_tokens must be between 0 and max_tokens");
+  }
+  for (const auto& [id, bias] : request.sampling.logit_bias) {
+    if (id >= vocab_size_) {
+      return InvalidArgument("logit_bias token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                             std::to_string(vocab_size_) + ")");
+    }
+  }
+  for (int32_t id : request.stop_token_ids) {
+    if (id < 0 || id >= vocab_size_) {
+      return InvalidArgument("stop_token_ids: " + std::to_string(id) + " is outside the vocabulary [0, " +
+                             std::to_string(vocab_size_) + ")");
+    }
+  }
   FERRY_RETURN_IF_ERROR(request.sampling.Validate());
   if (prompt_len + request.max_tokens > max_seq_len_) {
     return OutOfRange("this model's maximum context length is " + std::to_string(max_seq_len_) +
@@ -90,6 +145,8 @@ void EngineCore::Add(uint64_t handle, GenerationRequest request) {
   seq->prompt_len = static_cast<int32_t>(request.prompt.size());
   seq->tokens = request.prompt;
   seq->seed = request.sampling.seed.value_or(handle * 0x9E3779B97F4A7C15ull);
+  if (!request.ignore_eos) seq->stop_set = request.stop_ids;
+  seq->stop_set.insert(seq->stop_set.end(), request.stop_token_ids.begin(), request.stop_token_ids.end());
   if (options_.default_timeout_ms > 0 && !request.deadline) {
     request.deadline = request.arrival + std::chrono::milliseconds(options_.default_timeout_ms);
   }
@@ -190,7 +247,23 @@ bool EngineCore::Step(std::vector<GenerationEvent>& out) {
     return v;
   };
   for (uint64_t h : running_) in.running.push_back(view(*seqs_.at(h)));
-  for (uint64_t h : waiting_) in.waiting.push_back(view(*seqs_.at(h)));
+  for (uint64_t h : waiting_) {
+    Seq& s = *seqs_.at(h);
+    SeqView v = view(s);
+    s.prefix_blocks = 0;
+    // Requests that want every prompt row's logits (echo with logprobs, kept logits) compute
+    // their whole prompt; the others start after the longest cached prefix, leaving at least
+    // the last token to compute (its logits pick the first new token).
+    if (cache_->prefix_caching() && !s.req.prompt_logprobs && !s.req.keep_logits) {
+      cache_->HashBlocks(s.tokens, s.block_hashes);
+      const int max_blocks = (static_cast<int>(s.tokens.size()) - 1) / in.block_tokens;
+      const engine::PrefixMatch m = cache_->FindCachedPrefix(s.block_hashes, s.tokens, max_blocks);
+      s.prefix_blocks = m.blocks;
+      v.num_computed = m.blocks * in.block_tokens;
+      v.cached_free_blocks = m.free_blocks;
+    }
+    in.waiting.push_back(v);
+  }
   const Decision d = PlanStep(in);
 
   for (uint64_t h : d.preempted) {
@@ -217,6 +290,18 @@ bool EngineCore::Step(std::vector<GenerationEvent>& out) {
       s.admitted_once = true;
       ++admitted_;
     }
+    if (!cache_->prefix_caching()) continue;
+    if (s.prefix_blocks > 0) {
+      const Status adopted = cache_->AdoptPrefix(static_cast<int64_t>(h), s.block_hashes, s.tokens, s.prefix_blocks);
+      if (adopted.ok()) {
+        s.num_computed = s.prefix_blocks * cache_->config().block_tokens;
+      } else {
+        FERRY_LOG_WARN("{}: cached prefix not taken ({}); computing it", name_, adopted.message());
+      }
+    }
+    prefix_queried_ += static_cast<int64_t>(s.tokens.size());
+    prefix_hits_ += s.num_computed;
+    if (observer_ != nullptr) observer_->OnPrefixCache(static_cast<int64_t>(s.tokens.size()), s.num_computed);
   }
   if (d.steps.empty()) return false;
 
@@ -284,9 +369,19 @@ Status EngineCore::RunSteps(const std::vector<Seq*>& seqs, const std::vector<int
     st.logprobs = s.req.logprobs;
     st.keep_logits = s.req.keep_logits;
     const engine::SamplingParams& sp = s.req.sampling;
-    st.sampling = backend::TokenSampling{sp.greedy() ? 0.0f : sp.temperature, sp.top_k, sp.top_p, sp.min_p,
-                                         sp.repetition_penalty, s.seed, static_cast<uint64_t>(s.generated),
-                                         std::span<const int32_t>(s.tokens)};
+    st.sampling = backend::TokenSampling();
+    st.sampling.temperature = sp.greedy() ? 0.0f : sp.temperature;
+    st.sampling.top_k = sp.top_k;
+    st.sampling.top_p = sp.top_p;
+    st.sampling.min_p = sp.min_p;
+    st.sampling.repetition_penalty = sp.repetition_penalty;
+    st.sampling.seed = s.seed;
+    st.sampling.counter = static_cast<uint64_t>(s.generated);
+    st.sampling.history = std::span<const int32_t>(s.tokens);
+    st.sampling.presence_penalty = sp.presence_penalty;
+    st.sampling.frequency_penalty = sp.frequency_penalty;
+    st.sampling.logit_bias = sp.logit_bias;
+    if (s.generated < s.req.min_tokens) st.sampling.banned = s.stop_set;
   }
   Result<std::vector<engine::SeqResult>> result = [&]() -> Result<std::vector<engine::SeqResult>> {
     try {
@@ -306,6 +401,11 @@ Status EngineCore::RunSteps(const std::vector<Seq*>& seqs, const std::vector<int
       for (TokenOutput& t : r.targets) s.pending_prompt.push_back(std::move(t));
     }
     s.num_computed += counts[i];
+    if (cache_->prefix_caching()) {
+      // Full blocks computed by now become findable (before a finished request frees them).
+      cache_->HashBlocks(s.tokens, s.block_hashes);
+      cache_->CacheFullBlocks(static_cast<int64_t>(s.handle), s.block_hashes, s.tokens, s.num_computed);
+    }
     if (s.num_computed < static_cast<int32_t>(s.tokens.size())) {
       // Mid-prefill chunk: nothing to report yet, except kept logits.
       if (!r.logits.empty()) {
@@ -328,8 +428,7 @@ Status EngineCore::RunSteps(const std::vector<Seq*>& seqs, const std::vector<int
     s.tokens.push_back(next);
     s.generated += 1;
     ev.generated_tokens_count = s.generated;
-    const bool eos = !s.req.ignore_eos &&
-                     std::find(s.req.stop_ids.begin(), s.req.stop_ids.end(), next) != s.req.stop_ids.end();
+    const bool eos = std::find(s.stop_set.begin(), s.stop_set.end(), next) != s.stop_set.end();
     if (eos) {
       ev.finished = true;
       ev.finish_reason = FinishReason::kStop;

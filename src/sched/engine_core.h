@@ -66,6 +66,12 @@ class BatcherObserver {
   // Also after requests leave between steps (a cancel with nothing left to run), so that
   // gauges do not keep the last step's values.
   virtual void OnState(const LoadState& state) { (void)state; }
+  // A request was admitted with prefix caching on: `queried` tokens looked up, `hits` of
+  // them found in the cache (and not computed again).
+  virtual void OnPrefixCache(int64_t queried, int64_t hits) {
+    (void)queried;
+    (void)hits;
+  }
   // After each event of a request the ContinuousBatcher delivers (not for GenerateAll),
   // when wants_requests() says so (the batcher then times every request's events).
   virtual void OnRequest(const RequestProgress& progress) { (void)progress; }
@@ -76,6 +82,9 @@ struct EngineCoreOptions {
   ContinuousBatchingOptions batching;  // max_num_seqs, token budget, max_seq_len, block size
   int kv_seqs = 0;                     // the KV cache holds this many sequences of max_seq_len (0: max_num_seqs)
   bool step_graphs = true;             // decode steps as recorded graphs where the backend has them
+  // GPU: size the KV cache to fill this fraction of the device's memory (vLLM's
+  // gpu_memory_utilization), after the weights and an activation reserve. 0: kv_seqs.
+  double gpu_memory_utilization = 0;
 };
 
 // Thread-compatible: one thread at a time (the owner of the KV cache and the executor).
@@ -113,6 +122,9 @@ class EngineCore {
   uint64_t steps() const { return steps_; }
   uint64_t admitted() const { return admitted_; }  // requests that left the queue for their first step
   uint64_t preemptions() const { return preemptions_; }
+  // Prefix caching: prompt tokens looked up at admission, and those found.
+  int64_t prefix_queried_tokens() const { return prefix_queried_; }
+  int64_t prefix_hit_tokens() const { return prefix_hits_; }
 
   const std::string& name() const { return name_; }
   int max_seq_len() const { return max_seq_len_; }
@@ -140,6 +152,9 @@ class EngineCore {
     bool prompt_logprobs_done = false;
     RequestState state = RequestState::kQueued;
     uint64_t seed = 0;
+    std::vector<int32_t> stop_set;  // the ids that end it: EOS (unless ignore_eos) and stop_token_ids
+    std::vector<uint64_t> block_hashes;  // prefix caching: chained hashes of the full blocks of `tokens`
+    int prefix_blocks = 0;               // while waiting: blocks found in the prefix cache
     std::vector<TokenOutput> pending_prompt;
   };
 
@@ -168,6 +183,8 @@ class EngineCore {
   uint64_t arrival_counter_ = 0;
   uint64_t steps_ = 0;
   uint64_t preemptions_ = 0;
+  int64_t prefix_queried_ = 0;
+  int64_t prefix_hits_ = 0;
   uint64_t admitted_ = 0;
   std::vector<engine::SeqStep> step_scratch_;
 };

@@ -51,10 +51,12 @@ struct GenerationRequest {
   int max_tokens = 16;
   std::vector<int32_t> stop_ids;     // end-of-sequence ids (ignored with ignore_eos)
   bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids;  // more ids that end generation (vLLM's stop_token_ids; not ignored)
+  int min_tokens = 0;                // no stop id may be drawn before this many tokens (vLLM's min_tokens)
   int logprobs = -1;                 // -1: none; k >= 0: the chosen token's and the top k
   bool prompt_logprobs = false;      // log-probabilities of the prompt tokens (echo)
   bool keep_logits = false;          // return the logits rows (offline tools: dumps, comparisons)
-  int priority = 1;                  // 1 = highest
+  int64_t priority = 0;              // lower runs first (vLLM's); the server adds the tier's rank
   // Index among the sequences one client request submitted (its n choices of each of its
   // prompts). Within a priority the scheduler orders by it before arrival, so that a
   // request with n = 64 does not hold up every request that arrives after it.

@@ -100,10 +100,13 @@ Decision PlanStep(const PlanInput& in) {
   std::sort(waiting.begin(), waiting.end(), HigherFirst);
   for (const SeqView& s : waiting) {
     if (num_running >= in.max_num_seqs || budget <= 0) break;
-    const int whole = BlocksFor(static_cast<int64_t>(s.num_tokens) + 1, bt);
+    // A cached prefix is taken as it is: its referenced blocks cost nothing, its free ones
+    // leave the free pool.
+    const int cached = BlocksFor(s.num_computed, bt);
+    const int whole = BlocksFor(static_cast<int64_t>(s.num_tokens) + 1, bt) - cached + s.cached_free_blocks;
     if (whole > admission_free) break;
-    const int32_t n = std::min(s.num_tokens, budget);
-    const int now = BlocksFor(n, bt);
+    const int32_t n = std::min(s.num_tokens - s.num_computed, budget);
+    const int now = BlocksFor(static_cast<int64_t>(s.num_computed) + n, bt) - cached + s.cached_free_blocks;
     free_blocks -= now;
     admission_free -= whole;
     budget -= n;

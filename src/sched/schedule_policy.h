@@ -12,17 +12,20 @@ namespace ferry::sched {
 // the KV cache before its next token can be sampled; [0, num_computed) already are.
 struct SeqView {
   uint64_t handle = 0;
-  int priority = 1;           // 1 = highest
+  int64_t priority = 0;       // lower runs first (vLLM's convention; negatives allowed)
   uint64_t arrival = 0;       // admission order; smaller is older
   int32_t num_tokens = 0;     // prompt + generated so far
-  int32_t num_computed = 0;   // tokens already in the KV cache
+  int32_t num_computed = 0;   // tokens already in the KV cache (waiting: found in the prefix cache)
   int32_t blocks_held = 0;    // KV blocks the sequence owns now
+  // Waiting sequences only: how many of the prefix-cache blocks covering [0, num_computed)
+  // no sequence holds, so that taking them uses up free blocks.
+  int32_t cached_free_blocks = 0;
   int32_t sibling = 0;        // index among the sequences of one client request (GenerationRequest::sibling)
 };
 
 struct PlanInput {
   std::vector<SeqView> running;  // any order
-  std::vector<SeqView> waiting;  // any order; num_computed is 0 and blocks_held 0
+  std::vector<SeqView> waiting;  // any order; blocks_held 0, num_computed its prefix-cache hit (whole blocks)
   int free_blocks = 0;
   int block_tokens = 16;
   int max_num_seqs = 1;
@@ -52,8 +55,10 @@ struct Decision {
 //     what fits.
 //  3. Without preemptions, waiting sequences are admitted in priority order while the
 //     sequence limit, the budget and the free blocks allow: admission needs blocks for the
-//     whole prompt plus one generated token, counting what running prefills still need.
-//     The first one that does not fit stops admission (no overtaking).
+//     whole prompt plus one generated token, counting what running prefills still need; a
+//     prefix found in the prefix cache needs no new blocks (only the free cached ones it
+//     takes back count) and no compute. The first one that does not fit stops admission
+//     (no overtaking).
 Decision PlanStep(const PlanInput& input);
 
 }  // namespace ferry::sched

@@ -6,19 +6,33 @@ namespace ferry::serve {
 
 namespace {
 
-std::string TypeFor(int status) {
+}  // namespace
+
+std::string ErrorTypeFor(int status) {
   switch (status) {
     case 401: return "authentication_error";
     case 403: return "permission_error";
     case 404: return "not_found_error";
-    case 408:
-    case 504: return "timeout_error";
-    case 413: return "request_too_large";
     case 429: return "rate_limit_error";
-    case 503: return "service_unavailable";
     default: return status >= 500 ? "server_error" : "invalid_request_error";
   }
 }
+
+std::string ErrorCodeFor(int status) {
+  switch (status) {
+    case 405: return "method_not_allowed";
+    case 408: return "request_timeout";
+    case 413: return "request_too_large";
+    case 417: return "expectation_failed";
+    case 431: return "headers_too_large";
+    case 499: return "client_closed_request";
+    case 503: return "service_unavailable";
+    case 504: return "timeout";
+    default: return "";
+  }
+}
+
+namespace {
 
 }  // namespace
 
@@ -55,7 +69,8 @@ ApiError FromStatus(const Status& status, std::string param) {
     case StatusCode::kCancelled: e.http_status = 499; break;
     default: e.http_status = 500; break;
   }
-  e.type = TypeFor(e.http_status);
+  e.type = ErrorTypeFor(e.http_status);
+  if (e.code.empty()) e.code = ErrorCodeFor(e.http_status);
   return e;
 }
 
@@ -63,7 +78,8 @@ std::string ErrorBody(int http_status, const std::string& message) {
   ApiError e;
   e.http_status = http_status;
   e.message = message;
-  e.type = TypeFor(http_status);
+  e.type = ErrorTypeFor(http_status);
+  e.code = ErrorCodeFor(http_status);
   return e.Body();
 }
 

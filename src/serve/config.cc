@@ -1,5 +1,7 @@
 #include "serve/config.h"
 
+#include "serve/config_env.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <yaml-cpp/yaml.h>
@@ -107,7 +109,7 @@ Status ParseContinuousBatching(const YAML::Node& node, const std::string& path,
                          MapReader::Open(node, path,
                                          {"max_num_seqs", "max_num_batched_tokens", "max_seq_len", "kv_block_tokens",
                                           "max_queue_requests", "max_queue_tokens", "default_timeout_ms",
-                                          "max_queue_time_ms"}));
+                                          "enable_prefix_caching", "max_queue_time_ms"}));
   FERRY_RETURN_IF_ERROR(m.Int("max_num_seqs", out.max_num_seqs));
   FERRY_RETURN_IF_ERROR(m.Int("max_num_batched_tokens", out.max_num_batched_tokens));
   FERRY_RETURN_IF_ERROR(m.Int("max_seq_len", out.max_seq_len));
@@ -115,6 +117,7 @@ Status ParseContinuousBatching(const YAML::Node& node, const std::string& path,
   FERRY_RETURN_IF_ERROR(m.Int("max_queue_requests", out.max_queue_requests));
   FERRY_RETURN_IF_ERROR(m.Int("max_queue_tokens", out.max_queue_tokens));
   FERRY_RETURN_IF_ERROR(m.Int("default_timeout_ms", out.default_timeout_ms));
+  FERRY_RETURN_IF_ERROR(m.Bool("enable_prefix_caching", out.enable_prefix_caching));
   FERRY_RETURN_IF_ERROR(m.Int("max_queue_time_ms", out.max_queue_time_ms));
   return Status::Ok();
 }
@@ -205,9 +208,12 @@ Status ParseLongInputs(const YAML::Node& node, const std::string& path, chunk::L
 
 // The serving options of a model, which a variant may override (also used by qos_config.cc).
 const std::vector<std::string_view>& ModelOptionKeys() {
-  static const std::vector<std::string_view> keys = {"threads",       "device",   "activations", "kv_cache_dtype",
-                                                     "enforce_eager", "batching", "dynamic_batching", "warmup",
-                                                     "long_inputs",   "pooling",  "normalize"};
+  // Every one of them may differ between the variants of a group: each variant is its own
+  // engine (its GPU memory share, its checkpoint's chat template and tool-call format).
+  static const std::vector<std::string_view> keys = {
+      "threads",     "device",  "activations", "kv_cache_dtype", "enforce_eager",  "batching",
+      "dynamic_batching", "warmup", "long_inputs", "pooling", "normalize", "chat_template",
+      "tool_call_parser", "gpu_memory_utilization"};
   return keys;
 }
 
@@ -242,6 +248,16 @@ Status ParseModelOptions(const MapReader& m, ModelConfig& out) {
     FERRY_RETURN_IF_ERROR(ParseDynamicBatching(*dynamic, m.Path("dynamic_batching"), out.dynamic_batching));
   }
   FERRY_RETURN_IF_ERROR(m.Bool("warmup", out.warmup));
+  FERRY_RETURN_IF_ERROR(m.String("chat_template", out.chat_template));
+  FERRY_RETURN_IF_ERROR(m.Number("gpu_memory_utilization", out.gpu_memory_utilization));
+  if (const YAML::Node* parser = m.Find("tool_call_parser")) {
+    FERRY_ASSIGN_OR_RETURN(out.tool_call_parser, ReadEnum<ToolCallParser>(*parser, m.Path("tool_call_parser"),
+                                                                          {{"auto", ToolCallParser::kAuto},
+                                                                           {"none", ToolCallParser::kNone},
+                                                                           {"hermes", ToolCallParser::kHermes},
+                                                                           {"llama3_json", ToolCallParser::kLlama3Json},
+                                                                           {"mistral", ToolCallParser::kMistral}}));
+  }
   if (const YAML::Node* long_inputs = m.Find("long_inputs")) {
     FERRY_RETURN_IF_ERROR(ParseLongInputs(*long_inputs, m.Path("long_inputs"), out.long_inputs));
   }
@@ -262,6 +278,31 @@ Status ParseModelOptions(const MapReader& m, ModelConfig& out) {
 }
 
 namespace {
+
+Status ParseApi(const YAML::Node& node, ApiConfig& out) {
+  FERRY_ASSIGN_OR_RETURN(const MapReader m, MapReader::Open(node, "api", {"unknown_fields"}));
+  if (const YAML::Node* unknown = m.Find("unknown_fields")) {
+    FERRY_ASSIGN_OR_RETURN(out.unknown_fields, ReadEnum<UnknownFields>(*unknown, m.Path("unknown_fields"),
+                                                                       {{"ignore", UnknownFields::kIgnore},
+                                                                        {"reject", UnknownFields::kReject}}));
+  }
+  return Status::Ok();
+}
+
+Status ParseCors(const YAML::Node& node, CorsConfig& out) {
+  FERRY_ASSIGN_OR_RETURN(const MapReader m, MapReader::Open(node, "cors",
+                                                            {"allowed_origins", "allowed_methods", "allowed_headers",
+                                                             "allow_credentials", "max_age_s"}));
+  // A list given replaces the default list.
+  if (m.Find("allowed_methods") != nullptr) out.allowed_methods.clear();
+  if (m.Find("allowed_headers") != nullptr) out.allowed_headers.clear();
+  FERRY_RETURN_IF_ERROR(m.AppendStrings("allowed_origins", out.allowed_origins));
+  FERRY_RETURN_IF_ERROR(m.AppendStrings("allowed_methods", out.allowed_methods));
+  FERRY_RETURN_IF_ERROR(m.AppendStrings("allowed_headers", out.allowed_headers));
+  FERRY_RETURN_IF_ERROR(m.Bool("allow_credentials", out.allow_credentials));
+  FERRY_RETURN_IF_ERROR(m.Int("max_age_s", out.max_age_s));
+  return Status::Ok();
+}
 
 Status ParseModel(const YAML::Node& node, const std::string& path, ModelConfig& out) {
   std::vector<std::string_view> keys = {"name", "path", "variants", "qos"};
@@ -299,11 +340,12 @@ Status ParseLog(const YAML::Node& node, LogConfig& out) {
   return Status::Ok();
 }
 
-Status ParseRoot(const YAML::Node& root, ServerConfig& config) {
-  if (root.IsNull()) return Status::Ok();  // an empty file: every default
+Status ParseRoot(const YAML::Node& file_root, ServerConfig& config) {
+  // An empty file: every default (and whatever the environment sets).
+  const YAML::Node root = file_root.IsNull() ? YAML::Node(YAML::NodeType::Map) : file_root;
   if (!root.IsMap()) return ErrorAt(root, "(top level)", "expected a mapping, got " + KindName(root));
-  FERRY_ASSIGN_OR_RETURN(const MapReader m,
-                         MapReader::Open(root, "", {"listener", "auth", "tiers", "tenants", "models", "log"}));
+  FERRY_ASSIGN_OR_RETURN(const MapReader m, MapReader::Open(root, "", {"listener", "auth", "tiers", "tenants", "models",
+                                                                       "log", "api", "cors"}));
   if (const YAML::Node* node = m.Find("listener")) FERRY_RETURN_IF_ERROR(ParseListener(*node, config.listener));
   if (const YAML::Node* node = m.Find("auth")) FERRY_RETURN_IF_ERROR(ParseAuth(*node, config.auth));
   if (const YAML::Node* node = m.Find("tiers")) FERRY_RETURN_IF_ERROR(ParseTiers(*node, config.tiers, config.tier_rules));
@@ -324,6 +366,8 @@ Status ParseRoot(const YAML::Node& root, ServerConfig& config) {
     }
   }
   if (const YAML::Node* node = m.Find("log")) FERRY_RETURN_IF_ERROR(ParseLog(*node, config.log));
+  if (const YAML::Node* node = m.Find("api")) FERRY_RETURN_IF_ERROR(ParseApi(*node, config.api));
+  if (const YAML::Node* node = m.Find("cors")) FERRY_RETURN_IF_ERROR(ParseCors(*node, config.cors));
   return Status::Ok();
 }
 
@@ -448,6 +492,9 @@ Status ValidateModels(const std::vector<ModelConfig>& models) {
     FERRY_RETURN_IF_ERROR(CheckRange(path + ".threads", model.threads, 0, 4096));
     FERRY_RETURN_IF_ERROR(model.batching.Validate().WithContext(path + ".batching"));
     FERRY_RETURN_IF_ERROR(model.dynamic_batching.Validate().WithContext(path + ".dynamic_batching"));
+    if (!(model.gpu_memory_utilization >= 0.0 && model.gpu_memory_utilization <= 1.0)) {
+      return InvalidArgument(path + ".gpu_memory_utilization: must be in [0, 1]");
+    }
     FERRY_RETURN_IF_ERROR(model.long_inputs.Validate().WithContext(path + ".long_inputs"));
     for (size_t v = 0; v < model.variants.size(); ++v) {
       const ModelConfig& variant = model.variants[v].model;
@@ -457,17 +504,27 @@ Status ValidateModels(const std::vector<ModelConfig>& models) {
       FERRY_RETURN_IF_ERROR(variant.batching.Validate().WithContext(vpath + ".batching"));
       FERRY_RETURN_IF_ERROR(variant.dynamic_batching.Validate().WithContext(vpath + ".dynamic_batching"));
       FERRY_RETURN_IF_ERROR(variant.long_inputs.Validate().WithContext(vpath + ".long_inputs"));
+      if (!(variant.gpu_memory_utilization >= 0.0 && variant.gpu_memory_utilization <= 1.0)) {
+        return InvalidArgument(vpath + ".gpu_memory_utilization: must be in [0, 1]");
+      }
     }
   }
   return Status::Ok();
 }
 
-// The YAML's values over the defaults, not yet validated (flags may still change them).
-Result<ServerConfig> ParseUnvalidated(std::string_view yaml_text) {
+// The YAML's values over the defaults, then the environment's, not yet validated (flags
+// may still change them).
+Result<ServerConfig> ParseUnvalidated(std::string_view yaml_text, const ServerConfigOverrides& overrides) {
   ServerConfig config;
+  ConfigEnvironment env(overrides.environment);
+  struct Scope {
+    explicit Scope(ConfigEnvironment* e) { t_env = e; }
+    ~Scope() { t_env = nullptr; }
+  } scope(overrides.use_environment ? &env : nullptr);
   try {
     const YAML::Node root = YAML::Load(std::string(yaml_text));
     FERRY_RETURN_IF_ERROR(ParseRoot(root, config));
+    if (overrides.use_environment) FERRY_RETURN_IF_ERROR(env.CheckAllUsed());
   } catch (const YAML::Exception& e) {
     std::string where = e.mark.is_null() ? "" : " at line " + std::to_string(e.mark.line + 1) + ", column " +
                                                     std::to_string(e.mark.column + 1);
@@ -483,7 +540,7 @@ Status ApplyOverrides(ServerConfig& config, const ServerConfigOverrides& o) {
   if (o.no_auth) config.auth.mode = AuthMode::kNone;
   if (o.no_request_log) config.log.request_log = false;
   if (o.log_level) config.log.level = *o.log_level;
-  return Status::Ok();
+  return ApplyVllmFlags(config, o);
 }
 
 }  // namespace
@@ -492,6 +549,7 @@ Status ApplyOverrides(ServerConfig& config, const ServerConfigOverrides& o) {
 
 Status ServerConfig::Validate() const {
   FERRY_RETURN_IF_ERROR(ValidateListener(listener));
+  FERRY_RETURN_IF_ERROR(ValidateCors(cors));
   if (tiers.empty()) return InvalidArgument("tiers: define at least one tier");
   for (const auto& [name, priority] : tiers) {
     if (!IsName(name, kTenantNameExtra)) {
@@ -526,7 +584,7 @@ const std::string& ServerConfig::HighestTier() const {
 }
 
 Result<ServerConfig> ParseServerConfig(std::string_view yaml_text, const ServerConfigOverrides& overrides) {
-  FERRY_ASSIGN_OR_RETURN(ServerConfig config, ParseUnvalidated(yaml_text));
+  FERRY_ASSIGN_OR_RETURN(ServerConfig config, ParseUnvalidated(yaml_text, overrides));
   FERRY_RETURN_IF_ERROR(ApplyOverrides(config, overrides));
   FERRY_RETURN_IF_ERROR(config.Validate());
   return config;
@@ -538,89 +596,12 @@ Result<ServerConfig> LoadServerConfig(const std::string& path, const ServerConfi
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) return DataLoss("cannot read config file " + path);
-  Result<ServerConfig> config = ParseUnvalidated(text.str());
+  Result<ServerConfig> config = ParseUnvalidated(text.str(), overrides);
   if (!config.ok()) return config.status().WithContext(path);
   FERRY_RETURN_IF_ERROR(ApplyOverrides(*config, overrides));
   const Status valid = config->Validate();
   if (!valid.ok()) return valid.WithContext(path);
   return config;
-}
-
-Status ApplyModelFlag(ServerConfig& config, std::string_view name_eq_path) {
-  const size_t eq = name_eq_path.find('=');
-  if (eq == std::string_view::npos) {
-    return InvalidArgument("--model expects NAME=PATH, got '" + std::string(name_eq_path) + "'");
-  }
-  const std::string name(name_eq_path.substr(0, eq));
-  const std::string path(name_eq_path.substr(eq + 1));
-  if (name.empty() || path.empty()) {
-    return InvalidArgument("--model expects NAME=PATH with a non-empty name and path, got '" +
-                           std::string(name_eq_path) + "'");
-  }
-  for (ModelConfig& model : config.models) {
-    if (model.name == name) {
-      if (!model.variants.empty()) {
-        return InvalidArgument("--model " + name + "=...: model '" + name +
-                               "' is a variant group; set its variants' paths in the config file");
-      }
-      model.path = path;
-      return Status::Ok();
-    }
-  }
-  ModelConfig model;
-  model.name = name;
-  model.path = path;
-  config.models.push_back(std::move(model));
-  return Status::Ok();
-}
-
-bool IsLoopbackHost(std::string_view host) {
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  std::string text(host);
-  std::string lower;
-  for (char c : text) lower += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-  if (lower == "localhost") return true;
-  in_addr v4{};
-  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) {
-    return reinterpret_cast<const unsigned char*>(&v4.s_addr)[0] == 127;  // network byte order
-  }
-  in6_addr v6{};
-  if (inet_pton(AF_INET6, text.c_str(), &v6) == 1) {
-    const unsigned char* b = v6.s6_addr;
-    bool zeros_before_last = true;
-    for (int i = 0; i < 15; ++i) zeros_before_last = zeros_before_last && b[i] == 0;
-    if (zeros_before_last && b[15] == 1) return true;  // ::1
-    bool v4_mapped = b[10] == 0xff && b[11] == 0xff;
-    for (int i = 0; i < 10; ++i) v4_mapped = v4_mapped && b[i] == 0;
-    return v4_mapped && b[12] == 127;  // ::ffff:127.x.y.z
-  }
-  return false;
-}
-
-std::string_view AuthModeName(AuthMode mode) {
-  switch (mode) {
-    case AuthMode::kKeys: return "keys";
-    case AuthMode::kNone: return "none";
-  }
-  return "unknown";
-}
-
-Result<LogLevel> ParseLogLevel(std::string_view name) {
-  for (LogLevel level : {LogLevel::kTrace, LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError}) {
-    if (name == LogLevelName(level)) return level;
-  }
-  return InvalidArgument("log level must be trace, debug, info, warn or error, got " + Quoted(std::string(name)));
-}
-
-std::string_view LogLevelName(LogLevel level) {
-  switch (level) {
-    case LogLevel::kTrace: return "trace";
-    case LogLevel::kDebug: return "debug";
-    case LogLevel::kInfo: return "info";
-    case LogLevel::kWarn: return "warn";
-    case LogLevel::kError: return "error";
-  }
-  return "unknown";
 }
 
 }  // namespace ferry::serve

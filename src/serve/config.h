@@ -62,6 +62,15 @@ struct TenantConfig {
   int64_t tokens_per_minute = 0;    // rate limit on prompt + generated tokens; 0: unlimited
 };
 
+// How the model's output is parsed into OpenAI tool calls (vLLM's --tool-call-parser).
+enum class ToolCallParser {
+  kAuto,        // from the chat template: <tool_call> → hermes, [TOOL_CALLS] → mistral, Llama 3's ipython → llama3_json
+  kNone,        // never: the output is content
+  kLlama3Json,  // {"name": ..., "parameters": ...} (optionally after <|python_tag|>), several joined by ';'
+  kHermes,      // <tool_call>{"name": ..., "arguments": ...}</tool_call> (Hermes, Qwen 2.5)
+  kMistral,     // [TOOL_CALLS][{"name": ..., "arguments": ...}, ...]
+};
+
 struct VariantConfig;
 
 // One served model. A decoder obeys `batching`, an encoder `dynamic_batching`; which one
@@ -77,6 +86,12 @@ struct ModelConfig {
   sched::ContinuousBatchingOptions batching;
   sched::DynamicBatchingOptions dynamic_batching;
   bool warmup = true;
+  std::string chat_template;            // a Jinja file replacing the model's own chat template
+  ToolCallParser tool_call_parser = ToolCallParser::kAuto;
+  // GPU: the fraction of the device's memory the model may fill (weights, activations and KV
+  // cache); the KV cache takes what is left, vLLM's gpu_memory_utilization. 0: the KV cache
+  // holds max_num_seqs sequences of max_seq_len.
+  double gpu_memory_utilization = 0;
   // Encoders: inputs longer than a window (truncation, windows, merges, max_input_tokens).
   chunk::LongInputOptions long_inputs;
   // Embeddings of a model without sentence-transformers settings (modules.json), which win
@@ -88,6 +103,26 @@ struct ModelConfig {
   // between them. Each variant starts from this model's options and overrides what it sets.
   std::vector<VariantConfig> variants;
   qos::QosOptions qos;
+};
+
+// What to do with request fields a route does not know.
+enum class UnknownFields {
+  kIgnore,  // vLLM's way: serve the request, say which were ignored (a Warning header and the log)
+  kReject,  // OpenAI's way: 400, so that a typo never silently changes what runs
+};
+
+// API conventions shared by the routes.
+struct ApiConfig {
+  UnknownFields unknown_fields = UnknownFields::kIgnore;
+};
+
+// Cross-origin requests from browser UIs. No origins: no CORS headers at all.
+struct CorsConfig {
+  std::vector<std::string> allowed_origins;  // exact origins ("https://ui.example.com") or "*"
+  std::vector<std::string> allowed_methods = {"GET", "POST", "OPTIONS"};
+  std::vector<std::string> allowed_headers = {"Authorization", "Content-Type", "X-Request-Id"};
+  bool allow_credentials = false;
+  int max_age_s = 600;  // how long a browser may cache a preflight answer
 };
 
 // One rung of a variant group: a full model config (name = the group's) plus its own name.
@@ -115,6 +150,8 @@ struct ServerConfig {
   std::vector<TenantConfig> tenants;
   std::vector<ModelConfig> models;
   LogConfig log;
+  ApiConfig api;
+  CorsConfig cors;
 
   // Checks ranges, references and the auth rules; messages name the key path
   // ("tenants[1].tier: ..."). Never quotes a key.
@@ -135,6 +172,27 @@ struct ServerConfigOverrides {
   bool no_auth = false;             // auth.mode: none
   bool no_request_log = false;      // log.request_log: false
   std::optional<LogLevel> log_level;
+  // vLLM's flags, applied to every model: --max-model-len, --max-num-seqs,
+  // --max-num-batched-tokens, --block-size, --[no-]enable-prefix-caching, --enforce-eager,
+  // --chat-template, --tool-call-parser, --kv-cache-dtype, --device,
+  // --gpu-memory-utilization; and --allowed-origins (cors.allowed_origins) and --api-key (a
+  // tenant "api-key" in the highest tier, auth.mode keys).
+  std::optional<int> max_model_len;
+  std::optional<int> max_num_seqs;
+  std::optional<int> max_num_batched_tokens;
+  std::optional<int> block_size;
+  std::optional<bool> enable_prefix_caching;
+  bool enforce_eager = false;
+  std::optional<std::string> chat_template;
+  std::optional<ToolCallParser> tool_call_parser;
+  std::optional<std::optional<DType>> kv_cache_dtype;
+  std::optional<DeviceSpec> device;
+  std::optional<double> gpu_memory_utilization;
+  std::vector<std::string> allowed_origins;
+  std::optional<std::string> api_key;
+  // FERRY_* variables as config keys (config_env.h): the process environment, or this map.
+  bool use_environment = true;
+  const std::map<std::string, std::string>* environment = nullptr;
 };
 
 // Parses a config, applies `overrides`, then validates. Unknown keys, wrong types and YAML
@@ -145,8 +203,14 @@ Result<ServerConfig> ParseServerConfig(std::string_view yaml_text, const ServerC
 // contents are prefixed with the path.
 Result<ServerConfig> LoadServerConfig(const std::string& path, const ServerConfigOverrides& overrides = {});
 
+// Applies the vLLM-named flags of `overrides` (for every model; --api-key, --allowed-origins).
+Status ApplyVllmFlags(ServerConfig& config, const ServerConfigOverrides& overrides);
+// cors: max_age_s in range, no "*" origin with credentials.
+Status ValidateCors(const CorsConfig& cors);
+
 // `--model NAME=PATH`: sets the path of model NAME, adding it with default options if the
-// config has none of that name. Call Validate() after the last flag.
+// config has none of that name; `--model PATH` (vLLM's form) names it after the path's last
+// component. Call Validate() after the last flag.
 Status ApplyModelFlag(ServerConfig& config, std::string_view name_eq_path);
 
 // A log level's name as the config spells it: trace, debug, info, warn or error.

@@ -1,6 +1,7 @@
 // The YAML reading helpers of the server config (serve/config.cc, serve/qos_config.cc):
 // scalars converted with the key path in every message, mappings with a fixed set of keys
-// (anything else is an error), sequences with their item paths. Internal to serve.
+// (anything else is an error), sequences with their item paths, and FERRY_* environment
+// variables applied as keys while a parse has set t_env (config_env.h). Internal to serve.
 #pragma once
 
 #include <yaml-cpp/yaml.h>
@@ -18,8 +19,25 @@
 #include <vector>
 
 #include "core/status.h"
+#include "serve/config_env.h"
 
 namespace ferry::serve::config_yaml {
+
+// The environment of the parse under way (FERRY_* variables as config keys), or null.
+inline thread_local ConfigEnvironment* t_env = nullptr;
+
+// Keys that hold a mapping or a list: a FERRY_ variable below one creates it when the file
+// does not have it.
+inline bool IsSectionKey(std::string_view key) {
+  for (std::string_view s : {"listener", "auth", "models", "tenants", "log", "api", "cors", "batching",
+                             "dynamic_batching", "default_queue_policy", "tls", "long_inputs", "variants", "qos"}) {
+    if (key == s) return true;
+  }
+  return false;
+}
+
+// Keys that hold a list (the others among IsSectionKey hold a mapping).
+inline bool IsListKey(std::string_view key) { return key == "models" || key == "tenants" || key == "variants"; }
 
 // ---- Messages --------------------------------------------------------------------------
 
@@ -161,6 +179,12 @@ inline Result<std::vector<std::pair<std::string, YAML::Node>>> ReadItems(const Y
   for (const auto& item : node) {
     items.emplace_back(path + "[" + std::to_string(items.size()) + "]", item);
   }
+  // Items the environment adds past the file's (FERRY_MODELS_1_NAME, ...).
+  while (t_env != nullptr) {
+    const std::string item_path = path + "[" + std::to_string(items.size()) + "]";
+    if (!t_env->HasUnder(item_path)) break;
+    items.emplace_back(item_path, YAML::Node(YAML::NodeType::Map));
+  }
   return items;
 }
 
@@ -181,6 +205,7 @@ class MapReader {
       if (!known) return ErrorAt(entry.key_node, reader.Path(entry.key), "unknown key");
       reader.entries_.push_back(std::move(entry));
     }
+    if (t_env != nullptr) FERRY_RETURN_IF_ERROR(reader.ApplyEnvironment(allowed));
     return reader;
   }
 
@@ -263,6 +288,35 @@ class MapReader {
 
  private:
   MapReader(const YAML::Node& node, std::string path) : node_(node), path_(std::move(path)) {}
+
+  // FERRY_<PATH> variables replace (or add) keys; a section with variables below it that
+  // the file lacks is created empty, for its own reader to fill.
+  Status ApplyEnvironment(const std::vector<std::string_view>& allowed) {
+    for (std::string_view key : allowed) {
+      const std::string key_path = Path(key);
+      YAML::Node value;
+      if (std::optional<std::string> text = t_env->Get(key_path)) {
+        try {
+          value = YAML::Load(*text);
+        } catch (const YAML::Exception& e) {
+          return InvalidArgument(ConfigEnvironment::VarName(key_path) + " (" + key_path + "): invalid YAML: " + e.msg);
+        }
+      } else if (Find(key) == nullptr && IsSectionKey(key) && t_env->HasUnder(key_path)) {
+        value = YAML::Node(IsListKey(key) ? YAML::NodeType::Sequence : YAML::NodeType::Map);
+      } else {
+        continue;
+      }
+      bool replaced = false;
+      for (Entry& e : entries_) {
+        if (e.key == key) {
+          e.value = value;
+          replaced = true;
+        }
+      }
+      if (!replaced) entries_.push_back(Entry{std::string(key), YAML::Node(std::string(key)), value});
+    }
+    return Status::Ok();
+  }
 
   YAML::Node node_;
   std::string path_;

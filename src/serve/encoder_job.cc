@@ -14,7 +14,7 @@ class EncoderJob : public std::enable_shared_from_this<EncoderJob> {
  public:
   EncoderJob(std::shared_ptr<RequestContext> ctx, ServedModel& model, ThreadPool& workers, EncoderJobSpec spec)
       : ctx_(std::move(ctx)), model_(model), workers_(workers), spec_(std::move(spec)),
-        tier_(ctx_->metrics().ForTier(model.name(), ctx_->principal().tier)) {}
+        tier_(ctx_->metrics().ForTier(model.name(), ctx_->principal().tier, /*decoder=*/false)) {}
 
   void Start() {
     const size_t n = spec_.items.size();
@@ -38,6 +38,8 @@ class EncoderJob : public std::enable_shared_from_this<EncoderJob> {
       work->input = std::move(spec_.items[i]);
       work->tier = ctx_->principal().tier;
       work->arrival = ctx_->arrival();
+      // The request's queue time is its first item's wait (items are queued in order).
+      if (i == 0) work->queue_time = tier_.request_queue_time_seconds;
       work->done = [self, i](Result<std::vector<float>> r) { self->OnDone(i, std::move(r)); };
       auto item = std::make_shared<sched::BatchItem>();
       item->priority_level = spec_.priority;

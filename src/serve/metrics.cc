@@ -6,6 +6,16 @@
 #include <cstdlib>
 #include <set>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/version.h"
+
 namespace ferry::serve {
 namespace {
 
@@ -269,6 +279,66 @@ std::vector<std::string> ModelLabels() { return {"model_name"}; }
 std::vector<std::string> TierLabels() { return {"model_name", "tier"}; }
 std::vector<double> Bounds(std::span<const double> bounds) { return {bounds.begin(), bounds.end()}; }
 
+#ifdef FERRY_HAVE_CUDA
+constexpr bool kBuiltWithCuda = true;
+#else
+constexpr bool kBuiltWithCuda = false;
+#endif
+
+struct ProcessStats {
+  bool ok = false;
+  double cpu_seconds = 0;
+  double resident_bytes = 0;
+  double virtual_bytes = 0;
+  double open_fds = 0;
+  double max_fds = 0;
+  double threads = 0;
+};
+
+// /proc/self/stat fields after the command name: 14 utime, 15 stime (clock ticks), 20
+// num_threads, 22 starttime (ticks since boot), 23 vsize (bytes), 24 rss (pages).
+std::vector<std::string> StatFields() {
+  std::ifstream in("/proc/self/stat");
+  std::string line;
+  std::getline(in, line);
+  const size_t close = line.rfind(')');
+  std::vector<std::string> fields;
+  if (close == std::string::npos) return fields;
+  std::istringstream rest(line.substr(close + 2));
+  for (std::string f; rest >> f;) fields.push_back(f);
+  return fields;  // fields[0] is field 3 (state)
+}
+
+ProcessStats ReadProcessStats() {
+  ProcessStats s;
+  const std::vector<std::string> f = StatFields();
+  if (f.size() < 22) return s;
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  s.cpu_seconds = (std::stod(f[11]) + std::stod(f[12])) / tick;
+  s.threads = std::stod(f[17]);
+  s.virtual_bytes = std::stod(f[20]);
+  s.resident_bytes = std::stod(f[21]) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec)) {
+    s.open_fds += 1;
+  }
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0) s.max_fds = static_cast<double>(lim.rlim_cur);
+  s.ok = true;
+  return s;
+}
+
+double ProcessStartTime() {
+  const std::vector<std::string> f = StatFields();
+  std::ifstream up("/proc/uptime");
+  double uptime = 0;
+  if (f.size() < 20 || !(up >> uptime)) return 0;
+  const double started_after_boot = std::stod(f[19]) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return now - uptime + started_after_boot;
+}
+
 }  // namespace
 
 ServerMetrics::ServerMetrics()
@@ -288,8 +358,14 @@ ServerMetrics::ServerMetrics()
                                        "Number of sequences or encoder inputs per engine step or batch.",
                                        ModelLabels(), Bounds(kTokenCountBuckets))),
       iteration_tokens(registry.AddHistogram("ferry:iteration_tokens_total",
-                                             "Number of tokens processed per engine step.", ModelLabels(),
-                                             Bounds(kTokenCountBuckets))),
+                                             "Number of tokens processed per engine step or encoder batch.",
+                                             ModelLabels(), Bounds(kTokenCountBuckets))),
+      prefix_cache_queries(registry.AddCounter("ferry:prefix_cache_queries_total",
+                                               "Prompt tokens looked up in the prefix cache at admission.",
+                                               ModelLabels())),
+      prefix_cache_hits(registry.AddCounter("ferry:prefix_cache_hits_total",
+                                            "Prompt tokens found in the prefix cache (not computed again).",
+                                            ModelLabels())),
       prompt_tokens(registry.AddCounter("ferry:prompt_tokens_total", "Number of prompt tokens processed.",
                                         TierLabels())),
       generation_tokens(registry.AddCounter("ferry:generation_tokens_total",
@@ -328,30 +404,64 @@ ServerMetrics::ServerMetrics()
                                         "Prompt and generated (or encoder input) tokens used per tenant.", {"tenant"})),
       rate_limited(registry.AddCounter("ferry:rate_limited_requests_total",
                                        "Requests refused by a tenant's rate limit, by which limit.",
-                                       {"tenant", "limit"})) {}
+                                       {"tenant", "limit"})),
+      process_cpu_seconds(registry.AddCounter("process_cpu_seconds_total",
+                                              "Total user and system CPU time spent in seconds.", {})),
+      process_resident_memory(registry.AddGauge("process_resident_memory_bytes", "Resident memory size in bytes.", {})),
+      process_virtual_memory(registry.AddGauge("process_virtual_memory_bytes", "Virtual memory size in bytes.", {})),
+      process_start_time(registry.AddGauge("process_start_time_seconds",
+                                           "Start time of the process since unix epoch in seconds.", {})),
+      process_open_fds(registry.AddGauge("process_open_fds", "Number of open file descriptors.", {})),
+      process_max_fds(registry.AddGauge("process_max_fds", "Maximum number of open file descriptors.", {})),
+      process_threads(registry.AddGauge("process_threads", "Number of OS threads in the process.", {})),
+      build_info(registry.AddGauge("ferry:build_info", "ferry's version and build; the value is always 1.",
+                                   {"version", "cuda"})) {
+  build_info.WithLabels({std::string_view(kVersion), std::string_view(kBuiltWithCuda ? "yes" : "no")}).Set(1);
+  process_start_time.WithLabels({}).Set(ProcessStartTime());
+}
 
-ServerMetrics::ModelMetrics ServerMetrics::ForModel(std::string_view model_name) {
+std::string ServerMetrics::Render() {
+  const ProcessStats p = ReadProcessStats();
+  if (p.ok) {
+    process_cpu_seconds.WithLabels({}).Inc(std::max(0.0, p.cpu_seconds - reported_cpu_seconds_));
+    reported_cpu_seconds_ = std::max(reported_cpu_seconds_, p.cpu_seconds);
+    process_resident_memory.WithLabels({}).Set(p.resident_bytes);
+    process_virtual_memory.WithLabels({}).Set(p.virtual_bytes);
+    process_open_fds.WithLabels({}).Set(p.open_fds);
+    process_max_fds.WithLabels({}).Set(p.max_fds);
+    process_threads.WithLabels({}).Set(p.threads);
+  }
+  return registry.Render();
+}
+
+ServerMetrics::ModelMetrics ServerMetrics::ForModel(std::string_view model_name, bool decoder) {
   ModelMetrics m;
   m.num_requests_running = &num_requests_running.WithLabels({model_name});
   m.num_requests_waiting = &num_requests_waiting.WithLabels({model_name});
-  m.kv_cache_usage_perc = &kv_cache_usage_perc.WithLabels({model_name});
-  m.num_preemptions = &num_preemptions.WithLabels({model_name});
+  if (decoder) {
+    m.kv_cache_usage_perc = &kv_cache_usage_perc.WithLabels({model_name});
+    m.num_preemptions = &num_preemptions.WithLabels({model_name});
+    m.prefix_cache_queries = &prefix_cache_queries.WithLabels({model_name});
+    m.prefix_cache_hits = &prefix_cache_hits.WithLabels({model_name});
+  }
   m.engine_step_seconds = &engine_step_seconds.WithLabels({model_name});
   m.batch_size = &batch_size.WithLabels({model_name});
   m.iteration_tokens = &iteration_tokens.WithLabels({model_name});
   return m;
 }
 
-ServerMetrics::TierMetrics ServerMetrics::ForTier(std::string_view model_name, std::string_view tier) {
+ServerMetrics::TierMetrics ServerMetrics::ForTier(std::string_view model_name, std::string_view tier, bool decoder) {
   TierMetrics t;
   t.prompt_tokens = &prompt_tokens.WithLabels({model_name, tier});
-  t.generation_tokens = &generation_tokens.WithLabels({model_name, tier});
-  t.time_to_first_token_seconds = &time_to_first_token_seconds.WithLabels({model_name, tier});
-  t.inter_token_latency_seconds = &inter_token_latency_seconds.WithLabels({model_name, tier});
   t.e2e_request_latency_seconds = &e2e_request_latency_seconds.WithLabels({model_name, tier});
   t.request_queue_time_seconds = &request_queue_time_seconds.WithLabels({model_name, tier});
   t.request_prompt_tokens = &request_prompt_tokens.WithLabels({model_name, tier});
-  t.request_generation_tokens = &request_generation_tokens.WithLabels({model_name, tier});
+  if (decoder) {
+    t.generation_tokens = &generation_tokens.WithLabels({model_name, tier});
+    t.time_to_first_token_seconds = &time_to_first_token_seconds.WithLabels({model_name, tier});
+    t.inter_token_latency_seconds = &inter_token_latency_seconds.WithLabels({model_name, tier});
+    t.request_generation_tokens = &request_generation_tokens.WithLabels({model_name, tier});
+  }
   return t;
 }
 

@@ -244,8 +244,11 @@ struct ServerMetrics {
     Histogram* engine_step_seconds = nullptr;
     Histogram* batch_size = nullptr;
     Histogram* iteration_tokens = nullptr;
+    Counter* prefix_cache_queries = nullptr;  // decoders only
+    Counter* prefix_cache_hits = nullptr;     // decoders only
   };
-  // Children of the per-request families for one (model_name, tier).
+  // Children of the per-request families for one (model_name, tier). Encoder models get
+  // only the series they record (no token-generation ones): those pointers are null.
   struct TierMetrics {
     Counter* prompt_tokens = nullptr;
     Counter* generation_tokens = nullptr;
@@ -268,7 +271,9 @@ struct ServerMetrics {
   CounterFamily& num_preemptions;     // ferry:num_preemptions_total: sequences preempted to free KV blocks
   HistogramFamily& engine_step_seconds;  // ferry:engine_step_seconds: wall time of one engine step/batch
   HistogramFamily& batch_size;        // ferry:batch_size: sequences or encoder inputs per step/batch
-  HistogramFamily& iteration_tokens;  // ferry:iteration_tokens_total: tokens processed per step
+  HistogramFamily& iteration_tokens;  // ferry:iteration_tokens_total: tokens processed per step (encoders: per batch)
+  CounterFamily& prefix_cache_queries;  // ferry:prefix_cache_queries_total: prompt tokens looked up in the prefix cache
+  CounterFamily& prefix_cache_hits;     // ferry:prefix_cache_hits_total: of them, found (not computed again)
 
   // {model_name, tier}
   CounterFamily& prompt_tokens;      // ferry:prompt_tokens_total: prompt tokens prefilled
@@ -289,11 +294,22 @@ struct ServerMetrics {
   CounterFamily& tenant_tokens;    // ferry:tenant_tokens_total {tenant}: prompt + generated tokens used
   CounterFamily& rate_limited;     // ferry:rate_limited_requests_total {tenant, limit}: refused by a rate limit
 
+  // The process (read from /proc when rendered), as Prometheus' client libraries export it.
+  CounterFamily& process_cpu_seconds;        // process_cpu_seconds_total
+  GaugeFamily& process_resident_memory;      // process_resident_memory_bytes
+  GaugeFamily& process_virtual_memory;       // process_virtual_memory_bytes
+  GaugeFamily& process_start_time;           // process_start_time_seconds (Unix time)
+  GaugeFamily& process_open_fds;             // process_open_fds
+  GaugeFamily& process_max_fds;              // process_max_fds
+  GaugeFamily& process_threads;              // process_threads
+  GaugeFamily& build_info;                   // ferry:build_info {version, cuda}: always 1
+
   // Creates (rendered as zeros from then on) and returns one model's children; call when
-  // the model is loaded and keep the result.
-  ModelMetrics ForModel(std::string_view model_name);
+  // the model is loaded and keep the result. An encoder gets no decoder-only series (KV
+  // cache, preemptions, prefix cache): those pointers are null.
+  ModelMetrics ForModel(std::string_view model_name, bool decoder = true);
   // Creates and returns one (model, tier)'s children; cheap enough per request, or keep it.
-  TierMetrics ForTier(std::string_view model_name, std::string_view tier);
+  TierMetrics ForTier(std::string_view model_name, std::string_view tier, bool decoder = true);
 
   // finished_reason: kFinishedStop, kFinishedLength or kFinishedAbort.
   void RecordSuccess(std::string_view model_name, std::string_view tier, std::string_view finished_reason);
@@ -301,7 +317,11 @@ struct ServerMetrics {
   void RecordFailure(std::string_view model_name, std::string_view tier, std::string_view reason);
   void RecordHttpRequest(std::string_view route, int status_code);
 
-  std::string Render() const { return registry.Render(); }
+  // The process metrics are refreshed first.
+  std::string Render();
+
+ private:
+  double reported_cpu_seconds_ = 0;  // process_cpu_seconds_total so far
 };
 
 }  // namespace ferry::serve

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/logging.h"
+#include "serve/tool_parser.h"
 
 namespace ferry::serve {
 
@@ -35,6 +36,11 @@ class MetricsObserver : public sched::BatcherObserver {
   void OnPreemption(int count) override {
     m_.num_preemptions->Inc(count);
     if (next_ != nullptr) next_->OnPreemption(count);
+  }
+  void OnPrefixCache(int64_t queried, int64_t hits) override {
+    m_.prefix_cache_queries->Inc(static_cast<double>(queried));
+    m_.prefix_cache_hits->Inc(static_cast<double>(hits));
+    if (next_ != nullptr) next_->OnPrefixCache(queried, hits);
   }
   void OnState(const sched::LoadState& s) override {
     if (gauges_) {
@@ -102,7 +108,6 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Create(const ModelConfig& conf
   m->hooks_ = std::move(hooks);
   // A variant's engine core is named "model@variant" (its thread and log lines).
   const std::string unit = m->hooks_.variant.empty() ? config.name : config.name + "@" + m->hooks_.variant;
-  m->model_metrics_ = metrics.ForModel(config.name);
   sched::PreloadOptions po;
   po.engine.threads = config.threads;
   po.engine.device = config.device;
@@ -110,6 +115,7 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Create(const ModelConfig& conf
   po.engine.cuda_kv_cache = config.kv_cache_dtype;
   po.core.batching = config.batching;
   po.core.step_graphs = !config.enforce_eager;
+  po.core.gpu_memory_utilization = config.gpu_memory_utilization;
   po.encoder_max_seq_len = config.batching.max_seq_len;
   po.encoder_batches = {1, config.dynamic_batching.max_batch_size};
   if (config.dynamic_batching.max_batch_size > 8) po.encoder_batches.insert(po.encoder_batches.begin() + 1, 8);
@@ -123,8 +129,19 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Create(const ModelConfig& conf
     m->preloaded_ = std::move(loaded).value();
   }
   engine::Engine& e = *m->preloaded_->engine();
+  m->model_metrics_ = metrics.ForModel(config.name, e.is_decoder());
   if (!e.is_decoder()) m->pooling_ = ResolvePooling(config, e);
   if (e.is_decoder()) {
+    auto chat = LoadChatSetup(config, e);
+    if (!chat.ok()) {
+      return chat.status().WithContext("model '" + config.name + "'" +
+                                       (m->hooks_.variant.empty() ? "" : " variant '" + m->hooks_.variant + "'"));
+    }
+    m->chat_ = std::move(chat).value();
+    if (m->chat_.has_template()) {
+      FERRY_LOG_INFO("model '{}': chat template from {}; tool-call parser {}", unit, m->chat_.origin,
+                     ToolCallParserName(m->chat_.parser));
+    }
     m->observer_ = std::make_unique<MetricsObserver>(m->model_metrics_, m->hooks_);
     m->decoder_ = std::make_unique<sched::ContinuousBatcher>(*m->preloaded_->core(), m->observer_.get());
     FERRY_RETURN_IF_ERROR(m->decoder_->Start());
@@ -170,6 +187,16 @@ void ServedModel::Stop(int64_t timeout_ms) {
 void ServedModel::RunEncoderBatch(std::vector<std::shared_ptr<sched::BatchItem>>& batch) {
   const auto started = std::chrono::steady_clock::now();
   if (hooks_.model_gauges) model_metrics_.num_requests_running->Set(static_cast<double>(batch.size()));
+  const sched::BatchTime start = sched::BatchClock::now();
+  int64_t batch_tokens = 0;
+  for (auto& item : batch) {
+    const auto* w = static_cast<const EncoderWork*>(item->payload.get());
+    batch_tokens += static_cast<int64_t>(w->input.ids.size());
+    if (w->queue_time != nullptr) {
+      w->queue_time->Observe(std::chrono::duration<double>(start - item->enqueue_time).count());
+    }
+  }
+  model_metrics_.iteration_tokens->Observe(static_cast<double>(batch_tokens));
   const engine::Engine& e = engine();
   const engine::Pooling pooling = EnginePooling(pooling_.mode);
   std::vector<EncoderWork*> engine_failed;  // for the variant group's error window

@@ -13,6 +13,7 @@
 #include "sched/preload.h"
 #include "sched/continuous_batcher.h"
 #include "sched/dynamic_batcher.h"
+#include "serve/chat_prompt.h"
 #include "serve/config.h"
 #include "serve/metrics.h"
 
@@ -28,6 +29,7 @@ struct EncoderWork {
   };
   Kind kind = Kind::kEmbed;
   engine::EncodedInput input;
+  Histogram* queue_time = nullptr;  // the request's ferry:request_queue_time_seconds, observed when its batch starts
   std::string tier = "default";  // for the QoS load monitor of a variant group
   std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
   // Called exactly once with the row (logits or embedding), or the error.
@@ -85,6 +87,8 @@ class ServedModel {
   int64_t created_unix() const { return created_unix_; }
   const sched::PreloadTimings& timings() const { return preloaded_->timings(); }
   const ServerMetrics::ModelMetrics& metrics() const { return model_metrics_; }
+  // Decoders: the chat templates, special tokens and tool-call parser.
+  const ChatSetup& chat() const { return chat_; }
   const EmbeddingPooling& embedding_pooling() const { return pooling_; }
 
   // Stops the batcher: running work finishes within `timeout_ms`, the rest is cancelled.
@@ -101,6 +105,7 @@ class ServedModel {
   std::unique_ptr<sched::ContinuousBatcher> decoder_;
   std::unique_ptr<sched::DynamicBatcher> encoder_;
   ServerMetrics::ModelMetrics model_metrics_;
+  ChatSetup chat_;
   EmbeddingPooling pooling_;
   int64_t created_unix_ = 0;
 };

@@ -21,16 +21,33 @@ namespace ferry::serve {
 struct OutputSpec {
   std::vector<std::string> stops;  // stop strings: the text ends before the first match
   int logprobs = -1;               // -1: none; k >= 0: each token's log-probability and the top k
-  std::optional<std::string> echo;  // prompt text the output starts with (its logprobs come from the events)
+  // Prompt text the output starts with. With log-probabilities the prompt's tokens are
+  // listed too, and the echoed text is then the prompt's tokens decoded, so that the table
+  // spells the text exactly.
+  std::optional<std::string> echo;
+  bool skip_special_tokens = true;  // special tokens add no text (vLLM's skip_special_tokens)
+  std::vector<int32_t> stop_ids;    // ids that end generation: the one that does adds no text
+  int min_tokens = 0;               // stop strings are not looked for before this many tokens
 };
 
-// One token of the log-probability table. Prompt tokens and generated ones alike.
+// One candidate in a token's top log-probabilities.
+struct TopLogprob {
+  std::string token;  // the token decoded on its own, with its leading space ("" never)
+  std::string bytes;  // its raw bytes (may be part of a UTF-8 character)
+  float logprob = 0;
+};
+
+// One token of the log-probability table. Prompt tokens and generated ones alike. The
+// `token` strings of a table concatenate to the text, each starting at its text_offset: a
+// token whose bytes end inside a UTF-8 character is "" and the next one carries the whole
+// character; a special token skipped from the text is "".
 struct LogprobEntry {
-  std::string token;                                       // the token's text
-  std::optional<float> logprob;                            // absent for the first prompt token
-  std::vector<std::pair<std::string, float>> top;          // best first (empty with logprobs 0)
-  bool has_top = true;                                     // false for the first prompt token
-  size_t text_offset = 0;                                  // where the token's text starts in the output
+  std::string token;                // the text this token adds
+  std::string bytes;                // the token's raw bytes
+  std::optional<float> logprob;     // absent for the first prompt token
+  std::vector<TopLogprob> top;      // best first, plus the chosen token when it is not among them (as OpenAI does)
+  bool has_top = true;              // false for the first prompt token
+  size_t text_offset = 0;           // where the token's text starts in the output
 };
 
 // What became final since the last TakeDelta.
@@ -69,8 +86,11 @@ class OutputProcessor {
   int64_t generated_tokens() const { return static_cast<int64_t>(ids_.size()); }
 
  private:
-  std::string TokenText(int32_t id) const;
-  LogprobEntry Entry(const sched::TokenOutput& t, bool first_prompt_token, size_t offset) const;
+  // The token decoded on its own (with a leading space where it has one) and its raw bytes.
+  TopLogprob Candidate(int32_t id, float logprob) const;
+  LogprobEntry Entry(const sched::TokenOutput& t, bool first_prompt_token, std::string text, size_t offset) const;
+  // Rebuilds the echoed prompt from its tokens (echo with log-probabilities).
+  void EchoPromptTokens(const std::vector<sched::TokenOutput>& prompt);
   // Cuts the text at the earliest stop string; true when one matched.
   bool CheckStops();
 
@@ -87,6 +107,7 @@ class OutputProcessor {
   size_t ids_emitted_ = 0;
   size_t logprobs_emitted_ = 0;
   bool stopped_ = false;
+  bool echo_listed_ = false;
   bool done_ = false;
   std::string finish_reason_;
   Status error_;

@@ -61,8 +61,8 @@ class RequestContext {
   // its SHA-256): requests of one end user stay linkable, the value itself (often an e-mail
   // address) is not written.
   void SetUserLog(const std::string& user);
-  // Headers every response of this request carries (x-ratelimit-*, X-Ferry-Variant), added
-  // to those added before; set before replying.
+  // Headers every response of this request carries (x-ratelimit-*, X-Ferry-Variant, the
+  // Warning of ignored unknown fields), added to those added before; set before replying.
   void AddResponseHeaders(const ResponseWriter::Headers& headers);
   void AddResponseHeader(std::string name, std::string value);
   // X-Request-Id and the added headers: what a route passes when it starts a stream itself.

@@ -9,9 +9,14 @@
 #include <random>
 
 #include "core/logging.h"
+#include "core/version.h"
+#include "serve/chat_completions.h"
 #include "serve/completions.h"
+#include "serve/cors.h"
 #include "serve/encoder_routes.h"
 #include "serve/request_fields.h"
+#include "serve/tool_parser.h"
+#include "serve/utility_routes.h"
 
 namespace ferry::serve {
 
@@ -36,7 +41,11 @@ void SendJson(ResponseWriter& w, int status, const json& body) {
 
 // The routes a model serves, from what sits on its encoder.
 json ModelRoutes(const ServedModel& m) {
-  if (m.is_decoder()) return json::array({"/v1/completions"});
+  if (m.is_decoder()) {
+    json routes = json::array({"/v1/completions"});
+    if (m.chat().has_template()) routes.push_back("/v1/chat/completions");
+    return routes;
+  }
   const model::EncoderModel& e = *m.engine().encoder();
   json routes = json::array();
   if (m.embedding_pooling().unsupported.empty()) routes.push_back("/v1/embeddings");
@@ -58,7 +67,7 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
 }
 
 Server::Server(ServerConfig config, Authenticator auth)
-    : config_(std::move(config)), auth_(std::move(auth)), logger_(config_.log.request_log) {
+    : config_(std::move(config)), auth_(std::move(auth)), logger_(config_.log.request_log), cors_(config_.cors) {
   HttpServerOptions ho;
   ho.host = config_.listener.host;
   ho.port = config_.listener.port;
@@ -231,7 +240,10 @@ json Server::ModelCard(const ServedModel& m) const {
   card["ferry"] = {{"kind", m.is_decoder() ? "decoder" : "encoder"},
                    {"architecture", c.model_type},
                    {"routes", ModelRoutes(m)}};
-  if (!m.is_decoder()) {
+  if (m.is_decoder()) {
+    card["ferry"]["chat_template"] = m.chat().has_template();
+    card["ferry"]["tool_call_parser"] = std::string(ToolCallParserName(m.chat().parser));
+  } else {
     const EmbeddingPooling& p = m.embedding_pooling();
     card["ferry"]["pooling"] = {{"mode", io::PoolingModeName(p.mode)}, {"normalize", p.normalize},
                                 {"source", p.source}};
@@ -310,12 +322,29 @@ void Server::Handle(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer) {
                                        "names and auth.allowed_hosts are answered"));
   }
   const bool get = req.method == "GET" || req.method == "HEAD";
-  if (path == "/health/live") {
-    if (!get) return SendJson(*writer, 405, json::parse(ErrorBody(405, "use GET")));
+  // CORS first: a preflight carries no API key, and every answer to an allowed origin
+  // carries the Access-Control headers.
+  if (req.method == "OPTIONS") {
+    const CorsPolicy::Preflight p = cors_.AnswerPreflight(req);
+    metrics_.RecordHttpRequest("OPTIONS", p.status);
+    if (p.status != 204) return writer->Send(p.status, "application/json", ErrorBody(p.status, p.error), p.headers);
+    return writer->Send(204, "", "", p.headers);
+  }
+  if (cors_.enabled()) writer = WithHeaders(std::move(writer), cors_.ResponseHeaders(req.Header("origin")));
+  if (path == "/health/live" || path == "/health" || path == "/ping") {
+    // Liveness (vLLM's /health, SageMaker's /ping): the process serves HTTP.
+    if (!get && !(path == "/ping" && req.method == "POST")) {
+      return SendJson(*writer, 405, json::parse(ErrorBody(405, "use GET")));
+    }
     metrics_.RecordHttpRequest(path, 200);
     return SendJson(*writer, 200, {{"status", "live"}});
   }
-  if (path == "/health/ready" || path == "/health") {
+  if (path == "/version") {
+    if (!get) return SendJson(*writer, 405, json::parse(ErrorBody(405, "use GET")));
+    metrics_.RecordHttpRequest(path, 200);
+    return SendJson(*writer, 200, {{"version", kVersion}});
+  }
+  if (path == "/health/ready") {
     if (!get) return SendJson(*writer, 405, json::parse(ErrorBody(405, "use GET")));
     const bool ok = ready_.load();
     metrics_.RecordHttpRequest(path, ok ? 200 : 503);
@@ -334,7 +363,8 @@ void Server::Handle(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer) {
     metrics_.RecordHttpRequest(path, 200);
     return writer->Send(200, std::string(kPrometheusContentType), metrics_.Render());
   }
-  const bool api = path.rfind("/v1/", 0) == 0 || path.rfind("/admin/", 0) == 0;
+  const bool api = path.rfind("/v1/", 0) == 0 || path.rfind("/admin/", 0) == 0 || path == "/tokenize" ||
+                   path == "/detokenize";
   if (!api) {
     metrics_.RecordHttpRequest("other", 404);
     return writer->Send(404, "application/json", ErrorBody(404, "no route for " + req.method + " " + path));
@@ -348,9 +378,10 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
   std::string route = path;
   if (path.rfind("/v1/models/", 0) == 0) route = "/v1/models/{id}";
   if (path.rfind("/admin/qos/", 0) == 0) route = "/admin/qos/{model}";
-  if (route != "/v1/completions" && route != "/v1/embeddings" && route != "/v1/classify" && route != "/v1/models" &&
-      route != "/v1/token-classify" && route != "/v1/score" && route != "/v1/models/{id}" && route != "/admin/status" &&
-      route != "/admin/qos" && route != "/admin/qos/{model}") {
+  if (route != "/v1/completions" && route != "/v1/chat/completions" && route != "/v1/embeddings" &&
+      route != "/v1/classify" && route != "/v1/token-classify" && route != "/v1/score" && route != "/v1/models" &&
+      route != "/v1/models/{id}" && route != "/admin/status" && route != "/admin/qos" &&
+      route != "/admin/qos/{model}" && route != "/tokenize" && route != "/detokenize") {
     route = "other";
   }
   Result<Principal> who = auth_.Authenticate(req.Header("authorization"), admin);
@@ -429,11 +460,13 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
     return ctx->ReplyError(ApiError{404, "the model does not exist", "not_found_error", "model", "model_not_found"});
   }
   const bool completions = path == "/v1/completions";
+  const bool chat = path == "/v1/chat/completions";
   const bool embeddings = path == "/v1/embeddings";
   const bool classify = path == "/v1/classify";
   const bool token_classify = path == "/v1/token-classify";
   const bool score = path == "/v1/score";
-  if (!completions && !embeddings && !classify && !token_classify && !score) {
+  const bool utility = path == "/tokenize" || path == "/detokenize";
+  if (!completions && !chat && !embeddings && !classify && !token_classify && !score && !utility) {
     return ctx->ReplyError(ApiError{404, "no route for " + req.method + " " + path, "not_found_error", "", ""});
   }
   if (req.method != "POST") {
@@ -454,9 +487,11 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
 
 void Server::RouteBody(const std::shared_ptr<RequestContext>& ctx, const std::string& path, const std::string& text) {
   const bool completions = path == "/v1/completions";
+  const bool chat = path == "/v1/chat/completions";
   const bool embeddings = path == "/v1/embeddings";
   const bool token_classify = path == "/v1/token-classify";
   const bool score = path == "/v1/score";
+  const bool utility = path == "/tokenize" || path == "/detokenize";
   if (stopping_.load()) return ctx->ReplyError(FromStatus(Unavailable("the server is shutting down")));
   json body;
   if (MaybeError e = ParseJsonObject(text, body)) return ctx->ReplyError(*e);
@@ -478,11 +513,15 @@ void Server::RouteBody(const std::shared_ptr<RequestContext>& ctx, const std::st
     return ctx->ReplyError(ApiError{404, "the model '" + model_name + "' does not exist", "not_found_error", "model",
                                     "model_not_found"});
   }
-  if (completions != m->is_decoder()) {
+  if (!utility && (completions || chat) != m->is_decoder()) {
     return ctx->ReplyError(BadRequest("model '" + model_name + "' is " + (m->is_decoder() ? "a decoder" : "an encoder") +
                                           "; it does not serve " + path, "model"));
   }
-  if (completions) return HandleCompletion(ctx, *m, body, *output_workers_);
+  const RouteEnv env{*output_workers_, config_.api.unknown_fields};
+  if (completions) return HandleCompletion(ctx, *m, body, env);
+  if (chat) return HandleChatCompletion(ctx, *m, text, body, env);
+  if (path == "/tokenize") return HandleTokenize(ctx, *m, text, body, env);
+  if (path == "/detokenize") return HandleDetokenize(ctx, *m, body, env);
   if (embeddings) return HandleEmbeddings(ctx, *m, body, *output_workers_);
   if (token_classify) return HandleTokenClassify(ctx, *m, body, *output_workers_);
   if (score) return HandleScore(ctx, *m, body, *output_workers_);

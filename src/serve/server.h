@@ -15,6 +15,7 @@
 #include "core/thread_pool.h"
 #include "serve/auth.h"
 #include "serve/config.h"
+#include "serve/cors.h"
 #include "serve/http_server.h"
 #include "serve/metrics.h"
 #include "serve/model_repository.h"
@@ -74,6 +75,7 @@ class Server {
   const Authenticator auth_;
   ServerMetrics metrics_;
   RequestLogger logger_;
+  const CorsPolicy cors_;
   std::unique_ptr<HttpServer> http_;
   std::unique_ptr<ThreadPool> output_workers_;   // events → responses, off the scheduler threads
   std::unique_ptr<ThreadPool> request_workers_;  // bodies → parsed, tokenized requests, off the I/O threads

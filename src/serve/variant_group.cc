@@ -136,7 +136,6 @@ Result<std::unique_ptr<VariantGroup>> VariantGroup::Create(const ServerConfig& s
   g->config_ = config;
   g->metrics_ = &metrics;
   g->qos_metrics_ = &qos_metrics;
-  g->model_metrics_ = metrics.ForModel(config.name);
   g->sink_ = std::move(sink);
   FERRY_RETURN_IF_ERROR(g->CheckMemory());
   if (config.qos.min_dwell_s < config.qos.window_s) {
@@ -241,6 +240,8 @@ Status VariantGroup::Load() {
     variants_.push_back(std::move(m));
   }
   decoder_ = variants_.front()->is_decoder();
+  // An encoder group exports no KV-cache, preemption or prefix-cache series.
+  model_metrics_ = metrics_->ForModel(config_.name, decoder_);
   return Status::Ok();
 }
 

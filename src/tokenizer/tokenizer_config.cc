@@ -48,6 +48,22 @@ Status ParseMainConfig(const std::string& text, TokenizerConfig* config) {
   config->add_bos_token = JsonOptBool(*root, "add_bos_token");
   config->add_eos_token = JsonOptBool(*root, "add_eos_token");
   config->clean_up_tokenization_spaces = JsonBool(*root, "clean_up_tokenization_spaces", false);
+  if (const Json* chat = JsonField(*root, "chat_template"); chat != nullptr && !chat->is_null()) {
+    if (chat->is_string()) {
+      config->chat_templates["default"] = chat->get<std::string>();
+    } else if (chat->is_array()) {
+      for (const Json& item : *chat) {
+        auto name = item.is_object() ? JsonOptString(item, "name") : std::nullopt;
+        auto text = item.is_object() ? JsonOptString(item, "template") : std::nullopt;
+        if (!name || !text) {
+          return InvalidArgument("tokenizer_config.json: chat_template entries must have a name and a template");
+        }
+        config->chat_templates[*name] = *text;
+      }
+    } else {
+      return InvalidArgument("tokenizer_config.json: chat_template must be a string or a list of named templates");
+    }
+  }
   if (const Json* decoder = JsonField(*root, "added_tokens_decoder"); decoder != nullptr && decoder->is_object()) {
     for (auto it = decoder->begin(); it != decoder->end(); ++it) {
       char* end = nullptr;
@@ -119,6 +135,7 @@ Result<TokenizerConfig> ParseTokenizerConfig(const std::map<std::string, std::st
   if (auto it = files.find("generation_config.json"); it != files.end()) {
     FERRY_RETURN_IF_ERROR(ParseGenerationConfig(it->second, &config));
   }
+  if (auto it = files.find("chat_template.jinja"); it != files.end()) config.chat_templates["default"] = it->second;
   return config;
 }
 

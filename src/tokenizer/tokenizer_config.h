@@ -33,6 +33,10 @@ struct TokenizerConfig {
   std::optional<int32_t> generation_bos_id;
   std::vector<int32_t> generation_eos_ids;
   std::optional<int32_t> generation_pad_id;
+  // Chat templates by name: tokenizer_config.json's "chat_template" (a string: "default"; or
+  // a list of {"name", "template"}, as models with a "tool_use" template ship them), then
+  // chat_template.jinja, which newer transformers save beside it, as "default".
+  std::map<std::string, std::string> chat_templates;
 
   // The named special tokens (bos, eos, unk, ...) and the additional ones.
   std::vector<std::string> NamedSpecialTokens() const;

@@ -286,7 +286,7 @@ TEST(CliTest, MakeCheckpointRoundTrips) {
 TEST(CliBadInputTest, ServeRefusesBadConfigurations) {
   ExpectCleanError(RunFerry({"serve", "--config", "/nonexistent/ferry.yaml"}), "ferry.yaml");
   ExpectCleanError(RunFerry({"serve"}), "no models to serve");
-  ExpectCleanError(RunFerry({"serve", "--model", "no-equals-sign"}), "NAME=PATH");
+  ExpectCleanError(RunFerry({"serve", "--model", "=no-name"}), "NAME=PATH");
   ExpectCleanError(RunFerry({"serve", "--model", "m=" + testing::SourcePath("models/demo/kjv-decoder"), "--host",
                              "0.0.0.0", "--no-auth"}),
                    "loopback");
@@ -304,6 +304,50 @@ TEST(CliTest, VersionPrintsTheProjectVersion) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, std::string("ferry ") + kVersion + "\n");
   EXPECT_TRUE(r.err.empty()) << r.err;
+}
+
+// `ferry render-chat --template FILE --input CASE.json`, the contract other tools rely on:
+// every case of every fixture template prints {"prompt": output}, or, where the template
+// raises, exits 1 with one `error: ` line and prints nothing.
+TEST(CliTest, RenderChatReproducesEveryFixtureCase) {
+  const fs::path dir = testing::FixturePath("chat_templates");
+  std::string tmpl = "/tmp/ferry_render_chat_XXXXXX";
+  const std::string tmp = mkdtemp(tmpl.data());
+  int rendered = 0, refused = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string file = entry.path().filename().string();
+    const std::string suffix = ".cases.json";
+    if (file.size() <= suffix.size() || file.compare(file.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    const std::string stem = file.substr(0, file.size() - suffix.size());
+    std::ifstream in(entry.path());
+    const nlohmann::ordered_json doc = nlohmann::ordered_json::parse(in);  // keys keep their order
+    for (const nlohmann::ordered_json& c : doc["cases"]) {
+      nlohmann::ordered_json input = c;
+      input.erase("output");
+      input.erase("error");
+      input.erase("name");
+      if (doc.contains("now") && !input.contains("now")) input["now"] = doc["now"];
+      const std::string case_path = tmp + "/case.json";
+      std::ofstream(case_path) << input.dump();
+      const RunResult r = RunFerry({"render-chat", "--template", (dir / (stem + ".jinja")).string(), "--input", case_path});
+      const std::string where = stem + " / " + c["name"].get<std::string>();
+      if (c.contains("output")) {
+        ASSERT_EQ(r.exit_code, 0) << where << ": " << r.err;
+        const nlohmann::json out = nlohmann::json::parse(r.out, nullptr, false);
+        ASSERT_TRUE(out.is_object()) << where << ": " << r.out;
+        EXPECT_EQ(out["prompt"], c["output"]) << where;
+        ++rendered;
+      } else {
+        EXPECT_EQ(r.exit_code, 1) << where;
+        EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << where << ": " << r.err;
+        EXPECT_TRUE(r.out.empty()) << where << ": " << r.out;
+        ++refused;
+      }
+    }
+  }
+  fs::remove_all(tmp);
+  EXPECT_GE(rendered, 10);
+  EXPECT_GE(refused, 1);
 }
 
 // The server gets past its configuration only if the flags took effect: it then starts,

@@ -143,6 +143,57 @@ TEST(SamplerTest, UniformDrawsAreUniform) {
   for (int b = 0; b < kBins; ++b) EXPECT_NEAR(bins[b], expected, 5 * std::sqrt(expected)) << b;
 }
 
+TEST(SamplerTest, LogitBiasMovesTheArgmaxAndTheDistribution) {
+  Sampler s;
+  SamplingParams p;
+  p.temperature = 0;
+  p.logit_bias = {{4, 100.0f}};
+  EXPECT_EQ(s.Sample(kLogits, p, {}, 1, 0), 4);
+  p.logit_bias = {{0, -100.0f}};
+  EXPECT_EQ(s.Sample(kLogits, p, {}, 1, 0), 1);
+  // Sampled: a bias of log(2) on token 1 doubles its weight.
+  p = {};
+  p.logit_bias = {{1, static_cast<float>(std::log(2.0))}};
+  std::vector<float> biased = kLogits;
+  biased[1] += static_cast<float>(std::log(2.0));
+  const std::vector<double> want = Softmax(biased, 1.0f);
+  auto h = Histogram(p, 20000, 7);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(h[i] / 20000.0, want[i], 0.015) << i;
+}
+
+TEST(SamplerTest, BannedIdsAreNeverDrawn) {
+  Sampler s;
+  SamplingParams p;
+  const std::vector<int32_t> banned = {0, 2};
+  for (uint64_t i = 0; i < 2000; ++i) {
+    const int32_t t = s.Sample(kLogits, p, {}, 3, i, banned);
+    ASSERT_NE(t, 0);
+    ASSERT_NE(t, 2);
+  }
+  p.temperature = 0;
+  EXPECT_EQ(s.Sample(kLogits, p, {}, 3, 0, banned), 1);
+}
+
+TEST(SamplerTest, PresenceAndFrequencyPenaltiesCountOnlyTheOutput) {
+  Sampler s;
+  SamplingParams p;
+  p.temperature = 0;
+  // Prompt [1, 1, 1], output [0, 0]: token 0 (logit 2.0) loses 2 * 0.6 + 0.3 = 1.5 and falls
+  // below token 1 (1.0)? No: 0.5 < 1.0, so token 1 wins; the prompt's 1s are not penalized.
+  const std::vector<int32_t> history = {1, 1, 1, 0, 0};
+  p.frequency_penalty = 0.6f;
+  p.presence_penalty = 0.3f;
+  EXPECT_EQ(s.Sample(kLogits, p, history, 0, 2), 1);
+  // Negative penalties favour repetition: token 3 (0.0) once in the output, -2 presence.
+  p = {};
+  p.temperature = 0;
+  p.presence_penalty = -2.0f;
+  p.frequency_penalty = -0.5f;
+  EXPECT_EQ(s.Sample(kLogits, p, std::vector<int32_t>{5, 3}, 0, 1), 3);
+  // The same tokens in the prompt only: no effect.
+  EXPECT_EQ(s.Sample(kLogits, p, std::vector<int32_t>{5, 3}, 0, 0), 0);
+}
+
 TEST(SamplerTest, ValidateRejectsBadParameters) {
   SamplingParams p;
   p.temperature = -0.5f;
@@ -158,6 +209,15 @@ TEST(SamplerTest, ValidateRejectsBadParameters) {
   EXPECT_FALSE(p.Validate().ok());
   p = {};
   p.repetition_penalty = 0.0f;
+  EXPECT_FALSE(p.Validate().ok());
+  p = {};
+  p.presence_penalty = 2.5f;
+  EXPECT_FALSE(p.Validate().ok());
+  p = {};
+  p.frequency_penalty = -3.0f;
+  EXPECT_FALSE(p.Validate().ok());
+  p = {};
+  p.logit_bias = {{3, 101.0f}};
   EXPECT_FALSE(p.Validate().ok());
   EXPECT_TRUE(SamplingParams{}.Validate().ok());
 }

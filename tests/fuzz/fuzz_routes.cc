@@ -96,9 +96,10 @@ class CaptureWriter : public ferry::serve::ResponseWriter {
 };
 
 // New routes go at the end, so that the seeds' first bytes keep their routes.
-const char* const kRoutes[] = {"/v1/completions", "/v1/embeddings",    "/v1/classify",  "/v1/models",
-                               "/v1/models/kjv-decoder", "/admin/status", "/health/ready", "/metrics",
-                               "/v1/token-classify",     "/v1/score"};
+const char* const kRoutes[] = {"/v1/completions",      "/v1/embeddings",         "/v1/classify",  "/v1/models",
+                               "/v1/models/kjv-decoder", "/admin/status",        "/health/ready", "/metrics",
+                               "/v1/token-classify",   "/v1/score",              "/v1/chat/completions",
+                               "/tokenize",            "/detokenize"};
 
 }  // namespace
 

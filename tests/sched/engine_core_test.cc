@@ -88,6 +88,53 @@ TEST_F(EngineCoreTest, ChunkedBatchEqualsEachRequestAloneAndFreesEveryBlock) {
   EXPECT_EQ(core->cache().num_free_blocks(), core->cache().num_blocks());
 }
 
+// Requests that share a prompt prefix: the later ones start after it (no recompute), and
+// their outputs are exactly those of a core without the prefix cache.
+TEST_F(EngineCoreTest, PrefixCachingSkipsSharedPrefixesAndKeepsOutputs) {
+  const std::vector<int32_t> system = Prompt(
+      "And God said, Let there be light: and there was light. And God saw the light, that it was good: and God "
+      "divided the light from the darkness.");
+  ASSERT_GE(system.size(), 32u);
+  std::vector<std::vector<int32_t>> prompts;
+  for (const char* q : {" In the beginning", " And the evening", " Let the waters"}) {
+    std::vector<int32_t> p = system;
+    auto more = engine_->tokenizer()->Encode(q);
+    ASSERT_TRUE(more.ok());
+    p.insert(p.end(), more->begin(), more->end());
+    prompts.push_back(p);
+  }
+  auto run = [&](bool caching, int64_t* hits) {
+    EngineCoreOptions o;
+    o.batching.max_num_seqs = 4;
+    o.batching.max_num_batched_tokens = 64;
+    o.batching.max_seq_len = 128;
+    o.batching.enable_prefix_caching = caching;
+    auto core = std::move(EngineCore::Create("kjv", engine_, o)).value();
+    std::vector<std::vector<int32_t>> outs;
+    for (const auto& p : prompts) {  // one after another: each finds the earlier ones' blocks
+      auto ev = GenerateAll(*core, {Request(p, 12)});
+      EXPECT_TRUE(ev.ok());
+      outs.push_back(Tokens((*ev)[0]));
+    }
+    // And all at once (they share the prefix within one batch too).
+    std::vector<GenerationRequest> batch;
+    for (const auto& p : prompts) batch.push_back(Request(p, 12));
+    auto ev = GenerateAll(*core, std::move(batch));
+    EXPECT_TRUE(ev.ok());
+    for (const auto& e : *ev) outs.push_back(Tokens(e));
+    *hits = core->prefix_hit_tokens();
+    EXPECT_EQ(core->cache().num_free_blocks(), core->cache().num_blocks());
+    return outs;
+  };
+  int64_t hits_on = 0, hits_off = 0;
+  const auto with = run(true, &hits_on);
+  const auto without = run(false, &hits_off);
+  EXPECT_EQ(with, without);
+  EXPECT_EQ(hits_off, 0);
+  const int64_t shared_blocks = static_cast<int64_t>(system.size()) / 16;
+  EXPECT_GE(hits_on, 2 * shared_blocks * 16);  // at least the 2nd and 3rd sequential requests hit
+}
+
 TEST_F(EngineCoreTest, TheSchedulerReservesAndFreesKvBlocks) {
   auto core = MakeCore(2, 64, 128);
   const int all = core->cache().num_blocks();

@@ -20,6 +20,33 @@ int32_t StepOf(const Decision& d, uint64_t h) {
   return 0;
 }
 
+TEST(SchedulePolicy, CachedPrefixesNeedNoComputeAndOnlyTheirFreeBlocks) {
+  PlanInput in;
+  in.block_tokens = 4;
+  in.max_num_seqs = 8;
+  in.token_budget = 100;
+  // 40 tokens, 36 of them cached (9 blocks, 3 of which no sequence holds): admission needs
+  // the blocks for the rest (11 - 9 = 2) plus the 3 cached free ones, and computes 4 tokens.
+  SeqView w = Waiting(1, 40);
+  w.num_computed = 36;
+  w.cached_free_blocks = 3;
+  in.waiting = {w};
+  in.free_blocks = 5;
+  Decision d = PlanStep(in);
+  ASSERT_EQ(d.admitted.size(), 1u);
+  EXPECT_EQ(StepOf(d, 1), 4);
+  EXPECT_EQ(d.tokens, 4);
+  in.free_blocks = 4;  // one short
+  d = PlanStep(in);
+  EXPECT_TRUE(d.admitted.empty());
+  // Without the cache it would need 11 blocks and 40 tokens of compute.
+  in.waiting = {Waiting(1, 40)};
+  in.free_blocks = 11;
+  d = PlanStep(in);
+  ASSERT_EQ(d.admitted.size(), 1u);
+  EXPECT_EQ(StepOf(d, 1), 40);
+}
+
 TEST(SchedulePolicy, DecodeTokensGoFirstThenPrefillChunksShareTheBudget) {
   PlanInput in;
   in.block_tokens = 4;

@@ -475,16 +475,25 @@ TEST(ServerConfigTest, ApplyModelFlag) {
   EXPECT_EQ(config.models[2].batching.max_num_seqs, sched::ContinuousBatchingOptions().max_num_seqs);
   EXPECT_TRUE(config.Validate().ok()) << config.Validate().ToString();
 
-  for (const char* bad : {"no-equals-sign", "=path", "name=", "="}) {
+  for (const char* bad : {"=path", "name=", "="}) {
     const Status status = ApplyModelFlag(config, bad);
     EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(status.message().find("NAME=PATH"), std::string::npos) << status.message();
   }
   EXPECT_EQ(config.models.size(), 3u);
 
+  // vLLM's form, --model PATH: the model is named after the folder (or .ferry file).
+  ASSERT_TRUE(ApplyModelFlag(config, "/models/Qwen2.5-7B-Instruct/").ok());
+  ASSERT_EQ(config.models.size(), 4u);
+  EXPECT_EQ(config.models[3].name, "Qwen2.5-7B-Instruct");
+  EXPECT_EQ(config.models[3].path, "/models/Qwen2.5-7B-Instruct");
+  ASSERT_TRUE(ApplyModelFlag(config, "engines/llama.ferry").ok());
+  EXPECT_EQ(config.models[4].name, "llama");
+  EXPECT_EQ(ApplyModelFlag(config, "/").code(), StatusCode::kInvalidArgument);
+
   // The name is checked by Validate().
   ASSERT_TRUE(ApplyModelFlag(config, "bad name=p").ok());
-  EXPECT_NE(config.Validate().message().find("models[3].name"), std::string::npos);
+  EXPECT_NE(config.Validate().message().find("models[5].name"), std::string::npos);
 }
 
 // Command-line flags win over the file, and validation sees the result: a file that is
@@ -542,7 +551,7 @@ TEST(ServerConfigTest, OverridesApplyBeforeValidation) {
 
   // A bad --model flag is reported as such, not as a problem of the file.
   ServerConfigOverrides bad_model;
-  bad_model.models = {"no-equals-sign"};
+  bad_model.models = {"=no-name"};
   Result<ServerConfig> flagged = LoadServerConfig(ConfigPath("demo.yaml"), bad_model);
   ASSERT_FALSE(flagged.ok());
   EXPECT_EQ(flagged.status().message().rfind("--model expects NAME=PATH", 0), 0u) << flagged.status().ToString();

@@ -201,6 +201,8 @@ TEST(ServerMetricsTest, RendersEveryFamilyWithHelpAndType) {
       {"ferry:engine_step_seconds", "histogram"},
       {"ferry:batch_size", "histogram"},
       {"ferry:iteration_tokens_total", "histogram"},
+      {"ferry:prefix_cache_queries_total", "counter"},
+      {"ferry:prefix_cache_hits_total", "counter"},
       {"ferry:prompt_tokens_total", "counter"},
       {"ferry:generation_tokens_total", "counter"},
       {"ferry:time_to_first_token_seconds", "histogram"},
@@ -215,6 +217,14 @@ TEST(ServerMetricsTest, RendersEveryFamilyWithHelpAndType) {
       {"ferry:tenant_requests_total", "counter"},
       {"ferry:tenant_tokens_total", "counter"},
       {"ferry:rate_limited_requests_total", "counter"},
+      {"process_cpu_seconds_total", "counter"},
+      {"process_resident_memory_bytes", "gauge"},
+      {"process_virtual_memory_bytes", "gauge"},
+      {"process_start_time_seconds", "gauge"},
+      {"process_open_fds", "gauge"},
+      {"process_max_fds", "gauge"},
+      {"process_threads", "gauge"},
+      {"ferry:build_info", "gauge"},
   };
   size_t previous = 0;
   for (const auto& [name, type] : families) {

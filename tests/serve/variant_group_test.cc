@@ -222,6 +222,7 @@ TEST_F(QosServerTest, AdminPinsClearsAndShowsTheGroup) {
   ASSERT_EQ(models["data"][0]["ferry"]["variants"].size(), 2u);
   EXPECT_EQ(models["data"][0]["ferry"]["variants"][1]["name"], "int8");
   EXPECT_EQ(models["data"][0]["max_model_len"], 256);
+  EXPECT_EQ(models["data"][0]["ferry"]["routes"], json::array({"/v1/completions", "/v1/chat/completions"}));
   EXPECT_EQ(testing::Http(port(), "GET", "/v1/models/kjv", "", kSilver).status, 200);
   const json status = testing::Http(port(), "GET", "/admin/status", "", kAdmin).Json();
   ASSERT_EQ(status["models"].size(), 2u);
@@ -252,6 +253,24 @@ TEST_F(QosServerTest, AdminPinsClearsAndShowsTheGroup) {
   HttpReply g = PostJson(port(), "/v1/completions", Completion("In the beginning", 4), kGold);
   ASSERT_EQ(g.status, 200);
   EXPECT_EQ(g.headers["x-ferry-variant"], "bf16");
+  // Chat completions and /tokenize are admitted the same way: rendered with the chosen
+  // variant's chat template (the engine file carries the checkpoint's) and run on it.
+  const json chat = {{"model", "kjv"},
+                     {"messages", {{{"role", "user"}, {"content", "In the beginning"}}}},
+                     {"max_tokens", 4},
+                     {"temperature", 0}};
+  HttpReply cs = PostJson(port(), "/v1/chat/completions", chat, kSilver);
+  ASSERT_EQ(cs.status, 200) << cs.body;
+  EXPECT_EQ(cs.headers["x-ferry-variant"], "int8");
+  EXPECT_EQ(cs.Json()["object"], "chat.completion");
+  EXPECT_EQ(cs.Json()["model"], "kjv");
+  HttpReply cg = PostJson(port(), "/v1/chat/completions", chat, kGold);
+  ASSERT_EQ(cg.status, 200) << cg.body;
+  EXPECT_EQ(cg.headers["x-ferry-variant"], "bf16");
+  HttpReply tok = PostJson(port(), "/tokenize", {{"model", "kjv"}, {"prompt", "In the beginning"}}, kSilver);
+  ASSERT_EQ(tok.status, 200) << tok.body;
+  EXPECT_EQ(tok.headers["x-ferry-variant"], "int8");
+  EXPECT_GT(tok.Json()["count"].get<int>(), 0);
   // Bad requests fail alone with a clear error.
   HttpReply bad = PostJson(port(), "/admin/qos/kjv", {{"pin", "fp4"}}, kAdmin);
   EXPECT_EQ(bad.status, 400);

@@ -54,6 +54,13 @@ class CudaBackend final : public Backend {
   DType activation_dtype() const override { return options_.activations; }
   DType kv_cache_dtype() const override { return options_.kv_cache; }
   Result<Tensor> Allocate(const Shape& shape, DType dtype) override { return ctx_->Allocate(shape, dtype); }
+  std::optional<std::pair<size_t, size_t>> DeviceMemory() const override {
+    size_t free = 0, total = 0;
+    if (cudaSetDevice(ctx_->device().index) != cudaSuccess || cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      return std::nullopt;
+    }
+    return std::make_pair(free, total);
+  }
 
   // --- weights ---------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/logit_adjust.h"
 
 namespace ferry::backend {
 
@@ -34,19 +35,45 @@ Status DeviceSampler::Sample(const Tensor& logits, std::span<const TokenSampling
   std::vector<cuda::SamplingParamsGpu>& params = params_;
   params.resize(static_cast<size_t>(n));
   bool penalty = false;
+  adjust_.clear();
   for (int r = 0; r < n; ++r) {
     const TokenSampling& t = rows[r];
     params[r] =
         cuda::SamplingParamsGpu{t.temperature, t.top_k, t.top_p, t.min_p, t.repetition_penalty, t.seed, t.counter};
-    penalty = penalty || t.repetition_penalty != 1.0f;
+    const kernels::RowPenalties p{t.history,          static_cast<size_t>(t.counter), t.repetition_penalty,
+                                  t.presence_penalty, t.frequency_penalty,             t.logit_bias,
+                                  t.banned};
+    if (kernels::NeedsAdjustments(p)) {
+      // The adjustments include the repetition penalty of this row's history: the kernel
+      // must not apply it a second time.
+      kernels::CollectLogitAdjustments(p, r, static_cast<int32_t>(vocab), adjust_);
+      params[r].repetition_penalty = 1.0f;
+    }
+    penalty = penalty || params[r].repetition_penalty != 1.0f;
+  }
+  if (!adjust_.empty()) {
+    // Adjusted in place, on a copy unless the f32 rows are already ours (converted or uploaded).
+    if (f32 == &logits) {
+      FERRY_ASSIGN_OR_RETURN(converted, ctx_.Allocate({n, vocab}, DType::kF32));
+      FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(converted.raw(), logits.raw(),
+                                                 static_cast<size_t>(n) * static_cast<size_t>(vocab) * sizeof(float),
+                                                 cudaMemcpyDeviceToDevice, ctx_.stream()));
+      f32 = &converted;
+    }
+    FERRY_ASSIGN_OR_RETURN(void* entries, ctx_.Stage(adjust_.data(), adjust_.size() * sizeof(kernels::LogitAdjustment)));
+    Tensor& ours = f32 == &converted ? converted : uploaded;
+    FERRY_RETURN_IF_ERROR(cuda::AdjustLogits(ours.data<float>(), static_cast<int>(vocab),
+                                             static_cast<const kernels::LogitAdjustment*>(entries),
+                                             static_cast<int>(adjust_.size()), ctx_.stream()));
   }
   const int32_t* d_history = nullptr;
   const int64_t* d_offsets = nullptr;
   if (penalty) {
     history_.clear();
     offsets_.assign(1, 0);
-    for (const TokenSampling& t : rows) {  // only penalized rows need their history
-      if (t.repetition_penalty != 1.0f) history_.insert(history_.end(), t.history.begin(), t.history.end());
+    for (int r = 0; r < n; ++r) {  // only rows the kernel penalizes need their history
+      const TokenSampling& t = rows[r];
+      if (params[r].repetition_penalty != 1.0f) history_.insert(history_.end(), t.history.begin(), t.history.end());
       offsets_.push_back(static_cast<int64_t>(history_.size()));
     }
     if (history_.empty()) history_.push_back(-1);

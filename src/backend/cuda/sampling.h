@@ -1,6 +1,7 @@
 // Sampling on the device: one token per row of logits where the logits are (greedy,
-// temperature, top-k, top-p, min-p, repetition penalty; Philox keyed by seed and counter), so
-// only token ids travel to the host. Thread-compatible (the backend's stream).
+// temperature, top-k, top-p, min-p, repetition, presence and frequency penalties, logit bias,
+// banned ids; Philox keyed by seed and counter), so only token ids travel to the host.
+// Thread-compatible (the backend's stream).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,7 @@ class DeviceSampler {
   std::vector<cuda::SamplingParamsGpu> params_;
   std::vector<int32_t> history_;
   std::vector<int64_t> offsets_;
+  std::vector<kernels::LogitAdjustment> adjust_;  // rows with bias, bans, presence/frequency penalties
 };
 
 }  // namespace ferry::backend

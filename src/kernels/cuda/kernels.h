@@ -20,6 +20,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "kernels/logit_adjust.h"
 
 namespace ferry::cuda {
 
@@ -145,5 +146,10 @@ struct SamplingParamsGpu {
 Status SampleRows(const float* logits, int rows, int vocab, const SamplingParamsGpu* params,
                   const int32_t* history_tokens, const int64_t* history_offsets, int32_t* out_tokens,
                   cudaStream_t stream);
+
+// Applies per-id adjustments (logit bias, banned ids, repetition, presence and frequency
+// penalties; backend::AdjustLogit, the CPU sampler's function) in place to logits [rows,
+// vocab] (f32): entries (device memory, `count` of them) name distinct (row, id) pairs.
+Status AdjustLogits(float* logits, int vocab, const kernels::LogitAdjustment* entries, int count, cudaStream_t stream);
 
 }  // namespace ferry::cuda

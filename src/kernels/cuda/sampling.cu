@@ -1,5 +1,7 @@
 // Token sampling on the GPU, one block per row, with engine::Sampler's processors and
-// order: repetition penalty, temperature, top-k, top-p, min-p, then a draw.
+// order: repetition penalty, temperature, top-k, top-p, min-p, then a draw. Logit bias,
+// banned ids and the presence and frequency penalties are applied before, by AdjustLogits,
+// with the same function as the CPU (kernels/logit_adjust.h).
 //
 // Nothing is sorted. Elements are ranked by a 64-bit key, the logit's order-preserving bits
 // over the complement of its id, so that larger keys come first and equal logits rank by
@@ -307,6 +309,16 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const float* logits, in
   if (threadIdx.x == 0) out_tokens[row] = pick < vocab ? pick : best_id;
 }
 
+// One thread per adjustment; the entries name distinct (row, id) pairs, so no two threads
+// write the same logit.
+__global__ void AdjustKernel(float* logits, int vocab, const kernels::LogitAdjustment* entries, int count) {
+  const int i = static_cast<int>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const kernels::LogitAdjustment a = entries[i];
+  float* l = logits + static_cast<int64_t>(a.row) * vocab + a.id;
+  *l = kernels::AdjustLogit(*l, a);
+}
+
 Status CheckParams(const SamplingParamsGpu& p, int row) {
   const std::string where = "SampleRows: row " + std::to_string(row) + ": ";
   if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) {
@@ -322,6 +334,16 @@ Status CheckParams(const SamplingParamsGpu& p, int row) {
 }
 
 }  // namespace
+
+Status AdjustLogits(float* logits, int vocab, const kernels::LogitAdjustment* entries, int count, cudaStream_t stream) {
+  if (count < 0 || vocab <= 0) return InvalidArgument("AdjustLogits: need count >= 0 and vocab > 0");
+  if (count == 0) return Status::Ok();
+  if (logits == nullptr || entries == nullptr) return InvalidArgument("AdjustLogits: null pointer");
+  constexpr int kBlock = 256;
+  AdjustKernel<<<(count + kBlock - 1) / kBlock, kBlock, 0, stream>>>(logits, vocab, entries, count);
+  FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
+  return Status::Ok();
+}
 
 Status SampleRows(const float* logits, int rows, int vocab, const SamplingParamsGpu* params,
                   const int32_t* history_tokens, const int64_t* history_offsets, int32_t* out_tokens,

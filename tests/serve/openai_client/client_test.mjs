@@ -1,6 +1,7 @@
-// ferry's server driven by the official openai npm client: completions with and without
-// streaming, embeddings (the client's default base64 encoding and floats), model listing,
-// and the client's typed errors for bad requests. Exits non-zero on the first failure.
+// ferry's server driven by the official openai npm client: completions and chat completions
+// with and without streaming, embeddings (the client's default base64 encoding and floats),
+// model listing, and the client's typed errors for bad requests. Exits non-zero on the first
+// failure.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
@@ -94,6 +95,66 @@ await check('a stream aborted by the client is cancelled on the server', async (
   }
   assert.equal(decoder.running, 0);
   assert.equal(decoder.kv_free_blocks, decoder.kv_blocks);
+});
+
+const messages = [
+  { role: 'system', content: 'The first book of Moses.' },
+  { role: 'user', content: 'In the beginning God created the heaven and the earth.' },
+];
+let chatText = '';
+await check('chat.completions.create (no streaming)', async () => {
+  const r = await client.chat.completions.create({ model: 'kjv-decoder', messages, max_tokens: 20, temperature: 0 });
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(r.choices.length, 1);
+  assert.equal(r.choices[0].message.role, 'assistant');
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.ok(r.choices[0].message.content.length > 0);
+  assert.equal(r.usage.completion_tokens, 20);
+  chatText = r.choices[0].message.content;
+});
+
+await check('chat.completions.create (streaming) matches the whole message', async () => {
+  const stream = await client.chat.completions.create({
+    model: 'kjv-decoder', messages, max_completion_tokens: 20, temperature: 0, stream: true,
+    stream_options: { include_usage: true },
+  });
+  let text = '';
+  let role = null;
+  let finish = null;
+  let usage = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      if (c.delta.role) role = c.delta.role;
+      text += c.delta.content ?? '';
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  assert.equal(role, 'assistant');
+  assert.equal(text, chatText);
+  assert.equal(finish, 'length');
+  assert.equal(usage.completion_tokens, 20);
+});
+
+await check('chat.completions.create with logprobs, n, seed and penalties', async () => {
+  const r = await client.chat.completions.create({
+    model: 'kjv-decoder', messages, max_tokens: 8, temperature: 0.8, seed: 5, n: 2, logprobs: true,
+    top_logprobs: 2, presence_penalty: 0.4, frequency_penalty: 0.2, logit_bias: { '5': -100 },
+  });
+  assert.equal(r.choices.length, 2);
+  for (const c of r.choices) {
+    assert.equal(c.logprobs.content.length, 8);
+    assert.equal(c.logprobs.content.map((t) => t.token).join(''), c.message.content);
+  }
+});
+
+await check('chat errors are typed: an image part is a 400', async () => {
+  await assert.rejects(
+    client.chat.completions.create({
+      model: 'kjv-decoder', max_tokens: 4,
+      messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/png;base64,AA' } }] }],
+    }),
+    (e) => e instanceof OpenAI.BadRequestError && e.code === 'unsupported_content');
 });
 
 await check('embeddings.create (default base64 encoding)', async () => {

@@ -1,0 +1,119 @@
+// vLLM's utility routes and probes: /tokenize (prompts and chats), /detokenize, /version,
+// /health (liveness), /ping, and CORS preflights answered before any key is asked for.
+#include "serve/utility_routes.h"
+
+#include <gtest/gtest.h>
+
+#include "core/version.h"
+#include "serve/server.h"
+#include "test_client.h"
+#include "test_util.h"
+
+namespace ferry::serve {
+namespace {
+
+using json = nlohmann::json;
+using testing::HttpReply;
+using testing::PostJson;
+
+const std::map<std::string, std::string> kKey{{"Authorization", "Bearer sk-test"}};
+
+class UtilityRoutesTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string root = ferry::testing::SourcePath("");
+    auto cfg = ParseServerConfig(
+        "listener: {host: 127.0.0.1, port: 0}\n"
+        "tenants: [{name: t, keys: [sk-test]}]\n"
+        "cors: {allowed_origins: ['https://ui.example.com'], allow_credentials: true}\n"
+        "models:\n  - {name: kjv-decoder, path: " + root + "/models/demo/kjv-decoder, threads: 2}\n"
+        "  - {name: kjv-classifier, path: " + root + "/models/demo/kjv-classifier, threads: 2}\n"
+        "log: {level: warn, request_log: false}\n");
+    ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+    server_ = std::move(Server::Create(*cfg)).value().release();
+    ASSERT_TRUE(server_->Start().ok());
+    ASSERT_TRUE(server_->WaitUntilReady(120000));
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  int port() const { return server_->port(); }
+  static Server* server_;
+};
+
+Server* UtilityRoutesTest::server_ = nullptr;
+
+TEST_F(UtilityRoutesTest, TokenizeAndDetokenizeRoundTrip) {
+  HttpReply t = PostJson(port(), "/tokenize",
+                         {{"model", "kjv-decoder"}, {"prompt", "And God said"}, {"return_token_strs", true}}, kKey);
+  ASSERT_EQ(t.status, 200) << t.body;
+  const json j = t.Json();
+  EXPECT_EQ(j["tokens"][0], 1);  // BOS, as /v1/completions adds it
+  EXPECT_EQ(j["count"], j["tokens"].size());
+  EXPECT_EQ(j["max_model_len"], 512);
+  EXPECT_EQ(j["token_strs"].size(), j["tokens"].size());
+  HttpReply plain = PostJson(port(), "/tokenize",
+                             {{"model", "kjv-decoder"}, {"prompt", "And God said"}, {"add_special_tokens", false}}, kKey);
+  EXPECT_EQ(plain.Json()["count"].get<int>() + 1, j["count"].get<int>());
+  EXPECT_TRUE(plain.Json()["token_strs"].is_null());
+  HttpReply d = PostJson(port(), "/detokenize", {{"model", "kjv-decoder"}, {"tokens", plain.Json()["tokens"]}}, kKey);
+  ASSERT_EQ(d.status, 200) << d.body;
+  EXPECT_EQ(d.Json()["prompt"], "And God said");
+  // Encoders too ([CLS] ... [SEP]).
+  HttpReply e = PostJson(port(), "/tokenize", {{"model", "kjv-classifier"}, {"prompt", "Jesus wept."}}, kKey);
+  ASSERT_EQ(e.status, 200) << e.body;
+  EXPECT_GE(e.Json()["count"].get<int>(), 4);
+  // Errors: both or neither of prompt and messages, ids outside the vocabulary, no key.
+  EXPECT_EQ(PostJson(port(), "/tokenize", {{"model", "kjv-decoder"}}, kKey).status, 400);
+  EXPECT_EQ(PostJson(port(), "/detokenize", {{"model", "kjv-decoder"}, {"tokens", {1, 99999}}}, kKey).status, 400);
+  EXPECT_EQ(PostJson(port(), "/tokenize", {{"model", "kjv-decoder"}, {"prompt", "x"}}).status, 401);
+  EXPECT_EQ(PostJson(port(), "/tokenize", {{"model", "nope"}, {"prompt", "x"}}, kKey).status, 404);
+}
+
+TEST_F(UtilityRoutesTest, VersionHealthAndPing) {
+  HttpReply v = testing::Http(port(), "GET", "/version");
+  ASSERT_EQ(v.status, 200);
+  EXPECT_EQ(v.Json()["version"], kVersion);
+  EXPECT_EQ(testing::Http(port(), "GET", "/health").status, 200);
+  EXPECT_EQ(testing::Http(port(), "GET", "/ping").status, 200);
+  EXPECT_EQ(testing::Http(port(), "POST", "/ping").status, 200);
+  EXPECT_EQ(testing::Http(port(), "GET", "/health/ready").status, 200);
+}
+
+TEST_F(UtilityRoutesTest, CorsPreflightAndHeaders) {
+  HttpReply pre = testing::Http(port(), "OPTIONS", "/v1/chat/completions", "",
+                                {{"Origin", "https://ui.example.com"},
+                                 {"Access-Control-Request-Method", "POST"},
+                                 {"Access-Control-Request-Headers", "authorization, content-type"}});
+  EXPECT_EQ(pre.status, 204);
+  EXPECT_EQ(pre.headers["access-control-allow-origin"], "https://ui.example.com");
+  EXPECT_EQ(pre.headers["access-control-allow-credentials"], "true");
+  EXPECT_NE(pre.headers["access-control-allow-methods"].find("POST"), std::string::npos);
+  EXPECT_EQ(pre.headers["access-control-allow-headers"], "authorization, content-type");
+  EXPECT_EQ(pre.headers["access-control-max-age"], "600");
+  HttpReply evil = testing::Http(port(), "OPTIONS", "/v1/completions", "",
+                                 {{"Origin", "https://evil.example.com"}, {"Access-Control-Request-Method", "POST"}});
+  EXPECT_EQ(evil.status, 400);
+  EXPECT_EQ(evil.headers.count("access-control-allow-origin"), 0u);
+  HttpReply header = testing::Http(port(), "OPTIONS", "/v1/completions", "",
+                                   {{"Origin", "https://ui.example.com"}, {"Access-Control-Request-Method", "POST"},
+                                    {"Access-Control-Request-Headers", "x-secret"}});
+  EXPECT_EQ(header.status, 400);
+  // A plain OPTIONS (not a preflight) is answered, not refused.
+  EXPECT_EQ(testing::Http(port(), "OPTIONS", "/v1/models").status, 204);
+  // Actual responses, errors included, carry the headers for the allowed origin only.
+  HttpReply models = testing::Http(port(), "GET", "/v1/models", "",
+                                   {{"Authorization", "Bearer sk-test"}, {"Origin", "https://ui.example.com"}});
+  EXPECT_EQ(models.status, 200);
+  EXPECT_EQ(models.headers["access-control-allow-origin"], "https://ui.example.com");
+  EXPECT_NE(models.headers["access-control-expose-headers"].find("X-Request-Id"), std::string::npos);
+  HttpReply unauthorized = testing::Http(port(), "GET", "/v1/models", "", {{"Origin", "https://ui.example.com"}});
+  EXPECT_EQ(unauthorized.status, 401);
+  EXPECT_EQ(unauthorized.headers["access-control-allow-origin"], "https://ui.example.com");
+  HttpReply other = testing::Http(port(), "GET", "/health", "", {{"Origin", "https://evil.example.com"}});
+  EXPECT_EQ(other.headers.count("access-control-allow-origin"), 0u);
+}
+
+}  // namespace
+}  // namespace ferry::serve
