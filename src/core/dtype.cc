@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -58,19 +59,25 @@ float F8E4M3ToF32(uint8_t v) {
 uint8_t F32ToF8E4M3(float f) {
   if (std::isnan(f)) return 0x7f;
   const uint8_t sign = std::signbit(f) ? 0x80 : 0;
-  float a = std::fabs(f);
-  if (a >= 448.0f) return sign | 0x7e;
-  // Exhaustive nearest search over the 127 non-negative finite codes: exact round-to-nearest.
-  uint8_t best = 0;
-  float best_err = a;
-  for (uint8_t c = 1; c < 0x7f; ++c) {
-    const float err = std::fabs(F8E4M3ToF32(c) - a);
-    if (err < best_err || (err == best_err && (c & 1) == 0)) {
-      best = c;
-      best_err = err;
-    }
+  const float a = std::fabs(f);
+  if (a >= 448.0f) return sign | 0x7e;  // saturate (E4M3 has no infinity; 0x7f is NaN)
+  // Round to nearest, ties to even, on the 3 mantissa bits. Scaling by a power of two is
+  // exact, so nearbyint (the default rounding mode) rounds the exact value.
+  if (a < 0x1p-6f) {
+    // Subnormals (and zero) are multiples of 2^-9; 8 * 2^-9 rounds up into the first normal,
+    // whose code is 0x08 too.
+    return sign | static_cast<uint8_t>(std::nearbyint(a * 0x1p9f));
   }
-  return sign | best;
+  int e = 0;
+  const float m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  int exp = e - 1 + 7;                // a = (2m) * 2^(e-1), biased exponent
+  int man = static_cast<int>(std::nearbyint((2.0f * m - 1.0f) * 8.0f));
+  if (man == 8) {
+    man = 0;
+    ++exp;
+  }
+  const int code = (exp << 3) | man;
+  return sign | static_cast<uint8_t>(std::min(code, 0x7e));
 }
 
 void ConvertToF32(DType dtype, const void* src, float* dst, size_t n) {

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <mutex>
 #include <numeric>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/dtype.h"
@@ -57,6 +58,44 @@ TEST(DTypeTest, Fp8E4M3) {
   EXPECT_EQ(F8E4M3ToF32(F32ToF8E4M3(1000.0f)), 448.0f);  // saturates
   EXPECT_EQ(F8E4M3ToF32(F32ToF8E4M3(0.1f)), 0.1015625f);
   EXPECT_EQ(F8E4M3ToF32(1), std::ldexp(1.0f, -9));  // smallest subnormal
+}
+
+// The conversion rounds by bit arithmetic; the reference here searches every finite code
+// for the nearest value (ties to the even code), as exact round-to-nearest-even does.
+TEST(DTypeTest, Fp8E4M3RoundsToNearestEvenLikeAnExhaustiveSearch) {
+  auto nearest = [](float f) -> uint8_t {
+    if (std::isnan(f)) return 0x7f;
+    const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+    const float a = std::fabs(f);
+    if (a >= 448.0f) return sign | 0x7e;
+    uint8_t best = 0;
+    float best_err = a;
+    for (uint8_t c = 1; c < 0x7f; ++c) {
+      const float err = std::fabs(F8E4M3ToF32(c) - a);
+      if (err < best_err || (err == best_err && (c & 1) == 0)) {
+        best = c;
+        best_err = err;
+      }
+    }
+    return sign | best;
+  };
+  std::vector<float> values = {0.0f, -0.0f, 1e-12f, 0x1p-10f, 0x1p-9f, 0x1p-6f, 448.0f, 460.0f, 1e9f, -1e9f};
+  // Every code, and the midpoints between neighbours (the ties), and just either side of them.
+  for (int c = 0; c < 0x7e; ++c) {
+    const float lo = F8E4M3ToF32(static_cast<uint8_t>(c)), hi = F8E4M3ToF32(static_cast<uint8_t>(c + 1));
+    const float mid = 0.5f * (lo + hi);
+    for (float v : {lo, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f)}) {
+      values.push_back(v);
+      values.push_back(-v);
+    }
+  }
+  uint64_t h = 12345;
+  for (int i = 0; i < 200000; ++i) {  // log-uniform magnitudes over the whole range
+    h = h * 6364136223846793005ull + 1442695040888963407ull;
+    const float u = static_cast<float>(h >> 40) / static_cast<float>(1 << 24);
+    values.push_back(((h >> 20) & 1 ? -1.0f : 1.0f) * std::exp2(-12.0f + 21.0f * u));
+  }
+  for (float v : values) ASSERT_EQ(F32ToF8E4M3(v), nearest(v)) << v;
 }
 
 TEST(DTypeTest, BulkConversionsMatchScalar) {

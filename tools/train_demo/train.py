@@ -920,7 +920,9 @@ def tagger_reference(out_dir, tensors, meta):
     tokenizer = AutoTokenizer.from_pretrained(out_dir)
     model = BertForTokenClassification.from_pretrained(out_dir, dtype=torch.float64,
                                                        attn_implementation="eager").eval()
-    pipe = pipeline("token-classification", model=model, tokenizer=tokenizer, aggregation_strategy="simple")
+    # device="cpu": the pipeline would otherwise move the float64 reference model to the GPU.
+    pipe = pipeline("token-classification", model=model, tokenizer=tokenizer, aggregation_strategy="simple",
+                    device="cpu")
     inputs = []
     for j, text in enumerate(TAGGER_INPUTS):
         enc = tokenizer(text)

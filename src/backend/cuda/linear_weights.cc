@@ -8,6 +8,8 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "core/logging.h"
 #include "kernels/cuda/cuda_check.h"
@@ -44,16 +46,25 @@ void QuantizeWeightInt8(const float* w, int64_t n, int64_t k, const float* smoot
 void QuantizeWeightFp8(const float* w, int64_t n, int64_t k, std::vector<uint8_t>& q, std::vector<float>& scales) {
   q.resize(static_cast<size_t>(n * k));
   scales.resize(static_cast<size_t>(n));
-  std::vector<float> scaled(static_cast<size_t>(k));
-  for (int64_t r = 0; r < n; ++r) {
-    float amax = 0.0f;
-    for (int64_t j = 0; j < k; ++j) amax = std::max(amax, std::fabs(w[r * k + j]));
-    const float scale = amax / 448.0f;
-    scales[r] = scale;
-    const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-    for (int64_t j = 0; j < k; ++j) scaled[j] = w[r * k + j] * inv;
-    ConvertFromF32(DType::kF8E4M3, scaled.data(), q.data() + r * k, static_cast<size_t>(k));
-  }
+  auto rows = [&](int64_t begin, int64_t end) {
+    std::vector<float> scaled(static_cast<size_t>(k));
+    for (int64_t r = begin; r < end; ++r) {
+      float amax = 0.0f;
+      for (int64_t j = 0; j < k; ++j) amax = std::max(amax, std::fabs(w[r * k + j]));
+      const float scale = amax / 448.0f;
+      scales[r] = scale;
+      const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+      for (int64_t j = 0; j < k; ++j) scaled[j] = w[r * k + j] * inv;
+      ConvertFromF32(DType::kF8E4M3, scaled.data(), q.data() + r * k, static_cast<size_t>(k));
+    }
+  };
+  // Rows are independent: an 8B model's weights are billions of elements, so split them
+  // over the host's cores (the result does not depend on the split).
+  const int64_t threads = std::clamp<int64_t>(n * k / (1 << 22), 1, std::max(1u, std::thread::hardware_concurrency()));
+  if (threads == 1) return rows(0, n);
+  std::vector<std::thread> pool;
+  for (int64_t t = 0; t < threads; ++t) pool.emplace_back(rows, n * t / threads, n * (t + 1) / threads);
+  for (auto& th : pool) th.join();
 }
 
 cuda::GemmKind FloatKind(DType act) {
