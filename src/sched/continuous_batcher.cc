@@ -27,7 +27,11 @@ Status ContinuousBatcher::Start() {
   return Status::Ok();
 }
 
-Result<uint64_t> ContinuousBatcher::Submit(GenerationRequest request) {
+Result<uint64_t> ContinuousBatcher::Submit(GenerationRequest request) { return Enqueue(request, true); }
+
+Result<uint64_t> ContinuousBatcher::SubmitMoved(GenerationRequest& request) { return Enqueue(request, false); }
+
+Result<uint64_t> ContinuousBatcher::Enqueue(GenerationRequest& request, bool check_limits) {
   FERRY_RETURN_IF_ERROR(core_.Validate(request));  // reads only what is fixed at creation
   if (!request.on_event) return InvalidArgument("request without an event handler");
   const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
@@ -35,15 +39,15 @@ Result<uint64_t> ContinuousBatcher::Submit(GenerationRequest request) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!accepting_) return Unavailable("the server is shutting down");
-    if (queued_requests_ + 1 > options_.max_queue_requests) {
+    if (check_limits && queued_requests_ + 1 > options_.max_queue_requests) {
       return ResourceExhausted("the queue of model '" + name() + "' is full (" +
                                std::to_string(options_.max_queue_requests) + " requests waiting)");
     }
-    if (queued_tokens_ + prompt_len > options_.max_queue_tokens) {
+    if (check_limits && queued_tokens_ + prompt_len > options_.max_queue_tokens) {
       return ResourceExhausted("the queue of model '" + name() + "' is full (" + std::to_string(queued_tokens_) +
                                " prompt tokens waiting)");
     }
-    if (options_.max_queue_time_ms > 0 && queued_requests_ > 0) {
+    if (check_limits && options_.max_queue_time_ms > 0 && queued_requests_ > 0) {
       const double rate = admit_rate_.load();
       const double wait_ms = rate > 0 ? 1000.0 * (queued_requests_ + 1) / rate : 0;
       if (wait_ms > static_cast<double>(options_.max_queue_time_ms)) {
@@ -60,6 +64,61 @@ Result<uint64_t> ContinuousBatcher::Submit(GenerationRequest request) {
   }
   cv_.notify_one();
   return handle;
+}
+
+std::vector<GenerationRequest> ContinuousBatcher::TakeWaiting(std::function<bool(const GenerationRequest&)> movable,
+                                                              std::chrono::milliseconds timeout) {
+  // The scheduler thread fills `taken` unless the caller gave up first (then it takes
+  // nothing, so no request is lost between the two).
+  struct Exchange {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    bool abandoned = false;
+    std::vector<GenerationRequest> taken;
+  };
+  auto x = std::make_shared<Exchange>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!thread_.joinable() || stop_) return {};
+    tasks_.push_back([this, x, movable = std::move(movable)] {
+      std::lock_guard<std::mutex> xl(x->mu);
+      if (x->abandoned) return;
+      TakeInbox();
+      auto moved = core_.TakeUnstarted([&](const GenerationRequest& r) { return r.movable && movable(r); });
+      for (auto& [handle, request] : moved) {
+        auto h = handlers_.find(handle);
+        if (h != handlers_.end()) {
+          request.on_event = std::move(h->second);
+          handlers_.erase(h);
+        }
+        progress_.erase(handle);
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          live_.erase(handle);
+        }
+        x->taken.push_back(std::move(request));
+      }
+      x->done = true;
+      x->cv.notify_all();
+    });
+  }
+  cv_.notify_one();
+  std::unique_lock<std::mutex> xl(x->mu);
+  if (!x->cv.wait_for(xl, timeout, [&] { return x->done; })) {
+    x->abandoned = true;
+    return {};
+  }
+  return std::move(x->taken);
+}
+
+void ContinuousBatcher::RunTasks() {
+  std::deque<std::function<void()>> tasks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks.swap(tasks_);
+  }
+  for (auto& t : tasks) t();
 }
 
 bool ContinuousBatcher::Cancel(uint64_t handle) {
@@ -112,6 +171,7 @@ void ContinuousBatcher::Loop() {
   pthread_setname_np(pthread_self(), thread_name.c_str());
   for (;;) {
     TakeInbox();
+    RunTasks();
     core_.ExpireDeadlines(Clock::now(), events_);
     Deliver(events_);
     Publish();
@@ -124,6 +184,7 @@ void ContinuousBatcher::Loop() {
     }
     if (stopping && (core_.empty() || Clock::now() >= deadline)) {
       TakeInbox();  // a request submitted just before Stop is cancelled with the rest
+      RunTasks();
       // Cut short by the server, not by its client: an error, so that a stream ends with an
       // error event rather than looking complete.
       const Status shutdown = Unavailable("the server is shutting down; the request was stopped before it finished");
@@ -137,7 +198,7 @@ void ContinuousBatcher::Loop() {
     if (core_.empty()) {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(100),
-                   [this] { return stop_ || !inbox_.empty() || !cancels_.empty(); });
+                   [this] { return stop_ || !inbox_.empty() || !cancels_.empty() || !tasks_.empty(); });
       continue;
     }
     const bool stepped = core_.Step(events_);

@@ -45,6 +45,19 @@ class ContinuousBatcher {
   // ResourceExhausted when the waiting queue is full (requests or prompt tokens);
   // Unavailable after Stop(). On success the handle identifies it for Cancel.
   Result<uint64_t> Submit(GenerationRequest request);
+  // Queues a request moved here from another batcher (TakeWaiting): validated, but not held
+  // to the queue limits, since it was admitted once already. On failure `request` is left
+  // intact for the caller to finish.
+  Result<uint64_t> SubmitMoved(GenerationRequest& request);
+  // Moves out the requests waiting here that have never been scheduled and that `movable`
+  // accepts (only those with GenerationRequest::movable set are offered), in queue order,
+  // each with its event handler: they are no longer this batcher's and get no event from
+  // it. Runs on the scheduler thread between steps; waits up to `timeout` for that and
+  // takes nothing when it does not come (or the batcher is not running).
+  std::vector<GenerationRequest> TakeWaiting(std::function<bool(const GenerationRequest&)> movable,
+                                             std::chrono::milliseconds timeout);
+  // Whether `request` could ever run here (reads only what is fixed at creation).
+  Status Validate(const GenerationRequest& request) const { return core_.Validate(request); }
   // Frees the request's KV blocks and queue slot at whatever stage it is in; its final
   // event reports kAbort. False when the handle is unknown or already finished.
   bool Cancel(uint64_t handle);
@@ -76,6 +89,8 @@ class ContinuousBatcher {
 
   void Loop();
   void TakeInbox();
+  void RunTasks();
+  Result<uint64_t> Enqueue(GenerationRequest& request, bool check_limits);
   void Deliver(std::vector<GenerationEvent>& events);
   void ReportProgress(const GenerationEvent& event, Clock::time_point now);
   void Publish();
@@ -88,6 +103,7 @@ class ContinuousBatcher {
   std::condition_variable cv_;
   std::deque<Arrival> inbox_;                   // GUARDED_BY(mu_)
   std::vector<uint64_t> cancels_;               // GUARDED_BY(mu_)
+  std::deque<std::function<void()>> tasks_;     // GUARDED_BY(mu_): run by the loop between steps
   int64_t queued_tokens_ = 0;                   // GUARDED_BY(mu_): inbox + waiting prompt tokens
   int queued_requests_ = 0;                     // GUARDED_BY(mu_): inbox + waiting requests
   bool accepting_ = false;                      // GUARDED_BY(mu_)

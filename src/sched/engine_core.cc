@@ -208,6 +208,19 @@ void EngineCore::ExpireDeadlines(Clock::time_point now, std::vector<GenerationEv
   for (uint64_t h : waited_too_long) Finish(h, FinishReason::kAbort, out, overloaded, "queue_timeout");
 }
 
+std::vector<std::pair<uint64_t, GenerationRequest>> EngineCore::TakeUnstarted(
+    const std::function<bool(const GenerationRequest&)>& movable) {
+  std::vector<std::pair<uint64_t, GenerationRequest>> out;
+  const std::vector<uint64_t> waiting(waiting_.begin(), waiting_.end());
+  for (uint64_t h : waiting) {
+    Seq& s = *seqs_.at(h);
+    if (s.admitted_once || s.started || !movable(s.req)) continue;
+    out.emplace_back(h, std::move(s.req));
+    Remove(h);
+  }
+  return out;
+}
+
 void EngineCore::Remove(uint64_t handle) {
   auto it = seqs_.find(handle);
   if (it == seqs_.end()) return;

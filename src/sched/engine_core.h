@@ -106,6 +106,10 @@ class EngineCore {
   // final event (kAbort, or the given reason and error). False for unknown handles.
   bool Finish(uint64_t handle, FinishReason reason, std::vector<GenerationEvent>& out, const Status& error = {},
               const std::string& failure_reason = {});
+  // Removes the waiting requests that have never been scheduled (no KV blocks, no events
+  // yet) and that `movable` accepts, in queue order, and returns them with their handles.
+  std::vector<std::pair<uint64_t, GenerationRequest>> TakeUnstarted(
+      const std::function<bool(const GenerationRequest&)>& movable);
   // Fails every request whose deadline has passed (DeadlineExceeded, "timeout"), and every
   // request still waiting for its first step after max_queue_time_ms (ResourceExhausted,
   // "queue_timeout").

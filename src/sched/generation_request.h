@@ -14,6 +14,8 @@
 
 namespace ferry::sched {
 
+class ContinuousBatcher;
+
 using Clock = std::chrono::steady_clock;
 
 enum class RequestState { kQueued, kRunning, kFinished, kCancelled, kFailed };
@@ -67,6 +69,12 @@ struct GenerationRequest {
   // Where the events go (the server's batcher; an engine core returns them instead). The
   // handler may move from the event. kStop ends the request with finish reason "stop".
   std::function<EventAction(GenerationEvent&)> on_event;
+  // A request that has not started (never scheduled: no KV, no output) may be moved to
+  // another batcher (a QoS variant switch) when `movable` is set. `on_moved` is then called,
+  // on the moving thread, with the batcher it now waits in, its new handle there and that
+  // batcher's label (the variant's name); events may arrive before or after the call.
+  bool movable = false;
+  std::function<void(ContinuousBatcher& to, uint64_t handle, const std::string& label)> on_moved;
 };
 
 // A greedy request that generates exactly max_tokens (end-of-sequence ids ignored): what

@@ -270,6 +270,13 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
         self->queue_.Post([self, i, ev = std::move(ev), at = Clock::now()] { self->Process(i, ev, at); });
         return sched::EventAction::kContinue;
       };
+      // A single-choice request that has not started may move to another variant of its
+      // group (a QoS switch); one with several choices stays where all of them are.
+      r.movable = total == 1;
+      r.on_moved = [self, i](sched::ContinuousBatcher& to, uint64_t handle, const std::string& label) {
+        self->Moved(i, to, handle, label);
+      };
+      choices_[i].batcher = model_.decoder();
       Result<uint64_t> h = model_.decoder()->Submit(std::move(r));
       std::lock_guard<std::mutex> lock(mu_);
       if (!h.ok()) {
@@ -281,12 +288,13 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
         ctx_->metrics().RecordFailure(model_.name(), ctx_->principal().tier,
                                       err.http_status == 429 ? kFailureRejectedQueueFull : kFailureInvalidRequest);
         answered_ = true;
-        for (int j = 0; j < i; ++j) model_.decoder()->Cancel(choices_[j].handle);
+        for (int j = 0; j < i; ++j) choices_[j].batcher->Cancel(choices_[j].handle);
         ctx_->ReplyError(err);
         return;
       }
-      choices_[i].handle = h.value();
-      if (cancelled_) model_.decoder()->Cancel(h.value());
+      Choice& c = choices_[i];
+      if (!c.moved) c.handle = h.value();  // it may have moved already (Moved set the new one)
+      if (cancelled_) c.batcher->Cancel(c.handle);
     }
   }
 
@@ -295,6 +303,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     int index = 0;
     int prompt = 0;
     uint64_t handle = 0;
+    sched::ContinuousBatcher* batcher = nullptr;  // where it waits or runs (moves before it starts)
+    bool moved = false;
     std::unique_ptr<OutputProcessor> out;
     bool done = false;
     Clock::time_point last_token;
@@ -304,9 +314,22 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     std::lock_guard<std::mutex> lock(mu_);
     cancelled_ = true;
     for (Choice& c : choices_) {
-      if (!c.done && c.handle != 0) model_.decoder()->Cancel(c.handle);
+      if (!c.done && c.handle != 0) c.batcher->Cancel(c.handle);
     }
     ctx_->SetLog("cancelled", why);
+  }
+
+  // Choice `i` moved, before it started, to another variant's batcher. A cancel or an early
+  // stop that went to the old batcher in the meantime found nothing there: repeat it.
+  void Moved(int i, sched::ContinuousBatcher& to, uint64_t handle, const std::string& label) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Choice& c = choices_[i];
+    c.batcher = &to;
+    c.handle = handle;
+    c.moved = true;
+    if (cancelled_ || c.done || failed_) to.Cancel(handle);
+    ctx_->SetResponseHeader("X-Ferry-Variant", label);
+    ctx_->SetLog("variant", label);
   }
 
   // One event of choice `i`, on the output worker; `at` is when the batcher produced it.
@@ -333,14 +356,14 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     completion_tokens_ += added;
     if (ended) {
       c.done = true;
-      if (c.out->stopped() && !ev.finished) model_.decoder()->Cancel(c.handle);  // end the sequence early
+      if (c.out->stopped() && !ev.finished) c.batcher->Cancel(c.handle);  // end the sequence early
       if (!c.out->error().ok() && !failed_) {
         failed_ = true;
         failure_ = FromStatus(c.out->error());
         failure_reason_ = c.out->failure_reason().empty() ? kFailureEngineError : c.out->failure_reason();
         if (failure_reason_ == kFailureQueueTimeout) failure_.code = std::string(kFailureQueueTimeout);
         for (Choice& o : choices_) {
-          if (!o.done && o.handle != 0) model_.decoder()->Cancel(o.handle);
+          if (!o.done && o.handle != 0) o.batcher->Cancel(o.handle);
         }
       } else if (c.out->finish_reason() == "abort") {
         aborted_ = true;

@@ -22,6 +22,10 @@ QosMetrics::QosMetrics(MetricsRegistry& registry)
       requests(registry.AddCounter("ferry:qos_variant_requests_total",
                                    "Requests admitted to each variant of a QoS group, by tier.",
                                    {"model_name", "variant", "tier"})),
+      moved(registry.AddCounter("ferry:qos_moved_requests_total",
+                                "Requests of a QoS group moved, while still waiting for their first step, to the "
+                                "variant their tier routes to after a switch.",
+                                {"model_name", "from", "to", "tier"})),
       prompt_tokens(registry.AddCounter("ferry:qos_variant_prompt_tokens_total",
                                         "Prompt tokens processed by each variant of a QoS group.",
                                         {"model_name", "variant"})),

@@ -18,6 +18,7 @@ struct QosMetrics {
   GaugeFamily& pressure;           // ferry:qos_pressure {model_name, signal}: 1.0 = at target; signal "max" drives
   GaugeFamily& healthy;            // ferry:qos_variant_healthy {model_name, variant}: 0 once rolled back
   CounterFamily& requests;         // ferry:qos_variant_requests_total {model_name, variant, tier}: admitted
+  CounterFamily& moved;            // ferry:qos_moved_requests_total {model_name, from, to, tier}: waiting ones moved
   CounterFamily& prompt_tokens;    // ferry:qos_variant_prompt_tokens_total {model_name, variant}
   CounterFamily& generation_tokens;  // ferry:qos_variant_generation_tokens_total {model_name, variant}
   CounterFamily& engine_errors;    // ferry:qos_variant_engine_errors_total {model_name, variant}

@@ -60,6 +60,17 @@ void RequestContext::AddResponseHeaders(const ResponseWriter::Headers& headers) 
   response_headers_.insert(response_headers_.end(), headers.begin(), headers.end());
 }
 
+void RequestContext::SetResponseHeader(const std::string& name, std::string value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [n, v] : response_headers_) {
+    if (n == name) {
+      v = std::move(value);
+      return;
+    }
+  }
+  response_headers_.emplace_back(name, std::move(value));
+}
+
 void RequestContext::AddResponseHeader(std::string name, std::string value) {
   std::lock_guard<std::mutex> lock(mu_);
   response_headers_.emplace_back(std::move(name), std::move(value));

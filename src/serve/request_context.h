@@ -65,6 +65,8 @@ class RequestContext {
   // Warning of ignored unknown fields), added to those added before; set before replying.
   void AddResponseHeaders(const ResponseWriter::Headers& headers);
   void AddResponseHeader(std::string name, std::string value);
+  // Replaces the header's value (adds it when absent).
+  void SetResponseHeader(const std::string& name, std::string value);
   // X-Request-Id and the added headers: what a route passes when it starts a stream itself.
   ResponseWriter::Headers ResponseHeaders();
   // Tokens the request used (prompt + generated, or encoder input tokens), for rate limits.

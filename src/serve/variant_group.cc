@@ -397,6 +397,55 @@ void VariantGroup::TickLoop() {
     SampleLoad(now.steady);
     Publish(controller_->Tick(now));
     PublishGauges();
+    MoveWaiting();
+  }
+}
+
+void VariantGroup::MoveWaiting() {
+  if (!decoder_) return;  // encoder batches are formed per variant and start at once
+  std::map<std::string, std::optional<int>> routes;
+  for (const auto& [tier, rank] : server_.tiers) routes[tier] = controller_->Route(tier);
+  if (routes == last_routes_) return;
+  const bool first = last_routes_.empty();
+  last_routes_ = routes;
+  if (first) return;  // nothing was admitted under other routes yet
+  const auto started = std::chrono::steady_clock::now();
+  for (int from = 0; from < size(); ++from) {
+    sched::ContinuousBatcher* source = variant(from).decoder();
+    std::vector<sched::GenerationRequest> taken = source->TakeWaiting(
+        [&](const sched::GenerationRequest& r) {
+          auto it = routes.find(r.tier);
+          if (it == routes.end() || !it->second || *it->second == from) return false;
+          return variant(*it->second).decoder()->Validate(r).ok();  // e.g. a shorter max_seq_len
+        },
+        std::chrono::milliseconds(2000));
+    for (sched::GenerationRequest& r : taken) {
+      const int to = *routes.at(r.tier);
+      const std::string& from_name = config_.variants[static_cast<size_t>(from)].name;
+      const std::string& to_name = config_.variants[static_cast<size_t>(to)].name;
+      sched::ContinuousBatcher& target = *variant(to).decoder();
+      auto on_moved = r.on_moved;
+      auto on_event = r.on_event;
+      const std::string tier = r.tier;
+      Result<uint64_t> h = target.SubmitMoved(r);
+      if (!h.ok()) {
+        // Only a batcher that is shutting down refuses (the request was validated there).
+        sched::GenerationEvent ev;
+        ev.finished = true;
+        ev.finish_reason = sched::FinishReason::kAbort;
+        ev.error = h.status();
+        ev.failure_reason = "shutdown";
+        if (on_event) on_event(ev);
+        continue;
+      }
+      qos_metrics_->moved.WithLabels({config_.name, from_name, to_name, tier}).Inc();
+      if (on_moved) on_moved(target, h.value(), to_name);
+    }
+    if (!taken.empty()) {
+      FERRY_LOG_INFO("model '{}': moved {} waiting requests from variant '{}' in {:.1f} ms", config_.name,
+                     taken.size(), config_.variants[static_cast<size_t>(from)].name,
+                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
+    }
   }
 }
 

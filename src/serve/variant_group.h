@@ -17,7 +17,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -94,6 +96,9 @@ class VariantGroup {
   void SampleLoad(qos::Clock::time_point now);
   void Publish(const std::vector<qos::DecisionRecord>& records);
   void PublishGauges();
+  // After the controller's routes change (a switch, a pin, a rollback): moves the requests
+  // still waiting for their first step in a variant their tier no longer routes to.
+  void MoveWaiting();
   void OnEncoderItem(int variant, const EncoderItemReport& r);
 
   ServerConfig server_;  // tiers and their rules
@@ -118,6 +123,7 @@ class VariantGroup {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;  // GUARDED_BY(mu_)
+  std::map<std::string, std::optional<int>> last_routes_;  // ticker thread only: tier -> variant
   std::thread ticker_;
   std::thread canary_;
 };

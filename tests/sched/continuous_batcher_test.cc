@@ -242,6 +242,51 @@ TEST_F(ContinuousBatcherTest, CancelWhileQueued) {
   b.Stop(1s);
 }
 
+// What a QoS switch does with requests still waiting: only movable ones that have never been
+// scheduled leave, with their handlers, and finish on the other batcher exactly as there.
+TEST_F(ContinuousBatcherTest, WaitingRequestsMoveToAnotherBatcherAndFinishThere) {
+  auto r1 = MakeRunner(1, 256);
+  auto b1 = MakeBatcher(*r1, 1, 64);
+  auto r2 = MakeRunner(2, 256);
+  auto b2 = MakeBatcher(*r2, 2, 64);
+  b1->SetStepFunction([&](const std::vector<engine::SeqStep>& s) {
+    std::this_thread::sleep_for(5ms);  // keeps the first request running while the others wait
+    return r1->executor().Step(s);
+  });
+  ASSERT_TRUE(b1->Start().ok());
+  ASSERT_TRUE(b2->Start().ok());
+  const auto prompts = Prompts(3);
+  const auto expected = Sequential(prompts, 6);
+  Collector a, b, c;
+  GenerationRequest ra = Greedy(prompts[0], 64, a);
+  ra.movable = true;
+  ASSERT_TRUE(b1->Submit(std::move(ra)).ok());
+  ASSERT_TRUE(a.WaitTokens(1));  // running: it stays
+  GenerationRequest rb = Greedy(prompts[1], 6, b);
+  rb.movable = true;
+  ASSERT_TRUE(b1->Submit(std::move(rb)).ok());
+  ASSERT_TRUE(b1->Submit(Greedy(prompts[2], 6, c)).ok());  // not movable: it stays
+  std::vector<GenerationRequest> taken = b1->TakeWaiting([](const GenerationRequest&) { return true; }, kWait);
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0].prompt, prompts[1]);
+  ASSERT_TRUE(taken[0].on_event != nullptr);
+  auto moved = b2->SubmitMoved(taken[0]);
+  ASSERT_TRUE(moved.ok()) << moved.status().ToString();
+  ASSERT_TRUE(b.Wait());
+  EXPECT_TRUE(b.error.ok()) << b.error.ToString();
+  EXPECT_EQ(b.tokens, expected[1]);
+  ASSERT_TRUE(c.Wait());
+  EXPECT_EQ(c.tokens, expected[2]);
+  ASSERT_TRUE(a.Wait());
+  EXPECT_TRUE(a.error.ok());
+  EXPECT_EQ(std::vector<int32_t>(a.tokens.begin(), a.tokens.begin() + std::min<size_t>(6, a.tokens.size())),
+            std::vector<int32_t>(expected[0].begin(), expected[0].begin() + std::min<size_t>(6, a.tokens.size())));
+  // A stopped batcher hands nothing over.
+  b1->Stop(1s);
+  EXPECT_TRUE(b1->TakeWaiting([](const GenerationRequest&) { return true; }, 1s).empty());
+  b2->Stop(1s);
+}
+
 TEST_F(ContinuousBatcherTest, FullQueueIsRejectedAndValidationErrorsAreClear) {
   auto runner = MakeRunner(1, 128);
   auto batcher = MakeBatcher(*runner, 1, 64, 2);

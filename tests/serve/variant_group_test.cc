@@ -295,6 +295,56 @@ TEST_F(QosServerTest, AdminPinsClearsAndShowsTheGroup) {
             std::string::npos);
 }
 
+// ferry:qos_moved_requests_total for silver requests moved from bf16 to int8.
+int MovedCounter(int port) {
+  const std::string metrics = testing::Http(port, "GET", "/metrics").body;
+  const std::string key = "ferry:qos_moved_requests_total{model_name=\"kjv\",from=\"bf16\",to=\"int8\",tier=\"silver\"} ";
+  const size_t at = metrics.find(key);
+  return at == std::string::npos ? 0 : std::stoi(metrics.substr(at + key.size()));
+}
+
+// A switch moves the requests still waiting for their first step: they finish on the new
+// variant (and say so), the running ones finish where they started, nothing fails.
+TEST_F(QosServerTest, ASwitchMovesWaitingRequestsToTheNewVariant) {
+  ASSERT_NE(server_, nullptr);
+  constexpr int kRequests = 12;  // max_num_seqs is 4: 8 of them wait
+  const int moved_before = MovedCounter(port());  // the burst test may have moved some already
+  std::vector<Seen> seen(kRequests);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kRequests; ++i) {
+    clients.emplace_back([&, i] {
+      json req = Completion("In the beginning", 240);
+      req["ignore_eos"] = true;
+      HttpReply r = PostJson(port(), "/v1/completions", req, kSilver);
+      seen[i] = Seen{r.status, r.headers["x-ferry-variant"], r.body};
+    });
+  }
+  // Wait until the top variant runs 4 and holds 8 in its queue, then pin the bottom one.
+  bool queued = false;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (!queued && std::chrono::steady_clock::now() < deadline) {
+    const json st = testing::Http(port(), "GET", "/admin/status", "", kAdmin).Json();
+    const json& b = st["models"][0]["variant_batchers"][0]["batcher"];
+    queued = b.value("running", 0) == 4 && b.value("waiting", 0) == kRequests - 4;
+    if (!queued) std::this_thread::sleep_for(2ms);
+  }
+  ASSERT_TRUE(queued);
+  ASSERT_EQ(PostJson(port(), "/admin/qos/kjv", {{"pin", "int8"}}, kAdmin).status, 200);
+  for (auto& t : clients) t.join();
+  int on_top = 0, moved = 0;
+  for (const Seen& s : seen) {
+    EXPECT_EQ(s.status, 200) << s.text;
+    on_top += s.variant == "bf16";
+    moved += s.variant == "int8";
+  }
+  EXPECT_EQ(on_top + moved, kRequests);
+  EXPECT_GE(on_top, 4);  // the running ones finished where they started
+  EXPECT_GE(moved, 1);   // the waiting ones left the busy variant
+  EXPECT_EQ(MovedCounter(port()) - moved_before, moved);
+  ASSERT_EQ(PostJson(port(), "/admin/qos/kjv", {{"pin", "auto"}}, kAdmin).status, 200);
+  EXPECT_TRUE(WaitForActive(port(), "kjv", "bf16", 30s));
+}
+
 TEST_F(QosServerTest, EncoderGroupsRouteWholeRequestsPerTier) {
   ASSERT_NE(server_, nullptr);
   const json req = {{"model", "cls"}, {"input", json::array({"In the beginning God created", "Jesus wept."})}};
