@@ -181,18 +181,21 @@ MaybeError ParseChat(const std::string& raw_body, const json& body, ServedModel&
   // Tool calls are parsed from the text, with the markers special tokens may spell.
   if (chat.tool_choice == ToolChoice::kAuto && !body.contains("skip_special_tokens")) p.skip_special_tokens = false;
 
-  Result<std::string> prompt = RenderChatPrompt(setup, chat);
-  if (!prompt.ok()) {
-    return BadRequest("the chat template refused this conversation: " + prompt.status().message(), "messages",
+  const tokenizer::Tokenizer& tok = *model.engine().tokenizer();
+  Result<GuardedChatPrompt> rendered = RenderGuardedChatPrompt(setup, chat, tok, env.chat_special_tokens);
+  if (!rendered.ok()) {
+    return BadRequest("the chat template refused this conversation: " + rendered.status().message(), "messages",
                       "chat_template_error");
   }
+  const std::string* prompt = &rendered->text;
   if (model.engine().TextSurelyLongerThan(*prompt, model.max_seq_len())) {
     return BadRequest("the rendered chat has " + std::to_string(prompt->size()) + " bytes, more than " +
                           std::to_string(model.max_seq_len()) + " tokens (this model's maximum context length) can hold",
                       "messages", "context_length_exceeded");
   }
-  // The template writes the special tokens (BOS, turn markers) itself.
-  auto ids = model.engine().tokenizer()->Encode(*prompt);
+  // The template writes the special tokens (BOS, turn markers) itself; those the request's
+  // own strings wrote stay text (api.chat_special_tokens).
+  auto ids = tok.EncodeWithLiteralRanges(*prompt, rendered->literal);
   if (!ids.ok()) return BadRequest("cannot tokenize the rendered chat: " + ids.status().message(), "messages");
   if (ids->empty()) return BadRequest("the chat template rendered an empty prompt", "messages");
   const int64_t prompt_len = static_cast<int64_t>(ids->size());

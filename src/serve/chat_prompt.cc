@@ -1,5 +1,8 @@
 #include "serve/chat_prompt.h"
 
+#include <cstdio>
+#include <random>
+
 #include "core/mapped_file.h"
 #include "serve/tool_parser.h"
 
@@ -244,6 +247,86 @@ Result<std::string> RenderChatPrompt(const ChatSetup& setup, const ChatRequest& 
   in.special_tokens = setup.special_tokens;
   in.extra = request.template_kwargs;
   return t->Render(in);
+}
+
+namespace {
+
+// U+E000 and U+E001, private-use characters no tokenizer gives a meaning to.
+constexpr std::string_view kOpen = "\xEE\x80\x80";
+constexpr std::string_view kClose = "\xEE\x80\x81";
+
+// Replaces the special-token text of every string in `v` by placeholders, recording it.
+void Mask(nlohmann::ordered_json& v, const tokenizer::Tokenizer& tok, const std::string& nonce,
+          std::vector<std::string>& originals) {
+  if (v.is_string()) {
+    const std::string& str = v.get_ref<const std::string&>();
+    const auto ranges = tok.FindSpecialTokenText(str);
+    if (ranges.empty()) return;
+    std::string out;
+    size_t at = 0;
+    for (const auto& [b, e] : ranges) {
+      out.append(str, at, b - at);
+      out.append(kOpen).append(nonce).append(std::to_string(originals.size())).append(kClose);
+      originals.push_back(str.substr(b, e - b));
+      at = e;
+    }
+    out.append(str, at, std::string::npos);
+    v = std::move(out);
+  } else if (v.is_structured()) {
+    for (auto& child : v) Mask(child, tok, nonce, originals);
+  }
+}
+
+}  // namespace
+
+Result<GuardedChatPrompt> RenderGuardedChatPrompt(const ChatSetup& setup, const ChatRequest& request,
+                                                  const tokenizer::Tokenizer& tok, ChatSpecialTokens mode) {
+  if (mode == ChatSpecialTokens::kParse) {
+    FERRY_ASSIGN_OR_RETURN(std::string text, RenderChatPrompt(setup, request));
+    return GuardedChatPrompt{std::move(text), {}};
+  }
+  ChatRequest masked = request;
+  std::vector<std::string> originals;
+  std::random_device rd;
+  char nonce[17];
+  std::snprintf(nonce, sizeof(nonce), "%08x%08x", rd(), rd());
+  Mask(masked.messages, tok, nonce, originals);
+  if (masked.tools) Mask(*masked.tools, tok, nonce, originals);
+  if (masked.documents) Mask(*masked.documents, tok, nonce, originals);
+  Mask(masked.template_kwargs, tok, nonce, originals);
+  if (originals.empty()) {
+    FERRY_ASSIGN_OR_RETURN(std::string text, RenderChatPrompt(setup, request));
+    return GuardedChatPrompt{std::move(text), {}};
+  }
+  FERRY_ASSIGN_OR_RETURN(const std::string rendered, RenderChatPrompt(setup, masked));
+  GuardedChatPrompt out;
+  const std::string open = std::string(kOpen) + nonce;
+  size_t at = 0;
+  for (;;) {
+    const size_t p = rendered.find(open, at);
+    out.text.append(rendered, at, p == std::string::npos ? std::string::npos : p - at);
+    if (p == std::string::npos) break;
+    const size_t digits = p + open.size();
+    const size_t close = rendered.find(kClose, digits);
+    size_t index = originals.size();
+    if (close != std::string::npos && close > digits && close - digits <= 9 &&
+        rendered.find_first_not_of("0123456789", digits) == close) {
+      index = std::stoul(rendered.substr(digits, close - digits));
+    }
+    if (index >= originals.size()) {
+      return InvalidArgument("the chat template altered the special-token text of the request's messages; "
+                             "it cannot be kept apart from the template's own tokens");
+    }
+    out.literal.emplace_back(out.text.size(), out.text.size() + originals[index].size());
+    out.text += originals[index];
+    at = close + kClose.size();
+  }
+  // A placeholder the template cut or changed would leave its nonce behind.
+  if (out.text.find(nonce) != std::string::npos) {
+    return InvalidArgument("the chat template altered the special-token text of the request's messages; "
+                           "it cannot be kept apart from the template's own tokens");
+  }
+  return out;
 }
 
 }  // namespace ferry::serve

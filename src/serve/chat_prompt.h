@@ -10,12 +10,15 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 #include "engine/engine.h"
 #include "serve/config.h"
 #include "serve/request_fields.h"
 #include "template/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ferry::serve {
 
@@ -63,5 +66,20 @@ MaybeError ReadChatRequest(const nlohmann::ordered_json& body, const std::string
 
 // The prompt text (the template's rendering); a template error is a 400 naming it.
 Result<std::string> RenderChatPrompt(const ChatSetup& setup, const ChatRequest& request);
+
+// The rendering and the byte ranges of it where the request's own strings (message contents,
+// tools, documents, template kwargs) wrote special-token text: encoded with
+// Tokenizer::EncodeWithLiteralRanges, that text stays text, so a message cannot close its
+// turn or open a system one by writing "<|eot_id|>" or "<|im_start|>". The request's strings
+// go through the template with each such stretch replaced by a placeholder of private-use
+// characters (with a random nonce), which the template copies like any text; the
+// placeholders are then put back and their ranges recorded. No special-token text in the
+// request, or `mode` kParse (vLLM's behaviour): exactly RenderChatPrompt's result and no ranges.
+struct GuardedChatPrompt {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> literal;
+};
+Result<GuardedChatPrompt> RenderGuardedChatPrompt(const ChatSetup& setup, const ChatRequest& request,
+                                                  const tokenizer::Tokenizer& tok, ChatSpecialTokens mode);
 
 }  // namespace ferry::serve

@@ -280,11 +280,18 @@ Status ParseModelOptions(const MapReader& m, ModelConfig& out) {
 namespace {
 
 Status ParseApi(const YAML::Node& node, ApiConfig& out) {
-  FERRY_ASSIGN_OR_RETURN(const MapReader m, MapReader::Open(node, "api", {"unknown_fields"}));
+  FERRY_ASSIGN_OR_RETURN(const MapReader m,
+                         MapReader::Open(node, "api", {"unknown_fields", "chat_special_tokens"}));
   if (const YAML::Node* unknown = m.Find("unknown_fields")) {
     FERRY_ASSIGN_OR_RETURN(out.unknown_fields, ReadEnum<UnknownFields>(*unknown, m.Path("unknown_fields"),
                                                                        {{"ignore", UnknownFields::kIgnore},
                                                                         {"reject", UnknownFields::kReject}}));
+  }
+  if (const YAML::Node* special = m.Find("chat_special_tokens")) {
+    FERRY_ASSIGN_OR_RETURN(out.chat_special_tokens,
+                           ReadEnum<ChatSpecialTokens>(*special, m.Path("chat_special_tokens"),
+                                                       {{"text", ChatSpecialTokens::kText},
+                                                        {"parse", ChatSpecialTokens::kParse}}));
   }
   return Status::Ok();
 }

@@ -112,8 +112,14 @@ enum class UnknownFields {
 };
 
 // API conventions shared by the routes.
+// How special-token text written in a chat request's own strings (message contents, tools)
+// is tokenized: as text (the default: a message cannot forge the template's turn markers) or
+// parsed into control tokens, as vLLM and transformers' apply_chat_template do.
+enum class ChatSpecialTokens { kText, kParse };
+
 struct ApiConfig {
   UnknownFields unknown_fields = UnknownFields::kIgnore;
+  ChatSpecialTokens chat_special_tokens = ChatSpecialTokens::kText;
 };
 
 // Cross-origin requests from browser UIs. No origins: no CORS headers at all.

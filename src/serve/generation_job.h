@@ -30,6 +30,7 @@ inline constexpr int kMaxLogprobs = 20;
 struct RouteEnv {
   ThreadPool& output_workers;
   UnknownFields unknown_fields = UnknownFields::kIgnore;
+  ChatSpecialTokens chat_special_tokens = ChatSpecialTokens::kText;
 };
 
 // A validated generation request: what the job submits.

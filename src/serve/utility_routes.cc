@@ -57,19 +57,18 @@ void HandleTokenize(std::shared_ptr<RequestContext> ctx, ServedModel& model, con
     }
     ChatRequest request;
     if (auto e = ReadChatRequest(ordered, model.name(), setup, request)) return fail(*e);
-    auto prompt = RenderChatPrompt(setup, request);
+    auto prompt = RenderGuardedChatPrompt(setup, request, *tok, env.chat_special_tokens);
     if (!prompt.ok()) {
       return fail(BadRequest("the chat template refused this conversation: " + prompt.status().message(), "messages",
                              "chat_template_error"));
     }
+    auto enc = tok->EncodeWithLiteralRanges(prompt->text, prompt->literal);
+    if (!enc.ok()) return fail(BadRequest(enc.status().message(), "messages"));
+    ids = std::move(enc).value();
     if (add_special) {
-      auto enc = tok->EncodeWithSpecial(*prompt);
-      if (!enc.ok()) return fail(BadRequest(enc.status().message(), "messages"));
-      ids = enc->ids;
-    } else {
-      auto enc = tok->Encode(*prompt);
-      if (!enc.ok()) return fail(BadRequest(enc.status().message(), "messages"));
-      ids = std::move(enc).value();
+      auto templated = tok->ApplyTemplate(ids);
+      if (!templated.ok()) return fail(BadRequest(templated.status().message(), "messages"));
+      ids = templated->ids;
     }
   } else {
     std::string prompt;

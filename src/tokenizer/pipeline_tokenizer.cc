@@ -179,7 +179,8 @@ std::string PipelineTokenizer::IdToToken(int32_t id) const {
   return token == nullptr ? std::string() : *token;
 }
 
-Status PipelineTokenizer::EncodeInto(std::string_view text, std::vector<int32_t>* ids) const {
+Status PipelineTokenizer::EncodeInto(std::string_view text, std::vector<int32_t>* ids,
+                                     std::span<const std::pair<size_t, size_t>> literal) const {
   if (const size_t bad = FindInvalidUtf8(text); bad != std::string_view::npos) {
     return InvalidArgument("text is not valid UTF-8: ill-formed sequence at byte " +
                            std::to_string(bad));
@@ -188,6 +189,24 @@ Status PipelineTokenizer::EncodeInto(std::string_view text, std::vector<int32_t>
   if (raw_matcher_.empty()) return EncodeText(text, /*at_start=*/true, ids);
   std::vector<TextSegment> segments;
   raw_matcher_.Split(text, &segments);
+  if (!literal.empty()) {
+    // A special token that starts inside a literal range becomes text, joined with the text
+    // around it into one stretch (as if the matcher had never seen it).
+    std::vector<TextSegment> merged;
+    size_t r = 0;
+    for (const TextSegment& s : segments) {
+      while (r < literal.size() && literal[r].second <= s.begin) ++r;
+      const bool in_literal = r < literal.size() && literal[r].first <= s.begin && s.begin < literal[r].second;
+      TextSegment t = s;
+      if (t.id >= 0 && in_literal && IsSpecial(t.id)) t.id = -1;
+      if (t.id < 0 && !merged.empty() && merged.back().id < 0 && merged.back().end == t.begin) {
+        merged.back().end = t.end;
+      } else {
+        merged.push_back(t);
+      }
+    }
+    segments.swap(merged);
+  }
   for (const TextSegment& s : segments) {
     if (s.id >= 0) {
       ids->push_back(s.id);
@@ -202,6 +221,24 @@ Result<std::vector<int32_t>> PipelineTokenizer::Encode(std::string_view text) co
   std::vector<int32_t> ids;
   FERRY_RETURN_IF_ERROR(EncodeInto(text, &ids));
   return ids;
+}
+
+Result<std::vector<int32_t>> PipelineTokenizer::EncodeWithLiteralRanges(
+    std::string_view text, std::span<const std::pair<size_t, size_t>> literal) const {
+  std::vector<int32_t> ids;
+  FERRY_RETURN_IF_ERROR(EncodeInto(text, &ids, literal));
+  return ids;
+}
+
+std::vector<std::pair<size_t, size_t>> PipelineTokenizer::FindSpecialTokenText(std::string_view text) const {
+  std::vector<std::pair<size_t, size_t>> out;
+  if (raw_matcher_.empty() || text.empty()) return out;
+  std::vector<TextSegment> segments;
+  raw_matcher_.Split(text, &segments);
+  for (const TextSegment& s : segments) {
+    if (s.id >= 0 && IsSpecial(s.id)) out.emplace_back(s.begin, s.end);
+  }
+  return out;
 }
 
 Result<Encoding> PipelineTokenizer::EncodeWithSpecial(std::string_view text,

@@ -20,6 +20,9 @@ namespace ferry::tokenizer {
 class PipelineTokenizer : public Tokenizer {
  public:
   Result<std::vector<int32_t>> Encode(std::string_view text) const final;
+  std::vector<std::pair<size_t, size_t>> FindSpecialTokenText(std::string_view text) const final;
+  Result<std::vector<int32_t>> EncodeWithLiteralRanges(std::string_view text,
+                                                       std::span<const std::pair<size_t, size_t>> literal) const final;
   Result<Encoding> EncodeWithSpecial(std::string_view text,
                                      std::optional<std::string_view> pair) const final;
   Result<std::string> Decode(std::span<const int32_t> ids, bool skip_special) const final;
@@ -73,7 +76,8 @@ class PipelineTokenizer : public Tokenizer {
   const std::vector<AddedToken>& normalized_added_tokens() const { return normalized_added_; }
 
  private:
-  Status EncodeInto(std::string_view text, std::vector<int32_t>* ids) const;
+  Status EncodeInto(std::string_view text, std::vector<int32_t>* ids,
+                    std::span<const std::pair<size_t, size_t>> literal = {}) const;
   // HF's ByteLevel process_offsets, when the post-processor trims offsets.
   void TrimOffsets(const std::vector<int32_t>& ids, std::vector<TokenOffset>* offsets) const;
   const std::string* TokenString(int32_t id) const;

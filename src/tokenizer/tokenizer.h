@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <utility>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,6 +50,14 @@ class Tokenizer {
   // add_special_tokens=False)`. Special and added tokens written in the text are still
   // recognised. Invalid UTF-8 is an InvalidArgument error.
   virtual Result<std::vector<int32_t>> Encode(std::string_view text) const = 0;
+  // Byte ranges [begin, end) of `text` where special-token text is written, in order (what
+  // Encode would turn into control tokens).
+  virtual std::vector<std::pair<size_t, size_t>> FindSpecialTokenText(std::string_view text) const = 0;
+  // Encode, except that special-token text starting inside one of the `literal` byte ranges
+  // (sorted, disjoint) is ordinary text, as HF's split_special_tokens treats it: a chat
+  // message that writes "<|eot_id|>" gets the characters, not the control token.
+  virtual Result<std::vector<int32_t>> EncodeWithLiteralRanges(
+      std::string_view text, std::span<const std::pair<size_t, size_t>> literal) const = 0;
   // With the model's special tokens as HF adds them (BOS for LLaMA, [CLS] .. [SEP] for BERT,
   // pairs with type ids).
   virtual Result<Encoding> EncodeWithSpecial(

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "fixture_util.h"
 #include "test_util.h"
 
@@ -212,6 +214,43 @@ TEST(TokenizerTest, LlamaSpecialTokensInTextAndDecode) {
     auto raw = tokenizer->Decode(std::vector<int32_t>{1, 15043, 2}, /*skip_special=*/false);
     ASSERT_TRUE(raw.ok());
     EXPECT_EQ(*raw, "<s> Hello</s>");
+  }
+}
+
+// Special-token text inside a literal range is text (HF's split_special_tokens there);
+// outside it, and without ranges, it is the control token as before.
+TEST(TokenizerTest, LiteralRangesKeepSpecialTokenTextAsText) {
+  for (const char* dir : {"tokenizers/llama", "tokenizers/gpt2"}) {
+    SCOPED_TRACE(dir);
+    auto tokenizer = MustLoad(dir);
+    ASSERT_NE(tokenizer, nullptr);
+    const bool llama = std::string(dir) == "tokenizers/llama";
+    const std::string special = llama ? "</s>" : "<|endoftext|>";
+    const int32_t special_id = llama ? 2 : 50256;
+    const std::string text = "Hello" + special + "world" + special + "again";
+    const size_t first = 5, second = first + special.size() + 5;
+    const auto found = tokenizer->FindSpecialTokenText(text);
+    ASSERT_EQ(found.size(), 2u);
+    EXPECT_EQ(found[0].first, first);
+    EXPECT_EQ(found[1].first, second);
+    auto parsed = tokenizer->Encode(text);
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(std::count(parsed->begin(), parsed->end(), special_id), 2);
+    // No range, or one that covers no special token: exactly Encode.
+    auto none = tokenizer->EncodeWithLiteralRanges(text, {});
+    ASSERT_TRUE(none.ok());
+    EXPECT_EQ(*none, *parsed);
+    const std::vector<std::pair<size_t, size_t>> elsewhere = {{0, 5}};
+    EXPECT_EQ(*tokenizer->EncodeWithLiteralRanges(text, elsewhere), *parsed);
+    // The second one inside a literal range: text there, the first stays a control token.
+    const std::vector<std::pair<size_t, size_t>> literal = {{second - 2, text.size()}};
+    auto ids = tokenizer->EncodeWithLiteralRanges(text, literal);
+    ASSERT_TRUE(ids.ok());
+    EXPECT_EQ(std::count(ids->begin(), ids->end(), special_id), 1);
+    EXPECT_GT(ids->size(), parsed->size());
+    auto decoded = tokenizer->Decode(*ids, /*skip_special=*/false);
+    ASSERT_TRUE(decoded.ok());
+    EXPECT_NE(decoded->find("world" + special + "again"), std::string::npos) << *decoded;
   }
 }
 
