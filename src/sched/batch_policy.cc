@@ -1,6 +1,7 @@
 #include "sched/batch_policy.h"
 
 #include <algorithm>
+#include <unordered_set>
 #include <utility>
 
 namespace ferry::sched {
@@ -47,8 +48,9 @@ int BatchPolicy::BatchSizeFor(int available) const {
 
 BatchDecision BatchPolicy::Decide(const BatchQueueSnapshot& queues, BatchTime now, bool draining) const {
   BatchDecision decision;
-  std::vector<uint64_t> on_time;  // not timed out, in priority then FIFO order
-  std::vector<uint64_t> delayed;  // timed out in a kDelay level, same order
+  // Not timed out, per priority level in FIFO order; and timed out in a kDelay level.
+  std::vector<std::vector<const BatchQueueEntry*>> on_time(queues.levels.size());
+  std::vector<uint64_t> delayed;
   BatchTime oldest = kNoDeadline;
   BatchTime next_reject = kNoDeadline;
 
@@ -64,7 +66,7 @@ BatchDecision BatchPolicy::Decide(const BatchQueueSnapshot& queues, BatchTime no
       if (timed_out) {
         delayed.push_back(entry.id);
       } else {
-        on_time.push_back(entry.id);
+        on_time[index].push_back(&entry);
         // A kDelay deadline only reorders the queue, which matters when a batch forms;
         // only a rejecting one needs the batcher awake at that moment.
         if (rejects) next_reject = std::min(next_reject, entry.deadline);
@@ -73,7 +75,9 @@ BatchDecision BatchPolicy::Decide(const BatchQueueSnapshot& queues, BatchTime no
     }
   }
 
-  const int queued = static_cast<int>(on_time.size() + delayed.size());
+  size_t on_time_count = 0;
+  for (const auto& level : on_time) on_time_count += level.size();
+  const int queued = static_cast<int>(on_time_count + delayed.size());
   if (queued == 0) {
     decision.wake_at = next_reject;
     return decision;
@@ -100,8 +104,26 @@ BatchDecision BatchPolicy::Decide(const BatchQueueSnapshot& queues, BatchTime no
   decision.action = BatchDecision::Action::kRun;
   const size_t size = static_cast<size_t>(BatchSizeFor(queued));
   decision.take.reserve(size);
-  for (size_t i = 0; i < on_time.size() && decision.take.size() < size; ++i) {
-    decision.take.push_back(on_time[i]);
+  // Within a level, every request queued there first gets one item into the batch (in the
+  // order the requests arrived), then the rest fills in FIFO order: a request of a few inputs
+  // behind one of thousands runs in the next batch instead of after all of them, while the
+  // large one still gets nearly every slot.
+  std::unordered_set<uint64_t> seen;
+  std::vector<char> taken;
+  for (const auto& level : on_time) {
+    if (decision.take.size() >= size) break;
+    seen.clear();
+    taken.assign(level.size(), 0);
+    for (size_t i = 0; i < level.size() && decision.take.size() < size; ++i) {
+      const uint64_t group = level[i]->group != 0 ? level[i]->group : level[i]->id;
+      if (seen.insert(group).second) {
+        decision.take.push_back(level[i]->id);
+        taken[i] = 1;
+      }
+    }
+    for (size_t i = 0; i < level.size() && decision.take.size() < size; ++i) {
+      if (!taken[i]) decision.take.push_back(level[i]->id);
+    }
   }
   for (size_t i = 0; i < delayed.size() && decision.take.size() < size; ++i) {
     decision.take.push_back(delayed[i]);

@@ -30,6 +30,7 @@ struct BatchQueueEntry {
   uint64_t id = 0;
   BatchTime enqueue_time;
   BatchTime deadline = kNoDeadline;
+  uint64_t group = 0;  // the request it belongs to (its items share it); 0: a group of its own
 };
 
 // The queues at one instant: levels[0] is priority level 1 (the highest), each in FIFO order.

@@ -89,6 +89,7 @@ Result<uint64_t> DynamicBatcher::Enqueue(std::shared_ptr<BatchItem> item) {
     }
     id = next_id_++;
     item->id = id;
+    item->group = id;
     item->level = level;
     item->enqueue_time = BatchClock::now();
     item->deadline = timeout_us > 0 ? AddMicros(item->enqueue_time, timeout_us) : kNoDeadline;
@@ -139,9 +140,11 @@ Result<std::vector<uint64_t>> DynamicBatcher::EnqueueGroup(const std::vector<std
     // One arrival: every item gets the same enqueue time and deadline.
     const BatchTime now = BatchClock::now();
     const BatchTime deadline = timeout_us > 0 ? AddMicros(now, timeout_us) : kNoDeadline;
+    const uint64_t group = next_id_;
     for (const auto& item : items) {
       const uint64_t id = next_id_++;
       item->id = id;
+      item->group = group;
       item->level = level;
       item->enqueue_time = now;
       item->deadline = deadline;
@@ -240,7 +243,7 @@ BatchQueueSnapshot DynamicBatcher::SnapshotLocked() const {
   for (size_t level = 0; level < queues_.size(); ++level) {
     snapshot.levels[level].reserve(queues_[level].size());
     for (const auto& [id, item] : queues_[level]) {
-      snapshot.levels[level].push_back(BatchQueueEntry{id, item->enqueue_time, item->deadline});
+      snapshot.levels[level].push_back(BatchQueueEntry{id, item->enqueue_time, item->deadline, item->group});
     }
   }
   return snapshot;

@@ -34,8 +34,9 @@ struct BatchItem {
   std::function<void(const Status&)> on_reject;
 
   // Filled by Enqueue.
-  uint64_t id = 0;  // unique per batcher, from 1
-  int level = 0;    // the resolved priority level
+  uint64_t id = 0;     // unique per batcher, from 1
+  uint64_t group = 0;  // the first id of its EnqueueGroup call (its own id for Enqueue)
+  int level = 0;       // the resolved priority level
   BatchTime enqueue_time;
   BatchTime deadline = kNoDeadline;  // enqueue_time + the effective timeout
 };

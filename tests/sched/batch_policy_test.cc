@@ -144,6 +144,25 @@ TEST(BatchPolicyTest, PreferredSizesSplitASixItemQueue) {
   EXPECT_EQ(second.take, (std::vector<uint64_t>{5, 6}));
 }
 
+BatchQueueEntry Grouped(uint64_t id, uint64_t group) {
+  BatchQueueEntry e = Item(id, 0);
+  e.group = group;
+  return e;
+}
+
+// Within a level each request first gets one item, then FIFO; levels keep their order.
+TEST(BatchPolicyTest, EveryRequestOfALevelGetsASlotBeforeTheRestFills) {
+  const BatchPolicy policy(Options(4, 0, {}, 2));
+  BatchQueueSnapshot queues{{{Grouped(1, 1), Grouped(2, 1), Grouped(3, 1), Grouped(4, 1), Grouped(5, 5)},
+                             {Grouped(6, 6)}}};
+  BatchDecision d = policy.Decide(queues, At(0));
+  ASSERT_EQ(d.action, Action::kRun);
+  EXPECT_EQ(d.take, (std::vector<uint64_t>{1, 5, 2, 3}));  // level 2 waits for level 1
+  const BatchPolicy wide(Options(8, 0, {}, 2));
+  BatchQueueSnapshot two{{{Grouped(1, 1), Grouped(2, 1), Grouped(3, 1)}, {Grouped(4, 4), Grouped(5, 4), Grouped(6, 6)}}};
+  EXPECT_EQ(wide.Decide(two, At(0)).take, (std::vector<uint64_t>{1, 2, 3, 4, 6, 5}));
+}
+
 TEST(BatchPolicyTest, BatchSizeFor) {
   const BatchPolicy plain(Options(8, 0));
   const BatchPolicy preferred(Options(16, 0, {4, 8}));

@@ -220,6 +220,21 @@ TEST(DynamicBatcherTest, HigherPriorityGoesFirst) {
   EXPECT_EQ(h.batches(), (Batches{{2, 0}, {1}}));
 }
 
+// A one-input request behind a request of many inputs runs in the next batch, not after
+// all of them; the large one still takes the other slots, in order.
+TEST(DynamicBatcherTest, ASmallRequestIsNotStuckBehindALargeOne) {
+  Harness h;
+  DynamicBatcher batcher("encoder", Options(4, 0), h.Runner(), h.Observer());
+  std::vector<std::shared_ptr<BatchItem>> large;
+  for (int tag = 0; tag < 10; ++tag) large.push_back(h.Item(tag));
+  ASSERT_TRUE(batcher.EnqueueGroup(large).ok());
+  ASSERT_TRUE(batcher.EnqueueGroup({h.Item(100)}).ok());
+  ASSERT_TRUE(batcher.EnqueueGroup({h.Item(200), h.Item(201)}).ok());
+  ASSERT_TRUE(batcher.Start().ok());
+  ASSERT_TRUE(h.WaitBatches(4));
+  EXPECT_EQ(h.batches(), (Batches{{0, 100, 200, 1}, {2, 201, 3, 4}, {5, 6, 7, 8}, {9}}));
+}
+
 TEST(DynamicBatcherTest, EnqueueValidatesAndBoundsTheQueue) {
   Harness h;
   DynamicBatchingOptions options = Options(8, kLongDelayUs);
@@ -489,9 +504,9 @@ TEST(DynamicBatcherTest, AGroupSharesBatchesWithOtherRequestsAndSpansSeveral) {
   ASSERT_TRUE(batcher.Start().ok());
   ASSERT_TRUE(h.WaitReports(2));
   batcher.Stop(/*drain=*/true);
-  // FIFO: the short request shares the first batch with the first windows, the second
-  // short one rides with the last windows.
-  EXPECT_EQ(h.batches(), (Batches{{0, 10, 11, 12}, {13, 14, 15, 1}}));
+  // Every queued request gets a slot of the first batch (the second short one too, rather
+  // than riding with the last windows); the windows fill the rest in order.
+  EXPECT_EQ(h.batches(), (Batches{{0, 10, 1, 11}, {12, 13, 14, 15}}));
 }
 
 TEST(DynamicBatcherTest, AGroupIsAdmittedWholeAndCountsOnceAgainstTheQueueBound) {
