@@ -53,6 +53,9 @@ Status LongInputOptions::Validate() const {
     return InvalidArgument("chunk_overlap: " + std::to_string(chunk_overlap) + " leaves no content token in a " +
                            std::to_string(chunk_tokens) + "-token window; it must be < chunk_tokens");
   }
+  if (max_inputs < 1 || max_inputs > 1000000) {
+    return InvalidArgument("max_inputs: must be in [1, 1000000], got " + std::to_string(max_inputs));
+  }
   if (max_input_tokens < 0) {
     return InvalidArgument("max_input_tokens: must be >= 0 (0: no limit), got " + std::to_string(max_input_tokens));
   }

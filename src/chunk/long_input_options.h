@@ -53,6 +53,7 @@ struct LongInputOptions {
   TokenAggregation token_aggregation = TokenAggregation::kSimple;
   TokenMerge token_merge = TokenMerge::kCenter;
   int64_t max_input_tokens = 0;  // tokens of one input (all its windows' content); 0: no limit
+  int64_t max_inputs = 2048;     // inputs in one request (each text, pair or token-id array)
 
   Status Validate() const;
 };

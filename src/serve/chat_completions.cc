@@ -169,11 +169,11 @@ MaybeError ParseChat(const std::string& raw_body, const json& body, ServedModel&
     return BadRequest("the request body is not valid JSON");
   }
   if (auto e = ReadChatRequest(ordered, model.name(), setup, chat)) return e;
-  if (auto e = ReadGenerationFields(body, model, ctx.principal(), p)) return e;
+  if (auto e = ReadGenerationFields(body, model, ctx.principal(), env, p)) return e;
   bool logprobs = false;
   if (auto e = ReadBool(body, "logprobs", logprobs)) return e;
   int64_t top = 0;
-  if (auto e = ReadInt(body, "top_logprobs", 0, kMaxLogprobs, top)) return e;
+  if (auto e = ReadInt(body, "top_logprobs", 0, env.max_logprobs, top)) return e;
   if (body.contains("top_logprobs") && !body["top_logprobs"].is_null() && !logprobs) {
     return BadRequest("top_logprobs needs logprobs: true", "top_logprobs");
   }

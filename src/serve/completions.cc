@@ -12,7 +12,7 @@ namespace {
 
 using json = nlohmann::json;
 
-MaybeError ReadPrompts(const json& body, const ServedModel& model, GenerationParams& p) {
+MaybeError ReadPrompts(const json& body, const ServedModel& model, int max_prompts, GenerationParams& p) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) return BadRequest("missing required field: prompt", "prompt");
   const engine::Engine& e = model.engine();
@@ -54,7 +54,7 @@ MaybeError ReadPrompts(const json& body, const ServedModel& model, GenerationPar
     p.prompt_texts.push_back(std::move(text));
     return std::nullopt;
   };
-  return ForEachTextOrIds(*it, "prompt", kMaxChoices, add_text, add_ids);
+  return ForEachTextOrIds(*it, "prompt", static_cast<size_t>(max_prompts), add_text, add_ids);
 }
 
 // vLLM's truncate_prompt_tokens: keep the last N tokens of each prompt (-1: as many as the
@@ -90,23 +90,23 @@ MaybeError ParseCompletion(const json& body, const ServedModel& model, RequestCo
                                   ctx, env.unknown_fields)) {
     return e;
   }
-  if (auto e = ReadPrompts(body, model, p)) return e;
-  if (auto e = ReadGenerationFields(body, model, ctx.principal(), p)) return e;
+  if (auto e = ReadPrompts(body, model, env.max_choices, p)) return e;
+  if (auto e = ReadGenerationFields(body, model, ctx.principal(), env, p)) return e;
   int64_t v = p.max_tokens;
   if (auto e = ReadInt(body, "max_tokens", 1, 1 << 20, v)) return e;
   p.max_tokens = static_cast<int>(v);
   if (auto e = TruncatePrompts(body, model, p)) return e;
   if (body.contains("best_of") && !body["best_of"].is_null()) {
     int64_t best_of = p.n;
-    if (auto e = ReadInt(body, "best_of", 1, kMaxChoices, best_of)) return e;
+    if (auto e = ReadInt(body, "best_of", 1, env.max_choices, best_of)) return e;
     if (best_of != p.n) return BadRequest("best_of other than n is not supported", "best_of");
   }
-  if (static_cast<int64_t>(p.prompts.size()) * p.n > kMaxChoices) {
-    return BadRequest("prompts x n must not exceed " + std::to_string(kMaxChoices), "n");
+  if (static_cast<int64_t>(p.prompts.size()) * p.n > env.max_choices) {
+    return BadRequest("prompts x n must not exceed " + std::to_string(env.max_choices) + " (api.max_choices)", "n");
   }
   if (body.contains("logprobs") && !body["logprobs"].is_null()) {
     int64_t lp = 0;
-    if (auto e = ReadInt(body, "logprobs", 0, kMaxLogprobs, lp)) return e;
+    if (auto e = ReadInt(body, "logprobs", 0, env.max_logprobs, lp)) return e;
     p.logprobs = static_cast<int>(lp);
   }
   if (auto e = ReadBool(body, "echo", p.echo)) return e;

@@ -182,7 +182,7 @@ Status ParseLongInputs(const YAML::Node& node, const std::string& path, chunk::L
                          MapReader::Open(node, path,
                                          {"truncation", "chunk_tokens", "chunk_overlap", "classify_aggregate",
                                           "embeddings_aggregate", "token_aggregation", "token_merge",
-                                          "max_input_tokens"}));
+                                          "max_input_tokens", "max_inputs"}));
   // Each enum from the parser chunk/ gives its names to, so the two never disagree.
   auto choice = [&m](const char* key, auto parse, auto& value) -> Status {
     const YAML::Node* node = m.Find(key);
@@ -201,6 +201,7 @@ Status ParseLongInputs(const YAML::Node& node, const std::string& path, chunk::L
   FERRY_RETURN_IF_ERROR(choice("token_aggregation", chunk::ParseTokenAggregation, out.token_aggregation));
   FERRY_RETURN_IF_ERROR(choice("token_merge", chunk::ParseTokenMerge, out.token_merge));
   FERRY_RETURN_IF_ERROR(m.Int("max_input_tokens", out.max_input_tokens));
+  FERRY_RETURN_IF_ERROR(m.Int("max_inputs", out.max_inputs));
   return Status::Ok();
 }
 
@@ -281,7 +282,8 @@ namespace {
 
 Status ParseApi(const YAML::Node& node, ApiConfig& out) {
   FERRY_ASSIGN_OR_RETURN(const MapReader m,
-                         MapReader::Open(node, "api", {"unknown_fields", "chat_special_tokens"}));
+                         MapReader::Open(node, "api", {"unknown_fields", "chat_special_tokens", "max_choices",
+                                                       "max_logprobs"}));
   if (const YAML::Node* unknown = m.Find("unknown_fields")) {
     FERRY_ASSIGN_OR_RETURN(out.unknown_fields, ReadEnum<UnknownFields>(*unknown, m.Path("unknown_fields"),
                                                                        {{"ignore", UnknownFields::kIgnore},
@@ -292,6 +294,15 @@ Status ParseApi(const YAML::Node& node, ApiConfig& out) {
                            ReadEnum<ChatSpecialTokens>(*special, m.Path("chat_special_tokens"),
                                                        {{"text", ChatSpecialTokens::kText},
                                                         {"parse", ChatSpecialTokens::kParse}}));
+  }
+  FERRY_RETURN_IF_ERROR(m.Int("max_choices", out.max_choices));
+  FERRY_RETURN_IF_ERROR(m.Int("max_logprobs", out.max_logprobs));
+  if (out.max_choices < 1 || out.max_choices > 1024) {
+    return InvalidArgument("api.max_choices: must be in [1, 1024], got " + std::to_string(out.max_choices));
+  }
+  // The samplers return at most 20 alternatives per token.
+  if (out.max_logprobs < 0 || out.max_logprobs > 20) {
+    return InvalidArgument("api.max_logprobs: must be in [0, 20], got " + std::to_string(out.max_logprobs));
   }
   return Status::Ok();
 }

@@ -120,6 +120,10 @@ enum class ChatSpecialTokens { kText, kParse };
 struct ApiConfig {
   UnknownFields unknown_fields = UnknownFields::kIgnore;
   ChatSpecialTokens chat_special_tokens = ChatSpecialTokens::kText;
+  // Work one generation request may ask for: prompts x n choices, and top log-probabilities
+  // per token (logprobs / top_logprobs).
+  int max_choices = 64;
+  int max_logprobs = 20;
 };
 
 // Cross-origin requests from browser UIs. No origins: no CORS headers at all.

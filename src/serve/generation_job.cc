@@ -129,10 +129,10 @@ MaybeError CheckUnknownFields(const json& obj, std::initializer_list<const char*
 }
 
 MaybeError ReadGenerationFields(const json& body, const ServedModel& model, const Principal& who,
-                                GenerationParams& p) {
+                                const RouteEnv& env, GenerationParams& p) {
   const int32_t vocab = model.engine().config().vocab_size;
   int64_t v = 1;
-  if (auto e = ReadInt(body, "n", 1, kMaxChoices, v)) return e;
+  if (auto e = ReadInt(body, "n", 1, env.max_choices, v)) return e;
   p.n = static_cast<int>(v);
   double d = 1.0;
   if (auto e = ReadNumber(body, "temperature", 0.0, 2.0, d)) return e;

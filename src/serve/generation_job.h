@@ -22,15 +22,15 @@
 
 namespace ferry::serve {
 
-inline constexpr int kMaxChoices = 64;
 inline constexpr int kMaxStops = 4;
-inline constexpr int kMaxLogprobs = 20;
 
-// Where a route runs and how strict it is.
+// Where a route runs, how strict it is and how much work one request may ask for.
 struct RouteEnv {
   ThreadPool& output_workers;
   UnknownFields unknown_fields = UnknownFields::kIgnore;
   ChatSpecialTokens chat_special_tokens = ChatSpecialTokens::kText;
+  int max_choices = 64;   // api.max_choices: prompts x n
+  int max_logprobs = 20;  // api.max_logprobs
 };
 
 // A validated generation request: what the job submits.
@@ -63,7 +63,7 @@ struct GenerationParams {
 extern const char* const kGenerationFields[];
 
 MaybeError ReadGenerationFields(const nlohmann::json& body, const ServedModel& model, const Principal& who,
-                                GenerationParams& p);
+                                const RouteEnv& env, GenerationParams& p);
 
 // Rejects (UnknownFields::kReject) or names in a Warning header (kIgnore) the fields of
 // `obj` that are neither in `known` nor in kGenerationFields.

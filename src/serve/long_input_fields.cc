@@ -5,8 +5,6 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr size_t kMaxInputs = 2048;
-
 template <typename E>
 MaybeError ReadChoice(const json& body, const char* field, std::optional<E> (*parse)(std::string_view),
                       const char* expected, E& out) {
@@ -65,6 +63,7 @@ MaybeError ReadLongInputFields(const json& body, const ServedModel& model, Aggre
   out.classify_aggregate = d.classify_aggregate;
   out.embed_aggregate = d.embeddings_aggregate;
   out.max_input_tokens = d.max_input_tokens;
+  out.max_inputs = d.max_inputs;
   if (auto e = ReadChoice(body, "truncation", chunk::ParseTruncation, "\"error\", \"end\" or \"chunk\"", out.truncation)) {
     return e;
   }
@@ -178,7 +177,7 @@ MaybeError PlanInputs(const json& body, const char* field, const ServedModel& mo
     out.push_back(std::move(planned));
     return std::nullopt;
   };
-  return ForEachTextOrIds(*it, field, kMaxInputs, add_text, add_ids);
+  return ForEachTextOrIds(*it, field, static_cast<size_t>(req.max_inputs), add_text, add_ids);
 }
 
 }  // namespace ferry::serve

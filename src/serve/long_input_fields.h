@@ -27,6 +27,7 @@ struct LongInputRequest {
   chunk::ClassifyAggregate classify_aggregate = chunk::ClassifyAggregate::kWeightedMean;
   chunk::EmbedAggregate embed_aggregate = chunk::EmbedAggregate::kWeightedMean;
   int64_t max_input_tokens = 0;
+  int64_t max_inputs = 2048;  // the model's long_inputs.max_inputs
 };
 
 // The field names ReadLongInputFields reads (for RejectUnknownFields): truncation,

@@ -517,7 +517,8 @@ void Server::RouteBody(const std::shared_ptr<RequestContext>& ctx, const std::st
     return ctx->ReplyError(BadRequest("model '" + model_name + "' is " + (m->is_decoder() ? "a decoder" : "an encoder") +
                                           "; it does not serve " + path, "model"));
   }
-  const RouteEnv env{*output_workers_, config_.api.unknown_fields, config_.api.chat_special_tokens};
+  const RouteEnv env{*output_workers_, config_.api.unknown_fields, config_.api.chat_special_tokens,
+                     config_.api.max_choices, config_.api.max_logprobs};
   if (completions) return HandleCompletion(ctx, *m, body, env);
   if (chat) return HandleChatCompletion(ctx, *m, text, body, env);
   if (path == "/tokenize") return HandleTokenize(ctx, *m, text, body, env);

@@ -237,6 +237,10 @@ TEST(ServerConfigTest, DefaultsWhenKeysAreAbsent) {
   EXPECT_EQ(c.listener.shutdown_timeout_ms, 30000);
   EXPECT_EQ(c.listener.max_connections, 4096);
   EXPECT_EQ(c.tiers, (std::map<std::string, int>{{"default", 1}}));
+  EXPECT_EQ(c.api.max_choices, 64);
+  EXPECT_EQ(c.api.max_logprobs, 20);
+  EXPECT_EQ(c.api.chat_special_tokens, ChatSpecialTokens::kText);
+  EXPECT_EQ(c.models[0].long_inputs.max_inputs, 2048);
   EXPECT_EQ(c.log.level, LogLevel::kInfo);
   EXPECT_TRUE(c.log.request_log);
   ASSERT_EQ(c.models.size(), 1u);
@@ -378,6 +382,13 @@ const BadConfig kBadConfigs[] = {
     {"unknown aggregate",
      "auth: {mode: none}\nmodels: [{name: m, path: p, long_inputs: {classify_aggregate: median}}]\n",
      "models[0].long_inputs.classify_aggregate: unknown value 'median'"},
+    {"max_inputs of 0", "auth: {mode: none}\nmodels: [{name: m, path: p, long_inputs: {max_inputs: 0}}]\n",
+     "models[0].long_inputs: max_inputs: must be in [1, 1000000]"},
+    {"max_logprobs above what the samplers return", "auth: {mode: none}\napi: {max_logprobs: 21}\nmodels: [{name: m, path: p}]\n",
+     "api.max_logprobs: must be in [0, 20]"},
+    {"max_choices of 0", "auth: {mode: none}\napi: {max_choices: 0}\nmodels: [{name: m, path: p}]\n",
+     "api.max_choices: must be in [1, 1024]"},
+    {"unknown api key", "auth: {mode: none}\napi: {max_n: 4}\nmodels: [{name: m, path: p}]\n", "api.max_n: unknown key"},
     {"unknown pooling", "auth: {mode: none}\nmodels: [{name: m, path: p, pooling: sum}]\n",
      "models[0].pooling: expected one of cls, mean, max, last; got 'sum'"},
 };

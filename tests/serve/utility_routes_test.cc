@@ -26,8 +26,10 @@ class UtilityRoutesTest : public ::testing::Test {
         "listener: {host: 127.0.0.1, port: 0}\n"
         "tenants: [{name: t, keys: [sk-test]}]\n"
         "cors: {allowed_origins: ['https://ui.example.com'], allow_credentials: true}\n"
+        "api: {max_choices: 4, max_logprobs: 3}\n"
         "models:\n  - {name: kjv-decoder, path: " + root + "/models/demo/kjv-decoder, threads: 2}\n"
-        "  - {name: kjv-classifier, path: " + root + "/models/demo/kjv-classifier, threads: 2}\n"
+        "  - {name: kjv-classifier, path: " + root + "/models/demo/kjv-classifier, threads: 2, "
+        "long_inputs: {max_inputs: 3}}\n"
         "log: {level: warn, request_log: false}\n");
     ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
     server_ = std::move(Server::Create(*cfg)).value().release();
@@ -100,6 +102,37 @@ TEST_F(UtilityRoutesTest, SpecialTokenTextInChatMessagesStaysText) {
   HttpReply c = PostJson(port(), "/v1/chat/completions", chat, kKey);
   ASSERT_EQ(c.status, 200) << c.body;
   EXPECT_EQ(c.Json()["usage"]["prompt_tokens"], forged["count"]);
+}
+
+// The work one request may ask for is configurable: api.max_choices (prompts x n),
+// api.max_logprobs, and a model's long_inputs.max_inputs (inputs of an encoder request).
+TEST_F(UtilityRoutesTest, PerRequestWorkLimitsAreConfigurable) {
+  auto completion = [&](json extra) {
+    json body = {{"model", "kjv-decoder"}, {"prompt", "And God said"}, {"max_tokens", 2}};
+    body.update(extra);
+    return PostJson(port(), "/v1/completions", body, kKey);
+  };
+  EXPECT_EQ(completion({{"n", 4}}).status, 200);
+  HttpReply n = completion({{"n", 5}});
+  EXPECT_EQ(n.status, 400);
+  EXPECT_EQ(n.Json()["error"]["param"], "n");
+  HttpReply prompts = completion({{"prompt", {"a", "b", "c"}}, {"n", 2}});
+  EXPECT_EQ(prompts.status, 400);
+  EXPECT_NE(prompts.Json()["error"]["message"].get<std::string>().find("api.max_choices"), std::string::npos);
+  EXPECT_EQ(completion({{"logprobs", 3}}).status, 200);
+  EXPECT_EQ(completion({{"logprobs", 4}}).status, 400);
+  const json chat = {{"model", "kjv-decoder"},
+                     {"messages", {{{"role", "user"}, {"content", "Amen."}}}},
+                     {"max_tokens", 2},
+                     {"logprobs", true},
+                     {"top_logprobs", 4}};
+  EXPECT_EQ(PostJson(port(), "/v1/chat/completions", chat, kKey).status, 400);
+  const json three = {{"model", "kjv-classifier"}, {"input", {"Jesus wept.", "Amen.", "Selah."}}};
+  EXPECT_EQ(PostJson(port(), "/v1/classify", three, kKey).status, 200);
+  const json four = {{"model", "kjv-classifier"}, {"input", {"Jesus wept.", "Amen.", "Selah.", "Amen."}}};
+  HttpReply many = PostJson(port(), "/v1/classify", four, kKey);
+  EXPECT_EQ(many.status, 400);
+  EXPECT_NE(many.Json()["error"]["message"].get<std::string>().find("at most 3"), std::string::npos) << many.body;
 }
 
 TEST_F(UtilityRoutesTest, VersionHealthAndPing) {
