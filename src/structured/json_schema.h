@@ -1,0 +1,31 @@
+// JSON Schema → grammar. Supported (docs/structured-outputs.md): type (object, array,
+// string, number, integer, boolean, null, and lists of them), properties, required,
+// additionalProperties (false, true or a schema), items, minItems, maxItems, enum, const,
+// string pattern (the regex subset of structured/regex.h), minLength, maxLength, format
+// (date, time, date-time, uuid, email, ipv4), number and integer minimum and maximum
+// (exclusive bounds for integers), anyOf, oneOf, allOf of one schema, $ref into $defs or
+// definitions (recursion allowed). Annotations (title, description, examples, ...) are
+// ignored; any other keyword is refused with its name and place, never silently dropped.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "structured/grammar.h"
+
+namespace ferry::structured {
+
+struct JsonGrammarOptions {
+  // Whitespace between tokens: up to kMaxWhitespace of space, tab and newline per gap, so
+  // that pretty-printed output is possible but a model cannot loop on blanks forever.
+  // false (vLLM's disable_any_whitespace): none at all.
+  bool any_whitespace = true;
+  static constexpr int kMaxWhitespace = 20;
+};
+
+// Properties are written in the schema's order (parse it into an ordered_json).
+Result<Grammar> JsonSchemaToGrammar(const nlohmann::ordered_json& schema, const JsonGrammarOptions& options);
+// Any JSON object (response_format json_object).
+Result<Grammar> JsonObjectGrammar(const JsonGrammarOptions& options);
+
+}  // namespace ferry::structured
