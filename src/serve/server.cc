@@ -518,7 +518,7 @@ void Server::RouteBody(const std::shared_ptr<RequestContext>& ctx, const std::st
                                           "; it does not serve " + path, "model"));
   }
   const RouteEnv env{*output_workers_, config_.api.unknown_fields};
-  if (completions) return HandleCompletion(ctx, *m, body, env);
+  if (completions) return HandleCompletion(ctx, *m, text, body, env);
   if (chat) return HandleChatCompletion(ctx, *m, text, body, env);
   if (path == "/tokenize") return HandleTokenize(ctx, *m, text, body, env);
   if (path == "/detokenize") return HandleDetokenize(ctx, *m, body, env);

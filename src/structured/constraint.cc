@@ -25,11 +25,15 @@ std::string Constraint::Key() const {
   key += any_whitespace ? ":ws:" : ":nows:";
   key += std::to_string(text.size()) + ":" + text;
   for (const std::string& c : choices) key += ":" + std::to_string(c.size()) + ":" + c;
+  if (max_values > 1) key += ":values:" + std::to_string(max_values) + ":" + separator;
   return key;
 }
 
 Result<Grammar> CompileConstraint(const Constraint& c) {
-  const JsonGrammarOptions json_options{c.any_whitespace};
+  JsonGrammarOptions json_options;
+  json_options.any_whitespace = c.any_whitespace;
+  json_options.max_values = c.max_values;
+  json_options.separator = c.separator;
   switch (c.kind) {
     case ConstraintKind::kJsonObject: return JsonObjectGrammar(json_options);
     case ConstraintKind::kJsonSchema: {

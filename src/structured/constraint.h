@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -20,10 +21,16 @@ enum class ConstraintKind { kJsonSchema, kJsonObject, kRegex, kChoice, kGrammar 
 const char* ConstraintKindName(ConstraintKind kind);  // "json_schema", "json_object", ...
 
 struct Constraint {
+  Constraint() = default;
+  Constraint(ConstraintKind k, std::string t, std::vector<std::string> c = {})
+      : kind(k), text(std::move(t)), choices(std::move(c)) {}
+
   ConstraintKind kind = ConstraintKind::kJsonObject;
   std::string text;                  // the schema (JSON text), the regex or the grammar
   std::vector<std::string> choices;  // kChoice: the output is exactly one of them
   bool any_whitespace = true;        // JSON: whitespace allowed between tokens (bounded)
+  int max_values = 1;                // kJsonSchema: up to this many values, `separator` between
+  std::string separator;
 
   std::string Key() const;  // everything that makes the grammar, as one string
 };

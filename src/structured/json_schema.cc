@@ -48,7 +48,14 @@ class SchemaCompiler {
     MakeBasics();
     FERRY_ASSIGN_OR_RETURN(int32_t value, Value(root_, "#"));
     const int32_t top = b_.AddRule("root");
-    b_.AddAlternative(top, {GrammarBuilder::Ref(value)});
+    Sequence seq = {GrammarBuilder::Ref(value)};
+    if (opt_.max_values > 1) {
+      Sequence more = b_.Literal(opt_.separator);
+      more.push_back(GrammarBuilder::Ref(value));
+      FERRY_ASSIGN_OR_RETURN(int32_t rest, b_.Repeat("more_values", more, 0, opt_.max_values - 1));
+      seq.push_back(GrammarBuilder::Ref(rest));
+    }
+    b_.AddAlternative(top, std::move(seq));
     return b_.Build(top);
   }
 
@@ -65,10 +72,15 @@ class SchemaCompiler {
   void MakeBasics() {
     ws_ = b_.AddRule("ws");
     if (opt_.any_whitespace) {
-      ByteSet blank;
-      for (char c : {' ', '\t', '\n'}) blank.set(static_cast<uint8_t>(c));
-      const int32_t rep = b_.Repeat("ws_rep", {b_.Bytes(blank)}, 0, JsonGrammarOptions::kMaxWhitespace).value();
-      b_.AddAlternative(ws_, {GrammarBuilder::Ref(rep)});
+      // Nothing, one space, or a line break and an indentation (as llama.cpp's JSON
+      // grammars): pretty-printed output is possible, padding a line with blanks is not.
+      ByteSet indent;
+      indent.set(' ');
+      indent.set('\t');
+      const int32_t rep = b_.Repeat("ws_indent", {b_.Bytes(indent)}, 0, JsonGrammarOptions::kMaxIndent).value();
+      b_.AddAlternative(ws_, {});
+      b_.AddAlternative(ws_, {b_.Byte(' ')});
+      b_.AddAlternative(ws_, {b_.Byte('\n'), GrammarBuilder::Ref(rep)});
     } else {
       b_.AddAlternative(ws_, {});
     }

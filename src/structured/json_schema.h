@@ -10,17 +10,26 @@
 
 #include <nlohmann/json.hpp>
 
+#include <string>
+
 #include "core/status.h"
 #include "structured/grammar.h"
 
 namespace ferry::structured {
 
 struct JsonGrammarOptions {
-  // Whitespace between tokens: up to kMaxWhitespace of space, tab and newline per gap, so
-  // that pretty-printed output is possible but a model cannot loop on blanks forever.
-  // false (vLLM's disable_any_whitespace): none at all.
+  JsonGrammarOptions() = default;
+  explicit JsonGrammarOptions(bool whitespace) : any_whitespace(whitespace) {}
+
+  // Whitespace between tokens: nothing, one space, or a line break followed by at most
+  // kMaxIndent spaces or tabs, so that pretty-printed output is possible but a model cannot
+  // pad with blanks. false (vLLM's disable_any_whitespace): none at all.
   bool any_whitespace = true;
-  static constexpr int kMaxWhitespace = 20;
+  static constexpr int kMaxIndent = 16;
+  // More than 1: the output is 1..max_values values of the schema, `separator` between them
+  // (tool calls: Llama 3's "; ").
+  int max_values = 1;
+  std::string separator;
 };
 
 // Properties are written in the schema's order (parse it into an ordered_json).

@@ -33,9 +33,9 @@ TEST(Constraint, EveryKindCompiles) {
 
 TEST(GrammarCache, CachesByKeyAndEvictsLeastRecent) {
   GrammarCache cache(testing::ByteVocab(), 2);
-  Constraint a{ConstraintKind::kRegex, "a+", {}, true};
-  Constraint b{ConstraintKind::kRegex, "b+", {}, true};
-  Constraint c{ConstraintKind::kRegex, "c+", {}, true};
+  Constraint a{ConstraintKind::kRegex, "a+"};
+  Constraint b{ConstraintKind::kRegex, "b+"};
+  Constraint c{ConstraintKind::kRegex, "c+"};
   auto first = cache.Get(a);
   ASSERT_TRUE(first.ok());
   auto again = cache.Get(a);

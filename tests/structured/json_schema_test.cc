@@ -116,7 +116,10 @@ TEST(JsonSchema, WhitespaceRules) {
   EXPECT_FALSE(testing::Matches(compact, R"({ "a":1})"));
   const Grammar loose = Schema(R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})");
   EXPECT_TRUE(testing::Matches(loose, "{\n  \"a\": 1\n}"));
-  EXPECT_FALSE(testing::Matches(loose, "{" + std::string(JsonGrammarOptions::kMaxWhitespace + 1, ' ') + "\"a\":1}"));
+  EXPECT_TRUE(testing::Matches(loose, "{ \"a\" : 1 }"));
+  EXPECT_FALSE(testing::Matches(loose, "{  \"a\":1}"));  // no padding with blanks
+  EXPECT_TRUE(testing::Matches(loose, "{\n" + std::string(JsonGrammarOptions::kMaxIndent, ' ') + "\"a\":1}"));
+  EXPECT_FALSE(testing::Matches(loose, "{\n" + std::string(JsonGrammarOptions::kMaxIndent + 1, ' ') + "\"a\":1}"));
 }
 
 TEST(JsonSchema, UnsupportedKeywordsAreNamed) {

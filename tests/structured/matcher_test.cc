@@ -132,7 +132,7 @@ std::string ShortestCompletion(TokenMatcher& m, TokenMatcher::State s) {
 // Property: random schemas, random walks through the allowed tokens with random seeds; every
 // completed output is valid JSON that an independent validator accepts.
 TEST(TokenMatcher, RandomSchemasRandomWalksAlwaysValidate) {
-  if (!testing::HaveJsonSchemaValidator()) GTEST_SKIP() << "python3 with jsonschema is not installed (scripts/install_deps.sh)";
+  if (!ferry::testing::HaveJsonSchemaValidator()) GTEST_SKIP() << "python3 with jsonschema is not installed (scripts/install_deps.sh)";
   auto vocab = testing::MixedVocab();
   std::vector<std::pair<std::string, std::string>> cases;
   for (uint32_t seed = 1; seed <= 120; ++seed) {
@@ -159,7 +159,7 @@ TEST(TokenMatcher, RandomSchemasRandomWalksAlwaysValidate) {
     out += ShortestCompletion(m, s);
     cases.emplace_back(schema.dump(), out);
   }
-  const std::vector<std::string> verdicts = testing::ValidateJson(cases);
+  const std::vector<std::string> verdicts = ferry::testing::ValidateJson(cases);
   for (size_t i = 0; i < cases.size(); ++i) {
     EXPECT_EQ(verdicts[i], "") << "schema " << cases[i].first << "\noutput " << cases[i].second;
   }

@@ -1,5 +1,5 @@
-// Helpers for the structured-output tests: small vocabularies, whole-string matching, and
-// an independent JSON Schema validator (Python's jsonschema) run over many instances at once.
+// Helpers for the structured-output tests: small vocabularies and whole-string matching.
+// (The independent JSON Schema validator is in test_util.h.)
 #pragma once
 
 #include <memory>
@@ -8,6 +8,7 @@
 
 #include "structured/grammar.h"
 #include "structured/matcher.h"
+#include "test_util.h"
 
 namespace ferry::structured::testing {
 
@@ -19,11 +20,5 @@ std::shared_ptr<const Vocabulary> MixedVocab();
 
 // Whether the whole of `text` is in the grammar's language.
 bool Matches(const Grammar& grammar, const std::string& text);
-
-// Whether python3 with the jsonschema module can be run.
-bool HaveJsonSchemaValidator();
-// Validates each instance (JSON text) against its schema with Draft 2020-12 and its format
-// checker; returns "" for a valid one, else the validator's message (or "parse error").
-std::vector<std::string> ValidateJson(const std::vector<std::pair<std::string, std::string>>& schema_and_instance);
 
 }  // namespace ferry::structured::testing
