@@ -153,6 +153,7 @@ int RunBenchStructured(const BenchStructuredOptions& o) {
                       {"matcher_first_mask_ms", r->matcher_ms},
                       {"unconstrained_step_ms", r->unconstrained_step_ms},
                       {"constrained_cold_step_ms", r->constrained_cold_step_ms},
+                      {"grammar_cold_ms_per_step", r->grammar_cold_ms_per_step},
                       {"constrained_step_ms", r->constrained_step_ms},
                       {"grammar_ms_per_step", r->grammar_ms_per_step},
                       {"grammar_share", r->grammar_share},

@@ -159,6 +159,11 @@ class EbnfParser {
     const char c = t_[i_];
     if (c == '"' || c == '\'') return String(c);
     if (c == '(') {
+      if (++depth_ > kMaxDepth) return Error("groups nested deeper than " + std::to_string(kMaxDepth));
+      struct Leave {
+        int& d;
+        ~Leave() { --d; }
+      } leave{depth_};
       ++i_;
       FERRY_ASSIGN_OR_RETURN(std::vector<Sequence> alts, Alternation(/*nested=*/true));
       SkipSpace();
@@ -235,8 +240,10 @@ class EbnfParser {
     return b_.Literal(bytes);
   }
 
+  static constexpr int kMaxDepth = 100;
   std::string_view t_;
   size_t i_ = 0;
+  int depth_ = 0;
   GrammarBuilder b_;
   std::unordered_map<std::string, int32_t> rules_;
   std::unordered_map<std::string, bool> defined_;

@@ -1,6 +1,8 @@
 #include "structured/grammar.h"
 
+#include <algorithm>
 #include <functional>
+#include <utility>
 
 namespace ferry::structured {
 
@@ -29,7 +31,10 @@ int32_t GrammarBuilder::AddRule(std::string_view name) {
   return static_cast<int32_t>(alternatives_.size() - 1);
 }
 
-void GrammarBuilder::AddAlternative(int32_t rule, Sequence seq) { alternatives_[rule].push_back(std::move(seq)); }
+void GrammarBuilder::AddAlternative(int32_t rule, Sequence seq) {
+  elements_ += seq.size() + 1;
+  alternatives_[rule].push_back(std::move(seq));
+}
 
 Element GrammarBuilder::Bytes(const ByteSet& set) {
   std::string key = set.to_string();
@@ -88,6 +93,11 @@ Result<int32_t> GrammarBuilder::Repeat(std::string_view name, const Sequence& se
     return InvalidArgument("repetition bound " + std::to_string(std::max(min, max)) + " is above the limit of " +
                            std::to_string(kMaxRepeat));
   }
+  const size_t copies = static_cast<size_t>(std::max(min, max)) + 1;
+  if (elements_ + copies * (seq.size() + 2) > kMaxElements) {
+    return InvalidArgument("the constraint is too large (more than " + std::to_string(kMaxElements) +
+                           " grammar elements once repetitions are expanded)");
+  }
   Sequence tail;
   if (max < 0) {
     tail.push_back(Ref(Star(std::string(name) + "_more", seq)));
@@ -112,6 +122,10 @@ Result<int32_t> GrammarBuilder::Repeat(std::string_view name, const Sequence& se
 Result<Grammar> GrammarBuilder::Build(int32_t root) const {
   const int32_t n = num_rules();
   if (root < 0 || root >= n) return InvalidArgument("the grammar has no root rule");
+  if (elements_ > kMaxElements) {
+    return InvalidArgument("the constraint is too large (more than " + std::to_string(kMaxElements) +
+                           " grammar elements)");
+  }
   // Reachable rules must be defined.
   std::vector<char> reachable(static_cast<size_t>(n), 0);
   std::vector<int32_t> work{root};
@@ -158,17 +172,26 @@ Result<Grammar> GrammarBuilder::Build(int32_t root) const {
       }
     }
   }
+  // Depth-first search with an explicit stack (a long chain of rules must not exhaust the
+  // thread's stack): (rule, next edge to follow).
   std::vector<char> color(static_cast<size_t>(n), 0);  // 0 new, 1 on the path, 2 done
-  std::function<int32_t(int32_t)> cycle = [&](int32_t r) -> int32_t {
-    color[r] = 1;
-    for (int32_t x : leftmost[r]) {
+  auto cycle = [&](int32_t start) -> int32_t {
+    std::vector<std::pair<int32_t, size_t>> path{{start, 0}};
+    color[start] = 1;
+    while (!path.empty()) {
+      auto& [r, edge] = path.back();
+      if (edge == leftmost[r].size()) {
+        color[r] = 2;
+        path.pop_back();
+        continue;
+      }
+      const int32_t x = leftmost[r][edge++];
       if (color[x] == 1) return x;
       if (color[x] == 0) {
-        const int32_t found = cycle(x);
-        if (found >= 0) return found;
+        color[x] = 1;
+        path.emplace_back(x, 0);
       }
     }
-    color[r] = 2;
     return -1;
   };
   for (int32_t r = 0; r < n; ++r) {

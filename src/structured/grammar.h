@@ -67,8 +67,13 @@ class GrammarBuilder {
   Result<Grammar> Build(int32_t root) const;
 
   static constexpr int64_t kMaxRepeat = 10000;
+  // Elements in all alternatives together: a constraint that would need more is refused
+  // (repetitions of repetitions multiply).
+  static constexpr size_t kMaxElements = 2'000'000;
+  size_t num_elements() const { return elements_; }
 
  private:
+  size_t elements_ = 0;
   std::vector<std::vector<Sequence>> alternatives_;
   std::vector<std::string> names_;
   std::unordered_map<std::string, int> name_counts_;

@@ -19,7 +19,6 @@ using json = nlohmann::ordered_json;
 // ends): every engine bounds them somewhere, and a model must not write digits forever.
 constexpr int kMaxIntegerDigits = 16;
 constexpr int kMaxFractionDigits = 16;
-constexpr size_t kMaxElements = 2'000'000;
 
 const std::set<std::string>& Annotations() {
   static const std::set<std::string> k = {"title",    "description", "default",   "examples",   "$schema",
@@ -350,7 +349,7 @@ class SchemaCompiler {
       FERRY_ASSIGN_OR_RETURN(int32_t r, Typed(s, type, path));
       alts.push_back({GrammarBuilder::Ref(r)});
     }
-    if (b_.num_rules() > 0 && elements_estimate_ > kMaxElements) return Refuse(path, "the schema is too large");
+    if (b_.num_elements() > GrammarBuilder::kMaxElements) return Refuse(path, "the schema is too large");
     if (alts.size() == 1) return alts[0][0].value;
     return b_.Choice("types", std::move(alts));
   }
@@ -444,7 +443,6 @@ class SchemaCompiler {
     FERRY_ASSIGN_OR_RETURN(int64_t min, Count(s, "minLength", path, 0));
     FERRY_ASSIGN_OR_RETURN(int64_t max, Count(s, "maxLength", path, -1));
     if (max >= 0 && max < min) return Refuse(path, "minLength is above maxLength");
-    elements_estimate_ += static_cast<size_t>(std::max(min, max));
     FERRY_ASSIGN_OR_RETURN(int32_t chars, b_.Repeat("string_chars", {GrammarBuilder::Ref(char_)}, min, max));
     return b_.Choice("string", {{b_.Byte('"'), GrammarBuilder::Ref(chars), b_.Byte('"')}});
   }
@@ -458,7 +456,6 @@ class SchemaCompiler {
     FERRY_ASSIGN_OR_RETURN(int64_t min, Count(s, "minItems", path, 0));
     FERRY_ASSIGN_OR_RETURN(int64_t max, Count(s, "maxItems", path, -1));
     if (max >= 0 && max < min) return Refuse(path, "minItems is above maxItems");
-    elements_estimate_ += static_cast<size_t>(std::max(min, max)) * 8;
     auto list = SeparatedList("items", {GrammarBuilder::Ref(item)}, min, max);
     if (!list.ok()) return Refuse(path, list.status().message());
     return b_.Choice("array", {Concat({b_.Byte('['), Ws()}, list.value(), {Ws(), b_.Byte(']')})});
@@ -534,7 +531,6 @@ class SchemaCompiler {
   int32_t any_object_ = -1;
   std::unordered_map<std::string, int32_t> refs_;
   int depth_ = 0;
-  size_t elements_estimate_ = 0;
 };
 
 }  // namespace

@@ -147,6 +147,11 @@ class RegexParser {
   Result<Sequence> Atom() {
     const char c = p_[i_];
     if (c == '(') {
+      if (++depth_ > kMaxDepth) return Error("groups nested deeper than " + std::to_string(kMaxDepth));
+      struct Leave {
+        int& d;
+        ~Leave() { --d; }
+      } leave{depth_};
       ++i_;
       if (!AtEnd() && p_[i_] == '?') {
         ++i_;
@@ -358,11 +363,13 @@ class RegexParser {
     return {GrammarBuilder::Ref(b_.Choice(name_ + "_class", std::move(alts)))};
   }
 
+  static constexpr int kMaxDepth = 100;
   GrammarBuilder& b_;
   std::string_view p_;
   RegexOptions opt_;
   std::string name_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

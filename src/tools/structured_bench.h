@@ -30,6 +30,7 @@ struct StructuredBenchResult {
   int schema_properties = 0;
   double unconstrained_step_ms = 0;  // best run
   double constrained_cold_step_ms = 0;  // first constrained run: every state's mask found for the first time
+  double grammar_cold_ms_per_step = 0;  // in that run: the grammar's part, per step
   double constrained_step_ms = 0;       // best later run (new prompts, masks of states seen before reused)
   double grammar_ms_per_step = 0;       // in that run: mask lookups/walks and state advances, per step
   double grammar_share = 0;             // grammar_ms_per_step / constrained_step_ms

@@ -49,6 +49,22 @@ TEST(Regex, RefusesWhatItCannotMatchExactly) {
   }
 }
 
+TEST(Regex, HostileInputIsRefusedNotExpanded) {
+  GrammarBuilder deep;
+  EXPECT_FALSE(AddRegex(deep, std::string(5000, '(') + "a" + std::string(5000, ')'), RegexOptions{}).ok());
+  GrammarBuilder huge;
+  auto r = AddRegex(huge, "(" + std::string(300, 'x') + "){10000}", RegexOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("too large"), std::string::npos) << r.status().message();
+  // A long chain of rules (a bounded repetition) builds without deep recursion.
+  GrammarBuilder chain;
+  auto c = AddRegex(chain, "a{0,10000}", RegexOptions{});
+  ASSERT_TRUE(c.ok());
+  auto g = chain.Build(c.value());
+  ASSERT_TRUE(g.ok());
+  EXPECT_TRUE(testing::Matches(g.value(), std::string(9999, 'a')));
+}
+
 TEST(Regex, JsonStringModeEscapes) {
   const Grammar g = Compile("a[\"\\\\]\\n.", /*json_string=*/true);
   EXPECT_TRUE(testing::Matches(g, "a\\\"\\nx"));
