@@ -311,8 +311,10 @@ await check('tool_choice named and required give tool calls with valid arguments
     { type: 'function', function: { name: 'count', parameters: {
       type: 'object', properties: { n: { type: 'integer', minimum: 0, maximum: 9 } }, required: ['n'] } } },
   ];
+  // The demo's own template refuses tools; this one lists them.
+  const chat_template = '{% for t in tools %}{{ t.function.name }}\n{% endfor %}{% for m in messages %}{{ m.content }}\n{% endfor %}';
   const named = await client.chat.completions.create({
-    model: 'kjv-decoder', messages, max_tokens: 80, temperature: 0.5, seed: 4, tools,
+    model: 'kjv-decoder', messages, max_tokens: 80, temperature: 0.5, seed: 4, tools, chat_template,
     tool_choice: { type: 'function', function: { name: 'find_verse' } },
   });
   const call = named.choices[0].message.tool_calls[0];
@@ -321,7 +323,7 @@ await check('tool_choice named and required give tool calls with valid arguments
   assert.ok(['Genesis', 'Exodus'].includes(args.book) && Number.isInteger(args.chapter));
   assert.equal(named.choices[0].finish_reason, 'tool_calls');
   const required = await client.chat.completions.create({
-    model: 'kjv-decoder', messages, max_tokens: 80, temperature: 0.5, seed: 6, tools, tool_choice: 'required',
+    model: 'kjv-decoder', messages, max_tokens: 80, temperature: 0.5, seed: 6, tools, tool_choice: 'required', chat_template,
     parallel_tool_calls: false,
   });
   const rc = required.choices[0].message.tool_calls;
