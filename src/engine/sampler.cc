@@ -100,6 +100,10 @@ int32_t Sampler::Sample(std::span<const float> logits, const SamplingParams& p, 
       const uint64_t bits = static_cast<size_t>(w) < allowed.size() ? allowed[w] : 0;
       if (bits == ~uint64_t{0}) continue;
       const int32_t end = std::min(vocab, (w + 1) * 64);
+      if (bits == 0) {
+        std::fill(scratch_.begin() + w * 64, scratch_.begin() + end, kernels::kBannedLogit);
+        continue;
+      }
       for (int32_t id = w * 64; id < end; ++id) {
         if (!((bits >> (id & 63)) & 1)) scratch_[id] = kernels::kBannedLogit;
       }
