@@ -11,6 +11,8 @@ command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || pkgs+=(node
 command -v curl >/dev/null 2>&1 || pkgs+=(curl)
 # bench/qos_report.py plots the QoS benchmark's timeline.
 pkgs+=(python3-matplotlib)
+# The structured-output tests validate answers with Python's jsonschema, independently of ferry.
+pkgs+=(python3-jsonschema)
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -22,5 +23,11 @@ std::vector<int32_t> ToIds(const Tensor& t);
 // max |v| and max |a - b| (the scale and the error of a logits comparison).
 double MaxAbs(const std::vector<float>& v);
 double MaxDiff(const float* a, const float* b, size_t n);
+
+// Whether python3 with the jsonschema module can be run.
+bool HaveJsonSchemaValidator();
+// Validates each instance (JSON text) against its schema with Draft 2020-12 and its format
+// checker; returns "" for a valid one, else the validator's message (or "parse error").
+std::vector<std::string> ValidateJson(const std::vector<std::pair<std::string, std::string>>& schema_and_instance);
 
 }  // namespace ferry::testing

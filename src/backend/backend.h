@@ -83,6 +83,9 @@ struct TokenSampling {
   float frequency_penalty = 0.0f;
   std::span<const std::pair<int32_t, float>> logit_bias;  // token id -> added to its logit
   std::span<const int32_t> banned;   // ids that may not be drawn (stop ids before min_tokens)
+  // Structured outputs: when not empty, a bitset over the vocabulary (bit id % 64 of word
+  // id / 64) of the only ids that may be drawn; the others get kBannedLogit before sampling.
+  std::span<const uint64_t> allowed;
 };
 
 // How PoolRows reduces a sequence's rows to one (sentence-transformers' pooling modes).

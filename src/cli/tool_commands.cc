@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "tools/model_bench.h"
 #include "tools/checkpoint_maker.h"
+#include "tools/structured_bench.h"
 
 namespace ferry::cli {
 
@@ -121,6 +122,53 @@ int RunBenchModel(const BenchModelOptions& o) {
   return 0;
 }
 
+struct BenchStructuredOptions {
+  std::string model;
+  std::string device = "cpu";
+  int threads = 0;  // 0: the runtime's default
+  tools::StructuredBenchOptions bench;
+  bool eager = false;
+  bool json = false;
+};
+
+int RunBenchStructured(const BenchStructuredOptions& o) {
+  engine::EngineOptions eo;
+  auto device = ParseDevice(o.device);
+  if (!device.ok()) return Fail(device.status());
+  eo.device = *device;
+  auto engine_or = engine::Engine::Load(o.model, eo);
+  if (!engine_or.ok()) return Fail(engine_or.status());
+  if (o.threads > 0) SetComputeThreads(o.threads);
+  tools::StructuredBenchOptions bo = o.bench;
+  bo.step_graphs = !o.eager;
+  auto r = tools::BenchStructured(std::move(engine_or).value(), bo);
+  if (!r.ok()) return Fail(r.status());
+  nlohmann::json j = {{"model", o.model},
+                      {"device", o.device},
+                      {"vocab", r->vocab},
+                      {"vocab_source", r->vocab_source},
+                      {"batch", bo.batch},
+                      {"decode_steps", bo.decode_steps},
+                      {"compile_50_properties_ms", r->compile_ms},
+                      {"matcher_first_mask_ms", r->matcher_ms},
+                      {"unconstrained_step_ms", r->unconstrained_step_ms},
+                      {"constrained_cold_step_ms", r->constrained_cold_step_ms},
+                      {"grammar_cold_ms_per_step", r->grammar_cold_ms_per_step},
+                      {"constrained_step_ms", r->constrained_step_ms},
+                      {"grammar_ms_per_step", r->grammar_ms_per_step},
+                      {"grammar_share", r->grammar_share},
+                      {"overhead", r->overhead},
+                      {"grammar_states", r->states},
+                      {"masks_kept", r->masks},
+                      {"device_sampling", r->device_sampling}};
+  if (o.json) {
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("%s\n", j.dump(2).c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 void RegisterMakeCheckpoint(CLI::App& app, int& exit_code) {
@@ -157,6 +205,19 @@ void RegisterBench(CLI::App& app, int& exit_code) {
   sub->add_flag("--eager", o->eager, "Decode without step graphs (CUDA graphs), for comparison");
   sub->add_flag("--json", o->json, "JSON output");
   sub->callback([o, &exit_code] { exit_code = RunBenchModel(*o); });
+  auto so = std::make_shared<BenchStructuredOptions>();
+  CLI::App* st = bench->add_subcommand("structured",
+                                       "Structured outputs: schema compile time and constrained vs unconstrained decode");
+  st->add_option("--model", so->model, "Checkpoint directory or engine file")->required();
+  st->add_option("--device", so->device, "cpu, cuda or cuda:N");
+  st->add_option("--threads", so->threads, "CPU threads (default: all)");
+  st->add_option("--batch", so->bench.batch, "Decode batch size");
+  st->add_option("--decode-steps", so->bench.decode_steps, "Decode steps timed per run");
+  st->add_option("--repeats", so->bench.repeats, "Runs of each kind after the first (best reported)");
+  st->add_option("--compile-repeats", so->bench.compile_repeats, "Compiles of the 50-property schema (median)");
+  st->add_flag("--eager", so->eager, "Decode without step graphs");
+  st->add_flag("--json", so->json, "One JSON line");
+  st->callback([so, &exit_code] { exit_code = RunBenchStructured(*so); });
   RegisterColdstart(*bench, exit_code);
   RegisterBenchServe(*bench, exit_code);
 }

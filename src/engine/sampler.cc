@@ -1,6 +1,7 @@
 #include "engine/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numeric>
 #include <string>
@@ -67,7 +68,8 @@ double UniformDraw(uint64_t seed, uint64_t counter) {
 }
 
 int32_t Sampler::Sample(std::span<const float> logits, const SamplingParams& p, std::span<const int32_t> history,
-                        uint64_t seed, uint64_t counter, std::span<const int32_t> banned) {
+                        uint64_t seed, uint64_t counter, std::span<const int32_t> banned,
+                        std::span<const uint64_t> allowed) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
   scratch_.assign(logits.begin(), logits.end());
   const kernels::RowPenalties penalties{history,     static_cast<size_t>(counter), p.repetition_penalty,
@@ -91,11 +93,39 @@ int32_t Sampler::Sample(std::span<const float> logits, const SamplingParams& p, 
       if (id >= 0 && id < vocab) seen_[id] = 0;
     }
   }
+  const bool masked = !allowed.empty();
+  if (masked) {
+    // The grammar's mask: a disallowed id gets kBannedLogit (as on the GPU), whole words at once.
+    for (int32_t w = 0; w * 64 < vocab; ++w) {
+      const uint64_t bits = static_cast<size_t>(w) < allowed.size() ? allowed[w] : 0;
+      if (bits == ~uint64_t{0}) continue;
+      const int32_t end = std::min(vocab, (w + 1) * 64);
+      if (bits == 0) {
+        std::fill(scratch_.begin() + w * 64, scratch_.begin() + end, kernels::kBannedLogit);
+        continue;
+      }
+      for (int32_t id = w * 64; id < end; ++id) {
+        if (!((bits >> (id & 63)) & 1)) scratch_[id] = kernels::kBannedLogit;
+      }
+    }
+  }
   if (p.greedy()) return Argmax(scratch_);
 
   const float inv_t = 1.0f / p.temperature;
-  candidates_.resize(vocab);
-  std::iota(candidates_.begin(), candidates_.end(), 0);
+  if (masked) {
+    // Only allowed ids can be drawn (the others have probability 0): rank just those.
+    candidates_.clear();
+    for (int32_t w = 0; w * 64 < vocab && static_cast<size_t>(w) < allowed.size(); ++w) {
+      for (uint64_t bits = allowed[w]; bits != 0; bits &= bits - 1) {
+        const int32_t id = w * 64 + std::countr_zero(bits);
+        if (id < vocab) candidates_.push_back(id);
+      }
+    }
+    if (candidates_.empty()) return Argmax(scratch_);
+  } else {
+    candidates_.resize(vocab);
+    std::iota(candidates_.begin(), candidates_.end(), 0);
+  }
   auto by_logit = [this](int32_t a, int32_t b) {
     return scratch_[a] > scratch_[b] || (scratch_[a] == scratch_[b] && a < b);
   };

@@ -50,9 +50,12 @@ class Sampler {
  public:
   // Picks the next token. `history` is the prompt plus the tokens generated so far (for the
   // penalties); `counter` is the number of tokens generated so far (the tail of `history`).
-  // `banned` ids are never drawn. Ties in greedy mode go to the lowest id, as argmax does.
+  // `banned` ids are never drawn. `allowed`, when not empty, is a bitset over the vocabulary
+  // (bit id % 64 of word id / 64; a structured-output grammar's mask): only its ids are
+  // drawn. Ties in greedy mode go to the lowest id, as argmax does.
   int32_t Sample(std::span<const float> logits, const SamplingParams& params, std::span<const int32_t> history,
-                 uint64_t seed, uint64_t counter, std::span<const int32_t> banned = {});
+                 uint64_t seed, uint64_t counter, std::span<const int32_t> banned = {},
+                 std::span<const uint64_t> allowed = {});
 
   // The chosen token's log-probability under the unprocessed distribution (what the APIs
   // report) and, for top_k > 0, the k most likely tokens (ties to the lower id).

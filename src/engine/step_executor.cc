@@ -182,7 +182,7 @@ Result<std::vector<SeqResult>> StepExecutor::SampleOnHost(const Tensor& logits, 
       continue;
     }
     out[i].token = sampler_.Sample(last, ParamsOf(s.sampling), s.sampling.history, s.sampling.seed, s.sampling.counter,
-                                   s.sampling.banned);
+                                   s.sampling.banned, s.sampling.allowed);
   }
   ScoreOnHost(logits, steps, out);
   return out;

@@ -124,6 +124,11 @@ Status EngineCore::Validate(const GenerationRequest& request) const {
     }
   }
   FERRY_RETURN_IF_ERROR(request.sampling.Validate());
+  if (request.grammar && request.grammar->vocab().size() != vocab_size_) {
+    return InvalidArgument("the structured-output grammar was made for a vocabulary of " +
+                           std::to_string(request.grammar->vocab().size()) + " ids; this model has " +
+                           std::to_string(vocab_size_));
+  }
   if (prompt_len + request.max_tokens > max_seq_len_) {
     return OutOfRange("this model's maximum context length is " + std::to_string(max_seq_len_) +
                       " tokens; the request has " + std::to_string(prompt_len) + " prompt tokens and asks for " +
@@ -147,6 +152,7 @@ void EngineCore::Add(uint64_t handle, GenerationRequest request) {
   seq->seed = request.sampling.seed.value_or(handle * 0x9E3779B97F4A7C15ull);
   if (!request.ignore_eos) seq->stop_set = request.stop_ids;
   seq->stop_set.insert(seq->stop_set.end(), request.stop_token_ids.begin(), request.stop_token_ids.end());
+  if (request.grammar) seq->grammar_state = request.grammar->initial();
   if (options_.default_timeout_ms > 0 && !request.deadline) {
     request.deadline = request.arrival + std::chrono::milliseconds(options_.default_timeout_ms);
   }
@@ -395,6 +401,20 @@ Status EngineCore::RunSteps(const std::vector<Seq*>& seqs, const std::vector<int
     st.sampling.frequency_penalty = sp.frequency_penalty;
     st.sampling.logit_bias = sp.logit_bias;
     if (s.generated < s.req.min_tokens) st.sampling.banned = s.stop_set;
+    s.grammar_stuck = false;
+    if (st.sample && s.req.grammar) {
+      const Clock::time_point g0 = Clock::now();
+      s.mask = s.req.grammar->Mask(s.grammar_state);
+      st.sampling.allowed = s.mask->words;
+      if (s.mask->accepting && !s.stop_set.empty()) {
+        // The output is complete here: the stop ids may end it.
+        s.mask_words.assign(s.mask->words.begin(), s.mask->words.end());
+        for (int32_t id : s.stop_set) s.mask_words[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63);
+        st.sampling.allowed = s.mask_words;
+      }
+      s.grammar_stuck = s.mask->allowed == 0 && !(s.mask->accepting && !s.stop_set.empty());
+      grammar_seconds_ += Seconds(Clock::now() - g0);
+    }
   }
   Result<std::vector<engine::SeqResult>> result = [&]() -> Result<std::vector<engine::SeqResult>> {
     try {
@@ -432,8 +452,30 @@ Status EngineCore::RunSteps(const std::vector<Seq*>& seqs, const std::vector<int
       Fail(s, Internal("the model produced non-finite logits for this request"), "nonfinite_logits", out);
       continue;
     }
-    GenerationEvent& ev = NewEvent(s, out);
+    if (s.grammar_stuck) {
+      Fail(s, InvalidArgument("no token of the model's vocabulary can continue the structured output here"), "grammar",
+           out);
+      continue;
+    }
     const int32_t next = r.token;
+    const bool eos = std::find(s.stop_set.begin(), s.stop_set.end(), next) != s.stop_set.end();
+    bool grammar_done = false;
+    Status grammar_error;
+    if (s.req.grammar && !eos) {
+      const Clock::time_point g0 = Clock::now();
+      s.grammar_state = s.req.grammar->Advance(s.grammar_state, next);
+      if (s.grammar_state == structured::TokenMatcher::kDead) {
+        grammar_error = Internal("the sampled token is outside the structured output's grammar");
+      } else if (s.grammar_state == structured::TokenMatcher::kTooLarge) {
+        grammar_error = ResourceExhausted("the structured output's grammar needs more parser states than the limit");
+      } else {
+        // Found now rather than next step: a complete output ends here, without another step.
+        const std::shared_ptr<const structured::TokenMask> m = s.req.grammar->Mask(s.grammar_state);
+        grammar_done = m->finished || (m->accepting && m->allowed == 0);
+      }
+      grammar_seconds_ += Seconds(Clock::now() - g0);
+    }
+    GenerationEvent& ev = NewEvent(s, out);
     r.sampled.token = next;
     ev.tokens.push_back(std::move(r.sampled));
     ev.logits = std::move(r.logits);
@@ -441,15 +483,18 @@ Status EngineCore::RunSteps(const std::vector<Seq*>& seqs, const std::vector<int
     s.tokens.push_back(next);
     s.generated += 1;
     ev.generated_tokens_count = s.generated;
-    const bool eos = std::find(s.stop_set.begin(), s.stop_set.end(), next) != s.stop_set.end();
-    if (eos) {
+    if (eos || grammar_done) {
       ev.finished = true;
       ev.finish_reason = FinishReason::kStop;
     } else if (s.generated >= s.req.max_tokens || static_cast<int>(s.tokens.size()) >= max_seq_len_) {
       ev.finished = true;
       ev.finish_reason = FinishReason::kLength;
     }
-    if (ev.finished) Remove(s.handle);
+    if (ev.finished) {
+      Remove(s.handle);
+    } else if (!grammar_error.ok()) {
+      Fail(s, grammar_error, "grammar", out);
+    }
   }
   return Status::Ok();
 }

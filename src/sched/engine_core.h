@@ -129,6 +129,8 @@ class EngineCore {
   // Prefix caching: prompt tokens looked up at admission, and those found.
   int64_t prefix_queried_tokens() const { return prefix_queried_; }
   int64_t prefix_hit_tokens() const { return prefix_hits_; }
+  // Structured outputs: time spent finding grammar masks and advancing grammar states.
+  double grammar_seconds() const { return grammar_seconds_; }
 
   const std::string& name() const { return name_; }
   int max_seq_len() const { return max_seq_len_; }
@@ -160,6 +162,12 @@ class EngineCore {
     std::vector<uint64_t> block_hashes;  // prefix caching: chained hashes of the full blocks of `tokens`
     int prefix_blocks = 0;               // while waiting: blocks found in the prefix cache
     std::vector<TokenOutput> pending_prompt;
+    // Structured outputs (req.grammar): the state after the generated tokens, and this
+    // step's allowed ids (the grammar's mask, plus the stop ids where it accepts).
+    structured::TokenMatcher::State grammar_state = 0;
+    std::shared_ptr<const structured::TokenMask> mask;
+    std::vector<uint64_t> mask_words;
+    bool grammar_stuck = false;  // no token of the vocabulary can continue
   };
 
   EngineCore() = default;
@@ -190,6 +198,7 @@ class EngineCore {
   int64_t prefix_queried_ = 0;
   int64_t prefix_hits_ = 0;
   uint64_t admitted_ = 0;
+  double grammar_seconds_ = 0;
   std::vector<engine::SeqStep> step_scratch_;
 };
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -11,6 +12,7 @@
 
 #include "core/status.h"
 #include "engine/sampler.h"
+#include "structured/matcher.h"
 
 namespace ferry::sched {
 
@@ -58,6 +60,10 @@ struct GenerationRequest {
   int logprobs = -1;                 // -1: none; k >= 0: the chosen token's and the top k
   bool prompt_logprobs = false;      // log-probabilities of the prompt tokens (echo)
   bool keep_logits = false;          // return the logits rows (offline tools: dumps, comparisons)
+  // Structured outputs: only tokens this grammar allows are drawn; stop ids only where it
+  // accepts the output so far; the request finishes ("stop") when the grammar is complete.
+  // Its vocabulary must be the model's (structured::Vocabulary::FromTokenizer).
+  std::shared_ptr<structured::TokenMatcher> grammar;
   int64_t priority = 0;              // lower runs first (vLLM's); the server adds the tier's rank
   // Index among the sequences one client request submitted (its n choices of each of its
   // prompts). Within a priority the scheduler orders by it before arrival, so that a

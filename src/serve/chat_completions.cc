@@ -3,6 +3,7 @@
 #include "core/json_limits.h"
 #include "serve/chat_prompt.h"
 #include "serve/generation_job.h"
+#include "serve/structured_fields.h"
 #include "serve/tool_parser.h"
 
 namespace ferry::serve {
@@ -142,6 +143,41 @@ class ChatFormat : public GenerationFormat {
   std::vector<State> state_;
 };
 
+// tool_choice "required" or named: the output is written as Llama 3 JSON tool calls,
+// {"name": ..., "parameters": {...}} (several separated by "; " when parallel calls are
+// allowed), with each function's parameters schema enforced; the llama3_json parser then
+// turns it into tool_calls whatever the model's own format.
+constexpr int kMaxForcedCalls = 8;
+
+MaybeError ToolCallGrammar(const ChatRequest& chat, ServedModel& model, GenerationParams& p) {
+  using ojson = nlohmann::ordered_json;
+  ojson calls = ojson::array();
+  for (const ojson& t : *chat.tools) {
+    const ojson& f = t["function"];
+    const std::string name = f["name"].get<std::string>();
+    if (chat.tool_choice == ToolChoice::kNamed && name != chat.tool_name) continue;
+    ojson params = f.contains("parameters") && !f["parameters"].is_null() ? f["parameters"] : ojson{{"type", "object"}};
+    ojson props = ojson::object();
+    props["name"] = ojson{{"const", name}};
+    props["parameters"] = std::move(params);
+    ojson call = ojson::object();
+    call["type"] = "object";
+    call["properties"] = std::move(props);
+    call["required"] = ojson::array({"name", "parameters"});
+    call["additionalProperties"] = false;
+    calls.push_back(std::move(call));
+  }
+  ojson schema = calls.size() == 1 ? calls[0] : ojson{{"anyOf", calls}};
+  structured::Constraint c;
+  c.kind = structured::ConstraintKind::kJsonSchema;
+  c.text = schema.dump();
+  if (chat.tool_choice == ToolChoice::kRequired && chat.parallel_tool_calls) {
+    c.max_values = kMaxForcedCalls;
+    c.separator = "; ";
+  }
+  return CompileFor(model, c, "tool_choice", p.grammar);
+}
+
 MaybeError ParseChat(const std::string& raw_body, const json& body, ServedModel& model, RequestContext& ctx,
                      const RouteEnv& env, GenerationParams& p, ChatRequest& chat) {
   if (auto e = CheckUnknownFields(body,
@@ -170,6 +206,16 @@ MaybeError ParseChat(const std::string& raw_body, const json& body, ServedModel&
   }
   if (auto e = ReadChatRequest(ordered, model.name(), setup, chat)) return e;
   if (auto e = ReadGenerationFields(body, model, ctx.principal(), env, p)) return e;
+  if (auto e = ReadStructuredOutputs(raw_body, body, model, p.grammar)) return e;
+  if (chat.tool_choice == ToolChoice::kRequired || chat.tool_choice == ToolChoice::kNamed) {
+    if (p.grammar) {
+      return BadRequest("tool_choice '" + std::string(chat.tool_choice == ToolChoice::kNamed ? "named" : "required") +
+                            "' already constrains the output; it cannot be combined with response_format or "
+                            "structured outputs",
+                        "tool_choice");
+    }
+    if (auto e = ToolCallGrammar(chat, model, p)) return e;
+  }
   bool logprobs = false;
   if (auto e = ReadBool(body, "logprobs", logprobs)) return e;
   int64_t top = 0;
@@ -232,7 +278,9 @@ void HandleChatCompletion(std::shared_ptr<RequestContext> ctx, ServedModel& mode
     ctx->ReplyError(*e);
     return;
   }
-  const ToolCallParser parser = chat.tool_choice == ToolChoice::kAuto ? model.chat().parser : ToolCallParser::kNone;
+  const ToolCallParser parser = chat.tool_choice == ToolChoice::kAuto ? model.chat().parser
+                                : chat.tool_choice == ToolChoice::kNone ? ToolCallParser::kNone
+                                                                        : ToolCallParser::kLlama3Json;
   auto format = MakeChatFormat(params.n, params.logprobs >= 0, parser, chat.parallel_tool_calls, chat.echo,
                                params.return_token_ids);
   RunGeneration(ctx, model, std::move(params), std::move(format), env.output_workers);

@@ -164,11 +164,20 @@ MaybeError ReadChatRequest(const ojson& body, const std::string& model, const Ch
     } else if (kind == "auto") {
       if (!has_tools) return BadRequest("tool_choice 'auto' needs tools", "tool_choice");
       out.tool_choice = ToolChoice::kAuto;
-    } else if (kind == "required" || kind == "named") {
-      return BadRequest("tool_choice '" + std::string(kind == "named" ? "a named function" : "required") +
-                            "' needs constrained decoding, which ferry does not have yet; use 'auto' (the model "
-                            "decides) or 'none'",
-                        "tool_choice", "unsupported_tool_choice");
+    } else if (kind == "required") {
+      if (!has_tools || tools->empty()) return BadRequest("tool_choice 'required' needs tools", "tool_choice");
+      out.tool_choice = ToolChoice::kRequired;
+    } else if (kind == "named") {
+      const ojson& c = *choice;
+      if (c.value("type", "") != "function" || !c.contains("function") || !c["function"].is_object() ||
+          !c["function"].contains("name") || !c["function"]["name"].is_string()) {
+        return BadRequest("tool_choice must be {\"type\": \"function\", \"function\": {\"name\": ...}}", "tool_choice");
+      }
+      out.tool_name = c["function"]["name"].get<std::string>();
+      bool found = false;
+      for (const ojson& t : has_tools ? *tools : ojson::array()) found = found || t["function"]["name"] == out.tool_name;
+      if (!found) return BadRequest("tool_choice names '" + out.tool_name + "', which is not among the tools", "tool_choice");
+      out.tool_choice = ToolChoice::kNamed;
     } else {
       return BadRequest("tool_choice must be 'none', 'auto', 'required' or {\"type\": \"function\", ...}",
                         "tool_choice");
@@ -182,15 +191,14 @@ MaybeError ReadChatRequest(const ojson& body, const std::string& model, const Ch
     }
     out.tools = *tools;
   }
+  // Forced calls are written in one format whatever the model's parser (structured outputs
+  // make the model write it); the template still shows the model its tools.
+  if (out.tool_choice == ToolChoice::kRequired || out.tool_choice == ToolChoice::kNamed) out.tools = *tools;
   if (auto e = ReadBoolField(body, "parallel_tool_calls", out.parallel_tool_calls)) return e;
   if (auto rf = body.find("response_format"); rf != body.end() && !rf->is_null()) {
     const std::string type = rf->is_object() && (*rf)["type"].is_string() ? (*rf)["type"].get<std::string>() : "";
-    if (type == "json_object" || type == "json_schema") {
-      return BadRequest("response_format '" + type + "' needs constrained decoding (structured outputs), which ferry "
-                            "does not have yet",
-                        "response_format", "unsupported_response_format");
-    }
-    if (type != "text") return BadRequest("response_format.type must be text, json_object or json_schema", "response_format");
+    // json_object and json_schema are read with the other structured-output fields.
+    if (type != "text" && type != "json_object" && type != "json_schema") return BadRequest("response_format.type must be text, json_object or json_schema", "response_format");
   }
   if (auto docs = body.find("documents"); docs != body.end() && !docs->is_null()) {
     if (!docs->is_array()) return BadRequest("documents must be an array", "documents");

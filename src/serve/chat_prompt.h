@@ -40,7 +40,8 @@ struct ChatSetup {
 // fails the model's load, naming the line and column.
 Result<ChatSetup> LoadChatSetup(const ModelConfig& config, const engine::Engine& engine);
 
-enum class ToolChoice { kNone, kAuto };
+// kRequired and kNamed constrain the output to tool calls (structured outputs).
+enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
 
 // The chat part of a request, validated.
 struct ChatRequest {
@@ -48,6 +49,7 @@ struct ChatRequest {
   std::optional<nlohmann::ordered_json> tools;      // given to the template (absent with tool_choice "none")
   std::optional<nlohmann::ordered_json> documents;
   ToolChoice tool_choice = ToolChoice::kNone;
+  std::string tool_name;  // kNamed: the function to call
   bool parallel_tool_calls = true;
   bool add_generation_prompt = true;
   bool continue_final_message = false;
@@ -58,9 +60,8 @@ struct ChatRequest {
 
 // Reads messages, tools, tool_choice, parallel_tool_calls, response_format, documents,
 // add_generation_prompt, continue_final_message, chat_template, chat_template_kwargs and
-// echo. Image, audio and file content parts are a 400 naming the model's limits; tool_choice
-// "required" or a named function and JSON response formats are a 400 until constrained
-// decoding exists.
+// echo. Image, audio and file content parts are a 400 naming the model's limits.
+// (response_format's constraint is read by serve/structured_fields.h.)
 MaybeError ReadChatRequest(const nlohmann::ordered_json& body, const std::string& model_name, const ChatSetup& setup,
                            ChatRequest& out);
 

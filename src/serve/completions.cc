@@ -4,6 +4,7 @@
 
 #include "serve/generation_job.h"
 #include "serve/request_fields.h"
+#include "serve/structured_fields.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ferry::serve {
@@ -172,10 +173,12 @@ class CompletionFormat : public GenerationFormat {
 
 }  // namespace
 
-void HandleCompletion(std::shared_ptr<RequestContext> ctx, ServedModel& model, const nlohmann::json& body,
-                      const RouteEnv& env) {
+void HandleCompletion(std::shared_ptr<RequestContext> ctx, ServedModel& model, const std::string& raw_body,
+                      const nlohmann::json& body, const RouteEnv& env) {
   GenerationParams params;
-  if (MaybeError e = ParseCompletion(body, model, *ctx, env, params)) {
+  MaybeError error = ParseCompletion(body, model, *ctx, env, params);
+  if (!error) error = ReadStructuredOutputs(raw_body, body, model, params.grammar);
+  if (MaybeError e = error) {
     ctx->metrics().RecordFailure(model.name(), ctx->principal().tier, kFailureInvalidRequest);
     ctx->ReplyError(*e);
     return;

@@ -15,7 +15,8 @@ namespace ferry::serve {
 
 // Output work (detokenizing, stop strings, formatting) runs on the env's output workers,
 // never on the model's scheduler thread.
-void HandleCompletion(std::shared_ptr<RequestContext> ctx, ServedModel& model, const nlohmann::json& body,
+void HandleCompletion(std::shared_ptr<RequestContext> ctx, ServedModel& model, const std::string& raw_body,
+                      const nlohmann::json& body,
                       const RouteEnv& env);
 
 }  // namespace ferry::serve

@@ -84,7 +84,8 @@ const char* const kGenerationFields[] = {
     "seed",           "n",                  "stop",           "stop_token_ids", "presence_penalty",
     "frequency_penalty", "repetition_penalty", "logit_bias",  "min_tokens",     "ignore_eos",
     "skip_special_tokens", "stream",        "stream_options", "user",           "priority",
-    "return_token_ids", nullptr};
+    "return_token_ids", "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice",
+    "guided_grammar", "guided_whitespace_pattern", "guided_decoding_backend", nullptr};
 
 std::string RandomId(const char* prefix) {
   thread_local std::mt19937_64 rng(std::random_device{}() ^
@@ -260,6 +261,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
       r.ignore_eos = p_.ignore_eos;
       r.stop_token_ids = p_.stop_token_ids;
       r.min_tokens = p_.min_tokens;
+      r.grammar = p_.grammar;
       r.logprobs = p_.logprobs;
       r.prompt_logprobs = p_.echo && p_.logprobs >= 0;
       r.priority = p_.priority;

@@ -19,6 +19,7 @@
 #include "serve/output_processor.h"
 #include "serve/request_context.h"
 #include "serve/request_fields.h"
+#include "structured/matcher.h"
 
 namespace ferry::serve {
 
@@ -53,12 +54,16 @@ struct GenerationParams {
   bool return_token_ids = false;
   int64_t priority = 0;            // the scheduler's: the tier's rank, then the request's priority
   std::string user;
+  // Structured outputs (response_format, structured_outputs, guided_*; tool_choice named or
+  // required): every choice is drawn under this grammar.
+  std::shared_ptr<structured::TokenMatcher> grammar;
 };
 
 // The fields both routes read, with OpenAI's and vLLM's names and ranges: temperature, top_p,
 // top_k, min_p, seed, n, stop, stop_token_ids, presence_penalty, frequency_penalty,
 // repetition_penalty, logit_bias, min_tokens, ignore_eos, skip_special_tokens, stream,
-// stream_options, user, priority, return_token_ids. Each route reads its own prompt, token
+// stream_options, user, priority, return_token_ids, and the structured-output fields
+// (serve/structured_fields.h; read by the routes). Each route reads its own prompt, token
 // limit and log-probability fields.
 extern const char* const kGenerationFields[];
 

@@ -138,6 +138,10 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Create(const ModelConfig& conf
                                        (m->hooks_.variant.empty() ? "" : " variant '" + m->hooks_.variant + "'"));
     }
     m->chat_ = std::move(chat).value();
+    if (e.tokenizer() != nullptr) {
+      m->grammars_ = std::make_unique<structured::GrammarCache>(
+          structured::Vocabulary::FromTokenizer(*e.tokenizer(), e.config().vocab_size));
+    }
     if (m->chat_.has_template()) {
       FERRY_LOG_INFO("model '{}': chat template from {}; tool-call parser {}", unit, m->chat_.origin,
                      ToolCallParserName(m->chat_.parser));

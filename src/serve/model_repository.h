@@ -16,6 +16,7 @@
 #include "serve/chat_prompt.h"
 #include "serve/config.h"
 #include "serve/metrics.h"
+#include "structured/constraint.h"
 
 namespace ferry::serve {
 
@@ -90,6 +91,8 @@ class ServedModel {
   // Decoders: the chat templates, special tokens and tool-call parser.
   const ChatSetup& chat() const { return chat_; }
   const EmbeddingPooling& embedding_pooling() const { return pooling_; }
+  // Decoders with a tokenizer: compiled structured-output grammars for this vocabulary.
+  structured::GrammarCache* grammars() const { return grammars_.get(); }
 
   // Stops the batcher: running work finishes within `timeout_ms`, the rest is cancelled.
   void Stop(int64_t timeout_ms);
@@ -107,6 +110,7 @@ class ServedModel {
   ServerMetrics::ModelMetrics model_metrics_;
   ChatSetup chat_;
   EmbeddingPooling pooling_;
+  std::unique_ptr<structured::GrammarCache> grammars_;
   int64_t created_unix_ = 0;
 };
 

@@ -519,7 +519,7 @@ void Server::RouteBody(const std::shared_ptr<RequestContext>& ctx, const std::st
   }
   const RouteEnv env{*output_workers_, config_.api.unknown_fields, config_.api.chat_special_tokens,
                      config_.api.max_choices, config_.api.max_logprobs};
-  if (completions) return HandleCompletion(ctx, *m, body, env);
+  if (completions) return HandleCompletion(ctx, *m, text, body, env);
   if (chat) return HandleChatCompletion(ctx, *m, text, body, env);
   if (path == "/tokenize") return HandleTokenize(ctx, *m, text, body, env);
   if (path == "/detokenize") return HandleDetokenize(ctx, *m, body, env);

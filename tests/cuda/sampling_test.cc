@@ -154,3 +154,73 @@ TEST(CudaSampling, SampleTokensAppliesPenaltiesBiasAndBansAsTheCpuDoes) {
 
 }  // namespace
 }  // namespace ferry::cuda
+
+namespace ferry::cuda {
+namespace {
+
+// Structured-output masks uploaded as bitsets: the GPU draws only allowed ids, and greedy
+// rows pick what the CPU sampler picks under the same mask (with a bias that the mask must
+// override in some rows).
+TEST(CudaSampling, SampleTokensHonoursAllowedMasks) {
+  FERRY_SKIP_WITHOUT_GPU();
+  auto be = backend::MakeCudaBackend({});
+  ASSERT_TRUE(be.ok()) << be.status().ToString();
+  backend::Backend& b = **be;
+  const int rows = 48, vocab = 5000;
+  const size_t words = (vocab + 63) / 64;
+  std::vector<float> logits = RandomFloats(static_cast<size_t>(rows) * vocab, 11, -8.0f, 8.0f);
+  std::vector<std::vector<uint64_t>> masks(static_cast<size_t>(rows));
+  std::vector<std::vector<std::pair<int32_t, float>>> bias(static_cast<size_t>(rows));
+  std::mt19937 rng(3);
+  for (int r = 0; r < rows; ++r) {
+    if (r % 3 == 2) continue;  // unconstrained rows in the same batch
+    masks[r].assign(words, 0);
+    const int allowed = 1 + static_cast<int>(rng() % 40);
+    for (int k = 0; k < allowed; ++k) {
+      const int32_t id = static_cast<int32_t>(rng() % vocab);
+      masks[r][static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63);
+    }
+    const float* row = logits.data() + static_cast<size_t>(r) * vocab;
+    bias[r].emplace_back(engine::Argmax(std::span<const float>(row, static_cast<size_t>(vocab))), 40.0f);
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    const bool greedy = pass == 0;
+    std::vector<backend::TokenSampling> ts(static_cast<size_t>(rows));
+    for (int r = 0; r < rows; ++r) {
+      ts[r].temperature = greedy ? 0.0f : 1.0f;
+      ts[r].seed = 77 + static_cast<uint64_t>(r);
+      ts[r].logit_bias = bias[r];
+      ts[r].allowed = masks[r];
+    }
+    auto dev = b.Allocate({rows, vocab}, DType::kF32);
+    ASSERT_TRUE(dev.ok());
+    ASSERT_EQ(cudaMemcpy(dev->raw(), logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    std::vector<int32_t> tokens;
+    FERRY_ASSERT_OK(b.SampleTokens(*dev, ts, tokens));
+    engine::Sampler cpu;
+    for (int r = 0; r < rows; ++r) {
+      ASSERT_GE(tokens[r], 0);
+      if (!masks[r].empty()) {
+        EXPECT_TRUE((masks[r][static_cast<size_t>(tokens[r]) >> 6] >> (tokens[r] & 63)) & 1) << "row " << r;
+      }
+      if (greedy) {
+        const std::span<const float> row(logits.data() + static_cast<size_t>(r) * vocab, static_cast<size_t>(vocab));
+        engine::SamplingParams p;
+        p.temperature = 0;
+        p.logit_bias = bias[r];
+        EXPECT_EQ(tokens[r], cpu.Sample(row, p, {}, 0, 0, {}, masks[r])) << "row " << r;
+      }
+    }
+  }
+  // A mask of the wrong size is refused, not read out of bounds.
+  std::vector<backend::TokenSampling> bad(1);
+  std::vector<uint64_t> short_mask(3, ~uint64_t{0});
+  bad[0].allowed = short_mask;
+  auto dev = b.Allocate({1, vocab}, DType::kF32);
+  ASSERT_TRUE(dev.ok());
+  std::vector<int32_t> tokens;
+  EXPECT_FALSE(b.SampleTokens(*dev, bad, tokens).ok());
+}
+
+}  // namespace
+}  // namespace ferry::cuda

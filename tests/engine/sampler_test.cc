@@ -224,3 +224,43 @@ TEST(SamplerTest, ValidateRejectsBadParameters) {
 
 }  // namespace
 }  // namespace ferry::engine
+
+namespace ferry::engine {
+namespace {
+
+std::vector<uint64_t> MaskOf(std::initializer_list<int32_t> ids, int32_t vocab) {
+  std::vector<uint64_t> m(static_cast<size_t>((vocab + 63) / 64), 0);
+  for (int32_t id : ids) m[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63);
+  return m;
+}
+
+// A structured-output mask: only its ids are drawn, with their renormalized probabilities;
+// greedy picks the best allowed id.
+TEST(SamplerTest, AllowedMaskRestrictsTheDraw) {
+  const int32_t vocab = static_cast<int32_t>(kLogits.size());
+  const std::vector<uint64_t> mask = MaskOf({2, 4}, vocab);
+  Sampler s;
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  EXPECT_EQ(s.Sample(kLogits, greedy, {}, 1, 0, {}, mask), 2);
+  SamplingParams p;
+  const int n = 20000;
+  std::map<int32_t, int> h;
+  for (int i = 0; i < n; ++i) ++h[s.Sample(kLogits, p, {}, 3, static_cast<uint64_t>(i), {}, mask)];
+  ASSERT_EQ(h.size(), 2u);
+  const double p2 = std::exp(0.5) / (std::exp(0.5) + std::exp(-1.0));
+  EXPECT_NEAR(static_cast<double>(h[2]) / n, p2, 0.02);
+  // A bias cannot lift a masked token; a ban still removes an allowed one.
+  SamplingParams biased = greedy;
+  biased.logit_bias = {{0, 50.0f}};
+  EXPECT_EQ(s.Sample(kLogits, biased, {}, 1, 0, {}, mask), 2);
+  const std::vector<int32_t> banned = {2};
+  EXPECT_EQ(s.Sample(kLogits, greedy, {}, 1, 0, banned, mask), 4);
+  // With top-k, the k best allowed ids.
+  SamplingParams top1;
+  top1.top_k = 1;
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(s.Sample(kLogits, top1, {}, 5, static_cast<uint64_t>(i), {}, mask), 2);
+}
+
+}  // namespace
+}  // namespace ferry::engine

@@ -241,16 +241,39 @@ TEST_F(ChatTest, UnsupportedThingsAreFourHundredsThatSaySo) {
 
   json tools = Chat("kjv-qwen");
   tools["tools"] = {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::object()}}}}};
+  // Forced tool calls are enforced by structured outputs: the answer is a call to "f".
   tools["tool_choice"] = "required";
+  tools["max_tokens"] = 64;
+  tools["parallel_tool_calls"] = false;  // one call: the grammar ends after it
+  tools["tools"][0]["function"]["parameters"] = {
+      {"type", "object"}, {"properties", {{"n", {{"type", "integer"}, {"minimum", 0}, {"maximum", 9}}}}}, {"required", {"n"}}};
+  HttpReply forced = PostJson(port(), "/v1/chat/completions", tools);
+  ASSERT_EQ(forced.status, 200) << forced.body;
+  EXPECT_EQ(forced.Json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "f");
+  EXPECT_EQ(forced.Json()["choices"][0]["finish_reason"], "tool_calls");
+  tools["tool_choice"] = {{"type", "function"}, {"function", {{"name", "g"}}}};
   e = error(tools);
-  EXPECT_EQ(e["code"], "unsupported_tool_choice");
-  EXPECT_NE(e["message"].get<std::string>().find("constrained decoding"), std::string::npos);
+  EXPECT_NE(e["message"].get<std::string>().find("'g'"), std::string::npos);
   tools["tool_choice"] = {{"type", "function"}, {"function", {{"name", "f"}}}};
-  EXPECT_EQ(error(tools)["code"], "unsupported_tool_choice");
+  tools["response_format"] = {{"type", "json_object"}};
+  EXPECT_EQ(error(tools)["param"], "tool_choice");
+  tools.erase("response_format");
+  tools["tools"][0]["function"]["parameters"] = {{"type", "object"}, {"not", json::object()}};
+  e = error(tools);
+  EXPECT_EQ(e["code"], "invalid_structured_output");
+  EXPECT_NE(e["message"].get<std::string>().find("'not'"), std::string::npos);
+  tools["tools"][0]["function"]["parameters"] = json::object();
 
   json format = Chat();
-  format["response_format"] = {{"type", "json_object"}};
-  EXPECT_EQ(error(format)["code"], "unsupported_response_format");
+  format["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "n"}, {"schema", {{"type", "object"}, {"minProperties", 1}}}}}};
+  e = error(format);
+  EXPECT_EQ(e["param"], "response_format");
+  EXPECT_NE(e["message"].get<std::string>().find("'minProperties'"), std::string::npos);
+  format["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "n"}, {"schema", {{"enum", {"yea", "nay"}}}}}}};
+  HttpReply constrained = PostJson(port(), "/v1/chat/completions", format);
+  ASSERT_EQ(constrained.status, 200) << constrained.body;
+  const std::string answer = constrained.Json()["choices"][0]["message"]["content"];
+  EXPECT_TRUE(answer == "\"yea\"" || answer == "\"nay\"") << answer;
 
   // The demo decoder has no tool-call parser: tools cannot be returned.
   json demo_tools = Chat();

@@ -51,7 +51,21 @@ Status DeviceSampler::Sample(const Tensor& logits, std::span<const TokenSampling
     }
     penalty = penalty || params[r].repetition_penalty != 1.0f;
   }
-  if (!adjust_.empty()) {
+  // Structured outputs: the masked rows' bitsets, uploaded together.
+  mask_rows_.clear();
+  mask_words_.clear();
+  const size_t words = (static_cast<size_t>(vocab) + 63) / 64;
+  for (int r = 0; r < n; ++r) {
+    const std::span<const uint64_t> allowed = rows[r].allowed;
+    if (allowed.empty()) continue;
+    if (allowed.size() != words) {
+      return InvalidArgument("SampleTokens: row " + std::to_string(r) + " has a mask of " +
+                             std::to_string(allowed.size()) + " words for a vocabulary of " + std::to_string(vocab));
+    }
+    mask_rows_.push_back(r);
+    mask_words_.insert(mask_words_.end(), allowed.begin(), allowed.end());
+  }
+  if (!adjust_.empty() || !mask_rows_.empty()) {
     // Adjusted in place, on a copy unless the f32 rows are already ours (converted or uploaded).
     if (f32 == &logits) {
       FERRY_ASSIGN_OR_RETURN(converted, ctx_.Allocate({n, vocab}, DType::kF32));
@@ -60,11 +74,22 @@ Status DeviceSampler::Sample(const Tensor& logits, std::span<const TokenSampling
                                                  cudaMemcpyDeviceToDevice, ctx_.stream()));
       f32 = &converted;
     }
-    FERRY_ASSIGN_OR_RETURN(void* entries, ctx_.Stage(adjust_.data(), adjust_.size() * sizeof(kernels::LogitAdjustment)));
     Tensor& ours = f32 == &converted ? converted : uploaded;
-    FERRY_RETURN_IF_ERROR(cuda::AdjustLogits(ours.data<float>(), static_cast<int>(vocab),
-                                             static_cast<const kernels::LogitAdjustment*>(entries),
-                                             static_cast<int>(adjust_.size()), ctx_.stream()));
+    if (!adjust_.empty()) {
+      FERRY_ASSIGN_OR_RETURN(void* entries,
+                             ctx_.Stage(adjust_.data(), adjust_.size() * sizeof(kernels::LogitAdjustment)));
+      FERRY_RETURN_IF_ERROR(cuda::AdjustLogits(ours.data<float>(), static_cast<int>(vocab),
+                                               static_cast<const kernels::LogitAdjustment*>(entries),
+                                               static_cast<int>(adjust_.size()), ctx_.stream()));
+    }
+    if (!mask_rows_.empty()) {
+      // After the adjustments: a logit bias cannot lift a token the grammar forbids.
+      FERRY_ASSIGN_OR_RETURN(void* d_rows, ctx_.Stage(mask_rows_.data(), mask_rows_.size() * sizeof(int32_t)));
+      FERRY_ASSIGN_OR_RETURN(void* d_masks, ctx_.Stage(mask_words_.data(), mask_words_.size() * sizeof(uint64_t)));
+      FERRY_RETURN_IF_ERROR(cuda::MaskLogits(ours.data<float>(), static_cast<int>(vocab),
+                                             static_cast<const int32_t*>(d_rows), static_cast<const uint64_t*>(d_masks),
+                                             static_cast<int>(mask_rows_.size()), ctx_.stream()));
+    }
   }
   const int32_t* d_history = nullptr;
   const int64_t* d_offsets = nullptr;

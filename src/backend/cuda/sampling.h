@@ -1,6 +1,6 @@
 // Sampling on the device: one token per row of logits where the logits are (greedy,
 // temperature, top-k, top-p, min-p, repetition, presence and frequency penalties, logit bias,
-// banned ids; Philox keyed by seed and counter), so only token ids travel to the host.
+// banned ids, structured-output masks; Philox keyed by seed and counter), so only token ids travel to the host.
 // Thread-compatible (the backend's stream).
 #pragma once
 
@@ -28,6 +28,8 @@ class DeviceSampler {
   std::vector<int32_t> history_;
   std::vector<int64_t> offsets_;
   std::vector<kernels::LogitAdjustment> adjust_;  // rows with bias, bans, presence/frequency penalties
+  std::vector<int32_t> mask_rows_;                // rows with a structured-output mask
+  std::vector<uint64_t> mask_words_;              // their bitsets, back to back
 };
 
 }  // namespace ferry::backend

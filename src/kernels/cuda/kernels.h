@@ -152,4 +152,9 @@ Status SampleRows(const float* logits, int rows, int vocab, const SamplingParams
 // vocab] (f32): entries (device memory, `count` of them) name distinct (row, id) pairs.
 Status AdjustLogits(float* logits, int vocab, const kernels::LogitAdjustment* entries, int count, cudaStream_t stream);
 
+// Structured outputs: for each of `count` rows (rows[i], device memory), every id whose bit
+// is clear in masks[i] (device memory, ceil(vocab / 64) words per row, bit id % 64 of word
+// id / 64) gets kBannedLogit, in place in logits [*, vocab] (f32).
+Status MaskLogits(float* logits, int vocab, const int32_t* rows, const uint64_t* masks, int count, cudaStream_t stream);
+
 }  // namespace ferry::cuda

@@ -12,6 +12,7 @@
 // survivors: argmax of log p + G with G = -log(-log U) and U from a counter-based Philox
 // stream keyed by (seed, counter, token id), which yields each survivor with its
 // renormalized probability and makes the token a pure function of the row's inputs.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -341,6 +342,31 @@ Status AdjustLogits(float* logits, int vocab, const kernels::LogitAdjustment* en
   if (logits == nullptr || entries == nullptr) return InvalidArgument("AdjustLogits: null pointer");
   constexpr int kBlock = 256;
   AdjustKernel<<<(count + kBlock - 1) / kBlock, kBlock, 0, stream>>>(logits, vocab, entries, count);
+  FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
+  return Status::Ok();
+}
+
+namespace {
+
+// Structured outputs: ids whose bit is clear in the row's mask get kBannedLogit.
+__global__ void MaskKernel(float* logits, int vocab, const int32_t* rows, const uint64_t* masks, int words) {
+  const int m = blockIdx.y;
+  float* row = logits + static_cast<int64_t>(rows[m]) * vocab;
+  const uint64_t* bits = masks + static_cast<int64_t>(m) * words;
+  for (int id = blockIdx.x * blockDim.x + threadIdx.x; id < vocab; id += gridDim.x * blockDim.x) {
+    if (!((bits[id >> 6] >> (id & 63)) & 1ull)) row[id] = kernels::kBannedLogit;
+  }
+}
+
+}  // namespace
+
+Status MaskLogits(float* logits, int vocab, const int32_t* rows, const uint64_t* masks, int count, cudaStream_t stream) {
+  if (count < 0 || vocab <= 0) return InvalidArgument("MaskLogits: need count >= 0 and vocab > 0");
+  if (count == 0) return Status::Ok();
+  if (logits == nullptr || rows == nullptr || masks == nullptr) return InvalidArgument("MaskLogits: null pointer");
+  constexpr int kBlock = 256;
+  const dim3 grid(static_cast<unsigned>(std::min((vocab + kBlock - 1) / kBlock, 128)), static_cast<unsigned>(count));
+  MaskKernel<<<grid, kBlock, 0, stream>>>(logits, vocab, rows, masks, (vocab + 63) / 64);
   FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
   return Status::Ok();
 }

@@ -196,3 +196,158 @@ await check('concurrent streams', async () => {
   assert.equal(runs.length, 16);
   for (const t of runs) assert.ok(t.length > 0);
 });
+
+// Structured outputs. The demo decoder never writes JSON by itself; under a schema every
+// answer must parse and satisfy it (checked here by hand, independently of the server).
+const verseSchema = {
+  type: 'object',
+  properties: {
+    book: { enum: ['Genesis', 'Exodus'] },
+    chapter: { type: 'integer', minimum: 1, maximum: 50 },
+    summary: { type: 'string', maxLength: 20 },
+    tags: { type: 'array', items: { type: 'string', maxLength: 6 }, maxItems: 2 },
+  },
+  required: ['book', 'chapter', 'summary'],
+  additionalProperties: false,
+};
+
+function checkVerse(text) {
+  const v = JSON.parse(text);
+  assert.deepEqual(Object.keys(v).filter((k) => !['book', 'chapter', 'summary', 'tags'].includes(k)), []);
+  assert.ok(['Genesis', 'Exodus'].includes(v.book), text);
+  assert.ok(Number.isInteger(v.chapter) && v.chapter >= 1 && v.chapter <= 50, text);
+  assert.ok(typeof v.summary === 'string' && [...v.summary].length <= 20, text);
+  if (v.tags !== undefined) {
+    assert.ok(Array.isArray(v.tags) && v.tags.length <= 2, text);
+    for (const t of v.tags) assert.ok(typeof t === 'string' && [...t].length <= 6, text);
+  }
+  // Properties in the schema's order.
+  const order = Object.keys(v);
+  assert.deepEqual(order, ['book', 'chapter', 'summary', 'tags'].filter((k) => k in v));
+  return v;
+}
+
+const verseFormat = { type: 'json_schema', json_schema: { name: 'verse', schema: verseSchema, strict: true } };
+
+await check('chat response_format json_schema (no streaming, n=3, sampled)', async () => {
+  const r = await client.chat.completions.create({
+    model: 'kjv-decoder', messages, max_tokens: 200, temperature: 1.0, seed: 5, n: 3, response_format: verseFormat,
+  });
+  assert.equal(r.choices.length, 3);
+  for (const c of r.choices) {
+    checkVerse(c.message.content);
+    assert.equal(c.finish_reason, 'stop');
+  }
+});
+
+await check('chat response_format json_schema (streaming) parses and validates', async () => {
+  const stream = await client.chat.completions.create({
+    model: 'kjv-decoder', messages, max_tokens: 200, temperature: 0.8, seed: 9, stream: true,
+    response_format: verseFormat,
+  });
+  let text = '';
+  let finish = null;
+  for await (const chunk of stream) {
+    text += chunk.choices[0]?.delta?.content ?? '';
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+  }
+  checkVerse(text);
+  assert.equal(finish, 'stop');
+});
+
+await check('chat response_format json_object gives a JSON object', async () => {
+  const r = await client.chat.completions.create({
+    model: 'kjv-decoder', messages, max_tokens: 120, temperature: 0, response_format: { type: 'json_object' },
+  });
+  const c = r.choices[0];
+  // Greedy may run out of tokens inside a free string; when it stops, it is an object.
+  if (c.finish_reason === 'stop') assert.equal(typeof JSON.parse(c.message.content), 'object');
+  assert.ok(c.message.content.startsWith('{'), c.message.content);
+});
+
+await check('completions response_format json_schema (no streaming and streaming)', async () => {
+  const r = await client.completions.create({
+    model: 'kjv-decoder', prompt, max_tokens: 200, temperature: 0.7, seed: 3, response_format: verseFormat,
+  });
+  checkVerse(r.choices[0].text);
+  const stream = await client.completions.create({
+    model: 'kjv-decoder', prompt, max_tokens: 200, temperature: 0.7, seed: 3, stream: true,
+    response_format: verseFormat,
+  });
+  let text = '';
+  for await (const chunk of stream) text += chunk.choices[0]?.text ?? '';
+  assert.equal(text, r.choices[0].text);
+});
+
+await check('structured_outputs regex and choice, guided_choice', async () => {
+  const r = await client.completions.create({
+    model: 'kjv-decoder', prompt, max_tokens: 40, temperature: 1.0, seed: 1,
+    structured_outputs: { regex: '(Moses|Aaron|Joshua), son of [A-Z][a-z]{2,8}' },
+  });
+  assert.match(r.choices[0].text, /^(Moses|Aaron|Joshua), son of [A-Z][a-z]{2,8}$/);
+  const c = await client.chat.completions.create({
+    model: 'kjv-decoder', messages, max_tokens: 10, structured_outputs: { choice: ['light', 'darkness'] },
+  });
+  assert.ok(['light', 'darkness'].includes(c.choices[0].message.content));
+  const g = await client.completions.create({
+    model: 'kjv-decoder', prompt, max_tokens: 10, guided_choice: ['yea', 'nay'],
+  });
+  assert.ok(['yea', 'nay'].includes(g.choices[0].text));
+});
+
+await check('structured_outputs grammar', async () => {
+  const grammar = 'root ::= "(" item (", " item){0,2} ")"\nitem ::= [a-z]{1,6}\n';
+  const r = await client.completions.create({
+    model: 'kjv-decoder', prompt, max_tokens: 40, temperature: 0.9, seed: 2, structured_outputs: { grammar },
+  });
+  assert.match(r.choices[0].text, /^\([a-z]{1,6}(, [a-z]{1,6}){0,2}\)$/);
+});
+
+await check('tool_choice named and required give tool calls with valid arguments', async () => {
+  const tools = [
+    { type: 'function', function: { name: 'find_verse', parameters: {
+      type: 'object', properties: { book: { enum: ['Genesis', 'Exodus'] }, chapter: { type: 'integer', minimum: 1, maximum: 50 } },
+      required: ['book', 'chapter'] } } },
+    { type: 'function', function: { name: 'count', parameters: {
+      type: 'object', properties: { n: { type: 'integer', minimum: 0, maximum: 9 } }, required: ['n'] } } },
+  ];
+  // The demo's own template refuses tools; this one lists them.
+  const chat_template = '{% for t in tools %}{{ t.function.name }}\n{% endfor %}{% for m in messages %}{{ m.content }}\n{% endfor %}';
+  const named = await client.chat.completions.create({
+    model: 'kjv-decoder', messages, max_tokens: 80, temperature: 0.5, seed: 4, tools, chat_template,
+    tool_choice: { type: 'function', function: { name: 'find_verse' } },
+  });
+  const call = named.choices[0].message.tool_calls[0];
+  assert.equal(call.function.name, 'find_verse');
+  const args = JSON.parse(call.function.arguments);
+  assert.ok(['Genesis', 'Exodus'].includes(args.book) && Number.isInteger(args.chapter));
+  assert.equal(named.choices[0].finish_reason, 'tool_calls');
+  const required = await client.chat.completions.create({
+    model: 'kjv-decoder', messages, max_tokens: 80, temperature: 0.5, seed: 6, tools, tool_choice: 'required', chat_template,
+    parallel_tool_calls: false,
+  });
+  const rc = required.choices[0].message.tool_calls;
+  assert.equal(rc.length, 1);
+  assert.ok(['find_verse', 'count'].includes(rc[0].function.name));
+  JSON.parse(rc[0].function.arguments);
+});
+
+await check('structured-output errors are typed 400s naming what is unsupported', async () => {
+  await assert.rejects(
+    client.chat.completions.create({
+      model: 'kjv-decoder', messages, max_tokens: 5,
+      response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'number', multipleOf: 3 } } },
+    }),
+    (e) => e instanceof OpenAI.BadRequestError && /multipleOf/.test(e.message));
+  await assert.rejects(
+    client.completions.create({ model: 'kjv-decoder', prompt, max_tokens: 5, structured_outputs: { regex: '(a)\\1' } }),
+    (e) => e instanceof OpenAI.BadRequestError && /backreference/.test(e.message));
+  await assert.rejects(
+    client.completions.create({
+      model: 'kjv-decoder', prompt, max_tokens: 5, guided_regex: 'a+', guided_choice: ['a'],
+    }),
+    (e) => e instanceof OpenAI.BadRequestError);
+  // The server is still fine.
+  const ok = await client.completions.create({ model: 'kjv-decoder', prompt, max_tokens: 3, guided_regex: 'a+' });
+  assert.match(ok.choices[0].text, /^a+$/);
+});
