@@ -36,6 +36,7 @@ Result<std::unique_ptr<PreloadedModel>> PreloadedModel::Create(const std::string
   FERRY_ASSIGN_OR_RETURN(p->engine_, engine::Engine::Load(path, o.engine));
   auto t1 = SteadyClock::now();
   p->timings_.load_ms = Ms(t0, t1);
+  if (o.on_phase) o.on_phase("allocate");
   const io::ModelConfig& c = p->engine_->config();
   if (p->engine_->is_decoder()) {
     FERRY_ASSIGN_OR_RETURN(p->core_, EngineCore::Create(name, p->engine_, o.core));
@@ -55,6 +56,7 @@ Result<std::unique_ptr<PreloadedModel>> PreloadedModel::Create(const std::string
   }
   auto t2 = SteadyClock::now();
   p->timings_.allocate_ms = Ms(t1, t2);
+  if (o.warmup && o.on_phase) o.on_phase("warmup");
   if (o.warmup) FERRY_RETURN_IF_ERROR(p->Warmup());
   p->timings_.warmup_ms = Ms(t2, SteadyClock::now());
   return p;

@@ -5,7 +5,9 @@
 // growth, library caches and step-graph recordings are paid before the first request.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,8 @@ struct PreloadOptions {
   std::vector<int> encoder_lengths;  // default: 16, 64, ... the model's context
   int encoder_max_seq_len = 0;       // encoders: 0 = the model's context (<= 4096)
   bool warmup = true;
+  // Called on the loading thread as each phase starts: "allocate", "warmup".
+  std::function<void(std::string_view phase)> on_phase;
 };
 
 struct PreloadTimings {

@@ -138,6 +138,16 @@ struct LogConfig {
   bool request_log = true;  // one JSON line per request on stdout
 };
 
+// `model_repository:` — a directory of versioned models, watched while serving
+// (docs/model-repository.md). A path alone, or a mapping with these keys.
+struct RepositoryConfig {
+  std::string path;              // empty: no repository
+  double poll_s = 10;            // rescan period, also when inotify works (a missed event heals); 0: never
+  bool watch = true;             // inotify on the repository and its model directories (Linux)
+  int64_t settle_ms = 1000;      // a version's files must be unchanged this long before it loads
+  int64_t drain_timeout_ms = 30000;  // an old version's requests may finish this long, then are cancelled
+};
+
 // Thread-compatible value type; the server keeps one const instance.
 struct ServerConfig {
   ListenerConfig listener;
@@ -149,6 +159,10 @@ struct ServerConfig {
   std::map<std::string, qos::TierRule> tier_rules;
   std::vector<TenantConfig> tenants;
   std::vector<ModelConfig> models;
+  RepositoryConfig model_repository;
+  // Host memory the models loaded from the repository may take together (weights and KV
+  // cache, as estimated before a load); 0: what the host or its cgroup has available.
+  int64_t host_memory_budget_bytes = 0;
   LogConfig log;
   ApiConfig api;
   CorsConfig cors;
@@ -167,6 +181,7 @@ struct ServerConfig {
 // `--host 127.0.0.1` one that listens on 0.0.0.0 without keys.
 struct ServerConfigOverrides {
   std::vector<std::string> models;  // NAME=PATH each, applied in order (see ApplyModelFlag)
+  std::optional<std::string> model_repository;  // --model-repository DIR
   std::optional<std::string> host;
   std::optional<int> port;
   bool no_auth = false;             // auth.mode: none
