@@ -248,7 +248,18 @@ Status ParseModelOptions(const MapReader& m, ModelConfig& out) {
   if (const YAML::Node* dynamic = m.Find("dynamic_batching")) {
     FERRY_RETURN_IF_ERROR(ParseDynamicBatching(*dynamic, m.Path("dynamic_batching"), out.dynamic_batching));
   }
-  FERRY_RETURN_IF_ERROR(m.Bool("warmup", out.warmup));
+  if (const YAML::Node* warmup = m.Find("warmup")) {
+    // true / false, or what to run: auto (true), full, minimal.
+    if (warmup->IsScalar() && (warmup->Scalar() == "auto" || warmup->Scalar() == "full" ||
+                               warmup->Scalar() == "minimal")) {
+      out.warmup = true;
+      out.warmup_mode = warmup->Scalar() == "full"      ? ModelConfig::WarmupMode::kFull
+                        : warmup->Scalar() == "minimal" ? ModelConfig::WarmupMode::kMinimal
+                                                        : ModelConfig::WarmupMode::kAuto;
+    } else {
+      FERRY_RETURN_IF_ERROR(m.Bool("warmup", out.warmup));
+    }
+  }
   FERRY_RETURN_IF_ERROR(m.String("chat_template", out.chat_template));
   FERRY_RETURN_IF_ERROR(m.Number("gpu_memory_utilization", out.gpu_memory_utilization));
   if (const YAML::Node* parser = m.Find("tool_call_parser")) {

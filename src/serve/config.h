@@ -86,6 +86,10 @@ struct ModelConfig {
   sched::ContinuousBatchingOptions batching;
   sched::DynamicBatchingOptions dynamic_batching;
   bool warmup = true;
+  // What the warm-up runs: kAuto is minimal on the CPU (measured: the other buckets buy
+  // nothing there, docs/performance.md) and full on a GPU (every step graph recorded).
+  enum class WarmupMode { kAuto, kFull, kMinimal };
+  WarmupMode warmup_mode = WarmupMode::kAuto;
   std::string chat_template;            // a Jinja file replacing the model's own chat template
   ToolCallParser tool_call_parser = ToolCallParser::kAuto;
   // GPU: the fraction of the device's memory the model may fill (weights, activations and KV
