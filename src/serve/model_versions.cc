@@ -199,7 +199,9 @@ void ModelVersions::Run() {
       }
     }
     StartDrains();
-    draining = FinishDrains(false);
+    int unloaded = 0;
+    draining = FinishDrains(false, &unloaded);
+    if (unloaded > 0) continue;  // an admin load may have been waiting for the version to unload
     if (poll_ms > 0) next_scan = Clock::now() + std::chrono::milliseconds(poll_ms);
     // Sleep until an event, the next poll, or (while files settle or requests drain) a short tick.
     int timeout = poll_ms > 0 ? static_cast<int>(std::min<int64_t>(poll_ms, 1 << 30)) : -1;
@@ -443,7 +445,7 @@ void ModelVersions::StartDrains() {
   }
 }
 
-bool ModelVersions::FinishDrains(bool stopping) {
+bool ModelVersions::FinishDrains(bool stopping, int* unloaded) {
   std::vector<std::pair<std::shared_ptr<ServedModel>, int64_t>> to_stop;  // model, budget ms
   bool still = false;
   {
@@ -465,6 +467,7 @@ bool ModelVersions::FinishDrains(bool stopping) {
   for (auto& [model, budget] : to_stop) {
     if (model != nullptr) model->Stop(budget);
   }
+  if (unloaded != nullptr) *unloaded = static_cast<int>(to_stop.size());
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [name, m] : models_) {
     for (auto& [number, v] : m.versions) {

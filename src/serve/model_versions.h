@@ -119,8 +119,9 @@ class ModelVersions {
   void LoadOne(const LoadJob& job);
   // Versions no longer selected start draining once something else serves their model.
   void StartDrains();
-  // Unloads the drained versions; true while some are still draining.
-  bool FinishDrains(bool stopping);
+  // Unloads the drained versions; true while some are still draining. `unloaded`: how many
+  // were unloaded now (a load waiting for them can go ahead).
+  bool FinishDrains(bool stopping, int* unloaded = nullptr);
   void SetState(Version& v, const std::string& name, VersionState s, std::string reason);
   Status CheckMemory(const LoadJob& job, int64_t& estimate);
   void Watch();

@@ -307,8 +307,10 @@ json Server::AdminStatus() const {
     models.push_back(std::move(j));
   }
   const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  return json{{"ready", ready_.load()}, {"uptime_s", uptime}, {"connections", http_->active_connections()},
-              {"requests_in_flight", http_->active_requests()}, {"models", models}};
+  json out{{"ready", ready_.load()}, {"uptime_s", uptime}, {"connections", http_->active_connections()},
+           {"requests_in_flight", http_->active_requests()}, {"models", models}};
+  if (versions_ != nullptr) out["model_repository"] = versions_->StatusJson();
+  return out;
 }
 
 namespace {

@@ -203,5 +203,26 @@ TEST(ModelVersionsTest, UnloadWhileStreamingFinishesStreamsAndRefusesNewRequests
   fs::remove_all(repo);
 }
 
+TEST(ModelVersionsTest, VersionThatDoesNotFitTheHostBudgetIsRefusedBeforeLoading) {
+  const fs::path repo = TempRepo("budget");
+  Publish(repo / "kjv", 1, V1Source());
+  std::unique_ptr<Server> server = StartRepoServer(repo, "host_memory_budget_bytes: 1048576\n");
+  ASSERT_NE(server, nullptr);
+  const int port = server->port();
+  const json v1 = VersionStatus(port, "kjv", 1);
+  EXPECT_EQ(v1.value("state", ""), "failed") << v1.dump();
+  const std::string reason = v1.value("reason", "");
+  EXPECT_NE(reason.find("host_memory_budget_bytes"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("weights"), std::string::npos) << reason;
+  HttpReply r = PostJson(port, "/v1/completions", Greedy("kjv"));
+  EXPECT_EQ(r.status, 404);
+  EXPECT_NE(r.body.find("no ready version"), std::string::npos) << r.body;
+  const std::string metrics = testing::Http(port, "GET", "/metrics").body;
+  EXPECT_NE(metrics.find("ferry:model_loads_total{model_name=\"kjv\",version=\"1\",result=\"failure\"} 1"),
+            std::string::npos);
+  server.reset();
+  fs::remove_all(repo);
+}
+
 }  // namespace
 }  // namespace ferry::serve
