@@ -532,14 +532,6 @@ Result<ModelVersions::Lease> ModelVersions::Acquire(const std::string& id) {
   return lease;
 }
 
-bool ModelVersions::Knows(const std::string& id) const {
-  std::string name;
-  std::optional<int64_t> version;
-  if (!ParseId(id, name, version)) return false;
-  std::lock_guard<std::mutex> lock(mu_);
-  return models_.count(name) != 0;
-}
-
 std::vector<ModelVersions::ReadyModel> ModelVersions::Ready() const {
   std::vector<ReadyModel> out;
   std::lock_guard<std::mutex> lock(mu_);

@@ -60,8 +60,6 @@ class ModelVersions {
   // NotFound for an unknown model or version (the reason for a failed one), Unavailable
   // while the model has no ready version but one is loading.
   Result<Lease> Acquire(const std::string& id);
-  // True when `id` (NAME or NAME@VERSION) names a model of the repository.
-  bool Knows(const std::string& id) const;
 
   struct ReadyModel {
     std::string name;
