@@ -82,11 +82,18 @@ models:
       max_num_batched_tokens: $budget
       max_seq_len: $((system_tokens + max_tokens + 256))
       max_queue_requests: 4096
+      max_queue_time_ms: 0  # the burst is the measurement: nothing is shed
       enable_prefix_caching: $caching
 log: {level: warn, request_log: false}
 YAML
+  # Refuse to measure a server left over from another run on the same port.
+  if curl -sf "$url/health/live" >/dev/null 2>&1; then
+    echo "something already answers on $url: stop it first" >&2
+    exit 1
+  fi
   "$ferry" serve --config "$out/$name.yaml" >"$out/$name.server.log" 2>&1 &
   local pid=$!
+  trap "kill -TERM $pid 2>/dev/null || true" EXIT  # a failed run does not leave its server behind
   for _ in $(seq 1 6000); do
     curl -sf "$url/health/ready" >/dev/null 2>&1 && break
     kill -0 $pid 2>/dev/null || { cat "$out/$name.server.log"; exit 1; }

@@ -7,11 +7,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 
 #include "cli/subcommands.h"
+#include "core/device_spec.h"
 #include "sched/preload.h"
 #include "tools/request_latency.h"
 
@@ -27,9 +29,13 @@ struct ColdstartOptions {
   int prompt_tokens = 32;
   int max_tokens = 8;
   int threads = 0;
+  int repeat = 1;
+  int max_num_seqs = 1;  // the warm-up's decode buckets: serve's default is 16
   bool drop_caches = false;
   bool compare_no_warmup = false;
-  bool no_warmup = false;  // child only
+  std::vector<std::string> warmups;  // full, minimal, none (default: full)
+  std::string warmup = "full";       // child only
+  std::string device = "cpu";
   bool no_verify = false;
 };
 
@@ -38,8 +44,12 @@ int RunChild(const ColdstartOptions& o) {
   sched::PreloadOptions po;
   po.engine.threads = o.threads;
   po.engine.verify = !o.no_verify;
-  po.core.batching.max_num_seqs = 1;  // requests run one at a time
-  po.warmup = !o.no_warmup;
+  po.core.batching.max_num_seqs = o.max_num_seqs;  // requests still run one at a time
+  po.warmup = o.warmup != "none";
+  po.minimal_warmup = o.warmup == "minimal";
+  auto device = ParseDevice(o.device);
+  if (!device.ok()) return Fail(device.status().WithContext("--device"));
+  po.engine.device = *device;
   auto model = sched::PreloadedModel::Create("coldstart", o.models.at(0), po);
   if (!model.ok()) return Fail(model.status());
   std::printf("ready\n");
@@ -51,6 +61,9 @@ int RunChild(const ColdstartOptions& o) {
   nlohmann::json j = {{"load_ms", t.load_ms},       {"allocate_ms", t.allocate_ms}, {"warmup_ms", t.warmup_ms},
                       {"warmup_passes", t.warmup_passes}, {"first_ms", lat->first_ms},
                       {"median_ms", lat->median_rest_ms()}, {"requests", lat->rest_ms.size()}};
+  nlohmann::json passes = nlohmann::json::array();
+  for (const sched::WarmupPass& p : t.passes) passes.push_back({{"what", p.what}, {"ms", p.ms}});
+  j["warmup_passes_ms"] = passes;
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }
@@ -64,12 +77,12 @@ bool DropCaches() {
 }
 
 // Spawns the child for one model; returns its JSON plus the measured start -> ready time.
-Result<nlohmann::json> MeasureOne(const std::string& model, const ColdstartOptions& o, bool warmup) {
+Result<nlohmann::json> MeasureOne(const std::string& model, const ColdstartOptions& o, const std::string& warmup) {
   std::vector<std::string> args = {"/proc/self/exe", "bench", "coldstart-child", "--model", model,
                                    "--requests", std::to_string(o.requests), "--prompt-tokens",
                                    std::to_string(o.prompt_tokens), "--max-tokens", std::to_string(o.max_tokens),
-                                   "--threads", std::to_string(o.threads)};
-  if (!warmup) args.push_back("--no-warmup");
+                                   "--threads", std::to_string(o.threads), "--warmup", warmup, "--device",
+                                   o.device, "--max-num-seqs", std::to_string(o.max_num_seqs)};
   if (o.no_verify) args.push_back("--no-verify");
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
@@ -117,8 +130,13 @@ Result<nlohmann::json> MeasureOne(const std::string& model, const ColdstartOptio
 int RunColdstart(const ColdstartOptions& o) {
   nlohmann::json results = nlohmann::json::array();
   for (const std::string& model : o.models) {
-    for (int pass = 0; pass < (o.compare_no_warmup ? 2 : 1); ++pass) {
-      const bool warmup = pass == 0;
+    std::vector<std::string> modes = o.warmups;
+    if (modes.empty()) modes = {"full"};
+    if (o.compare_no_warmup) modes = {"full", "minimal", "none"};
+    for (const std::string& warmup : modes) {
+      if (warmup != "full" && warmup != "minimal" && warmup != "none") {
+        return Fail(InvalidArgument("--warmup: full, minimal or none, got '" + warmup + "'"));
+      }
       for (const bool cold : {false, true}) {
         if (cold && !o.drop_caches) continue;
         bool dropped = false;
@@ -130,18 +148,42 @@ int RunColdstart(const ColdstartOptions& o) {
             continue;
           }
         }
-        auto r = MeasureOne(model, o, warmup);
-        if (!r.ok()) return Fail(r.status());
-        (*r)["model"] = model;
-        (*r)["page_cache"] = cold ? "dropped" : "warm";
-        (*r)["warmup"] = warmup;
-        std::fprintf(stderr, "%-40s cache=%-7s warmup=%-3s start->ready %8.1f ms (load %.1f, warm-up %.1f)  "
-                             "first %.2f ms, median of %d %.2f ms, ratio %.2f\n",
-                     model.c_str(), cold ? "dropped" : "warm", warmup ? "yes" : "no",
-                     (*r)["start_to_ready_ms"].get<double>(), (*r)["load_ms"].get<double>(),
-                     (*r)["warmup_ms"].get<double>(), (*r)["first_ms"].get<double>(), o.requests,
-                     (*r)["median_ms"].get<double>(), (*r)["first_over_median"].get<double>());
-        results.push_back(*r);
+        // Each configuration --repeat times (a fresh process each); the medians are reported,
+        // since a shared machine's noise lands on single runs.
+        std::vector<nlohmann::json> runs;
+        for (int rep = 0; rep < std::max(1, o.repeat); ++rep) {
+          if (cold && rep > 0 && !DropCaches()) break;
+          auto r = MeasureOne(model, o, warmup);
+          if (!r.ok()) return Fail(r.status());
+          runs.push_back(*r);
+        }
+        auto median = [&](const char* key) {
+          std::vector<double> v;
+          for (const auto& r : runs) v.push_back(r[key].get<double>());
+          std::sort(v.begin(), v.end());
+          return v[v.size() / 2];
+        };
+        nlohmann::json r = runs[runs.size() / 2];
+        for (const char* key : {"start_to_ready_ms", "load_ms", "allocate_ms", "warmup_ms", "first_ms", "median_ms",
+                                "first_over_median"}) {
+          r[key] = median(key);
+        }
+        r["runs"] = runs.size();
+        r["model"] = model;
+        r["page_cache"] = cold ? "dropped" : "warm";
+        r["warmup"] = warmup;
+        std::fprintf(stderr, "%-40s cache=%-7s warmup=%-7s start->ready %8.1f ms (load %.1f, allocate %.1f, "
+                             "warm-up %.1f)  first %.2f ms, median of %d %.2f ms, ratio %.2f  [median of %zu runs]\n",
+                     model.c_str(), cold ? "dropped" : "warm", warmup.c_str(), r["start_to_ready_ms"].get<double>(),
+                     r["load_ms"].get<double>(), r["allocate_ms"].get<double>(), r["warmup_ms"].get<double>(),
+                     r["first_ms"].get<double>(), o.requests, r["median_ms"].get<double>(),
+                     r["first_over_median"].get<double>(), runs.size());
+        // What each warm-up pass cost (the buckets a full warm-up runs), from the middle run.
+        for (const auto& p : r["warmup_passes_ms"]) {
+          std::fprintf(stderr, "    warm-up %-44s %8.1f ms\n", p["what"].get<std::string>().c_str(),
+                       p["ms"].get<double>());
+        }
+        results.push_back(r);
       }
     }
   }
@@ -160,7 +202,13 @@ void RegisterColdstart(CLI::App& bench, int& exit_code) {
   sub->add_option("--max-tokens", o->max_tokens, "Tokens generated per request (decoders)");
   sub->add_option("--threads", o->threads, "Compute threads (0 = all cores)");
   sub->add_flag("--drop-caches", o->drop_caches, "Also measure with the page cache dropped (root)");
-  sub->add_flag("--compare-no-warmup", o->compare_no_warmup, "Also measure without the warm-up passes");
+  sub->add_flag("--compare-no-warmup", o->compare_no_warmup,
+                "Measure each model with every warm-up mode: full, minimal and none");
+  sub->add_option("--warmup", o->warmups, "Warm-up mode(s) to measure: full (every bucket), minimal, none");
+  sub->add_option("--device", o->device, "cpu, cuda or cuda:N");
+  sub->add_option("--repeat", o->repeat, "Processes per configuration; the medians are reported");
+  sub->add_option("--max-num-seqs", o->max_num_seqs,
+                  "Decoders: batching.max_num_seqs (sets the decode buckets a full warm-up runs; serve's default 16)");
   sub->add_flag("--no-verify", o->no_verify, "Skip engine blob checksums while loading");
   sub->callback([o, &exit_code] { exit_code = RunColdstart(*o); });
 
@@ -172,7 +220,9 @@ void RegisterColdstart(CLI::App& bench, int& exit_code) {
   child->add_option("--prompt-tokens", c->prompt_tokens);
   child->add_option("--max-tokens", c->max_tokens);
   child->add_option("--threads", c->threads);
-  child->add_flag("--no-warmup", c->no_warmup);
+  child->add_option("--warmup", c->warmup);
+  child->add_option("--device", c->device);
+  child->add_option("--max-num-seqs", c->max_num_seqs);
   child->add_flag("--no-verify", c->no_verify);
   child->callback([c, &exit_code] { exit_code = RunChild(*c); });
 }

@@ -17,6 +17,7 @@ namespace {
 struct ServeOptions {
   std::string config;
   std::vector<std::string> models;
+  std::string model_repository;
   std::optional<std::string> host;  // set only when the flag is given
   std::optional<int> port;
   std::string host_flag;  // what CLI11 parses into
@@ -111,12 +112,14 @@ LogLevel ToCoreLevel(serve::LogLevel l) {
 }
 
 int RunServe(const ServeOptions& o) {
-  if (o.config.empty() && o.models.empty()) {
-    return Fail(InvalidArgument("no models to serve: give --model NAME=PATH or a --config with models"));
+  if (o.config.empty() && o.models.empty() && o.model_repository.empty()) {
+    return Fail(InvalidArgument("no models to serve: give --model NAME=PATH, --model-repository DIR or a --config "
+                                "with models"));
   }
   // Flags override the file; the config is validated once, after they are applied.
   serve::ServerConfigOverrides flags;
   flags.models = o.models;
+  if (!o.model_repository.empty()) flags.model_repository = o.model_repository;
   flags.host = o.host;
   flags.port = o.port;
   flags.no_auth = o.no_auth;
@@ -130,8 +133,9 @@ int RunServe(const ServeOptions& o) {
   auto loaded = o.config.empty() ? serve::ParseServerConfig("", flags) : serve::LoadServerConfig(o.config, flags);
   if (!loaded.ok()) return Fail(loaded.status());
   serve::ServerConfig config = std::move(loaded).value();
-  if (config.models.empty()) {
-    return Fail(InvalidArgument("no models to serve: give --model NAME=PATH or a --config with models"));
+  if (config.models.empty() && config.model_repository.path.empty()) {
+    return Fail(InvalidArgument("no models to serve: give --model NAME=PATH, --model-repository DIR or a --config "
+                                "with models"));
   }
   SetLogLevel(ToCoreLevel(config.log.level));
   auto server = serve::Server::Create(std::move(config));
@@ -148,6 +152,9 @@ void RegisterServe(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* sub = app.add_subcommand("serve", "Serve models over HTTP (OpenAI-compatible API)");
   sub->add_option("--config", o->config, "YAML config (see docs/serving-config.md)");
+  sub->add_option("--model-repository", o->model_repository,
+                  "Serve the versioned models of DIR (DIR/NAME/VERSION/), reloaded while serving "
+                  "(docs/model-repository.md)");
   sub->add_option("--model", o->models,
                   "NAME=PATH (or PATH, named after its last component): a checkpoint directory or engine file "
                   "(repeatable)");

@@ -36,6 +36,7 @@ Result<std::unique_ptr<PreloadedModel>> PreloadedModel::Create(const std::string
   FERRY_ASSIGN_OR_RETURN(p->engine_, engine::Engine::Load(path, o.engine));
   auto t1 = SteadyClock::now();
   p->timings_.load_ms = Ms(t0, t1);
+  if (o.on_phase) o.on_phase("allocate");
   const io::ModelConfig& c = p->engine_->config();
   if (p->engine_->is_decoder()) {
     FERRY_ASSIGN_OR_RETURN(p->core_, EngineCore::Create(name, p->engine_, o.core));
@@ -55,6 +56,7 @@ Result<std::unique_ptr<PreloadedModel>> PreloadedModel::Create(const std::string
   }
   auto t2 = SteadyClock::now();
   p->timings_.allocate_ms = Ms(t1, t2);
+  if (o.warmup && o.on_phase) o.on_phase("warmup");
   if (o.warmup) FERRY_RETURN_IF_ERROR(p->Warmup());
   p->timings_.warmup_ms = Ms(t2, SteadyClock::now());
   return p;
@@ -62,6 +64,29 @@ Result<std::unique_ptr<PreloadedModel>> PreloadedModel::Create(const std::string
 
 Status PreloadedModel::Warmup() {
   const int vocab = engine_->config().vocab_size;
+  auto pass_start = SteadyClock::now();
+  auto record = [&](std::string what) {
+    const auto now = SteadyClock::now();
+    timings_.passes.push_back(WarmupPass{std::move(what), Ms(pass_start, now)});
+    ++timings_.warmup_passes;
+    pass_start = now;
+  };
+  if (options_.minimal_warmup) {
+    const int len = std::min(16, max_seq_len_ - 4);
+    if (core_ != nullptr) {
+      if (len <= 0) return Status::Ok();
+      FERRY_ASSIGN_OR_RETURN(std::vector<GenerationEvent> out,
+                             GenerateAll(*core_, {FixedLengthGreedy("warmup", WarmupIds(len, vocab), 3)}));
+      if (!out[0].error.ok()) return out[0].error;
+      record("prefill " + std::to_string(len) + " + 2 decode steps at batch 1");
+      return Status::Ok();
+    }
+    const int elen = std::min(16, max_seq_len_);
+    std::vector<engine::EncodedInput> inputs(1, engine::EncodedInput{WarmupIds(elen, vocab), std::vector<int32_t>(elen, 0)});
+    FERRY_ASSIGN_OR_RETURN(Tensor emb, engine::Embed(*engine_, inputs, engine::Pooling::kCls, false));
+    record("encoder 1x" + std::to_string(elen));
+    return Status::Ok();
+  }
   if (core_ != nullptr) {
     // Prefill buckets: one request of each length (the largest sizes scratch for the rest).
     std::vector<int> lengths = options_.prefill_lengths;
@@ -72,7 +97,7 @@ Status PreloadedModel::Warmup() {
       FERRY_ASSIGN_OR_RETURN(std::vector<GenerationEvent> out,
                              GenerateAll(*core_, {FixedLengthGreedy("warmup", WarmupIds(len, vocab), 1)}));
       if (!out[0].error.ok()) return out[0].error;
-      ++timings_.warmup_passes;
+      record("prefill " + std::to_string(len));
     }
     // Decode buckets: `batch` requests with a short prompt, long enough that at least two
     // steps decode the whole batch after the last prompt is in (the first runs a bucket
@@ -90,7 +115,7 @@ Status PreloadedModel::Warmup() {
       for (const GenerationEvent& ev : out) {
         if (!ev.error.ok()) return ev.error;
       }
-      ++timings_.warmup_passes;
+      record("decode batch " + std::to_string(batch));
     }
     return Status::Ok();
   }
@@ -99,7 +124,7 @@ Status PreloadedModel::Warmup() {
       std::vector<engine::EncodedInput> inputs(
           batch, engine::EncodedInput{WarmupIds(len, vocab), std::vector<int32_t>(len, 0)});
       FERRY_ASSIGN_OR_RETURN(Tensor emb, engine::Embed(*engine_, inputs, engine::Pooling::kCls, false));
-      ++timings_.warmup_passes;
+      record("encoder " + std::to_string(batch) + "x" + std::to_string(len));
     }
   }
   return Status::Ok();

@@ -5,7 +5,9 @@
 // growth, library caches and step-graph recordings are paid before the first request.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,19 @@ struct PreloadOptions {
   std::vector<int> encoder_lengths;  // default: 16, 64, ... the model's context
   int encoder_max_seq_len = 0;       // encoders: 0 = the model's context (<= 4096)
   bool warmup = true;
+  // Only what makes the first request fast: one short prompt and a few decode steps at batch
+  // 1 (decoders), one short batch of 1 (encoders) — threads started, the weights' pages
+  // touched, the step's buffers grown. Every bucket otherwise (what CUDA step graphs need:
+  // each decode batch size is recorded once).
+  bool minimal_warmup = false;
+  // Called on the loading thread as each phase starts: "allocate", "warmup".
+  std::function<void(std::string_view phase)> on_phase;
+};
+
+// One warm-up pass: what it ran ("prefill 256", "decode batch 8", "encoder 8x64") and its time.
+struct WarmupPass {
+  std::string what;
+  double ms = 0;
 };
 
 struct PreloadTimings {
@@ -31,6 +46,7 @@ struct PreloadTimings {
   double allocate_ms = 0;  // KV cache and executor
   double warmup_ms = 0;    // all warm-up passes
   int warmup_passes = 0;
+  std::vector<WarmupPass> passes;  // each pass, in the order run
   double total_ms() const { return load_ms + allocate_ms + warmup_ms; }
 };
 

@@ -20,6 +20,7 @@
 
 #include "serve/config_yaml.h"
 #include "serve/qos_config.h"
+#include "serve/repository_config.h"
 
 namespace ferry::serve {
 
@@ -248,7 +249,18 @@ Status ParseModelOptions(const MapReader& m, ModelConfig& out) {
   if (const YAML::Node* dynamic = m.Find("dynamic_batching")) {
     FERRY_RETURN_IF_ERROR(ParseDynamicBatching(*dynamic, m.Path("dynamic_batching"), out.dynamic_batching));
   }
-  FERRY_RETURN_IF_ERROR(m.Bool("warmup", out.warmup));
+  if (const YAML::Node* warmup = m.Find("warmup")) {
+    // true / false, or what to run: auto (true), full, minimal.
+    if (warmup->IsScalar() && (warmup->Scalar() == "auto" || warmup->Scalar() == "full" ||
+                               warmup->Scalar() == "minimal")) {
+      out.warmup = true;
+      out.warmup_mode = warmup->Scalar() == "full"      ? ModelConfig::WarmupMode::kFull
+                        : warmup->Scalar() == "minimal" ? ModelConfig::WarmupMode::kMinimal
+                                                        : ModelConfig::WarmupMode::kAuto;
+    } else {
+      FERRY_RETURN_IF_ERROR(m.Bool("warmup", out.warmup));
+    }
+  }
   FERRY_RETURN_IF_ERROR(m.String("chat_template", out.chat_template));
   FERRY_RETURN_IF_ERROR(m.Number("gpu_memory_utilization", out.gpu_memory_utilization));
   if (const YAML::Node* parser = m.Find("tool_call_parser")) {
@@ -363,7 +375,9 @@ Status ParseRoot(const YAML::Node& file_root, ServerConfig& config) {
   const YAML::Node root = file_root.IsNull() ? YAML::Node(YAML::NodeType::Map) : file_root;
   if (!root.IsMap()) return ErrorAt(root, "(top level)", "expected a mapping, got " + KindName(root));
   FERRY_ASSIGN_OR_RETURN(const MapReader m, MapReader::Open(root, "", {"listener", "auth", "tiers", "tenants", "models",
-                                                                       "log", "api", "cors"}));
+                                                                       "log", "api", "cors", "model_repository",
+                                                                       "repository_poll_s",
+                                                                       "host_memory_budget_bytes"}));
   if (const YAML::Node* node = m.Find("listener")) FERRY_RETURN_IF_ERROR(ParseListener(*node, config.listener));
   if (const YAML::Node* node = m.Find("auth")) FERRY_RETURN_IF_ERROR(ParseAuth(*node, config.auth));
   if (const YAML::Node* node = m.Find("tiers")) FERRY_RETURN_IF_ERROR(ParseTiers(*node, config.tiers, config.tier_rules));
@@ -383,6 +397,11 @@ Status ParseRoot(const YAML::Node& file_root, ServerConfig& config) {
       config.models.push_back(std::move(model));
     }
   }
+  if (const YAML::Node* node = m.Find("model_repository")) {
+    FERRY_RETURN_IF_ERROR(ParseRepositoryConfig(*node, "model_repository", config.model_repository));
+  }
+  FERRY_RETURN_IF_ERROR(m.Number("repository_poll_s", config.model_repository.poll_s));
+  FERRY_RETURN_IF_ERROR(m.Int("host_memory_budget_bytes", config.host_memory_budget_bytes));
   if (const YAML::Node* node = m.Find("log")) FERRY_RETURN_IF_ERROR(ParseLog(*node, config.log));
   if (const YAML::Node* node = m.Find("api")) FERRY_RETURN_IF_ERROR(ParseApi(*node, config.api));
   if (const YAML::Node* node = m.Find("cors")) FERRY_RETURN_IF_ERROR(ParseCors(*node, config.cors));
@@ -553,6 +572,7 @@ Result<ServerConfig> ParseUnvalidated(std::string_view yaml_text, const ServerCo
 
 Status ApplyOverrides(ServerConfig& config, const ServerConfigOverrides& o) {
   for (const std::string& m : o.models) FERRY_RETURN_IF_ERROR(ApplyModelFlag(config, m));
+  if (o.model_repository) config.model_repository.path = *o.model_repository;
   if (o.host) config.listener.host = *o.host;
   if (o.port) config.listener.port = *o.port;
   if (o.no_auth) config.auth.mode = AuthMode::kNone;
@@ -590,6 +610,8 @@ Status ServerConfig::Validate() const {
     }
   }
   FERRY_RETURN_IF_ERROR(ValidateModels(models));
+  FERRY_RETURN_IF_ERROR(ValidateRepositoryConfig(model_repository));
+  FERRY_RETURN_IF_ERROR(CheckRange("host_memory_budget_bytes", host_memory_budget_bytes, 0, kNoMax));
   return ValidateQosGroups(*this);
 }
 

@@ -86,6 +86,10 @@ struct ModelConfig {
   sched::ContinuousBatchingOptions batching;
   sched::DynamicBatchingOptions dynamic_batching;
   bool warmup = true;
+  // What the warm-up runs: kAuto is minimal on the CPU (measured: the other buckets buy
+  // nothing there, docs/performance.md) and full on a GPU (every step graph recorded).
+  enum class WarmupMode { kAuto, kFull, kMinimal };
+  WarmupMode warmup_mode = WarmupMode::kAuto;
   std::string chat_template;            // a Jinja file replacing the model's own chat template
   ToolCallParser tool_call_parser = ToolCallParser::kAuto;
   // GPU: the fraction of the device's memory the model may fill (weights, activations and KV
@@ -148,6 +152,16 @@ struct LogConfig {
   bool request_log = true;  // one JSON line per request on stdout
 };
 
+// `model_repository:` — a directory of versioned models, watched while serving
+// (docs/model-repository.md). A path alone, or a mapping with these keys.
+struct RepositoryConfig {
+  std::string path;              // empty: no repository
+  double poll_s = 10;            // rescan period, also when inotify works (a missed event heals); 0: never
+  bool watch = true;             // inotify on the repository and its model directories (Linux)
+  int64_t settle_ms = 1000;      // a version's files must be unchanged this long before it loads
+  int64_t drain_timeout_ms = 30000;  // an old version's requests may finish this long, then are cancelled
+};
+
 // Thread-compatible value type; the server keeps one const instance.
 struct ServerConfig {
   ListenerConfig listener;
@@ -159,6 +173,10 @@ struct ServerConfig {
   std::map<std::string, qos::TierRule> tier_rules;
   std::vector<TenantConfig> tenants;
   std::vector<ModelConfig> models;
+  RepositoryConfig model_repository;
+  // Host memory the models loaded from the repository may take together (weights and KV
+  // cache, as estimated before a load); 0: what the host or its cgroup has available.
+  int64_t host_memory_budget_bytes = 0;
   LogConfig log;
   ApiConfig api;
   CorsConfig cors;
@@ -177,6 +195,7 @@ struct ServerConfig {
 // `--host 127.0.0.1` one that listens on 0.0.0.0 without keys.
 struct ServerConfigOverrides {
   std::vector<std::string> models;  // NAME=PATH each, applied in order (see ApplyModelFlag)
+  std::optional<std::string> model_repository;  // --model-repository DIR
   std::optional<std::string> host;
   std::optional<int> port;
   bool no_auth = false;             // auth.mode: none

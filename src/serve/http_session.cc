@@ -469,6 +469,10 @@ void Session::WriteNext() {
 
 void Session::ResponseDone() {
   response_done_ = true;
+  // The request's job holds this session through its writer: keeping its disconnect
+  // callback past the response would keep both alive for as long as the connection (or,
+  // once it closes, for ever), and with them the model version the request ran on.
+  on_disconnect_ = nullptr;
   if (!writing_) WriteNext();
 }
 
@@ -491,6 +495,7 @@ void Session::Close() {
   phase_ = Phase::kClosed;
   disconnected = true;
   if (was_responding) NotifyDisconnect();
+  on_disconnect_ = nullptr;  // breaks session → callback → job → writer → session
   // Whatever the stage (response half written, handler still working, a write timed out),
   // the request no longer counts once its connection is gone, and only once.
   UncountRequest();

@@ -120,6 +120,9 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Create(const ModelConfig& conf
   po.encoder_batches = {1, config.dynamic_batching.max_batch_size};
   if (config.dynamic_batching.max_batch_size > 8) po.encoder_batches.insert(po.encoder_batches.begin() + 1, 8);
   po.warmup = config.warmup;
+  po.minimal_warmup = config.warmup_mode == ModelConfig::WarmupMode::kMinimal ||
+                      (config.warmup_mode == ModelConfig::WarmupMode::kAuto && !config.device.is_cuda());
+  po.on_phase = m->hooks_.on_phase;
   {
     auto loaded = sched::PreloadedModel::Create(unit, config.path, po);
     if (!loaded.ok()) {

@@ -67,6 +67,8 @@ struct VariantHooks {
   std::function<void(const sched::BatchReport&)> on_encoder_batch;  // encoders: each batch
   std::function<void(const EncoderItemReport&)> on_encoder_item;    // encoders: each input
   bool model_gauges = true;  // false: the group sets the model's running/waiting/KV gauges
+  // The model repository: told when loading moves on to allocating and warming up.
+  std::function<void(std::string_view phase)> on_phase;
 };
 
 // A model ready to serve. Thread-safe after Create.

@@ -122,6 +122,12 @@ void RequestContext::FinishStream(int status) {
   Finish(status);
 }
 
+void RequestContext::Hold(std::shared_ptr<const void> keep, std::shared_ptr<const void> in_flight) {
+  std::lock_guard<std::mutex> lock(mu_);
+  keep_ = std::move(keep);
+  in_flight_ = std::move(in_flight);
+}
+
 void RequestContext::Finish(int status) {
   if (finished_.exchange(true)) return;
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - arrival_).count();
@@ -153,6 +159,11 @@ void RequestContext::Finish(int status) {
   }
   if (limiter_ != nullptr) limiter_->Charge(principal_.tenant, principal_.rate_limits, tokens_.load());
   if (on_finish_) on_finish_();
+  std::shared_ptr<const void> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done = std::move(in_flight_);
+  }
 }
 
 }  // namespace ferry::serve

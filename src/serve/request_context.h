@@ -75,6 +75,11 @@ class RequestContext {
   void ChargeTokensTo(RateLimiter* limiter) { limiter_ = limiter; }
   int64_t tokens() const { return tokens_.load(); }
 
+  // What the request runs on: `keep` lives as long as this context (the model version its
+  // jobs refer to), `in_flight` until the request is finished (what a draining version
+  // waits for).
+  void Hold(std::shared_ptr<const void> keep, std::shared_ptr<const void> in_flight);
+
   // Sends a complete response and finishes the request (first call wins).
   void ReplyJson(int status, const nlohmann::json& body);
   void ReplyError(const ApiError& error);
@@ -99,6 +104,8 @@ class RequestContext {
   bool client_gone_ = false;  // the client had gone before the response was handed over
   std::atomic<int64_t> tokens_{0};
   RateLimiter* limiter_ = nullptr;
+  std::shared_ptr<const void> keep_;       // GUARDED_BY(mu_)
+  std::shared_ptr<const void> in_flight_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace ferry::serve

@@ -1,6 +1,7 @@
 #include "serve/server.h"
 
 #include <cmath>
+#include <filesystem>
 
 #include <signal.h>
 
@@ -61,7 +62,15 @@ json ModelRoutes(const ServedModel& m) {
 
 Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
   FERRY_RETURN_IF_ERROR(config.Validate());
-  if (config.models.empty()) return InvalidArgument("no models to serve: give --model NAME=PATH or a config with models");
+  if (config.models.empty() && config.model_repository.path.empty()) {
+    return InvalidArgument("no models to serve: give --model NAME=PATH, --model-repository DIR or a config with models");
+  }
+  if (!config.model_repository.path.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(config.model_repository.path, ec)) {
+      return InvalidArgument("model_repository: " + config.model_repository.path + " is not a directory");
+    }
+  }
   FERRY_ASSIGN_OR_RETURN(Authenticator auth, Authenticator::Create(config));
   return std::unique_ptr<Server>(new Server(std::move(config), std::move(auth)));
 }
@@ -80,6 +89,14 @@ Server::Server(ServerConfig config, Authenticator auth)
   ho.max_connections = config_.listener.max_connections;
   ho.tls = config_.listener.tls;
   qos_metrics_ = std::make_unique<QosMetrics>(metrics_.registry);
+  if (!config_.model_repository.path.empty()) {
+    versions_ = std::make_unique<ModelVersions>(config_, metrics_, [this](const std::string& name) {
+      for (const ModelConfig& mc : config_.models) {
+        if (mc.name == name) return true;
+      }
+      return false;
+    });
+  }
   http_ = std::make_unique<HttpServer>(
       ho, [this](HttpRequest&& r, std::shared_ptr<ResponseWriter> w) { Handle(std::move(r), std::move(w)); },
       [](int status, const std::string& message) { return ErrorBody(status, message); });
@@ -133,11 +150,13 @@ void Server::LoadModels() {
       return;
     }
   }
+  if (versions_ != nullptr && !stopping_.load()) versions_->Start();
   std::lock_guard<std::mutex> lock(mu_);
   load_done_ = true;
   if (!stopping_.load()) {
     ready_ = true;
-    FERRY_LOG_INFO("ready: {} model(s) loaded and warmed up", models_.size() + groups_.size());
+    FERRY_LOG_INFO("ready: {} model(s) loaded and warmed up{}", models_.size() + groups_.size(),
+                   versions_ != nullptr ? ", " + std::to_string(versions_->Ready().size()) + " from the repository" : "");
   }
   cv_.notify_all();
 }
@@ -189,6 +208,7 @@ void Server::Shutdown() {
   }
   for (ServedModel* m : models) m->Stop(budget);  // running work finishes, the rest is cancelled
   for (VariantGroup* g : groups) g->Stop(budget);
+  if (versions_ != nullptr) versions_->Stop(budget);
   const int64_t spent =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
   http_->Shutdown(std::max<int64_t>(budget - spent, 1000));
@@ -287,8 +307,10 @@ json Server::AdminStatus() const {
     models.push_back(std::move(j));
   }
   const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  return json{{"ready", ready_.load()}, {"uptime_s", uptime}, {"connections", http_->active_connections()},
-              {"requests_in_flight", http_->active_requests()}, {"models", models}};
+  json out{{"ready", ready_.load()}, {"uptime_s", uptime}, {"connections", http_->active_connections()},
+           {"requests_in_flight", http_->active_requests()}, {"models", models}};
+  if (versions_ != nullptr) out["model_repository"] = versions_->StatusJson();
+  return out;
 }
 
 namespace {
@@ -378,10 +400,12 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
   std::string route = path;
   if (path.rfind("/v1/models/", 0) == 0) route = "/v1/models/{id}";
   if (path.rfind("/admin/qos/", 0) == 0) route = "/admin/qos/{model}";
+  if (path.rfind("/admin/models/", 0) == 0) route = "/admin/models/{model}";
   if (route != "/v1/completions" && route != "/v1/chat/completions" && route != "/v1/embeddings" &&
       route != "/v1/classify" && route != "/v1/token-classify" && route != "/v1/score" && route != "/v1/models" &&
       route != "/v1/models/{id}" && route != "/admin/status" && route != "/admin/qos" &&
-      route != "/admin/qos/{model}" && route != "/tokenize" && route != "/detokenize") {
+      route != "/admin/qos/{model}" && route != "/admin/models" && route != "/admin/models/{model}" &&
+      route != "/tokenize" && route != "/detokenize") {
     route = "other";
   }
   Result<Principal> who = auth_.Authenticate(req.Header("authorization"), admin);
@@ -443,6 +467,7 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
     return ctx->ReplyJson(200, AdminStatus());
   }
   if (path == "/admin/qos" || path.rfind("/admin/qos/", 0) == 0) return HandleQosAdmin(ctx, req, path);
+  if (path == "/admin/models" || path.rfind("/admin/models/", 0) == 0) return HandleModelsAdmin(ctx, req, path);
   if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
     if (!get) return ctx->ReplyError(ApiError{405, "use GET", "invalid_request_error", "", ""});
     if (!ready_.load()) return ctx->ReplyError(FromStatus(Unavailable("models are still loading")));
@@ -452,11 +477,28 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
         if (ServedModel* m = Find(mc.name)) data.push_back(ModelCard(*m));
         if (VariantGroup* g = FindGroup(mc.name)) data.push_back(GroupCard(*g));
       }
+      if (versions_ != nullptr) {
+        for (const ModelVersions::ReadyModel& r : versions_->Ready()) {
+          json card = ModelCard(*r.newest);
+          card["ferry"]["version"] = r.versions.back();
+          card["ferry"]["versions"] = r.versions;
+          data.push_back(std::move(card));
+        }
+      }
       return ctx->ReplyJson(200, {{"object", "list"}, {"data", data}});
     }
     const std::string id = path.substr(std::string("/v1/models/").size());
     if (ServedModel* m = Find(id)) return ctx->ReplyJson(200, ModelCard(*m));
     if (VariantGroup* g = FindGroup(id)) return ctx->ReplyJson(200, GroupCard(*g));
+    if (versions_ != nullptr) {
+      Result<ModelVersions::Lease> lease = versions_->Acquire(id);
+      if (lease.ok()) {
+        json card = ModelCard(*lease->model);
+        card["id"] = id;
+        card["ferry"]["version"] = lease->version;
+        return ctx->ReplyJson(200, card);
+      }
+    }
     return ctx->ReplyError(ApiError{404, "the model does not exist", "not_found_error", "model", "model_not_found"});
   }
   const bool completions = path == "/v1/completions";
@@ -509,6 +551,18 @@ void Server::RouteBody(const std::shared_ptr<RequestContext>& ctx, const std::st
     ctx->AddResponseHeader("X-Ferry-Variant", m->variant());
     ctx->SetLog("variant", m->variant());
   }
+  if (m == nullptr && versions_ != nullptr) {
+    // The model repository: the request holds the version it starts on until it is finished.
+    Result<ModelVersions::Lease> lease = versions_->Acquire(model_name);
+    if (!lease.ok()) {
+      if (lease.status().code() == StatusCode::kUnavailable) return ctx->ReplyError(FromStatus(lease.status()));
+      return ctx->ReplyError(ApiError{404, lease.status().message(), "not_found_error", "model", "model_not_found"});
+    }
+    m = lease->model.get();
+    ctx->Hold(lease->model, lease->in_flight);
+    ctx->AddResponseHeader("X-Ferry-Model-Version", std::to_string(lease->version));
+    ctx->SetLog("model_version", lease->version);
+  }
   if (m == nullptr) {
     return ctx->ReplyError(ApiError{404, "the model '" + model_name + "' does not exist", "not_found_error", "model",
                                     "model_not_found"});
@@ -557,6 +611,50 @@ void Server::HandleQosAdmin(const std::shared_ptr<RequestContext>& ctx, const Ht
     return ctx->ReplyError(FromStatus(r.status()));
   }
   return ctx->ReplyJson(200, *r);
+}
+
+void Server::HandleModelsAdmin(const std::shared_ptr<RequestContext>& ctx, const HttpRequest& req,
+                               const std::string& path) {
+  const bool get = req.method == "GET" || req.method == "HEAD";
+  if (versions_ == nullptr) {
+    return ctx->ReplyError(ApiError{404, "the server has no model repository (--model-repository DIR)",
+                                    "not_found_error", "", ""});
+  }
+  if (path == "/admin/models") {
+    if (!get) return ctx->ReplyError(ApiError{405, "use GET", "invalid_request_error", "", ""});
+    return ctx->ReplyJson(200, versions_->StatusJson());
+  }
+  const std::string rest = path.substr(std::string("/admin/models/").size());
+  const size_t slash = rest.rfind('/');
+  const std::string name = slash == std::string::npos ? rest : rest.substr(0, slash);
+  const std::string action = slash == std::string::npos ? "" : rest.substr(slash + 1);
+  if (action != "load" && action != "unload") {
+    return ctx->ReplyError(ApiError{404, "no route for " + req.method + " " + path +
+                                             "; use /admin/models/NAME/load or /admin/models/NAME/unload",
+                                    "not_found_error", "", ""});
+  }
+  if (req.method != "POST") return ctx->ReplyError(ApiError{405, path + " takes POST", "invalid_request_error", "", ""});
+  if (stopping_.load()) return ctx->ReplyError(FromStatus(Unavailable("the server is shutting down")));
+  std::optional<int64_t> version;
+  if (action == "load" && !req.body.empty()) {
+    json body;
+    if (MaybeError e = ParseJsonObject(req.body, body)) return ctx->ReplyError(*e);
+    if (body.contains("version")) {
+      const json& v = body["version"];
+      if (!v.is_number_integer() || v.get<int64_t>() < 1) {
+        return ctx->ReplyError(BadRequest("version: must be a positive integer", "version"));
+      }
+      version = v.get<int64_t>();
+    }
+  }
+  Result<json> r = action == "load" ? versions_->Load(name, version) : versions_->Unload(name);
+  if (!r.ok()) {
+    if (r.status().code() == StatusCode::kNotFound) {
+      return ctx->ReplyError(ApiError{404, r.status().message(), "not_found_error", "model", "model_not_found"});
+    }
+    return ctx->ReplyError(FromStatus(r.status()));
+  }
+  return ctx->ReplyJson(202, *r);
 }
 
 void ShutdownOnSignals(Server& server) {

@@ -19,6 +19,7 @@
 #include "serve/http_server.h"
 #include "serve/metrics.h"
 #include "serve/model_repository.h"
+#include "serve/model_versions.h"
 #include "serve/qos_metrics.h"
 #include "serve/request_context.h"
 #include "serve/variant_group.h"
@@ -70,6 +71,8 @@ class Server {
   // GET /admin/qos, GET and POST /admin/qos/MODEL.
   void HandleQosAdmin(const std::shared_ptr<RequestContext>& ctx, const HttpRequest& req, const std::string& path);
   void LogDecision(const qos::DecisionRecord& record);
+  // GET /admin/models, POST /admin/models/NAME/load and /unload (the model repository).
+  void HandleModelsAdmin(const std::shared_ptr<RequestContext>& ctx, const HttpRequest& req, const std::string& path);
 
   const ServerConfig config_;
   const Authenticator auth_;
@@ -85,6 +88,7 @@ class Server {
   std::vector<std::unique_ptr<ServedModel>> models_;  // GUARDED_BY(mu_) while loading; fixed once ready
   std::vector<std::unique_ptr<VariantGroup>> groups_;  // QoS variant groups; as models_
   std::unique_ptr<QosMetrics> qos_metrics_;
+  std::unique_ptr<ModelVersions> versions_;  // the model repository, when configured
   std::map<std::string, int> tenant_inflight_;         // GUARDED_BY(mu_)
   RateLimiter rate_limiter_;
   bool load_done_ = false;                             // GUARDED_BY(mu_)

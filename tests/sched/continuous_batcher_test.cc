@@ -509,6 +509,12 @@ TEST_F(ContinuousBatcherTest, QueueTimeLimitAndEstimatedWaitShedLoad) {
   auto core = EngineCore::Create("kjv", engine_, o);
   ASSERT_TRUE(core.ok());
   ContinuousBatcher b(**core);
+  // Each step takes at least 3 ms, so that one request (30 tokens) takes 90 ms or more
+  // whatever the machine: arrivals every 20 ms are then several times what it can serve.
+  b.SetStepFunction([&](const std::vector<engine::SeqStep>& s) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    return (*core)->executor().Step(s);
+  });
   ASSERT_TRUE(b.Start().ok());
   const auto p = Prompts(1)[0];
   std::vector<Collector> cs(40);

@@ -31,9 +31,35 @@ TEST(PreloadTest, WarmsEveryBucketAndReportsPhases) {
   EXPECT_EQ((*p)->options().prefill_lengths, (std::vector<int>{16, 64, 127}));
   EXPECT_EQ((*p)->options().decode_batches, (std::vector<int>{1, 2, 4}));
   EXPECT_EQ(t.warmup_passes, 6);
+  ASSERT_EQ(t.passes.size(), 6u);
+  EXPECT_EQ(t.passes[0].what, "prefill 127");
+  EXPECT_EQ(t.passes[5].what, "decode batch 4");
   // Warm-up leaves the cache empty.
   EXPECT_EQ((*p)->core()->cache().num_free_blocks(), (*p)->core()->cache().num_blocks());
   EXPECT_TRUE((*p)->core()->empty());
+}
+
+TEST(PreloadTest, MinimalWarmupRunsOneShortPassAndTellsEachPhase) {
+  TempDir tmp;
+  const std::string path = tmp.File("q.ferry");
+  engine::BuildOptions bo;
+  bo.tune = false;
+  ASSERT_TRUE(engine::BuildEngine(testing::FixturePath("models/qwen2-tiny"), path, bo).ok());
+  PreloadOptions po;
+  po.core.batching.max_seq_len = 128;
+  po.core.batching.max_num_seqs = 4;
+  po.minimal_warmup = true;
+  std::vector<std::string> phases;
+  po.on_phase = [&](std::string_view phase) { phases.emplace_back(phase); };
+  auto p = PreloadedModel::Create("q", path, po);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const PreloadTimings& t = (*p)->timings();
+  EXPECT_EQ(t.warmup_passes, 1);
+  ASSERT_EQ(t.passes.size(), 1u);
+  EXPECT_EQ(t.passes[0].what, "prefill 16 + 2 decode steps at batch 1");
+  EXPECT_GT(t.passes[0].ms, 0);
+  EXPECT_EQ(phases, (std::vector<std::string>{"allocate", "warmup"}));
+  EXPECT_EQ((*p)->core()->cache().num_free_blocks(), (*p)->core()->cache().num_blocks());
 }
 
 }  // namespace

@@ -607,3 +607,24 @@ TEST(ServerConfigTest, ValidateCoversConfigsBuiltInCode) {
 
 }  // namespace
 }  // namespace ferry::serve
+
+namespace ferry::serve {
+namespace {
+
+TEST(ConfigWarmupTest, WarmupTakesABoolOrAMode) {
+  auto parse = [](const std::string& value) {
+    return ParseServerConfig("auth: {mode: none}\nmodels:\n  - name: m\n    path: /x\n    warmup: " + value + "\n");
+  };
+  auto c = parse("minimal");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->models[0].warmup);
+  EXPECT_EQ(c->models[0].warmup_mode, ModelConfig::WarmupMode::kMinimal);
+  EXPECT_EQ(parse("full")->models[0].warmup_mode, ModelConfig::WarmupMode::kFull);
+  EXPECT_EQ(parse("auto")->models[0].warmup_mode, ModelConfig::WarmupMode::kAuto);
+  EXPECT_EQ(parse("true")->models[0].warmup_mode, ModelConfig::WarmupMode::kAuto);
+  EXPECT_FALSE(parse("false")->models[0].warmup);
+  EXPECT_FALSE(parse("everything").ok());
+}
+
+}  // namespace
+}  // namespace ferry::serve
