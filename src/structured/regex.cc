@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "tokenizer/utf8.h"
+
 namespace ferry::structured {
 namespace {
 
@@ -33,24 +35,6 @@ int HexValue(char c) {
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
-}
-
-void AppendUtf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 class RegexParser {
@@ -211,7 +195,7 @@ class RegexParser {
       cc.ascii.set(cp);
     } else {
       std::string s;
-      AppendUtf8(cp, s);
+      tokenizer::AppendUtf8(static_cast<char32_t>(cp), &s);
       cc.multibyte.push_back(std::move(s));
     }
     return Status::Ok();
