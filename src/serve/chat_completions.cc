@@ -184,7 +184,7 @@ MaybeError ParseChat(const std::string& raw_body, const json& body, ServedModel&
                                   {"messages", "max_tokens", "max_completion_tokens", "logprobs", "top_logprobs",
                                    "echo", "tools", "tool_choice", "parallel_tool_calls", "response_format",
                                    "documents", "add_generation_prompt", "continue_final_message", "chat_template",
-                                   "chat_template_kwargs", "functions", "function_call"},
+                                   "chat_template_kwargs", "functions", "function_call", "truncate_prompt_tokens"},
                                   ctx, env.unknown_fields)) {
     return e;
   }
@@ -234,7 +234,17 @@ MaybeError ParseChat(const std::string& raw_body, const json& body, ServedModel&
                       "chat_template_error");
   }
   const std::string* prompt = &rendered->text;
-  if (model.engine().TextSurelyLongerThan(*prompt, model.max_seq_len())) {
+  // vLLM's truncate_prompt_tokens: keep the last N tokens of the rendered chat (-1: as many
+  // as the context leaves beside max_tokens).
+  int64_t keep = 0;
+  const bool truncating = body.contains("truncate_prompt_tokens") && !body["truncate_prompt_tokens"].is_null();
+  if (truncating) {
+    if (auto e = ReadInt(body, "truncate_prompt_tokens", -1, model.max_seq_len(), keep)) return e;
+    if (keep == 0) {
+      return BadRequest("truncate_prompt_tokens must be >= 1, or -1 for the model's context", "truncate_prompt_tokens");
+    }
+  }
+  if (!truncating && model.engine().TextSurelyLongerThan(*prompt, model.max_seq_len())) {
     return BadRequest("the rendered chat has " + std::to_string(prompt->size()) + " bytes, more than " +
                           std::to_string(model.max_seq_len()) + " tokens (this model's maximum context length) can hold",
                       "messages", "context_length_exceeded");
@@ -244,14 +254,23 @@ MaybeError ParseChat(const std::string& raw_body, const json& body, ServedModel&
   auto ids = tok.EncodeWithLiteralRanges(*prompt, rendered->literal);
   if (!ids.ok()) return BadRequest("cannot tokenize the rendered chat: " + ids.status().message(), "messages");
   if (ids->empty()) return BadRequest("the chat template rendered an empty prompt", "messages");
-  const int64_t prompt_len = static_cast<int64_t>(ids->size());
-  p.prompts.push_back(std::move(ids).value());
-  p.prompt_texts.push_back(*prompt);
   // max_completion_tokens (OpenAI's current name) wins over max_tokens; without either, the
   // rest of the context (as vLLM does).
   int64_t max_tokens = -1;
   if (auto e = ReadInt(body, "max_tokens", 1, 1 << 20, max_tokens)) return e;
   if (auto e = ReadInt(body, "max_completion_tokens", 1, 1 << 20, max_tokens)) return e;
+  std::string prompt_text = *prompt;
+  if (truncating) {
+    if (keep < 0) keep = std::max<int64_t>(1, model.max_seq_len() - std::max<int64_t>(1, max_tokens));
+    if (static_cast<int64_t>(ids->size()) > keep) {
+      ids->erase(ids->begin(), ids->end() - keep);
+      auto text = tok.Decode(*ids, false);  // echo shows what the model read
+      prompt_text = text.ok() ? std::move(text).value() : std::string();
+    }
+  }
+  const int64_t prompt_len = static_cast<int64_t>(ids->size());
+  p.prompts.push_back(std::move(ids).value());
+  p.prompt_texts.push_back(std::move(prompt_text));
   if (max_tokens < 0) {
     max_tokens = std::max<int64_t>(1, model.max_seq_len() - prompt_len);
     ctx.SetLog("max_tokens_default", max_tokens);

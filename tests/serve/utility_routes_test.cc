@@ -135,6 +135,26 @@ TEST_F(UtilityRoutesTest, PerRequestWorkLimitsAreConfigurable) {
   EXPECT_NE(many.Json()["error"]["message"].get<std::string>().find("at most 3"), std::string::npos) << many.body;
 }
 
+// vLLM's truncate_prompt_tokens on chat: the rendered chat keeps its last N tokens, so a
+// conversation longer than the context is served instead of refused.
+TEST_F(UtilityRoutesTest, ChatTruncatePromptTokensKeepsTheLastTokens) {
+  std::string longer;
+  for (int i = 0; i < 200; ++i) longer += "And the LORD spake unto Moses, saying, ";
+  json chat = {{"model", "kjv-decoder"}, {"messages", {{{"role", "user"}, {"content", longer}}}}, {"max_tokens", 4}};
+  HttpReply refused = PostJson(port(), "/v1/chat/completions", chat, kKey);
+  EXPECT_EQ(refused.status, 400);
+  chat["truncate_prompt_tokens"] = 32;
+  HttpReply kept = PostJson(port(), "/v1/chat/completions", chat, kKey);
+  ASSERT_EQ(kept.status, 200) << kept.body;
+  EXPECT_EQ(kept.Json()["usage"]["prompt_tokens"], 32);
+  chat["truncate_prompt_tokens"] = -1;  // the context minus max_tokens
+  HttpReply whole = PostJson(port(), "/v1/chat/completions", chat, kKey);
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  EXPECT_EQ(whole.Json()["usage"]["prompt_tokens"], 512 - 4);
+  chat["truncate_prompt_tokens"] = 0;
+  EXPECT_EQ(PostJson(port(), "/v1/chat/completions", chat, kKey).status, 400);
+}
+
 TEST_F(UtilityRoutesTest, VersionHealthAndPing) {
   HttpReply v = testing::Http(port(), "GET", "/version");
   ASSERT_EQ(v.status, 200);
