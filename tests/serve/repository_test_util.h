@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "serve/server.h"
+#include "server_test_util.h"
 #include "test_client.h"
 #include "test_util.h"
 
@@ -50,15 +51,7 @@ inline std::unique_ptr<Server> StartRepoServer(const fs::path& repo, const std::
                            "model_repository:\n  path: " + repo.string() +
                            "\n  poll_s: 1\n  settle_ms: 200\n  drain_timeout_ms: 30000\n" + extra +
                            "log:\n  level: warn\n  request_log: false\n";
-  auto cfg = ParseServerConfig(yaml);
-  EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
-  if (!cfg.ok()) return nullptr;
-  auto s = Server::Create(cfg.value());
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  if (!s.ok()) return nullptr;
-  EXPECT_TRUE(s.value()->Start().ok());
-  EXPECT_TRUE(s.value()->WaitUntilReady(120000));
-  return std::move(s).value();
+  return StartServerFromYaml(yaml);
 }
 
 inline json Greedy(const std::string& model, int max_tokens = 6) {

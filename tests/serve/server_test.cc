@@ -8,6 +8,7 @@
 #include <future>
 #include <thread>
 
+#include "server_test_util.h"
 #include "test_client.h"
 #include "test_util.h"
 
@@ -41,17 +42,7 @@ std::string Config(const std::string& decoder_batching, const std::string& liste
          "log:\n  level: warn\n  request_log: false\n";
 }
 
-std::unique_ptr<Server> StartServer(const std::string& yaml) {
-  auto cfg = ParseServerConfig(yaml);
-  EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
-  if (!cfg.ok()) return nullptr;
-  auto s = Server::Create(cfg.value());
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  if (!s.ok()) return nullptr;
-  EXPECT_TRUE(s.value()->Start().ok());
-  EXPECT_TRUE(s.value()->WaitUntilReady(120000));
-  return std::move(s).value();
-}
+std::unique_ptr<Server> StartServer(const std::string& yaml) { return testing::StartServerFromYaml(yaml); }
 
 json Completion(const std::string& prompt, int max_tokens) {
   return {{"model", "kjv-decoder"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}};

@@ -15,6 +15,7 @@
 #include "engine/engine_builder.h"
 #include "io/temp_dir.h"
 #include "serve/server.h"
+#include "server_test_util.h"
 #include "test_client.h"
 #include "test_util.h"
 
@@ -30,17 +31,7 @@ const std::map<std::string, std::string> kGold{{"Authorization", "Bearer sk-gold
 const std::map<std::string, std::string> kSilver{{"Authorization", "Bearer sk-silver"}};
 const std::map<std::string, std::string> kAdmin{{"Authorization", "Bearer sk-admin"}};
 
-std::unique_ptr<Server> StartServer(const std::string& yaml) {
-  auto cfg = ParseServerConfig(yaml);
-  EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
-  if (!cfg.ok()) return nullptr;
-  auto s = Server::Create(cfg.value());
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  if (!s.ok()) return nullptr;
-  EXPECT_TRUE(s.value()->Start().ok());
-  EXPECT_TRUE(s.value()->WaitUntilReady(300000));
-  return std::move(s).value();
-}
+std::unique_ptr<Server> StartServer(const std::string& yaml) { return testing::StartServerFromYaml(yaml, 300000); }
 
 const std::string kHead =
     "listener: {host: 127.0.0.1, port: 0, shutdown_timeout_ms: 20000}\n"
