@@ -12,15 +12,26 @@ namespace {
 
 using testing::TempDir;
 
-TEST(PreloadTest, WarmsEveryBucketAndReportsPhases) {
-  TempDir tmp;
-  const std::string path = tmp.File("q.ferry");
+// An untuned engine of the tiny Qwen2 fixture at `path`.
+void BuildTinyEngine(const std::string& path) {
   engine::BuildOptions bo;
   bo.tune = false;
   ASSERT_TRUE(engine::BuildEngine(testing::FixturePath("models/qwen2-tiny"), path, bo).ok());
+}
+
+// A core of 4 sequences of 128 tokens.
+PreloadOptions SmallCore() {
   PreloadOptions po;
   po.core.batching.max_seq_len = 128;
   po.core.batching.max_num_seqs = 4;
+  return po;
+}
+
+TEST(PreloadTest, WarmsEveryBucketAndReportsPhases) {
+  TempDir tmp;
+  const std::string path = tmp.File("q.ferry");
+  ASSERT_NO_FATAL_FAILURE(BuildTinyEngine(path));
+  PreloadOptions po = SmallCore();
   auto p = PreloadedModel::Create("q", path, po);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   const PreloadTimings& t = (*p)->timings();
@@ -42,12 +53,8 @@ TEST(PreloadTest, WarmsEveryBucketAndReportsPhases) {
 TEST(PreloadTest, MinimalWarmupRunsOneShortPassAndTellsEachPhase) {
   TempDir tmp;
   const std::string path = tmp.File("q.ferry");
-  engine::BuildOptions bo;
-  bo.tune = false;
-  ASSERT_TRUE(engine::BuildEngine(testing::FixturePath("models/qwen2-tiny"), path, bo).ok());
-  PreloadOptions po;
-  po.core.batching.max_seq_len = 128;
-  po.core.batching.max_num_seqs = 4;
+  ASSERT_NO_FATAL_FAILURE(BuildTinyEngine(path));
+  PreloadOptions po = SmallCore();
   po.minimal_warmup = true;
   std::vector<std::string> phases;
   po.on_phase = [&](std::string_view phase) { phases.emplace_back(phase); };
