@@ -285,11 +285,30 @@ void Mask(nlohmann::ordered_json& v, const tokenizer::Tokenizer& tok, const std:
   }
 }
 
+// Whether any string in `v` holds special-token text (the common answer, no, costs no copy).
+bool HasSpecialTokenText(const nlohmann::ordered_json& v, const tokenizer::Tokenizer& tok) {
+  if (v.is_string()) return !tok.FindSpecialTokenText(v.get_ref<const std::string&>()).empty();
+  if (v.is_structured()) {
+    for (const auto& child : v) {
+      if (HasSpecialTokenText(child, tok)) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 Result<GuardedChatPrompt> RenderGuardedChatPrompt(const ChatSetup& setup, const ChatRequest& request,
                                                   const tokenizer::Tokenizer& tok, ChatSpecialTokens mode) {
   if (mode == ChatSpecialTokens::kParse) {
+    FERRY_ASSIGN_OR_RETURN(std::string text, RenderChatPrompt(setup, request));
+    return GuardedChatPrompt{std::move(text), {}};
+  }
+  const bool any = HasSpecialTokenText(request.messages, tok) ||
+                   (request.tools && HasSpecialTokenText(*request.tools, tok)) ||
+                   (request.documents && HasSpecialTokenText(*request.documents, tok)) ||
+                   HasSpecialTokenText(request.template_kwargs, tok);
+  if (!any) {
     FERRY_ASSIGN_OR_RETURN(std::string text, RenderChatPrompt(setup, request));
     return GuardedChatPrompt{std::move(text), {}};
   }
@@ -302,10 +321,6 @@ Result<GuardedChatPrompt> RenderGuardedChatPrompt(const ChatSetup& setup, const 
   if (masked.tools) Mask(*masked.tools, tok, nonce, originals);
   if (masked.documents) Mask(*masked.documents, tok, nonce, originals);
   Mask(masked.template_kwargs, tok, nonce, originals);
-  if (originals.empty()) {
-    FERRY_ASSIGN_OR_RETURN(std::string text, RenderChatPrompt(setup, request));
-    return GuardedChatPrompt{std::move(text), {}};
-  }
   FERRY_ASSIGN_OR_RETURN(const std::string rendered, RenderChatPrompt(setup, masked));
   GuardedChatPrompt out;
   const std::string open = std::string(kOpen) + nonce;
