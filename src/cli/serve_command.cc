@@ -1,4 +1,5 @@
 // ferry serve: argument handling; the server itself is serve::Server.
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -7,6 +8,7 @@
 #include "cli/subcommands.h"
 #include "core/device_spec.h"
 #include "core/logging.h"
+#include "sched/step_time_model.h"
 #include "serve/config.h"
 #include "serve/server.h"
 
@@ -28,6 +30,7 @@ struct ServeOptions {
   // vLLM's names (see ServerConfigOverrides).
   int max_model_len = 0, max_num_seqs = 0, max_num_batched_tokens = 0, block_size = 0;
   bool enable_prefix_caching = false, no_enable_prefix_caching = false, enforce_eager = false;
+  std::string max_step_ms;
   std::string chat_template, tool_call_parser, kv_cache_dtype, device, api_key, served_model_name, allowed_origins;
   double gpu_memory_utilization = -1;
   bool disable_log_requests = false;
@@ -54,6 +57,20 @@ Status ApplyVllmOptions(const ServeOptions& o, serve::ServerConfigOverrides& fla
   if (o.max_num_seqs > 0) flags.max_num_seqs = o.max_num_seqs;
   if (o.max_num_batched_tokens > 0) flags.max_num_batched_tokens = o.max_num_batched_tokens;
   if (o.block_size > 0) flags.block_size = o.block_size;
+  if (!o.max_step_ms.empty()) {
+    if (o.max_step_ms == "auto") {
+      flags.max_step_ms = sched::kMaxStepAuto;
+    } else if (o.max_step_ms == "off") {
+      flags.max_step_ms = sched::kMaxStepOff;
+    } else {
+      char* end = nullptr;
+      const long ms = std::strtol(o.max_step_ms.c_str(), &end, 10);
+      if (end == o.max_step_ms.c_str() || *end != '\0' || ms < 0 || ms > 3600000) {
+        return InvalidArgument("--max-step-ms: auto, off or milliseconds (0 = off), got '" + o.max_step_ms + "'");
+      }
+      flags.max_step_ms = static_cast<int>(ms);
+    }
+  }
   if (o.enable_prefix_caching && o.no_enable_prefix_caching) {
     return InvalidArgument("--enable-prefix-caching and --no-enable-prefix-caching contradict each other");
   }
@@ -168,6 +185,7 @@ void RegisterServe(CLI::App& app, int& exit_code) {
   sub->add_option("--max-num-seqs", o->max_num_seqs, "batching.max_num_seqs of every model");
   sub->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "batching.max_num_batched_tokens");
   sub->add_option("--block-size", o->block_size, "batching.kv_block_tokens");
+  sub->add_option("--max-step-ms", o->max_step_ms, "batching.max_step_ms: auto, off or a step-time target in ms");
   sub->add_flag("--enable-prefix-caching", o->enable_prefix_caching, "batching.enable_prefix_caching: true");
   sub->add_flag("--no-enable-prefix-caching", o->no_enable_prefix_caching, "batching.enable_prefix_caching: false");
   sub->add_flag("--enforce-eager", o->enforce_eager, "GPU: no CUDA graphs (enforce_eager)");

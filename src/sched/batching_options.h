@@ -15,6 +15,9 @@ namespace ferry::sched {
 struct ContinuousBatchingOptions {
   int max_num_seqs = 16;              // sequences running at once (the KV cache holds this many at max_seq_len)
   int max_num_batched_tokens = 512;   // tokens per step: decode tokens first, prefill chunks after
+  // Step-time target while sequences decode (step_time_model.h): -1 auto (2.5x a decode-only
+  // step, learned online), 0 off (always max_num_batched_tokens), N: N milliseconds.
+  int max_step_ms = -1;
   int max_seq_len = 0;                // prompt + generated; 0: the model's context (<= 4096)
   int kv_block_tokens = 16;
   int max_queue_requests = 256;       // waiting requests before 429

@@ -253,7 +253,18 @@ bool EngineCore::Step(std::vector<GenerationEvent>& out) {
   in.free_blocks = cache_->num_free_blocks();
   in.block_tokens = cache_->config().block_tokens;
   in.max_num_seqs = options_.max_num_seqs;
-  in.token_budget = options_.max_num_batched_tokens;
+  StepBudgetInput budget;
+  budget.max_num_batched_tokens = options_.max_num_batched_tokens;
+  budget.max_step_ms = options_.max_step_ms;
+  budget.block_tokens = in.block_tokens;
+  budget.prefill_pending = !waiting_.empty();
+  for (uint64_t h : running_) {
+    const Seq& s = *seqs_.at(h);
+    const int64_t left = static_cast<int64_t>(s.tokens.size()) - s.num_computed;
+    if (left == 1) ++budget.decodes;
+    if (left > 1) budget.prefill_pending = true;
+  }
+  in.token_budget = StepTokenBudget(step_time_, budget);
   auto view = [this](const Seq& s) {
     SeqView v;
     v.handle = s.handle;
@@ -354,11 +365,14 @@ bool EngineCore::Step(std::vector<GenerationEvent>& out) {
     Fail(*seqs[0], status, "engine_error", out);
   }
   steps_ += 1;
+  const double seconds = Seconds(Clock::now() - t0);
+  if (status.ok()) step_time_.Add(d.tokens, seconds);
   if (observer_ != nullptr) {
     StepStats stats;
     stats.num_seqs = static_cast<int>(seqs.size());
     stats.num_tokens = d.tokens;
-    stats.seconds = Seconds(Clock::now() - t0);
+    stats.token_budget = in.token_budget;
+    stats.seconds = seconds;
     stats.running = static_cast<int>(running_.size());
     stats.waiting = static_cast<int>(waiting_.size());
     stats.kv_usage = 1.0 - static_cast<double>(cache_->num_free_blocks()) / std::max(1, cache_->num_blocks());

@@ -20,6 +20,7 @@
 #include "sched/batching_options.h"
 #include "sched/generation_request.h"
 #include "sched/schedule_policy.h"
+#include "sched/step_time_model.h"
 
 namespace ferry::sched {
 
@@ -29,6 +30,7 @@ using StepFunction = std::function<Result<std::vector<engine::SeqResult>>(const 
 struct StepStats {
   int num_seqs = 0;
   int num_tokens = 0;
+  int token_budget = 0;  // the step's token budget (max_num_batched_tokens, or less under max_step_ms)
   double seconds = 0;
   int running = 0;
   int waiting = 0;
@@ -131,6 +133,8 @@ class EngineCore {
   int64_t prefix_hit_tokens() const { return prefix_hits_; }
   // Structured outputs: time spent finding grammar masks and advancing grammar states.
   double grammar_seconds() const { return grammar_seconds_; }
+  // The learned step time (seconds against tokens per step) behind the max_step_ms budget.
+  const StepTimeModel& step_time() const { return step_time_; }
 
   const std::string& name() const { return name_; }
   int max_seq_len() const { return max_seq_len_; }
@@ -198,6 +202,7 @@ class EngineCore {
   int64_t prefix_queried_ = 0;
   int64_t prefix_hits_ = 0;
   uint64_t admitted_ = 0;
+  StepTimeModel step_time_;
   double grammar_seconds_ = 0;
   std::vector<engine::SeqStep> step_scratch_;
 };

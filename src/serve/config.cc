@@ -1,6 +1,7 @@
 #include "serve/config.h"
 
 #include "serve/config_env.h"
+#include "sched/step_time_model.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -110,8 +111,22 @@ Status ParseContinuousBatching(const YAML::Node& node, const std::string& path,
                          MapReader::Open(node, path,
                                          {"max_num_seqs", "max_num_batched_tokens", "max_seq_len", "kv_block_tokens",
                                           "max_queue_requests", "max_queue_tokens", "default_timeout_ms",
-                                          "enable_prefix_caching", "max_queue_time_ms"}));
+                                          "enable_prefix_caching", "max_queue_time_ms", "max_step_ms"}));
   FERRY_RETURN_IF_ERROR(m.Int("max_num_seqs", out.max_num_seqs));
+  if (const YAML::Node* step = m.Find("max_step_ms")) {
+    // auto | off | milliseconds
+    const std::string text = step->IsScalar() ? step->Scalar() : std::string();
+    if (text == "auto") {
+      out.max_step_ms = sched::kMaxStepAuto;
+    } else if (text == "off") {
+      out.max_step_ms = sched::kMaxStepOff;
+    } else {
+      FERRY_ASSIGN_OR_RETURN(out.max_step_ms, ReadInt<int>(*step, m.Path("max_step_ms")));
+      if (out.max_step_ms < 0) {
+        return ErrorAt(*step, m.Path("max_step_ms"), "must be auto, off, 0 (off) or a positive number of milliseconds");
+      }
+    }
+  }
   FERRY_RETURN_IF_ERROR(m.Int("max_num_batched_tokens", out.max_num_batched_tokens));
   FERRY_RETURN_IF_ERROR(m.Int("max_seq_len", out.max_seq_len));
   FERRY_RETURN_IF_ERROR(m.Int("kv_block_tokens", out.kv_block_tokens));

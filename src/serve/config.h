@@ -209,6 +209,7 @@ struct ServerConfigOverrides {
   std::optional<int> max_model_len;
   std::optional<int> max_num_seqs;
   std::optional<int> max_num_batched_tokens;
+  std::optional<int> max_step_ms;  // batching.max_step_ms (-1 auto, 0 off)
   std::optional<int> block_size;
   std::optional<bool> enable_prefix_caching;
   bool enforce_eager = false;

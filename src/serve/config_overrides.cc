@@ -25,6 +25,7 @@ Status ApplyVllmFlags(ServerConfig& config, const ServerConfigOverrides& o) {
     if (o.max_model_len) m.batching.max_seq_len = *o.max_model_len;
     if (o.max_num_seqs) m.batching.max_num_seqs = *o.max_num_seqs;
     if (o.max_num_batched_tokens) m.batching.max_num_batched_tokens = *o.max_num_batched_tokens;
+    if (o.max_step_ms) m.batching.max_step_ms = *o.max_step_ms;
     if (o.block_size) m.batching.kv_block_tokens = *o.block_size;
     if (o.enable_prefix_caching) m.batching.enable_prefix_caching = *o.enable_prefix_caching;
     if (o.enforce_eager) m.enforce_eager = true;

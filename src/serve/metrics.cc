@@ -348,6 +348,10 @@ ServerMetrics::ServerMetrics()
                                              "Number of requests waiting to be scheduled.", ModelLabels())),
       kv_cache_usage_perc(registry.AddGauge("ferry:kv_cache_usage_perc",
                                             "Fraction of KV cache blocks in use (0 to 1).", ModelLabels())),
+      step_token_budget(registry.AddGauge("ferry:step_token_budget",
+                                          "Token budget of the last decoder step: max_num_batched_tokens, or less "
+                                          "while max_step_ms bounds the steps of decoding sequences.",
+                                          ModelLabels())),
       num_preemptions(registry.AddCounter("ferry:num_preemptions_total",
                                           "Cumulative number of sequences preempted to free KV cache blocks.",
                                           ModelLabels())),
@@ -440,6 +444,7 @@ ServerMetrics::ModelMetrics ServerMetrics::ForModel(std::string_view model_name,
   m.num_requests_waiting = &num_requests_waiting.WithLabels({model_name});
   if (decoder) {
     m.kv_cache_usage_perc = &kv_cache_usage_perc.WithLabels({model_name});
+    m.step_token_budget = &step_token_budget.WithLabels({model_name});
     m.num_preemptions = &num_preemptions.WithLabels({model_name});
     m.prefix_cache_queries = &prefix_cache_queries.WithLabels({model_name});
     m.prefix_cache_hits = &prefix_cache_hits.WithLabels({model_name});

@@ -240,6 +240,7 @@ struct ServerMetrics {
     Gauge* num_requests_running = nullptr;
     Gauge* num_requests_waiting = nullptr;
     Gauge* kv_cache_usage_perc = nullptr;
+    Gauge* step_token_budget = nullptr;
     Counter* num_preemptions = nullptr;
     Histogram* engine_step_seconds = nullptr;
     Histogram* batch_size = nullptr;
@@ -268,6 +269,7 @@ struct ServerMetrics {
   GaugeFamily& num_requests_running;  // ferry:num_requests_running: sequences in the running batch
   GaugeFamily& num_requests_waiting;  // ferry:num_requests_waiting: requests queued, not yet scheduled
   GaugeFamily& kv_cache_usage_perc;   // ferry:kv_cache_usage_perc: fraction of KV cache blocks in use, 0..1
+  GaugeFamily& step_token_budget;     // ferry:step_token_budget: the last decoder step's token budget
   CounterFamily& num_preemptions;     // ferry:num_preemptions_total: sequences preempted to free KV blocks
   HistogramFamily& engine_step_seconds;  // ferry:engine_step_seconds: wall time of one engine step/batch
   HistogramFamily& batch_size;        // ferry:batch_size: sequences or encoder inputs per step/batch

@@ -26,6 +26,7 @@ class MetricsObserver : public sched::BatcherObserver {
     m_.engine_step_seconds->Observe(s.seconds);
     m_.batch_size->Observe(s.num_seqs);
     m_.iteration_tokens->Observe(s.num_tokens);
+    if (m_.step_token_budget != nullptr) m_.step_token_budget->Set(s.token_budget);
     if (gauges_) {
       m_.num_requests_running->Set(s.running);
       m_.num_requests_waiting->Set(s.waiting);

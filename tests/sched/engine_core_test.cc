@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "decoder_test_util.h"
 #include "test_util.h"
 
@@ -277,6 +280,79 @@ TEST_F(EngineCoreTest, KeptLogitsAreTheRowsThatChoseEachToken) {
     const std::span<const float> row((*out)[0].logits.data() + t * vocab, vocab);
     EXPECT_EQ(engine::Argmax(row), (*out)[0].tokens[t].token) << t;
   }
+}
+
+// max_step_ms: while sequences decode, a long prompt is prefilled in chunks that fit the step
+// time the core learns (here each token costs an extra millisecond), not in one step of the
+// whole max_num_batched_tokens; outputs do not change, and the prefill always progresses.
+TEST_F(EngineCoreTest, AStepTimeTargetChunksPrefillsWhileOthersDecode) {
+  struct Steps : BatcherObserver {
+    std::vector<StepStats> stats;
+    void OnStep(const StepStats& s) override { stats.push_back(s); }
+    void OnPreemption(int) override {}
+  } observer;
+  const std::vector<int32_t> long_prompt = [&] {
+    std::vector<int32_t> p;
+    while (p.size() < 200) {
+      for (int32_t id : Prompt("And the LORD spake unto Moses, saying, Speak unto the children of Israel.")) {
+        p.push_back(id);
+      }
+    }
+    p.resize(200);
+    return p;
+  }();
+  std::vector<int32_t> alone;
+  {
+    auto core = MakeCore(1, 512, 256);
+    auto r = GenerateAll(*core, {Request(long_prompt, 4)});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    alone = Tokens((*r)[0]);
+  }
+  EngineCoreOptions o;
+  o.batching.max_num_seqs = 4;
+  o.batching.max_num_batched_tokens = 512;
+  o.batching.max_seq_len = 256;
+  o.batching.max_step_ms = 20;
+  auto made = EngineCore::Create("kjv", engine_, o);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  EngineCore& core = **made;
+  core.SetObserver(&observer);
+  core.SetStepFunction([&core](const std::vector<engine::SeqStep>& steps) {
+    size_t tokens = 0;
+    for (const engine::SeqStep& s : steps) tokens += s.tokens.size();
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(tokens)));
+    return core.executor().Step(steps);
+  });
+  std::vector<GenerationEvent> out;
+  for (uint64_t h = 1; h <= 3; ++h) core.Add(h, Request(Prompt("In the beginning"), 40));
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(core.Step(out));  // the three decode
+  const size_t before = observer.stats.size();
+  core.Add(4, Request(long_prompt, 4));
+  std::vector<int32_t> got;
+  for (int i = 0; i < 400 && !core.empty(); ++i) {
+    out.clear();
+    ASSERT_TRUE(core.Step(out));
+    for (const GenerationEvent& ev : out) {
+      if (ev.handle == 4) {
+        for (const auto& t : ev.tokens) got.push_back(t.token);
+      }
+    }
+  }
+  ASSERT_TRUE(core.empty());
+  EXPECT_EQ(got, alone);
+  // The steps that prefilled the long prompt next to the decodes: more than one, each within
+  // the budget, the budget below max_num_batched_tokens and never below a block per step.
+  int mixed = 0;
+  for (size_t i = before; i < observer.stats.size(); ++i) {
+    const StepStats& s = observer.stats[i];
+    EXPECT_LE(s.num_tokens, s.token_budget);
+    if (s.num_tokens > s.num_seqs) {
+      ++mixed;
+      EXPECT_LT(s.token_budget, 512) << "step " << i;
+      EXPECT_GE(s.token_budget, 3 + 16) << "step " << i;
+    }
+  }
+  EXPECT_GE(mixed, 2) << "200 prompt tokens at ~1 ms each do not fit one 20-ms step";
 }
 
 }  // namespace

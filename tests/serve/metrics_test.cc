@@ -197,6 +197,7 @@ TEST(ServerMetricsTest, RendersEveryFamilyWithHelpAndType) {
       {"ferry:num_requests_running", "gauge"},
       {"ferry:num_requests_waiting", "gauge"},
       {"ferry:kv_cache_usage_perc", "gauge"},
+      {"ferry:step_token_budget", "gauge"},
       {"ferry:num_preemptions_total", "counter"},
       {"ferry:engine_step_seconds", "histogram"},
       {"ferry:batch_size", "histogram"},
