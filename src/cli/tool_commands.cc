@@ -54,6 +54,8 @@ struct BenchModelOptions {
   int decode_steps = 32;
   int decode_context = 16;
   int repeats = 3;
+  int encoder_batch = 32;
+  int encoder_seq_len = 128;
   bool json = false;
   std::string device = "cpu";
   std::string activations = "bf16";
@@ -83,7 +85,13 @@ int RunBenchModel(const BenchModelOptions& o) {
   mo.decode_steps = o.decode_steps;
   mo.decode_context = o.decode_context;
   mo.repeats = o.repeats;
+  mo.encoder_batch = o.encoder_batch;
+  mo.encoder_seq_len = o.encoder_seq_len;
   mo.step_graphs = !o.eager;
+  if (!engine->is_decoder() && o.encoder_seq_len > engine->config().max_position_embeddings) {
+    return Fail(InvalidArgument("--encoder-seq-len " + std::to_string(o.encoder_seq_len) + " exceeds the model's " +
+                                std::to_string(engine->config().max_position_embeddings) + " positions"));
+  }
   nlohmann::json all = nlohmann::json::array();
   for (int t : o.threads) {
     SetComputeThreads(t);
@@ -94,26 +102,39 @@ int RunBenchModel(const BenchModelOptions& o) {
     if (engine->is_decoder()) {
       j["prefill_tokens"] = o.prompt_len;
       j["prefill_tokens_per_s"] = r->prefill_tokens_per_s;
+      j["prefill_tokens_per_s_range"] = {r->prefill_tokens_per_s_runs.min, r->prefill_tokens_per_s_runs.max};
       for (size_t i = 0; i < r->decode_tokens_per_s.size(); ++i) {
+        const tools::Spread& d = r->decode_tokens_per_s_runs[i];
         j["decode"].push_back({{"batch", r->decode_tokens_per_s[i].first},
                                {"tokens_per_s", r->decode_tokens_per_s[i].second},
+                               {"tokens_per_s_range", {d.min, d.max}},
                                {"step_ms", r->decode_step_ms[i].second}});
       }
+      j["runs"] = o.repeats;
       j["weight_gb"] = r->weight_gb;
       j["step_graphs"] = r->step_graphs;
       j["device_sampling"] = r->device_sampling;
       if (!o.json) {
-        std::printf("threads=%d  prefill(%d tok): %.1f tok/s", t, o.prompt_len, r->prefill_tokens_per_s);
-        for (auto& [b, tps] : r->decode_tokens_per_s) std::printf("  decode(batch %d): %.2f tok/s", b, tps);
-        std::printf("\n");
+        // Medians of the runs, with the lowest and highest.
+        std::printf("threads=%d  prefill(%d tok): %.1f tok/s [%.1f-%.1f]", t, o.prompt_len, r->prefill_tokens_per_s,
+                    r->prefill_tokens_per_s_runs.min, r->prefill_tokens_per_s_runs.max);
+        for (size_t i = 0; i < r->decode_tokens_per_s.size(); ++i) {
+          const tools::Spread& d = r->decode_tokens_per_s_runs[i];
+          std::printf("  decode(batch %d): %.2f tok/s [%.2f-%.2f]", r->decode_tokens_per_s[i].first, d.median, d.min,
+                      d.max);
+        }
+        std::printf("  (median of %d runs)\n", o.repeats);
       }
     } else {
       j["encoder_batch"] = mo.encoder_batch;
       j["encoder_seq_len"] = mo.encoder_seq_len;
       j["sequences_per_s"] = r->encoder_sequences_per_s;
+      j["sequences_per_s_range"] = {r->encoder_sequences_per_s_runs.min, r->encoder_sequences_per_s_runs.max};
+      j["runs"] = o.repeats;
       if (!o.json) {
-        std::printf("threads=%d  encoder(%dx%d): %.1f seq/s\n", t, mo.encoder_batch, mo.encoder_seq_len,
-                    r->encoder_sequences_per_s);
+        std::printf("threads=%d  encoder(%dx%d): %.1f seq/s [%.1f-%.1f] (median of %d runs)\n", t, mo.encoder_batch,
+                    mo.encoder_seq_len, r->encoder_sequences_per_s, r->encoder_sequences_per_s_runs.min,
+                    r->encoder_sequences_per_s_runs.max, o.repeats);
       }
     }
     all.push_back(j);
@@ -201,7 +222,9 @@ void RegisterBench(CLI::App& app, int& exit_code) {
   sub->add_option("--device", o->device, "cpu, cuda or cuda:N");
   sub->add_option("--activations", o->activations, "CUDA activation dtype: bf16, f16 or f32");
   sub->add_option("--kv-cache-dtype", o->kv_cache, "CUDA KV cache dtype: auto (the activations'), bf16, f16, f32 or fp8");
-  sub->add_option("--repeats", o->repeats, "Best of N");
+  sub->add_option("--repeats", o->repeats, "Timed runs of each measurement (median reported, with the range)");
+  sub->add_option("--encoder-batch", o->encoder_batch, "Encoders: sequences per batch");
+  sub->add_option("--encoder-seq-len", o->encoder_seq_len, "Encoders: tokens per sequence");
   sub->add_flag("--eager", o->eager, "Decode without step graphs (CUDA graphs), for comparison");
   sub->add_flag("--json", o->json, "JSON output");
   sub->callback([o, &exit_code] { exit_code = RunBenchModel(*o); });

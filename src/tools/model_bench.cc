@@ -50,24 +50,25 @@ Status BenchDecoder(const std::shared_ptr<engine::Engine>& model, const ModelBen
     return Status::Ok();
   };
 
-  // Prefill: one prompt of prompt_len tokens in one step (best of N; the first run warms).
+  // Prefill: one prompt of prompt_len tokens in one step (median of N; the first run warms).
   const std::vector<int32_t> prompt = RandomIds(o.prompt_len, vocab, 1);
-  double best = 1e30;
+  std::vector<double> prefill_rates;
   for (int rep = 0; rep < o.repeats + 1; ++rep) {
     core->Add(next_handle++, sched::FixedLengthGreedy("bench", prompt, 1));
     const auto t0 = Clock::now();
     FERRY_RETURN_IF_ERROR(step());
     const double s = Seconds(t0, Clock::now());
     if (!core->empty()) return Internal("the prefill did not finish in one step");
-    if (rep > 0) best = std::min(best, s);
+    if (rep > 0) prefill_rates.push_back(o.prompt_len / s);
   }
-  r.prefill_ms = best * 1e3;
-  r.prefill_tokens_per_s = o.prompt_len / best;
+  r.prefill_tokens_per_s_runs = SpreadOf(prefill_rates);
+  r.prefill_tokens_per_s = r.prefill_tokens_per_s_runs.median;
+  r.prefill_ms = 1e3 * o.prompt_len / r.prefill_tokens_per_s;
 
   // Decode: `batch` requests with decode_context prompt tokens, prefilled together in one
   // step, then decode_steps steps of one token each, timed.
   for (int batch : o.decode_batches) {
-    double best_step = 1e30;
+    std::vector<double> rates;
     for (int rep = 0; rep < o.repeats; ++rep) {
       for (int b = 0; b < batch; ++b) {
         core->Add(next_handle++,
@@ -79,11 +80,13 @@ Status BenchDecoder(const std::shared_ptr<engine::Engine>& model, const ModelBen
       }
       const auto t0 = Clock::now();
       for (int i = 0; i < o.decode_steps; ++i) FERRY_RETURN_IF_ERROR(step());
-      best_step = std::min(best_step, Seconds(t0, Clock::now()) / o.decode_steps);
+      rates.push_back(batch * o.decode_steps / Seconds(t0, Clock::now()));
       if (!core->empty()) return Internal("the decode requests did not finish");
     }
-    r.decode_step_ms.emplace_back(batch, best_step * 1e3);
-    r.decode_tokens_per_s.emplace_back(batch, batch / best_step);
+    const Spread spread = SpreadOf(rates);
+    r.decode_tokens_per_s_runs.push_back(spread);
+    r.decode_tokens_per_s.emplace_back(batch, spread.median);
+    r.decode_step_ms.emplace_back(batch, 1e3 * batch / spread.median);
   }
   r.step_graphs = model->backend().graph_count();
   return Status::Ok();
@@ -96,20 +99,34 @@ Status BenchEncoder(const std::shared_ptr<engine::Engine>& model, const ModelBen
     inputs[b].ids = RandomIds(o.encoder_seq_len, vocab, 500 + b);
     inputs[b].type_ids.assign(o.encoder_seq_len, 0);
   }
-  double best = 1e30;
+  std::vector<double> rates;
   for (int rep = 0; rep < o.repeats + 1; ++rep) {
     const auto t0 = Clock::now();
     FERRY_ASSIGN_OR_RETURN(Tensor emb, engine::Embed(*model, inputs, engine::Pooling::kCls, false));
-    if (rep > 0) best = std::min(best, Seconds(t0, Clock::now()));
+    if (rep > 0) rates.push_back(o.encoder_batch / Seconds(t0, Clock::now()));
   }
-  r.encoder_sequences_per_s = o.encoder_batch / best;
+  r.encoder_sequences_per_s_runs = SpreadOf(rates);
+  r.encoder_sequences_per_s = r.encoder_sequences_per_s_runs.median;
   return Status::Ok();
 }
 
 }  // namespace
 
+Spread SpreadOf(std::vector<double> values) {
+  Spread s;
+  if (values.empty()) return s;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  s.median = n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+  s.min = values.front();
+  s.max = values.back();
+  s.runs = static_cast<int>(n);
+  return s;
+}
+
 Result<ModelBenchResult> BenchModel(std::shared_ptr<engine::Engine> model, const ModelBenchOptions& options) {
-  if (options.prompt_len <= 0 || options.decode_steps <= 0 || options.decode_context <= 0 || options.repeats <= 0) {
+  if (options.prompt_len <= 0 || options.decode_steps <= 0 || options.decode_context <= 0 || options.repeats <= 0 ||
+      options.encoder_batch <= 0 || options.encoder_seq_len <= 0) {
     return InvalidArgument("benchmark lengths must be positive");
   }
   ModelBenchResult r;

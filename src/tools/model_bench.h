@@ -17,16 +17,26 @@ struct ModelBenchOptions {
   int decode_steps = 32;                 // decode steps timed per batch size
   int encoder_batch = 32;                // encoder: sequences per batch
   int encoder_seq_len = 128;             // encoder: tokens per sequence
-  int repeats = 3;                       // best of N for each measurement
+  int repeats = 3;                       // timed runs of each measurement (after one untimed warm run); median reported
   bool step_graphs = true;               // decode steps as recorded graphs where the backend has them
 };
 
+// The runs of one measurement: median, and the spread as the lowest and highest.
+struct Spread {
+  double median = 0, min = 0, max = 0;
+  int runs = 0;
+};
+Spread SpreadOf(std::vector<double> values);
+
 struct ModelBenchResult {
-  double prefill_tokens_per_s = 0;
+  double prefill_tokens_per_s = 0;  // medians, as every figure below
   double prefill_ms = 0;
+  Spread prefill_tokens_per_s_runs;
   std::vector<std::pair<int, double>> decode_tokens_per_s;  // (batch, tokens/s)
   std::vector<std::pair<int, double>> decode_step_ms;       // (batch, ms per step)
+  std::vector<Spread> decode_tokens_per_s_runs;             // per batch, as decode_tokens_per_s
   double encoder_sequences_per_s = 0;
+  Spread encoder_sequences_per_s_runs;
   double weight_gb = 0;
   int step_graphs = 0;          // recordings the decode runs made (0: eager)
   bool device_sampling = false;  // decode tokens picked on the device (only ids reach the host)

@@ -31,6 +31,38 @@ TEST(ModelBenchTest, MeasuresPrefillAndEveryDecodeBatch) {
   }
   EXPECT_FALSE(r->device_sampling);
   EXPECT_GT(r->weight_gb, 0);
+  // Medians of the timed runs, with their spread.
+  EXPECT_EQ(r->prefill_tokens_per_s_runs.runs, 2);
+  EXPECT_LE(r->prefill_tokens_per_s_runs.min, r->prefill_tokens_per_s);
+  EXPECT_GE(r->prefill_tokens_per_s_runs.max, r->prefill_tokens_per_s);
+  ASSERT_EQ(r->decode_tokens_per_s_runs.size(), 2u);
+  EXPECT_EQ(r->decode_tokens_per_s_runs[1].median, r->decode_tokens_per_s[1].second);
+}
+
+TEST(ModelBenchTest, EncodersTakeTheirBatchAndSequenceLength) {
+  auto e = engine::Engine::Load(testing::FixturePath("models/bert-tiny"));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  ModelBenchOptions o;
+  o.encoder_batch = 3;
+  o.encoder_seq_len = 20;
+  o.repeats = 3;
+  auto r = BenchModel(*e, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->encoder_sequences_per_s_runs.runs, 3);
+  EXPECT_GT(r->encoder_sequences_per_s, 0);
+  EXPECT_LE(r->encoder_sequences_per_s_runs.min, r->encoder_sequences_per_s);
+  o.encoder_seq_len = 0;
+  EXPECT_FALSE(BenchModel(*e, o).ok());
+}
+
+TEST(ModelBenchTest, SpreadIsMedianAndRange) {
+  const Spread odd = SpreadOf({5, 1, 3});
+  EXPECT_EQ(odd.median, 3);
+  EXPECT_EQ(odd.min, 1);
+  EXPECT_EQ(odd.max, 5);
+  EXPECT_EQ(odd.runs, 3);
+  EXPECT_EQ(SpreadOf({4, 1, 2, 3}).median, 2.5);
+  EXPECT_EQ(SpreadOf({}).runs, 0);
 }
 
 TEST(ModelBenchTest, RefusesEmptyShapes) {
