@@ -61,6 +61,7 @@ struct BenchModelOptions {
   std::string activations = "bf16";
   std::string kv_cache = "auto";
   bool eager = false;
+  bool map_weights = false;
 };
 
 int RunBenchModel(const BenchModelOptions& o) {
@@ -68,6 +69,7 @@ int RunBenchModel(const BenchModelOptions& o) {
   auto device = ParseDevice(o.device);
   if (!device.ok()) return Fail(device.status());
   eo.device = *device;
+  eo.map_weights = o.map_weights;
   auto act = ParseDType(o.activations);
   if (!act.ok()) return Fail(act.status());
   eo.cuda_activations = act.value();
@@ -226,6 +228,7 @@ void RegisterBench(CLI::App& app, int& exit_code) {
   sub->add_option("--encoder-batch", o->encoder_batch, "Encoders: sequences per batch");
   sub->add_option("--encoder-seq-len", o->encoder_seq_len, "Encoders: tokens per sequence");
   sub->add_flag("--eager", o->eager, "Decode without step graphs (CUDA graphs), for comparison");
+  sub->add_flag("--map-weights", o->map_weights, "CPU engine files: weights from the file's mapping, not a huge-page copy");
   sub->add_flag("--json", o->json, "JSON output");
   sub->callback([o, &exit_code] { exit_code = RunBenchModel(*o); });
   auto so = std::make_shared<BenchStructuredOptions>();

@@ -117,7 +117,8 @@ Result<std::shared_ptr<Engine>> Engine::LoadEngineFile(const std::string& path, 
   SetComputeThreads(options.threads);
   // Open validates the manifest and every blob's place in the file; blobs' checksums are
   // checked below as each is adopted (options.verify).
-  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<io::EngineFile> file, io::EngineFile::Open(path));
+  const FileLoad how = options.device.is_cpu() && !options.map_weights ? FileLoad::kHugePageCopy : FileLoad::kMap;
+  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<io::EngineFile> file, io::EngineFile::Open(path, how));
   const std::string where = "engine file '" + path + "'";
   const io::EngineFingerprint& fingerprint = file->fingerprint();
   FERRY_RETURN_IF_ERROR(CheckEngineDevice(fingerprint, options.device).WithContext(where));

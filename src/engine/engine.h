@@ -21,6 +21,9 @@ namespace ferry::engine {
 struct EngineOptions {
   int threads = 0;      // compute threads; 0 = all cores
   bool verify = true;   // engine files: check every blob's CRC-32C while loading
+  // CPU engine files: use the weights from a mapping of the file (shared page cache, 4-KiB
+  // pages) instead of a copy in huge-page memory (the default: faster steps, see FileLoad).
+  bool map_weights = false;
   DeviceSpec device = DeviceSpec::Cpu();  // or a GPU
   DType cuda_activations = DType::kBF16;  // CUDA: activation dtype (bf16, f16, f32); engine files set their own
   std::optional<DType> cuda_kv_cache = std::nullopt;  // CUDA: KV-cache dtype (bf16, f16, f32, f8e4m3); unset: the activations'

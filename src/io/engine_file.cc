@@ -131,8 +131,8 @@ bool EngineFile::LooksLikeEngine(const std::string& path) {
   return ok;
 }
 
-Result<std::shared_ptr<EngineFile>> EngineFile::Open(const std::string& path) {
-  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> file, MappedFile::Open(path));
+Result<std::shared_ptr<EngineFile>> EngineFile::Open(const std::string& path, FileLoad how) {
+  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> file, MappedFile::Open(path, how));
   const std::string where = "engine file '" + path + "'";
   if (file->size() < kEngineHeaderBytes) {
     return DataLoss(where + " is truncated (" + std::to_string(file->size()) + " bytes, shorter than its header)");

@@ -62,7 +62,7 @@ class EngineFile {
   // the manifest's checksum, and everything in the manifest that does not need the blobs'
   // bytes: its fields (EngineManifest::Parse) and that every blob lies in the data section
   // (CheckExtents). Blobs' checksums are checked by Blob()/BlobBytes()/VerifyAll.
-  static Result<std::shared_ptr<EngineFile>> Open(const std::string& path);
+  static Result<std::shared_ptr<EngineFile>> Open(const std::string& path, FileLoad how = FileLoad::kMap);
   // True when the file starts with the engine magic (cheap; for "directory or engine?").
   static bool LooksLikeEngine(const std::string& path);
 

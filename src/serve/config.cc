@@ -230,12 +230,13 @@ const std::vector<std::string_view>& ModelOptionKeys() {
   static const std::vector<std::string_view> keys = {
       "threads",     "device",  "activations", "kv_cache_dtype", "enforce_eager",  "batching",
       "dynamic_batching", "warmup", "long_inputs", "pooling", "normalize", "chat_template",
-      "tool_call_parser", "gpu_memory_utilization"};
+      "tool_call_parser", "gpu_memory_utilization", "map_weights"};
   return keys;
 }
 
 Status ParseModelOptions(const MapReader& m, ModelConfig& out) {
   FERRY_RETURN_IF_ERROR(m.Int("threads", out.threads));
+  FERRY_RETURN_IF_ERROR(m.Bool("map_weights", out.map_weights));
   if (m.Find("device") != nullptr) {
     std::string device;
     FERRY_RETURN_IF_ERROR(m.String("device", device));

@@ -83,6 +83,7 @@ struct ModelConfig {
   DType activations = DType::kBF16;    // GPU: activation dtype of a checkpoint (engine files carry theirs)
   std::optional<DType> kv_cache_dtype = std::nullopt;  // GPU: KV cache dtype (unset: the activations'); fp8 halves it
   bool enforce_eager = false;           // GPU: no CUDA graphs for decode steps
+  bool map_weights = false;             // CPU engine files: weights from the file's mapping, not a huge-page copy
   sched::ContinuousBatchingOptions batching;
   sched::DynamicBatchingOptions dynamic_batching;
   bool warmup = true;

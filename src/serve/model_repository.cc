@@ -112,6 +112,7 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Create(const ModelConfig& conf
   sched::PreloadOptions po;
   po.engine.threads = config.threads;
   po.engine.device = config.device;
+  po.engine.map_weights = config.map_weights;
   po.engine.cuda_activations = config.activations;
   po.engine.cuda_kv_cache = config.kv_cache_dtype;
   po.core.batching = config.batching;

@@ -229,5 +229,32 @@ TEST(MappedFileTest, MapsAndReportsErrors) {
   EXPECT_FALSE(MappedFile::Open("/tmp").ok());
 }
 
+// The huge-page copy holds the same bytes as the mapping, for a file of many 16-MiB read
+// pieces with a ragged end, and for an empty file; it starts on a 2-MiB boundary.
+TEST(MappedFileTest, HugePageCopyEqualsTheMapping) {
+  const std::string path = "/tmp/ferry_core_test_copy_" + std::to_string(getpid());
+  std::string bytes((size_t{40} << 20) + 12345, '\0');
+  uint64_t x = 88172645463325252ull;
+  for (char& c : bytes) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    c = static_cast<char>(x);
+  }
+  ASSERT_TRUE(WriteStringToFile(path, bytes).ok());
+  auto mapped = MappedFile::Open(path, FileLoad::kMap);
+  auto copied = MappedFile::Open(path, FileLoad::kHugePageCopy);
+  ASSERT_TRUE(mapped.ok() && copied.ok());
+  EXPECT_EQ((*copied)->size(), bytes.size());
+  EXPECT_TRUE((*copied)->view() == (*mapped)->view());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>((*copied)->data()) % (uintptr_t{2} << 20), 0u);
+  ASSERT_TRUE(WriteStringToFile(path, "").ok());
+  auto empty = MappedFile::Open(path, FileLoad::kHugePageCopy);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ((*empty)->size(), 0u);
+  std::remove(path.c_str());
+  EXPECT_EQ(MappedFile::Open("/nonexistent/x", FileLoad::kHugePageCopy).status().code(), StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace ferry
