@@ -57,13 +57,13 @@ Status GeluTanhMul(const Tensor& gate_up, Tensor& out) {
   }
   const int64_t inter = gm.cols / 2;
   FERRY_ASSIGN_OR_RETURN(const RowMajor om, CheckRows("GeluTanhMul: out", out, gm.rows, inter));
-  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  // 0.5 x (1 + tanh(z)), z = sqrt(2/pi) (x + 0.044715 x^3), written as x / (1 + e^-2z): the
+  // same value without the cancellation of 1 + tanh(z) in the negative tail.
   auto gelu_tanh = [](__m256 x) {
     const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
-    const __m256 inner = _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f),
-                                       _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x));
-    const __m256 t = ferry::kernels::cpu::Tanh(inner);
-    return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), _mm256_add_ps(_mm256_set1_ps(1.0f), t));
+    const __m256 z2 = _mm256_mul_ps(_mm256_set1_ps(-2.0f * 0.7978845608028654f),
+                                    _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x));
+    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), Exp(z2)));
   };
   ParallelRows(gm.rows, inter * 12, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {

@@ -44,9 +44,10 @@ struct SoftCapOp {
   __device__ float operator()(float x, float) const { return cap * tanhf(x / cap); }
 };
 
-// transformers' gelu_pytorch_tanh.
+// transformers' gelu_pytorch_tanh, 0.5 x (1 + tanh(z)), as x / (1 + e^-2z) (no cancellation
+// in the negative tail).
 __device__ __forceinline__ float GeluTanh(float x) {
-  return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+  return x / (1.0f + expf(-2.0f * 0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
 // x[i] = op(x[i], y[i]) over n elements: V-wide vectors, then the n % V tail.
