@@ -40,7 +40,8 @@ void MakeRepo(const fs::path& cache) {
   fs::create_symlink("../../blobs/bbb", repo / "snapshots" / kOld / "config.json");
   WriteFile(repo / "refs" / "main", kMain);  // no newline, as the Hub client writes it
   WriteFile(repo / "refs" / "v1", std::string(kOld) + "\n");
-  WriteFile(repo / "refs" / "pr" / "3", kOld);
+  // huggingface_hub keeps revision "refs/pr/3" at refs/refs/pr/3 (refs/ + the revision).
+  WriteFile(repo / "refs" / "refs" / "pr" / "3", kOld);
 }
 
 // Sets an environment variable for the test's lifetime.
