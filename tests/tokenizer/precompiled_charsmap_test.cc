@@ -5,8 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ferry::tokenizer {
 namespace {
@@ -92,6 +98,26 @@ TEST(PrecompiledCharsmapTest, GraphemeClusters) {
   // Hangul jamo L V T form one syllable.
   EXPECT_EQ(clusters("\u1100\u1161\u11A8a"), (std::vector<std::string>{"\u1100\u1161\u11A8", "a"}));
   EXPECT_TRUE(clusters("").empty());
+}
+
+
+// A real SentencePiece charsmap (nmt_nfkc), as converted XLM-R tokenizer.json files carry
+// one, against Hugging Face tokenizers' ids for every case.
+TEST(PrecompiledCharsmapTest, FixtureTokenizerMatchesTransformers) {
+  const std::string dir = testing::SourcePath("tests/fixtures/architectures/xlmr-precompiled");
+  if (!std::filesystem::exists(dir + "/tokenizer_cases.json")) {
+    GTEST_SKIP() << dir << " is not there yet (tools/fixtures/architectures.py, with sentencepiece installed)";
+  }
+  auto tok = LoadTokenizer(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  std::ifstream in(dir + "/tokenizer_cases.json");
+  const nlohmann::json cases = nlohmann::json::parse(in);
+  for (const nlohmann::json& c : cases) {
+    const std::string text = c["text"].get<std::string>();
+    auto ids = (*tok)->Encode(text);
+    ASSERT_TRUE(ids.ok()) << ids.status().ToString();
+    EXPECT_EQ(*ids, c["ids"].get<std::vector<int32_t>>()) << "text: '" << text << "'";
+  }
 }
 
 }  // namespace
