@@ -107,7 +107,8 @@ Result<std::map<std::string, std::string>> EmbeddedFiles(const io::EngineFile& f
 
 }  // namespace
 
-Result<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizerFor(const std::string& path) {
+Result<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizerFor(const std::string& spec) {
+  FERRY_ASSIGN_OR_RETURN(const std::string path, io::ResolveModelPath(spec));
   std::error_code ec;
   if (fs::is_regular_file(path, ec) && io::EngineFile::LooksLikeEngine(path)) {
     FERRY_ASSIGN_OR_RETURN(std::shared_ptr<io::EngineFile> file, io::EngineFile::Open(path));
