@@ -321,13 +321,16 @@ Status FinishLongRope(const Fields& f, ModelConfig* c) {
                            " entries, got " + std::to_string(r.short_factor.size()) + " and " +
                            std::to_string(r.long_factor.size()));
   }
-  if (r.original_max_position <= 0) {
-    FERRY_ASSIGN_OR_RETURN(r.original_max_position, f.Int("original_max_position_embeddings", 0));
-  }
+  FERRY_ASSIGN_OR_RETURN(const int top_original, f.Int("original_max_position_embeddings", 0));
+  if (r.original_max_position <= 0) r.original_max_position = top_original;
   if (r.original_max_position <= 0) {
     return InvalidArgument("longrope needs 'original_max_position_embeddings'");
   }
-  if (!(r.factor > 0.0f)) {
+  // As transformers: a config with a top-level original_max_position_embeddings (Phi-3) takes
+  // the ratio of the context lengths as the factor, whatever rope_scaling says.
+  if (top_original > 0) {
+    r.factor = static_cast<float>(c->max_position_embeddings) / static_cast<float>(top_original);
+  } else if (!(r.factor > 0.0f)) {
     r.factor = static_cast<float>(c->max_position_embeddings) / static_cast<float>(r.original_max_position);
   }
   if (!(r.attention_factor > 0.0f)) {
