@@ -45,7 +45,8 @@ int RunMakeCheckpoint(const MakeCheckpointOptions& o) {
     }
     return out;
   };
-  if (!o.arch.empty() && squash(o.preset).rfind(squash(o.arch), 0) != 0) {
+  const std::string arch = o.arch == "xlm-roberta" ? "xlmr" : o.arch;
+  if (!arch.empty() && squash(o.preset).rfind(squash(arch), 0) != 0) {
     return Fail(InvalidArgument("preset '" + o.preset + "' is not a '" + o.arch + "' model"));
   }
   Status st = tools::MakeCheckpoint(spec, o.out);
@@ -182,7 +183,7 @@ int RunBenchStructured(const BenchStructuredOptions& o) {
 void RegisterMakeCheckpoint(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<MakeCheckpointOptions>();
   CLI::App* sub = app.add_subcommand("make-checkpoint", "Write a random-weight checkpoint of a real model's shape");
-  sub->add_option("--arch", o->arch, "llama, mistral, qwen2, qwen3, gemma2, phi3 or bert (checked against the preset)");
+  sub->add_option("--arch", o->arch, "llama, mistral, qwen2, qwen3, gemma2, phi3, bert or xlm-roberta (checked against the preset)");
   std::string presets;
   for (const std::string& p : tools::CheckpointPresets()) presets += (presets.empty() ? "" : ", ") + p;
   sub->add_option("--preset", o->preset, "One of: " + presets)->required();

@@ -58,6 +58,8 @@ const std::map<std::string, Preset>& Presets() {
       {"phi3-test", With({"phi3", 512, 64, 160, 2, 4, 2, 256, 10000.0, false}, 0, 0, 32)},
       {"mistral-swa-test", With({"mistral", 512, 64, 160, 2, 4, 2, 256, 10000.0, false}, 0, 8)},
       {"bert-test", {"bert", 512, 64, 128, 2, 4, 4, 128}},
+      // XLM-RoBERTa (a bge-reranker-style classifier): max_pos counts usable tokens.
+      {"xlmr-test", {"xlm-roberta", 512, 64, 128, 2, 4, 4, 128, 10000.0, false, false, 8.0, 1}},
       // BERT's WordPiece vocabulary (bert-base-uncased's size) on a small body: text tests.
       {"bert-test-vocab", {"bert", 30522, 64, 128, 2, 4, 4, 512}},
   };
@@ -163,14 +165,17 @@ std::vector<std::string> Labels(const std::string& head, int num_labels) {
 std::vector<TensorSpec> EncoderTensors(const Preset& p, const std::string& head, int labels) {
   std::vector<TensorSpec> t;
   const float w = 0.02f;
-  const std::string e = "bert.embeddings.";
+  const bool roberta = p.arch == "xlm-roberta";
+  const std::string root = roberta ? "roberta." : "bert.";
+  const std::string e = root + "embeddings.";
   t.push_back({e + "word_embeddings.weight", {p.vocab, p.hidden}, w, 0});
-  t.push_back({e + "position_embeddings.weight", {p.max_pos, p.hidden}, w, 0});
+  // RoBERTa's table has padding_idx + 1 = 2 rows below the first real position.
+  t.push_back({e + "position_embeddings.weight", {p.max_pos + (roberta ? 2 : 0), p.hidden}, w, 0});
   t.push_back({e + "token_type_embeddings.weight", {p.type_vocab, p.hidden}, w, 0});
   t.push_back({e + "LayerNorm.weight", {p.hidden}, 0.0f, 1.0f});
   t.push_back({e + "LayerNorm.bias", {p.hidden}, 0.0f, 0.0f});
   for (int l = 0; l < p.layers; ++l) {
-    const std::string pre = "bert.encoder.layer." + std::to_string(l) + ".";
+    const std::string pre = root + "encoder.layer." + std::to_string(l) + ".";
     for (const char* n : {"query", "key", "value"}) {
       t.push_back({pre + "attention.self." + n + ".weight", {p.hidden, p.hidden}, w, 0});
       t.push_back({pre + "attention.self." + n + ".bias", {p.hidden}, w, 0});
@@ -185,6 +190,14 @@ std::vector<TensorSpec> EncoderTensors(const Preset& p, const std::string& head,
     t.push_back({pre + "output.dense.bias", {p.hidden}, w, 0});
     t.push_back({pre + "output.LayerNorm.weight", {p.hidden}, 0.0f, 1.0f});
     t.push_back({pre + "output.LayerNorm.bias", {p.hidden}, 0.0f, 0.0f});
+  }
+  if (roberta) {
+    // RobertaClassificationHead (sequence head only).
+    t.push_back({"classifier.dense.weight", {p.hidden, p.hidden}, w, 0});
+    t.push_back({"classifier.dense.bias", {p.hidden}, w, 0});
+    t.push_back({"classifier.out_proj.weight", {labels, p.hidden}, w, 0});
+    t.push_back({"classifier.out_proj.bias", {labels}, w, 0});
+    return t;
   }
   if (head != "token") {
     t.push_back({"bert.pooler.dense.weight", {p.hidden, p.hidden}, w, 0});
@@ -215,14 +228,20 @@ nlohmann::json ConfigJson(const Preset& p, DType dtype, const std::string& head,
   c["num_attention_heads"] = p.heads;
   c["max_position_embeddings"] = p.max_pos;
   c["torch_dtype"] = TorchDtypeName(dtype);
-  if (p.arch == "bert") {
-    c["architectures"] = {head == "token"  ? "BertForTokenClassification"
-                          : head == "none" ? "BertModel"
-                                           : "BertForSequenceClassification"};
+  if (p.arch == "bert" || p.arch == "xlm-roberta") {
+    c["architectures"] = {p.arch == "xlm-roberta" ? "XLMRobertaForSequenceClassification"
+                          : head == "token"       ? "BertForTokenClassification"
+                          : head == "none"        ? "BertModel"
+                                                  : "BertForSequenceClassification"};
     c["hidden_act"] = "gelu";
     c["type_vocab_size"] = p.type_vocab;
-    c["layer_norm_eps"] = 1e-12;
-    c["pad_token_id"] = 0;
+    c["layer_norm_eps"] = p.arch == "xlm-roberta" ? 1e-5 : 1e-12;
+    c["pad_token_id"] = p.arch == "xlm-roberta" ? 1 : 0;
+    if (p.arch == "xlm-roberta") {
+      c["max_position_embeddings"] = p.max_pos + 2;
+      c["bos_token_id"] = 0;
+      c["eos_token_id"] = 2;
+    }
     if (head != "none") {
       nlohmann::json id2label, label2id;
       for (size_t i = 0; i < labels.size(); ++i) {
@@ -332,8 +351,9 @@ Status MakeCheckpoint(const CheckpointSpec& spec, const std::string& dir) {
     if (copied == 0) return NotFound("no tokenizer files in '" + spec.tokenizer_dir + "'");
   }
 
+  const bool encoder = p.arch == "bert" || p.arch == "xlm-roberta";
   const std::vector<TensorSpec> specs =
-      p.arch == "bert" ? EncoderTensors(p, spec.head, static_cast<int>(labels.size())) : DecoderTensors(p);
+      encoder ? EncoderTensors(p, spec.head, static_cast<int>(labels.size())) : DecoderTensors(p);
   // Group tensors into shards of about spec.shard_bytes.
   std::vector<std::vector<const TensorSpec*>> shards(1);
   double bytes = 0;

@@ -153,5 +153,45 @@ TEST_F(CheckpointMakerTest, NewDecoderArchitecturesLoadAndKeepTheCacheInvariants
   }
 }
 
+
+// XLM-RoBERTa's layout (roberta. prefix, a position table two rows longer than the usable
+// length, the classifier.dense / out_proj head): it loads, takes exactly 128 tokens, a batch
+// gives each input's logits, and an engine file gives the checkpoint's.
+TEST_F(CheckpointMakerTest, XlmRobertaClassifierLoadsAndClassifies) {
+  CheckpointSpec spec;
+  spec.preset = "xlmr-test";
+  spec.dtype = DType::kF32;
+  ASSERT_TRUE(MakeCheckpoint(spec, dir_.string()).ok());
+  auto e = engine::Engine::Load(dir_.string());
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ((*e)->config().position_offset, 2);
+  EXPECT_EQ((*e)->config().max_position_embeddings, 128);
+  std::vector<engine::EncodedInput> inputs(3);
+  for (int i = 0; i < 128; ++i) inputs[0].ids.push_back(i == 0 ? 0 : i == 127 ? 2 : 5 + (i * 13) % 500);
+  inputs[1].ids = {0, 17, 99, 2};
+  inputs[2].ids = {0, 3, 2};
+  for (auto& in : inputs) in.type_ids.assign(in.ids.size(), 0);
+  auto batch = engine::Classify(**e, inputs);
+  ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    auto alone = engine::Classify(**e, {inputs[i]});
+    ASSERT_TRUE(alone.ok());
+    for (int l = 0; l < 2; ++l) EXPECT_NEAR(batch->data<float>()[i * 2 + l], alone->data<float>()[l], 1e-5) << i;
+  }
+  engine::EncodedInput too_long = inputs[0];
+  too_long.ids.push_back(2);
+  too_long.type_ids.push_back(0);
+  EXPECT_FALSE(engine::Classify(**e, {too_long}).ok());
+  const std::string path = (dir_ / "xlmr.ferry").string();
+  engine::BuildOptions bo;
+  bo.tune = false;
+  ASSERT_TRUE(engine::BuildEngine(dir_.string(), path, bo).ok());
+  auto built = engine::Engine::Load(path);
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  auto again = engine::Classify(**built, inputs);
+  ASSERT_TRUE(again.ok());
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(again->data<float>()[i], batch->data<float>()[i]);
+}
+
 }  // namespace
 }  // namespace ferry::tools
