@@ -6,6 +6,15 @@
 
 namespace ferry::backend {
 
+// The ops only some architectures need: a backend without them says so instead of running
+// a model wrongly.
+Status Backend::GeluTanhMul(const Tensor&, Tensor&) { return Unimplemented(Name() + " backend has no GeluTanhMul"); }
+Status Backend::Scale(Tensor&, float) { return Unimplemented(Name() + " backend has no Scale"); }
+Status Backend::SoftCap(Tensor&, float) { return Unimplemented(Name() + " backend has no SoftCap"); }
+Status Backend::HeadRmsNorm(Tensor&, int64_t, int, int, const Tensor&, float) {
+  return Unimplemented(Name() + " backend has no HeadRmsNorm");
+}
+
 Status Backend::CopyColumns(const Tensor& src, int64_t col_begin, Tensor& dst) {
   if (src.rank() != 2 || dst.rank() != 2 || src.dim(0) != dst.dim(0) || src.dtype() != dst.dtype() ||
       col_begin < 0 || col_begin + dst.dim(1) > src.dim(1)) {

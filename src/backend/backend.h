@@ -57,6 +57,9 @@ struct LinearWeight {
 struct RopeTable {
   int head_dim = 0;
   std::vector<float> inv_freq;
+  // longrope: inv_freq holds head_dim entries, the short set then the long set, and positions
+  // flagged with kernels::kRopeLongPosition take the long one.
+  bool long_factors = false;
 };
 
 // One layer of a paged KV cache. k and v are [num_blocks, num_kv_heads, block_tokens,
@@ -163,6 +166,16 @@ class Backend {
   virtual Status Gelu(Tensor& x) = 0;
   // In place, tanh.
   virtual Status Tanh(Tensor& x) = 0;
+  // out[M, I] = gelu_tanh(gate_up[:, :I]) * gate_up[:, I:] (GeGLU, tanh-approximated GELU).
+  virtual Status GeluTanhMul(const Tensor& gate_up, Tensor& out);
+  // In place x *= s.
+  virtual Status Scale(Tensor& x, float s);
+  // In place x = cap * tanh(x / cap).
+  virtual Status SoftCap(Tensor& x, float cap);
+  // In place RMSNorm of each head_dim-wide head in columns [col_begin, col_begin + heads *
+  // head_dim) of every row of x (a fused QKV projection), every head scaled by gamma
+  // [head_dim] f32 (Qwen3's q_norm / k_norm).
+  virtual Status HeadRmsNorm(Tensor& x, int64_t col_begin, int heads, int head_dim, const Tensor& gamma, float eps);
   // x += y (same shape).
   virtual Status Add(Tensor& x, const Tensor& y) = 0;
 
@@ -251,11 +264,14 @@ std::unique_ptr<Backend> MakeCpuBackend();
 
 // Scaled inverse frequencies for RoPE (default, linear, llama3), as transformers computes them.
 struct RopeScalingParams {
-  enum class Type { kNone, kLinear, kLlama3 } type = Type::kNone;
+  enum class Type { kNone, kLinear, kLlama3, kLongRope } type = Type::kNone;
   float factor = 1.0f;
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;
   int original_max_position = 8192;
+  std::vector<float> short_factor;  // longrope, head_dim / 2 each
+  std::vector<float> long_factor;
+  float attention_factor = 1.0f;    // longrope: applied by the model (as a score scale)
 };
 RopeTable MakeRopeTable(int head_dim, float theta, const RopeScalingParams& scaling);
 

@@ -121,7 +121,7 @@ Status CpuBackend::LayerNorm(const Tensor& x, const Tensor& delta, const Tensor&
 
 Status CpuBackend::Rope(Tensor& q, Tensor& k, int num_heads, int num_kv_heads, const Tensor& positions,
                         const RopeTable& table) {
-  if (table.head_dim != 2 * static_cast<int>(table.inv_freq.size())) {
+  if (table.head_dim != (table.long_factors ? 1 : 2) * static_cast<int>(table.inv_freq.size())) {
     return InvalidArgument("Rope: table head_dim " + std::to_string(table.head_dim) + " does not match its " +
                            std::to_string(table.inv_freq.size()) + " frequencies");
   }
@@ -130,12 +130,19 @@ Status CpuBackend::Rope(Tensor& q, Tensor& k, int num_heads, int num_kv_heads, c
                            std::to_string(table.head_dim) + "] for the table's head_dim");
   }
   FERRY_ASSIGN_OR_RETURN(const int32_t* pos, HostIds(positions, q.dim(0), "Rope", "positions"));
-  return cpu::Rope(q, k, num_heads, num_kv_heads, pos, table.inv_freq);
+  return cpu::Rope(q, k, num_heads, num_kv_heads, pos, table.inv_freq, table.long_factors);
 }
 
 Status CpuBackend::SiluMul(const Tensor& gate_up, Tensor& out) { return cpu::SiluMul(gate_up, out); }
 Status CpuBackend::Gelu(Tensor& x) { return cpu::Gelu(x); }
 Status CpuBackend::Tanh(Tensor& x) { return cpu::Tanh(x); }
+Status CpuBackend::GeluTanhMul(const Tensor& gate_up, Tensor& out) { return cpu::GeluTanhMul(gate_up, out); }
+Status CpuBackend::Scale(Tensor& x, float s) { return cpu::Scale(x, s); }
+Status CpuBackend::SoftCap(Tensor& x, float cap) { return cpu::SoftCap(x, cap); }
+Status CpuBackend::HeadRmsNorm(Tensor& x, int64_t col_begin, int heads, int head_dim, const Tensor& gamma,
+                               float eps) {
+  return cpu::HeadRmsNorm(x, col_begin, heads, head_dim, gamma, eps);
+}
 Status CpuBackend::Add(Tensor& x, const Tensor& y) { return cpu::Add(x, y); }
 
 Status CpuBackend::WriteKv(const Tensor& k, const Tensor& v, const Tensor& slots, KvLayer& layer) {

@@ -60,6 +60,11 @@ class CpuBackend final : public Backend {
   Status SiluMul(const Tensor& gate_up, Tensor& out) override;
   Status Gelu(Tensor& x) override;
   Status Tanh(Tensor& x) override;
+  Status GeluTanhMul(const Tensor& gate_up, Tensor& out) override;
+  Status Scale(Tensor& x, float s) override;
+  Status SoftCap(Tensor& x, float cap) override;
+  Status HeadRmsNorm(Tensor& x, int64_t col_begin, int heads, int head_dim, const Tensor& gamma,
+                     float eps) override;
   Status Add(Tensor& x, const Tensor& y) override;
 
   Status WriteKv(const Tensor& k, const Tensor& v, const Tensor& slots, KvLayer& layer) override;

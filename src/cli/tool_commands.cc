@@ -37,7 +37,16 @@ int RunMakeCheckpoint(const MakeCheckpointOptions& o) {
   spec.num_labels = o.labels;
   spec.tokenizer_dir = o.tokenizer;
   // --arch is accepted for readability; the preset decides the architecture.
-  if (!o.arch.empty() && o.preset.rfind(o.arch, 0) != 0 && !(o.arch == "bert" && o.preset.rfind("bert", 0) == 0)) {
+  // Compared without '-' and '.', so that gemma2 names gemma-2-2b and phi3 phi-3.5-mini.
+  auto squash = [](const std::string& s) {
+    std::string out;
+    for (char c : s) {
+      if (c != '-' && c != '.') out += c;
+    }
+    return out;
+  };
+  const std::string arch = o.arch == "xlm-roberta" ? "xlmr" : o.arch;
+  if (!arch.empty() && squash(o.preset).rfind(squash(arch), 0) != 0) {
     return Fail(InvalidArgument("preset '" + o.preset + "' is not a '" + o.arch + "' model"));
   }
   Status st = tools::MakeCheckpoint(spec, o.out);
@@ -197,7 +206,7 @@ int RunBenchStructured(const BenchStructuredOptions& o) {
 void RegisterMakeCheckpoint(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<MakeCheckpointOptions>();
   CLI::App* sub = app.add_subcommand("make-checkpoint", "Write a random-weight checkpoint of a real model's shape");
-  sub->add_option("--arch", o->arch, "llama, mistral, qwen2 or bert (checked against the preset)");
+  sub->add_option("--arch", o->arch, "llama, mistral, qwen2, qwen3, gemma2, phi3, bert or xlm-roberta (checked against the preset)");
   std::string presets;
   for (const std::string& p : tools::CheckpointPresets()) presets += (presets.empty() ? "" : ", ") + p;
   sub->add_option("--preset", o->preset, "One of: " + presets)->required();

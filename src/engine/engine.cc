@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+
 #include <filesystem>
 
 #include "backend/cuda_backend.h"
@@ -7,6 +8,7 @@
 #include "core/thread_pool.h"
 #include "engine/engine_fingerprint.h"
 #include "io/engine_file.h"
+#include "io/hf_cache.h"
 #include "io/safetensors.h"
 
 namespace ferry::engine {
@@ -27,7 +29,9 @@ Result<std::unique_ptr<backend::Backend>> MakeBackend(const EngineOptions& optio
   return backend::MakeCudaBackend(co);
 }
 
-Result<std::shared_ptr<Engine>> Engine::Load(const std::string& path, const EngineOptions& options) {
+Result<std::shared_ptr<Engine>> Engine::Load(const std::string& spec, const EngineOptions& options) {
+  // A Hub id (ORG/REPO[@REVISION]) that is not a local path loads from the Hugging Face cache.
+  FERRY_ASSIGN_OR_RETURN(const std::string path, io::ResolveModelPath(spec));
   std::error_code ec;
   if (!fs::exists(path, ec)) return NotFound("model path '" + path + "' does not exist");
   if (fs::is_regular_file(path, ec) && io::EngineFile::LooksLikeEngine(path)) return LoadEngineFile(path, options);
@@ -103,7 +107,8 @@ Result<std::map<std::string, std::string>> EmbeddedFiles(const io::EngineFile& f
 
 }  // namespace
 
-Result<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizerFor(const std::string& path) {
+Result<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizerFor(const std::string& spec) {
+  FERRY_ASSIGN_OR_RETURN(const std::string path, io::ResolveModelPath(spec));
   std::error_code ec;
   if (fs::is_regular_file(path, ec) && io::EngineFile::LooksLikeEngine(path)) {
     FERRY_ASSIGN_OR_RETURN(std::shared_ptr<io::EngineFile> file, io::EngineFile::Open(path));

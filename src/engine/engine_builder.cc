@@ -1,5 +1,6 @@
 #include "engine/engine_builder.h"
 
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "engine/kv_cache.h"
 #include "engine/step_executor.h"
 #include "io/engine_file.h"
+#include "io/hf_cache.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
 #include "tokenizer/tokenizer.h"
@@ -242,8 +244,10 @@ Result<nlohmann::json> TuneLinears(backend::Backend& be, const std::map<std::str
 }  // namespace
 
 
-Result<BuildReport> BuildEngine(const std::string& model_dir, const std::string& output_path, const BuildOptions& o) {
+Result<BuildReport> BuildEngine(const std::string& model_spec, const std::string& output_path, const BuildOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
+  // A Hub id builds from its snapshot in the Hugging Face cache.
+  FERRY_ASSIGN_OR_RETURN(const std::string model_dir, io::ResolveModelPath(model_spec));
   FERRY_ASSIGN_OR_RETURN(const PrecisionPlan plan, PlanPrecision(o.precision, o.device));
   // The backend and its fingerprint first: a GPU build fails here, before any work, when
   // there is no GPU. A GPU engine's weights are laid out (and tuned) by the CUDA backend

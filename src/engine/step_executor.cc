@@ -100,6 +100,7 @@ Status StepExecutor::Run(const std::vector<SeqStep>& steps, Tensor& logits, int6
   // The backend uploads the step's inputs (into the recording's own buffers once the bucket
   // is recorded); the body is the model's device work on them, which a replay does not rerun.
   FERRY_RETURN_IF_ERROR(model_.CheckBatch(b, cache_.layers()));
+  model::MarkLongRopePositions(model_.config(), b);
   const backend::GraphKey key{graph_owner_, bucket, graph_options_.plan_context};
   FERRY_ASSIGN_OR_RETURN(logits, model_.backend().RunGraph(key, b.inputs(cache_.config().block_tokens),
                                                            [this](const backend::StepTensors& in) {

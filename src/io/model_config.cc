@@ -16,7 +16,7 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr const char* kSupported = "llama, mistral, qwen2, bert";
+constexpr const char* kSupported = "llama, mistral, qwen2, qwen3, gemma2, phi3, bert, roberta, xlm-roberta";
 
 // Typed, checked access to the fields of one JSON object. Absent and null fields read as
 // "not set", as transformers treats them; a field of the wrong type is an error naming
@@ -134,15 +134,13 @@ class Fields {
 };
 
 Result<ModelFamily> FamilyOf(const std::string& model_type) {
-  if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2") return ModelFamily::kDecoder;
-  if (model_type == "bert") return ModelFamily::kEncoder;
-  // These load like BERT but offset position ids by padding_idx + 1; until the encoder
-  // handles that, running them would silently give wrong outputs.
-  if (model_type == "roberta" || model_type == "xlm-roberta" || model_type == "camembert") {
-    return Unimplemented("model type '" + model_type +
-                         "' is not implemented yet: RoBERTa-style encoders offset position ids by padding_idx + 1 "
-                         "(supported: " +
-                         kSupported + ")");
+  if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2" || model_type == "qwen3" ||
+      model_type == "gemma2" || model_type == "phi3") {
+    return ModelFamily::kDecoder;
+  }
+  if (model_type == "bert" || model_type == "roberta" || model_type == "xlm-roberta") return ModelFamily::kEncoder;
+  if (model_type == "modernbert" || model_type == "gemma" || model_type == "gemma3" || model_type == "gemma3_text") {
+    return Unimplemented("model type '" + model_type + "' is not implemented yet (supported: " + kSupported + ")");
   }
   return InvalidArgument("unsupported architecture '" + model_type + "' (supported: " + kSupported + ")");
 }
@@ -184,9 +182,32 @@ Status ParseRopeScaling(const json& obj, const std::string& field, RopeScaling* 
     if (out->original_max_position <= 0) {
       return InvalidArgument(field + ": 'original_max_position_embeddings' must be positive");
     }
+  } else if (*type == "longrope" || *type == "su") {
+    // Phi-3: the factors are checked against head_dim by ParseDecoder, which also fills
+    // original_max_position from the top level when the object lacks it.
+    out->type = RopeScaling::Type::kLongRope;
+    auto factors = [&](const char* key, std::vector<float>* v) -> Status {
+      const json* a = f.Find(key);
+      if (a == nullptr || !a->is_array()) {
+        return InvalidArgument(field + ": longrope needs a list '" + key + "'");
+      }
+      for (const json& x : *a) {
+        if (!x.is_number() || !(x.get<double>() > 0.0)) {
+          return InvalidArgument(field + ": '" + key + "' must hold positive numbers, got " + JsonSnippet(x));
+        }
+        v->push_back(static_cast<float>(x.get<double>()));
+      }
+      return Status::Ok();
+    };
+    FERRY_RETURN_IF_ERROR(factors("short_factor", &out->short_factor));
+    FERRY_RETURN_IF_ERROR(factors("long_factor", &out->long_factor));
+    FERRY_ASSIGN_OR_RETURN(out->original_max_position, f.Int("original_max_position_embeddings", 0));
+    FERRY_ASSIGN_OR_RETURN(out->factor, f.Float("factor", 0.0f));
+    FERRY_ASSIGN_OR_RETURN(out->attention_factor, f.Float("attention_factor", 0.0f));
+    return Status::Ok();
   } else {
     return Unimplemented("rope scaling type '" + *type + "' in '" + field +
-                         "' is not supported (supported: default, linear, llama3)");
+                         "' is not supported (supported: default, linear, llama3, longrope)");
   }
   if (!(out->factor > 0.0f)) {
     return InvalidArgument(field + ": 'factor' must be positive, got " + std::to_string(out->factor));
@@ -254,14 +275,91 @@ Status ParseTokenIds(const Fields& f, ModelConfig* c) {
   return Status::Ok();
 }
 
+// Which layers slide: transformers 5's layer_types when the config has it; else Gemma 2
+// alternates (even layers slide), Qwen2/Qwen3 slide from max_window_layers on, and every
+// other decoder with a window slides everywhere.
+Status ParseLayerWindows(const Fields& f, ModelConfig* c) {
+  c->layer_windows.assign(static_cast<size_t>(c->num_layers), 0);
+  if (!c->sliding_window) return Status::Ok();
+  const int window = *c->sliding_window;
+  if (const json* types = f.Find("layer_types")) {
+    if (!types->is_array() || static_cast<int>(types->size()) != c->num_layers) {
+      return InvalidArgument("field 'layer_types' must be a list of " + std::to_string(c->num_layers) +
+                             " strings, got " + JsonSnippet(*types));
+    }
+    for (int l = 0; l < c->num_layers; ++l) {
+      const json& t = (*types)[static_cast<size_t>(l)];
+      if (!t.is_string()) return InvalidArgument("field 'layer_types' holds " + JsonSnippet(t));
+      const std::string name = t.get<std::string>();
+      if (name == "sliding_attention") {
+        c->layer_windows[static_cast<size_t>(l)] = window;
+      } else if (name != "full_attention") {
+        return Unimplemented("layer type '" + name + "' is not supported (full_attention, sliding_attention)");
+      }
+    }
+    return Status::Ok();
+  }
+  int first_sliding = 0;
+  if (c->model_type == "qwen2" || c->model_type == "qwen3") {
+    FERRY_ASSIGN_OR_RETURN(first_sliding, f.Int("max_window_layers", c->num_layers));
+  }
+  for (int l = 0; l < c->num_layers; ++l) {
+    const bool slides = c->model_type == "gemma2" ? l % 2 == 0 : l >= first_sliding;
+    if (slides) c->layer_windows[static_cast<size_t>(l)] = window;
+  }
+  return Status::Ok();
+}
+
+// longrope: factor counts against head_dim, original_max_position (inside rope_scaling or at
+// the top level, as Phi-3 writes it), and the attention factor transformers derives.
+Status FinishLongRope(const Fields& f, ModelConfig* c) {
+  RopeScaling& r = c->rope_scaling;
+  if (r.type != RopeScaling::Type::kLongRope) return Status::Ok();
+  const size_t pairs = static_cast<size_t>(c->head_dim / 2);
+  if (r.short_factor.size() != pairs || r.long_factor.size() != pairs) {
+    return InvalidArgument("longrope short_factor and long_factor need head_dim / 2 = " + std::to_string(pairs) +
+                           " entries, got " + std::to_string(r.short_factor.size()) + " and " +
+                           std::to_string(r.long_factor.size()));
+  }
+  FERRY_ASSIGN_OR_RETURN(const int top_original, f.Int("original_max_position_embeddings", 0));
+  if (r.original_max_position <= 0) r.original_max_position = top_original;
+  if (r.original_max_position <= 0) {
+    return InvalidArgument("longrope needs 'original_max_position_embeddings'");
+  }
+  // As transformers: a config with a top-level original_max_position_embeddings (Phi-3) takes
+  // the ratio of the context lengths as the factor, whatever rope_scaling says.
+  if (top_original > 0) {
+    r.factor = static_cast<float>(c->max_position_embeddings) / static_cast<float>(top_original);
+  } else if (!(r.factor > 0.0f)) {
+    r.factor = static_cast<float>(c->max_position_embeddings) / static_cast<float>(r.original_max_position);
+  }
+  if (!(r.attention_factor > 0.0f)) {
+    r.attention_factor = r.factor <= 1.0f ? 1.0f
+                                          : static_cast<float>(std::sqrt(
+                                                1.0 + std::log(static_cast<double>(r.factor)) /
+                                                          std::log(static_cast<double>(r.original_max_position))));
+  }
+  return Status::Ok();
+}
+
 Status ParseDecoder(const Fields& f, const json& root, ModelConfig* c) {
   const std::string& type = c->model_type;
   // Defaults are those of the transformers config classes, which fill absent fields.
-  const int default_max_positions = type == "llama" ? 2048 : type == "mistral" ? 4096 * 32 : 32768;
+  const int default_max_positions = type == "llama"    ? 2048
+                                    : type == "mistral" ? 4096 * 32
+                                    : type == "gemma2"  ? 8192
+                                    : type == "phi3"    ? 4096
+                                                        : 32768;
   FERRY_ASSIGN_OR_RETURN(c->max_position_embeddings, f.Int("max_position_embeddings", default_max_positions));
   FERRY_ASSIGN_OR_RETURN(c->rms_norm_eps, f.Float("rms_norm_eps", 1e-6f));
   FERRY_ASSIGN_OR_RETURN(c->tie_word_embeddings, f.Bool("tie_word_embeddings", false));
   FERRY_ASSIGN_OR_RETURN(std::optional<std::string> act, f.OptionalString("hidden_act"));
+  if (type == "gemma2") {
+    // Gemma 2 names it hidden_activation (hidden_act is a leftover of Gemma 1 some configs keep).
+    FERRY_ASSIGN_OR_RETURN(std::optional<std::string> gemma_act, f.OptionalString("hidden_activation"));
+    if (gemma_act) act = gemma_act;
+    if (!act) act = "gelu_pytorch_tanh";
+  }
   c->hidden_act = act.value_or("silu");
   FERRY_RETURN_IF_ERROR(ParseRope(f, c));
 
@@ -276,9 +374,37 @@ Status ParseDecoder(const Fields& f, const json& root, ModelConfig* c) {
     if (use_sliding_window) {
       FERRY_ASSIGN_OR_RETURN(c->sliding_window, f.OptionalInt("sliding_window"));
     }
+  } else if (type == "qwen3") {
+    c->qk_norm = true;
+    FERRY_ASSIGN_OR_RETURN(c->attention_bias, f.Bool("attention_bias", false));
+    FERRY_ASSIGN_OR_RETURN(bool use_sliding_window, f.Bool("use_sliding_window", false));
+    if (use_sliding_window) {
+      FERRY_ASSIGN_OR_RETURN(c->sliding_window, f.OptionalInt("sliding_window"));
+    }
   } else if (type == "mistral") {
     // Mistral v0.1 uses a 4096 window (the config class default when absent); v0.2+
     // writes null to switch it off.
+    const auto it = root.find("sliding_window");
+    if (it == root.end()) {
+      c->sliding_window = 4096;
+    } else {
+      FERRY_ASSIGN_OR_RETURN(c->sliding_window, f.OptionalInt("sliding_window"));
+    }
+  } else if (type == "phi3") {
+    c->fused_checkpoint_projections = true;
+    FERRY_ASSIGN_OR_RETURN(c->sliding_window, f.OptionalInt("sliding_window"));
+  } else if (type == "gemma2") {
+    c->gemma_norms = true;
+    FERRY_ASSIGN_OR_RETURN(c->tie_word_embeddings, f.Bool("tie_word_embeddings", true));
+    FERRY_ASSIGN_OR_RETURN(c->attention_bias, f.Bool("attention_bias", false));
+    FERRY_ASSIGN_OR_RETURN(float scalar, f.Float("query_pre_attn_scalar", 256.0f));
+    if (!(scalar > 0.0f)) return InvalidArgument("field 'query_pre_attn_scalar' must be positive");
+    c->attention_scale = 1.0f / std::sqrt(scalar);
+    FERRY_ASSIGN_OR_RETURN(c->attn_logit_softcap, f.Float("attn_logit_softcapping", 0.0f));
+    FERRY_ASSIGN_OR_RETURN(c->final_logit_softcap, f.Float("final_logit_softcapping", 0.0f));
+    if (c->attn_logit_softcap < 0.0f || c->final_logit_softcap < 0.0f) {
+      return InvalidArgument("soft-capping values must not be negative");
+    }
     const auto it = root.find("sliding_window");
     if (it == root.end()) {
       c->sliding_window = 4096;
@@ -290,6 +416,8 @@ Status ParseDecoder(const Fields& f, const json& root, ModelConfig* c) {
     return InvalidArgument("field 'sliding_window' must be positive or null, got " +
                            std::to_string(*c->sliding_window));
   }
+  FERRY_RETURN_IF_ERROR(ParseLayerWindows(f, c));
+  FERRY_RETURN_IF_ERROR(FinishLongRope(f, c));
   if (!(c->rms_norm_eps > 0.0f)) return InvalidArgument("field 'rms_norm_eps' must be positive");
   if (c->head_dim % 2 != 0) {
     return InvalidArgument("head_dim " + std::to_string(c->head_dim) + " must be even for rotary embeddings");
@@ -312,6 +440,20 @@ Status ParseEncoder(const Fields& f, ModelConfig* c) {
   if (position_type && *position_type != "absolute") {
     return Unimplemented("bert position_embedding_type '" + *position_type +
                          "' is not supported (supported: absolute)");
+  }
+  if (c->model_type == "roberta" || c->model_type == "xlm-roberta") {
+    // fairseq's positions: real tokens count from padding_idx + 1 (create_position_ids_from_input_ids).
+    FERRY_ASSIGN_OR_RETURN(int pad, f.Int("pad_token_id", 1));
+    if (pad < 0) return InvalidArgument("RoBERTa needs a non-negative 'pad_token_id' (its padding_idx)");
+    c->position_offset = pad + 1;
+    FERRY_ASSIGN_OR_RETURN(c->type_vocab_size, f.Int("type_vocab_size", 1));
+    // max_position_embeddings counts the offset rows (514 for 512 tokens); ferry's field is
+    // the usable length and the encoder adds the offset back for the table.
+    if (c->max_position_embeddings <= c->position_offset) {
+      return InvalidArgument("'max_position_embeddings' (" + std::to_string(c->max_position_embeddings) +
+                             ") must exceed padding_idx + 1");
+    }
+    c->max_position_embeddings -= c->position_offset;
   }
   if (c->type_vocab_size <= 0) return InvalidArgument("field 'type_vocab_size' must be positive");
   if (!(c->layer_norm_eps > 0.0f)) return InvalidArgument("field 'layer_norm_eps' must be positive");

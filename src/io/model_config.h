@@ -14,16 +14,22 @@ enum class ModelFamily { kDecoder, kEncoder };
 
 // RoPE frequency scaling ("rope_scaling" / "rope_parameters" in config.json).
 struct RopeScaling {
-  enum class Type { kNone, kLinear, kLlama3 };
+  enum class Type { kNone, kLinear, kLlama3, kLongRope };
   Type type = Type::kNone;
   float factor = 1.0f;
   float low_freq_factor = 1.0f;        // llama3
   float high_freq_factor = 4.0f;       // llama3
-  int original_max_position = 8192;    // llama3
+  int original_max_position = 8192;    // llama3, longrope
+  // longrope (Phi-3): per-pair divisors of the frequencies, head_dim / 2 each; the short ones
+  // while a sequence fits original_max_position, the long ones beyond; cos/sin are multiplied
+  // by attention_factor (sqrt(1 + ln(factor) / ln(original)) unless the config gives it).
+  std::vector<float> short_factor;
+  std::vector<float> long_factor;
+  float attention_factor = 1.0f;
 };
 
 struct ModelConfig {
-  std::string model_type;    // "llama", "mistral", "qwen2", "bert"
+  std::string model_type;    // "llama", "mistral", "qwen2", "qwen3", "gemma2", "phi3", "bert", "xlm-roberta", "roberta"
   std::string architecture;  // architectures[0], e.g. "LlamaForCausalLM"
   ModelFamily family = ModelFamily::kDecoder;
 
@@ -44,7 +50,18 @@ struct ModelConfig {
   bool attention_bias = false;  // q/k/v bias (qwen2 always true)
   bool mlp_bias = false;
   std::string hidden_act = "silu";
-  std::optional<int> sliding_window;  // mistral; ferry runs full attention and warns
+  std::optional<int> sliding_window;  // the window of the layers that have one
+  // Per layer: 0 for full attention, else the window: the query at position p sees keys at
+  // positions (p - window, p] (transformers' sliding-window mask). Empty: every layer full.
+  std::vector<int> layer_windows;
+  // Architecture variants of the LLaMA block.
+  bool qk_norm = false;                 // qwen3: RMSNorm over each head of q and k before RoPE
+  bool fused_checkpoint_projections = false;  // phi3: qkv_proj and gate_up_proj in the checkpoint
+  bool gemma_norms = false;             // gemma2: norms scale by (1 + w); post-attention and
+                                        // post-feedforward norms; embeddings times sqrt(hidden)
+  float attention_scale = 0.0f;         // 0: 1/sqrt(head_dim); gemma2: query_pre_attn_scalar^-1/2
+  float attn_logit_softcap = 0.0f;      // gemma2: scores = cap * tanh(scores / cap); 0: none
+  float final_logit_softcap = 0.0f;     // gemma2: logits = cap * tanh(logits / cap); 0: none
   std::vector<int> bos_token_ids;
   std::vector<int> eos_token_ids;
   std::optional<int> pad_token_id;
@@ -54,11 +71,13 @@ struct ModelConfig {
   int type_vocab_size = 0;
   std::map<int, std::string> id2label;  // ordered by id
   int num_labels = 0;                   // id2label.size() (0: no classification head)
+  // RoBERTa family: position ids start at padding_idx + 1 (pad_token_id + 1); 0 for BERT.
+  int position_offset = 0;
 
   std::string torch_dtype;  // "float32", "bfloat16", "float16" or empty
 };
 
-// Parses config.json text. Unsupported model types (not llama/mistral/qwen2/bert) and
+// Parses config.json text. Unsupported model types (see kSupported in the .cc) and
 // missing or inconsistent fields are InvalidArgument errors naming the field.
 Result<ModelConfig> ParseModelConfig(const std::string& json_text);
 // Reads DIR/config.json (and DIR/generation_config.json for eos ids when present).

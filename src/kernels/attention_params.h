@@ -6,6 +6,10 @@
 
 namespace ferry::kernels {
 
+// A RoPE position with this bit set turns by the second half of a two-set frequency table
+// (longrope's long factors); the bits below it are the position.
+constexpr int32_t kRopeLongPosition = int32_t{1} << 30;
+
 // One sequence's part of a ragged batch.
 struct SeqSpan {
   int32_t q_begin = 0;      // first row of this sequence in the packed activations
@@ -21,6 +25,12 @@ struct AttentionParams {
   int head_dim = 0;
   float scale = 0.0f;    // usually 1/sqrt(head_dim)
   bool causal = true;
+  // Sliding window (causal only): the query at position p sees keys at (p - window, p];
+  // 0: no window.
+  int window = 0;
+  // Soft-capping of the scaled scores, softcap * tanh(score / softcap) before the softmax
+  // (Gemma 2); 0: none.
+  float softcap = 0.0f;
 };
 
 }  // namespace ferry::kernels

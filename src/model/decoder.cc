@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/dtype.h"
 #include "core/logging.h"
 
 namespace ferry::model {
@@ -15,7 +16,11 @@ backend::RopeScalingParams ToRopeParams(const io::RopeScaling& s) {
     case io::RopeScaling::Type::kNone: p.type = backend::RopeScalingParams::Type::kNone; break;
     case io::RopeScaling::Type::kLinear: p.type = backend::RopeScalingParams::Type::kLinear; break;
     case io::RopeScaling::Type::kLlama3: p.type = backend::RopeScalingParams::Type::kLlama3; break;
+    case io::RopeScaling::Type::kLongRope: p.type = backend::RopeScalingParams::Type::kLongRope; break;
   }
+  p.short_factor = s.short_factor;
+  p.long_factor = s.long_factor;
+  p.attention_factor = s.attention_factor;
   p.factor = s.factor;
   p.low_freq_factor = s.low_freq_factor;
   p.high_freq_factor = s.high_freq_factor;
@@ -26,10 +31,25 @@ backend::RopeScalingParams ToRopeParams(const io::RopeScaling& s) {
 }  // namespace
 
 Status DecoderModel::Validate() const {
-  if (config_.hidden_act != "silu") {
-    return Unimplemented("decoder activation '" + config_.hidden_act + "' is not supported (only silu)");
+  if (config_.hidden_act != "silu" && config_.hidden_act != "gelu_pytorch_tanh" &&
+      config_.hidden_act != "gelu_tanh") {
+    return Unimplemented("decoder activation '" + config_.hidden_act +
+                         "' is not supported (silu, gelu_pytorch_tanh)");
+  }
+  if (!config_.layer_windows.empty() && static_cast<int>(config_.layer_windows.size()) != config_.num_layers) {
+    return InvalidArgument("layer_windows has " + std::to_string(config_.layer_windows.size()) + " entries for " +
+                           std::to_string(config_.num_layers) + " layers");
   }
   return Status::Ok();
+}
+
+Result<Tensor> DecoderModel::LoadNorm(const WeightSource& w, const std::string& name, int64_t n) const {
+  FERRY_ASSIGN_OR_RETURN(Tensor t, GetVectorF32(w, name, n));
+  if (!config_.gemma_norms) return t;
+  // Gemma stores w and scales by (1 + w); the kernels scale by their gamma.
+  std::vector<float> v(t.data<float>(), t.data<float>() + n);
+  for (float& x : v) x += 1.0f;
+  return Tensor::FromVector(v, {n});
 }
 
 void DecoderModel::Finish() {
@@ -53,6 +73,15 @@ void DecoderModel::Finish() {
   bytes += linear_bytes(lm_head_);
   weight_bytes_ = bytes;
   rope_ = backend::MakeRopeTable(config_.head_dim, config_.rope_theta, ToRopeParams(config_.rope_scaling));
+  embed_scale_ = 1.0f;
+  if (config_.gemma_norms) {
+    // transformers multiplies by sqrt(hidden) cast to the activation dtype.
+    float s = std::sqrt(static_cast<float>(config_.hidden_size));
+    const DType act = backend_.activation_dtype();
+    if (act == DType::kBF16) s = Bf16ToF32(F32ToBf16(s));
+    if (act == DType::kF16) s = F16ToF32(F32ToF16(s));
+    embed_scale_ = s;
+  }
   layer_prefix_.clear();
   for (size_t l = 0; l < layers_.size(); ++l) layer_prefix_.push_back("layers." + std::to_string(l) + ".");
 }
@@ -64,10 +93,6 @@ Result<std::unique_ptr<DecoderModel>> DecoderModel::Load(const io::ModelConfig& 
   }
   std::unique_ptr<DecoderModel> m(new DecoderModel(config, be));
   FERRY_RETURN_IF_ERROR(m->Validate());
-  if (config.sliding_window.has_value()) {
-    FERRY_LOG_WARN("sliding_window={} is ignored: ferry runs full attention (exact up to the window size)",
-                   *config.sliding_window);
-  }
   const int64_t H = config.hidden_size, I = config.intermediate_size, V = config.vocab_size;
   const int64_t hd = config.head_dim, nh = config.num_heads, nkv = config.num_kv_heads;
 
@@ -76,16 +101,35 @@ Result<std::unique_ptr<DecoderModel>> DecoderModel::Load(const io::ModelConfig& 
     const std::string p = "model.layers." + std::to_string(l) + ".";
     const std::string key = "layers." + std::to_string(l) + ".";
     Layer layer;
-    FERRY_ASSIGN_OR_RETURN(layer.attn_norm, GetVectorF32(w, p + "input_layernorm.weight", H));
-    FERRY_ASSIGN_OR_RETURN(layer.mlp_norm, GetVectorF32(w, p + "post_attention_layernorm.weight", H));
+    FERRY_ASSIGN_OR_RETURN(layer.attn_norm, m->LoadNorm(w, p + "input_layernorm.weight", H));
+    if (config.gemma_norms) {
+      // Gemma 2's post_attention_layernorm normalizes the attention output; the MLP's input
+      // norm is pre_feedforward_layernorm.
+      FERRY_ASSIGN_OR_RETURN(layer.post_attn_norm, m->LoadNorm(w, p + "post_attention_layernorm.weight", H));
+      FERRY_ASSIGN_OR_RETURN(layer.mlp_norm, m->LoadNorm(w, p + "pre_feedforward_layernorm.weight", H));
+      FERRY_ASSIGN_OR_RETURN(layer.post_mlp_norm, m->LoadNorm(w, p + "post_feedforward_layernorm.weight", H));
+    } else {
+      FERRY_ASSIGN_OR_RETURN(layer.mlp_norm, m->LoadNorm(w, p + "post_attention_layernorm.weight", H));
+    }
+    if (config.qk_norm) {
+      FERRY_ASSIGN_OR_RETURN(layer.q_norm, m->LoadNorm(w, p + "self_attn.q_norm.weight", hd));
+      FERRY_ASSIGN_OR_RETURN(layer.k_norm, m->LoadNorm(w, p + "self_attn.k_norm.weight", hd));
+    }
     std::vector<std::string> qkv_bias;
     if (config.attention_bias) {
       qkv_bias = {p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"};
     }
-    FERRY_ASSIGN_OR_RETURN(layer.qkv, LoadLinear(w, be, options, key + "qkv",
-                                                 {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
-                                                  p + "self_attn.v_proj.weight"},
-                                                 qkv_bias, {nh * hd, nkv * hd, nkv * hd}, H));
+    if (config.fused_checkpoint_projections) {
+      // Phi-3 stores the fused projections ferry uses: qkv_proj [(nh + 2 nkv) hd, H] and
+      // gate_up_proj [2 I, H] (gate rows first).
+      FERRY_ASSIGN_OR_RETURN(layer.qkv, LoadLinear(w, be, options, key + "qkv", {p + "self_attn.qkv_proj.weight"}, {},
+                                                   {(nh + 2 * nkv) * hd}, H));
+    } else {
+      FERRY_ASSIGN_OR_RETURN(layer.qkv, LoadLinear(w, be, options, key + "qkv",
+                                                   {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+                                                    p + "self_attn.v_proj.weight"},
+                                                   qkv_bias, {nh * hd, nkv * hd, nkv * hd}, H));
+    }
     // Llama's attention_bias also puts a bias on o_proj; Qwen2 has q/k/v biases only.
     std::vector<std::string> o_bias;
     if (config.attention_bias && w.has(p + "self_attn.o_proj.bias")) o_bias = {p + "self_attn.o_proj.bias"};
@@ -96,14 +140,19 @@ Result<std::unique_ptr<DecoderModel>> DecoderModel::Load(const io::ModelConfig& 
       gu_bias = {p + "mlp.gate_proj.bias", p + "mlp.up_proj.bias"};
       down_bias = {p + "mlp.down_proj.bias"};
     }
-    FERRY_ASSIGN_OR_RETURN(layer.gate_up, LoadLinear(w, be, options, key + "gate_up",
-                                                     {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, gu_bias,
-                                                     {I, I}, H));
+    if (config.fused_checkpoint_projections) {
+      FERRY_ASSIGN_OR_RETURN(layer.gate_up, LoadLinear(w, be, options, key + "gate_up", {p + "mlp.gate_up_proj.weight"},
+                                                       {}, {2 * I}, H));
+    } else {
+      FERRY_ASSIGN_OR_RETURN(layer.gate_up, LoadLinear(w, be, options, key + "gate_up",
+                                                       {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
+                                                       gu_bias, {I, I}, H));
+    }
     FERRY_ASSIGN_OR_RETURN(layer.down, LoadLinear(w, be, options, key + "down", {p + "mlp.down_proj.weight"},
                                                   down_bias, {H}, I));
     m->layers_.push_back(std::move(layer));
   }
-  FERRY_ASSIGN_OR_RETURN(m->final_norm_, GetVectorF32(w, "model.norm.weight", H));
+  FERRY_ASSIGN_OR_RETURN(m->final_norm_, m->LoadNorm(w, "model.norm.weight", H));
   const bool tied = config.tie_word_embeddings || !w.has("lm_head.weight");
   if (tied && !config.tie_word_embeddings) {
     return InvalidArgument("checkpoint has no 'lm_head.weight' and the config does not tie word embeddings");
@@ -150,6 +199,14 @@ Result<std::unique_ptr<DecoderModel>> DecoderModel::LoadPrepared(const io::Model
     FERRY_ASSIGN_OR_RETURN(layer.o, linear(key + "o", H, q_dim));
     FERRY_ASSIGN_OR_RETURN(layer.gate_up, linear(key + "gate_up", 2 * I, H));
     FERRY_ASSIGN_OR_RETURN(layer.down, linear(key + "down", H, I));
+    if (config.qk_norm) {
+      FERRY_ASSIGN_OR_RETURN(layer.q_norm, vec(key + "q_norm", config.head_dim));
+      FERRY_ASSIGN_OR_RETURN(layer.k_norm, vec(key + "k_norm", config.head_dim));
+    }
+    if (config.gemma_norms) {
+      FERRY_ASSIGN_OR_RETURN(layer.post_attn_norm, vec(key + "post_attn_norm", H));
+      FERRY_ASSIGN_OR_RETURN(layer.post_mlp_norm, vec(key + "post_mlp_norm", H));
+    }
     m->layers_.push_back(std::move(layer));
   }
   FERRY_ASSIGN_OR_RETURN(m->final_norm_, vec("final_norm", H));
@@ -169,6 +226,14 @@ Status DecoderModel::Visit(const WeightVisitor& v) const {
     FERRY_RETURN_IF_ERROR(v.linear(key + "o", L.o));
     FERRY_RETURN_IF_ERROR(v.linear(key + "gate_up", L.gate_up));
     FERRY_RETURN_IF_ERROR(v.linear(key + "down", L.down));
+    if (config_.qk_norm) {
+      FERRY_RETURN_IF_ERROR(v.tensor(key + "q_norm", L.q_norm));
+      FERRY_RETURN_IF_ERROR(v.tensor(key + "k_norm", L.k_norm));
+    }
+    if (config_.gemma_norms) {
+      FERRY_RETURN_IF_ERROR(v.tensor(key + "post_attn_norm", L.post_attn_norm));
+      FERRY_RETURN_IF_ERROR(v.tensor(key + "post_mlp_norm", L.post_mlp_norm));
+    }
   }
   FERRY_RETURN_IF_ERROR(v.tensor("final_norm", final_norm_));
   return v.linear("lm_head", lm_head_);
@@ -215,9 +280,27 @@ Status DecoderModel::CheckBatch(const DecoderBatch& batch, const std::vector<bac
   return Status::Ok();
 }
 
+void MarkLongRopePositions(const io::ModelConfig& config, DecoderBatch& batch) {
+  if (config.rope_scaling.type != io::RopeScaling::Type::kLongRope) return;
+  const int32_t original = config.rope_scaling.original_max_position;
+  for (const backend::SeqSpan& s : batch.spans) {
+    if (s.context_len <= original) continue;
+    for (int32_t i = s.q_begin; i < s.q_begin + s.q_len && i < static_cast<int32_t>(batch.positions.size()); ++i) {
+      batch.positions[static_cast<size_t>(i)] |= kernels::kRopeLongPosition;
+    }
+  }
+}
+
 Status DecoderModel::Forward(const DecoderBatch& batch, std::vector<backend::KvLayer>& kv, Tensor& logits) {
   FERRY_RETURN_IF_ERROR(CheckBatch(batch, kv));
   const int block_tokens = kv.empty() ? 0 : kv[0].block_tokens;
+  if (config_.rope_scaling.type == io::RopeScaling::Type::kLongRope) {
+    DecoderBatch marked = batch;
+    MarkLongRopePositions(config_, marked);
+    FERRY_ASSIGN_OR_RETURN(const backend::StepTensors in, backend_.UploadStep(marked.inputs(block_tokens)));
+    FERRY_ASSIGN_OR_RETURN(logits, Forward(in, kv));
+    return Status::Ok();
+  }
   FERRY_ASSIGN_OR_RETURN(const backend::StepTensors in, backend_.UploadStep(batch.inputs(block_tokens)));
   FERRY_ASSIGN_OR_RETURN(logits, Forward(in, kv));
   return Status::Ok();
@@ -242,15 +325,26 @@ Result<Tensor> DecoderModel::Forward(const backend::StepTensors& in, std::vector
   FERRY_ASSIGN_OR_RETURN(Tensor attn, be.Allocate({T, q_dim}, act));
   FERRY_ASSIGN_OR_RETURN(Tensor gate_up, be.Allocate({T, 2 * I}, act));
   FERRY_ASSIGN_OR_RETURN(Tensor mlp, be.Allocate({T, I}, act));
+  Tensor post;  // the sandwich norms' output (gemma_norms)
+  if (c.gemma_norms) {
+    FERRY_ASSIGN_OR_RETURN(post, be.Allocate({T, H}, act));
+  }
+  const bool gelu = c.hidden_act != "silu";
 
   backend::AttentionParams ap;
   ap.num_heads = c.num_heads;
   ap.num_kv_heads = c.num_kv_heads;
   ap.head_dim = static_cast<int>(hd);
-  ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  ap.scale = c.attention_scale > 0.0f ? c.attention_scale : 1.0f / std::sqrt(static_cast<float>(hd));
   ap.causal = true;
+  ap.softcap = c.attn_logit_softcap;
+  if (c.rope_scaling.type == io::RopeScaling::Type::kLongRope) {
+    // longrope multiplies cos and sin by attention_factor, i.e. q and k: the scores by its square.
+    ap.scale *= c.rope_scaling.attention_factor * c.rope_scaling.attention_factor;
+  }
 
   FERRY_RETURN_IF_ERROR(be.Embedding(embed_, in.token_ids, x));
+  if (embed_scale_ != 1.0f) FERRY_RETURN_IF_ERROR(be.Scale(x, embed_scale_));
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
     if (l == 0) {
@@ -259,14 +353,28 @@ Result<Tensor> DecoderModel::Forward(const backend::StepTensors& in, std::vector
       FERRY_RETURN_IF_ERROR(be.AddRmsNorm(x, delta, L.attn_norm, c.rms_norm_eps, h));
     }
     FERRY_RETURN_IF_ERROR(RunLinear(static_cast<int>(l), "qkv", h, L.qkv, qkv));
+    if (c.qk_norm) {
+      FERRY_RETURN_IF_ERROR(be.HeadRmsNorm(qkv, 0, c.num_heads, static_cast<int>(hd), L.q_norm, c.rms_norm_eps));
+      FERRY_RETURN_IF_ERROR(
+          be.HeadRmsNorm(qkv, q_dim, c.num_kv_heads, static_cast<int>(hd), L.k_norm, c.rms_norm_eps));
+    }
     FERRY_RETURN_IF_ERROR(
         be.RopeQkvWriteKv(qkv, c.num_heads, c.num_kv_heads, in.positions, rope_, in.slots, kv[l], q, k, v));
+    ap.window = c.layer_windows.empty() ? 0 : c.layer_windows[l];
     FERRY_RETURN_IF_ERROR(be.PagedAttention(q, kv[l], in.attention, ap, attn));
     FERRY_RETURN_IF_ERROR(RunLinear(static_cast<int>(l), "o", attn, L.o, delta));
+    if (c.gemma_norms) {
+      FERRY_RETURN_IF_ERROR(be.RmsNorm(delta, L.post_attn_norm, c.rms_norm_eps, post));
+      std::swap(delta, post);
+    }
     FERRY_RETURN_IF_ERROR(be.AddRmsNorm(x, delta, L.mlp_norm, c.rms_norm_eps, h));
     FERRY_RETURN_IF_ERROR(RunLinear(static_cast<int>(l), "gate_up", h, L.gate_up, gate_up));
-    FERRY_RETURN_IF_ERROR(be.SiluMul(gate_up, mlp));
+    FERRY_RETURN_IF_ERROR(gelu ? be.GeluTanhMul(gate_up, mlp) : be.SiluMul(gate_up, mlp));
     FERRY_RETURN_IF_ERROR(RunLinear(static_cast<int>(l), "down", mlp, L.down, delta));
+    if (c.gemma_norms) {
+      FERRY_RETURN_IF_ERROR(be.RmsNorm(delta, L.post_mlp_norm, c.rms_norm_eps, post));
+      std::swap(delta, post);
+    }
   }
   // Only the rows whose logits are wanted go through the final norm and the LM head.
   const int64_t n = in.logit_rows.numel();
@@ -278,6 +386,7 @@ Result<Tensor> DecoderModel::Forward(const backend::StepTensors& in, std::vector
   FERRY_RETURN_IF_ERROR(be.RmsNorm(rows, final_norm_, c.rms_norm_eps, normed));
   FERRY_ASSIGN_OR_RETURN(Tensor logits, be.Allocate({n, c.vocab_size}, act));
   FERRY_RETURN_IF_ERROR(RunLinear(-1, "lm_head", normed, lm_head_, logits));
+  if (c.final_logit_softcap > 0.0f) FERRY_RETURN_IF_ERROR(be.SoftCap(logits, c.final_logit_softcap));
   return logits;
 }
 

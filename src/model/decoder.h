@@ -1,4 +1,6 @@
-// Decoder-only transformers (LLaMA, Mistral, Qwen2): written once against backend::Backend.
+// Decoder-only transformers (LLaMA, Mistral, Qwen2/3, Gemma 2, Phi-3): written once against
+// backend::Backend. The architectures differ only in what io::ModelConfig says: q/k norms,
+// sandwich norms, soft-capping, sliding windows, GeGLU, the checkpoint's weight names.
 #pragma once
 
 #include <memory>
@@ -23,6 +25,12 @@ struct DecoderBatch {
   backend::StepInputs inputs(int block_tokens) const;
 };
 
+// longrope (Phi-3): flags the positions of every sequence whose context this step exceeds
+// the original window (transformers' rule: the long factors once the largest position + 1
+// passes original_max_position_embeddings) with kernels::kRopeLongPosition. Idempotent; a
+// no-op for other models. Forward(DecoderBatch) applies it itself.
+void MarkLongRopePositions(const io::ModelConfig& config, DecoderBatch& batch);
+
 // Immutable after Load; Forward is thread-compatible (one caller at a time per KV cache).
 class DecoderModel {
  public:
@@ -33,7 +41,9 @@ class DecoderModel {
   static Result<std::unique_ptr<DecoderModel>> LoadPrepared(const io::ModelConfig& config,
                                                             const PreparedSource& weights, backend::Backend& backend);
   // Every weight under its key: "embed", "final_norm", "lm_head", "layers.N.{attn_norm,
-  // mlp_norm, qkv, o, gate_up, down}".
+  // mlp_norm, qkv, o, gate_up, down}", plus "layers.N.{q_norm, k_norm}" (qk_norm) and
+  // "layers.N.{post_attn_norm, post_mlp_norm}" (gemma_norms; every Gemma norm with its + 1
+  // applied).
   Status Visit(const WeightVisitor& visitor) const;
   // Observes linear-layer inputs during Forward (calibration); empty to stop.
   void SetLinearInputObserver(LinearInputObserver observer) { observer_ = std::move(observer); }
@@ -63,10 +73,14 @@ class DecoderModel {
     Tensor mlp_norm;   // f32 [H]
     backend::LinearWeight gate_up;   // [2 I, H]
     backend::LinearWeight down;      // [H, I]
+    Tensor q_norm, k_norm;           // f32 [hd] (qk_norm)
+    Tensor post_attn_norm, post_mlp_norm;  // f32 [H] (gemma_norms)
   };
 
   DecoderModel(io::ModelConfig config, backend::Backend& backend) : config_(std::move(config)), backend_(backend) {}
   Status Validate() const;
+  // The norm weight `name` [n] as f32; Gemma's (1 + w) is applied here, once.
+  Result<Tensor> LoadNorm(const WeightSource& w, const std::string& name, int64_t n) const;
   void Finish();
   // Linear layer `name` of `layer` (-1: outside the layers), reported to the observer.
   Status RunLinear(int layer, const char* name, const Tensor& x, const backend::LinearWeight& w, Tensor& y);
@@ -79,6 +93,7 @@ class DecoderModel {
   backend::LinearWeight lm_head_; // [V, H] (the embedding table when tied)
   backend::RopeTable rope_;
   size_t weight_bytes_ = 0;
+  float embed_scale_ = 1.0f;      // gemma: sqrt(hidden) rounded to the activation dtype
   LinearInputObserver observer_;
   std::vector<std::string> layer_prefix_;  // "layers.N." per layer
 };

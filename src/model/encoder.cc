@@ -7,9 +7,11 @@ namespace ferry::model {
 
 namespace {
 
-// HF BERT checkpoints come as BertModel ("embeddings.…") or with a task head ("bert.…").
+// HF BERT checkpoints come as BertModel ("embeddings.…") or with a task head ("bert.…");
+// RoBERTa / XLM-RoBERTa task models use "roberta.…".
 std::string DetectPrefix(const WeightSource& w) {
   if (w.has("bert.embeddings.word_embeddings.weight")) return "bert.";
+  if (w.has("roberta.embeddings.word_embeddings.weight")) return "roberta.";
   return "";
 }
 
@@ -41,8 +43,9 @@ Result<std::unique_ptr<EncoderModel>> EncoderModel::Load(const io::ModelConfig& 
   const int64_t H = config.hidden_size, I = config.intermediate_size;
   FERRY_ASSIGN_OR_RETURN(m->word_, LoadTable(w, options, p + "embeddings.word_embeddings.weight",
                                              {config.vocab_size, H}));
+  // RoBERTa's table also has the padding_idx + 1 rows below its first real position.
   FERRY_ASSIGN_OR_RETURN(m->position_, LoadTable(w, options, p + "embeddings.position_embeddings.weight",
-                                                 {config.max_position_embeddings, H}));
+                                                 {config.max_position_embeddings + config.position_offset, H}));
   if (config.type_vocab_size > 0) {
     FERRY_ASSIGN_OR_RETURN(m->token_type_, LoadTable(w, options, p + "embeddings.token_type_embeddings.weight",
                                                      {config.type_vocab_size, H}));
@@ -74,6 +77,16 @@ Result<std::unique_ptr<EncoderModel>> EncoderModel::Load(const io::ModelConfig& 
                                                   {p + "pooler.dense.bias"}, {H}, H));
   }
   m->token_head_ = IsTokenClassifier(config);
+  if (config.num_labels > 0 && !m->token_head_ && w.has("classifier.dense.weight") &&
+      w.has("classifier.out_proj.weight")) {
+    // RobertaClassificationHead: out_proj(tanh(dense(CLS row))), the shape of BERT's pooler
+    // and classifier, so it runs as them (a checkpoint's own pooler, if any, is not used).
+    FERRY_ASSIGN_OR_RETURN(m->pooler_, LoadLinear(w, be, options, "pooler", {"classifier.dense.weight"},
+                                                  {"classifier.dense.bias"}, {H}, H));
+    FERRY_ASSIGN_OR_RETURN(m->classifier_, LoadLinear(w, be, options, "classifier", {"classifier.out_proj.weight"},
+                                                      {"classifier.out_proj.bias"}, {config.num_labels}, H));
+    return m;
+  }
   if (config.num_labels > 0 && w.has("classifier.weight")) {
     if (!m->token_head_ && !m->has_pooler()) {
       return InvalidArgument("sequence-classification head without a pooler is not supported");
@@ -104,7 +117,8 @@ Result<std::unique_ptr<EncoderModel>> EncoderModel::LoadPrepared(const io::Model
     return t;
   };
   FERRY_ASSIGN_OR_RETURN(m->word_, table("word_emb", {config.vocab_size, H}));
-  FERRY_ASSIGN_OR_RETURN(m->position_, table("pos_emb", {config.max_position_embeddings, H}));
+  FERRY_ASSIGN_OR_RETURN(m->position_,
+                         table("pos_emb", {config.max_position_embeddings + config.position_offset, H}));
   if (config.type_vocab_size > 0) {
     FERRY_ASSIGN_OR_RETURN(m->token_type_, table("type_emb", {config.type_vocab_size, H}));
   }
@@ -196,6 +210,12 @@ Status EncoderModel::Forward(const EncoderBatch& batch, EncoderOutput& out) {
   backend::StepInputs inputs;
   inputs.token_ids = batch.token_ids;
   inputs.positions = batch.positions;
+  std::vector<int32_t> shifted;  // RoBERTa: real tokens count from padding_idx + 1
+  if (c.position_offset > 0) {
+    shifted.reserve(batch.positions.size());
+    for (int32_t p : batch.positions) shifted.push_back(p + c.position_offset);
+    inputs.positions = shifted;
+  }
   inputs.type_ids = batch.type_ids;
   inputs.spans = batch.spans;
   inputs.logit_rows = cls_rows;

@@ -9,6 +9,7 @@
 
 #include "backend/cuda_backend.h"
 #include "io/engine_file.h"
+#include "io/hf_cache.h"
 #include "io/model_config.h"
 
 namespace ferry::qos {
@@ -47,7 +48,10 @@ std::string FormatBytes(int64_t bytes) {
   return buf;
 }
 
-Result<MemoryNeed> EstimateMemory(const VariantPlan& plan) {
+Result<MemoryNeed> EstimateMemory(const VariantPlan& given) {
+  // A Hub id is measured at its snapshot in the Hugging Face cache, where it will load from.
+  VariantPlan plan = given;
+  FERRY_ASSIGN_OR_RETURN(plan.path, io::ResolveModelPath(given.path));
   MemoryNeed need;
   need.variant = plan.variant;
   need.device = plan.device.ToString();

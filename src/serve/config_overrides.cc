@@ -3,8 +3,10 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <filesystem>
 #include <limits>
 
+#include "io/hf_cache.h"
 #include "serve/config.h"
 
 namespace ferry::serve {
@@ -75,6 +77,11 @@ Status ApplyModelFlag(ServerConfig& config, std::string_view name_eq_path) {
     std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
     const size_t dot = name.rfind(".ferry");
     if (dot != std::string::npos && dot + 6 == name.size()) name.resize(dot);
+    // A Hub id ORG/REPO[@REVISION] (loaded from the Hugging Face cache) is served as REPO.
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec) && io::ParseHubModelId(path).has_value()) {
+      name = name.substr(0, name.find('@'));
+    }
     if (name.empty() || path.empty()) return InvalidArgument("--model expects PATH or NAME=PATH");
     return ApplyModelFlag(config, name + "=" + path);
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tokenizer/bpe_model.h"
+#include "tokenizer/unigram_model.h"
 #include "tokenizer/wordpiece_model.h"
 
 namespace ferry::tokenizer {
@@ -40,6 +41,8 @@ Result<std::unique_ptr<Model>> MakeModel(const Json& config) {
     // Old files omit the type; the fields tell the models apart.
     if (JsonField(config, "merges") != nullptr) {
       type = "BPE";
+    } else if (const Json* v = JsonField(config, "vocab"); v != nullptr && v->is_array()) {
+      type = "Unigram";
     } else if (JsonField(config, "max_input_chars_per_word") != nullptr) {
       type = "WordPiece";
     } else {
@@ -58,8 +61,11 @@ Result<std::unique_ptr<Model>> MakeModel(const Json& config) {
     FERRY_ASSIGN_OR_RETURN(std::unique_ptr<WordLevelModel> model, WordLevelModel::Create(config));
     return std::unique_ptr<Model>(std::move(model));
   }
-  return Unimplemented("model type '" + type + "' is not supported (use tokenizer.model for "
-                       "SentencePiece Unigram models)");
+  if (type == "Unigram") {
+    FERRY_ASSIGN_OR_RETURN(std::unique_ptr<UnigramModel> model, UnigramModel::Create(config));
+    return std::unique_ptr<Model>(std::move(model));
+  }
+  return Unimplemented("model type '" + type + "' is not supported (BPE, WordPiece, WordLevel, Unigram)");
 }
 
 }  // namespace ferry::tokenizer

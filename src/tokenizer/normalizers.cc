@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tokenizer/byte_level.h"
+#include "tokenizer/precompiled_charsmap.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/unicode.h"
 #include "tokenizer/utf8.h"
@@ -215,6 +216,18 @@ class ReplaceNormalizer : public Normalizer {
 };
 
 // Maps every byte to GPT-2's printable alphabet, as the ByteLevel pre-tokenizer does.
+class PrecompiledNormalizer : public Normalizer {
+ public:
+  explicit PrecompiledNormalizer(PrecompiledCharsmap map) : map_(std::move(map)) {}
+  Status Normalize(std::string* text) const override {
+    *text = map_.Normalize(*text);
+    return Status::Ok();
+  }
+
+ private:
+  PrecompiledCharsmap map_;
+};
+
 class ByteLevelNormalizer : public Normalizer {
  public:
   Status Normalize(std::string* text) const override;
@@ -332,14 +345,16 @@ Result<std::unique_ptr<Normalizer>> MakeNormalizer(const Json& config) {
     return std::unique_ptr<Normalizer>(new SequenceNormalizer(std::move(steps)));
   }
   if (type == "Precompiled") {
-    // SentencePiece's precompiled character map. An empty one is the identity; real ones
-    // come with Unigram models, which ferry does not load from tokenizer.json either.
+    // SentencePiece's precompiled character map (base64 in tokenizer.json). An empty one is
+    // the identity.
     const Json* map = JsonField(config, "precompiled_charsmap");
-    if (map == nullptr || (map->is_string() && map->get_ref<const std::string&>().empty())) {
+    if (map == nullptr || map->is_null() || (map->is_string() && map->get_ref<const std::string&>().empty())) {
       return std::unique_ptr<Normalizer>(new SequenceNormalizer({}));
     }
-    return Unimplemented("Precompiled normalizer (SentencePiece charsmap) is not supported; "
-                         "load the tokenizer.model instead");
+    if (!map->is_string()) return InvalidArgument("Precompiled normalizer: 'precompiled_charsmap' must be a string");
+    Result<PrecompiledCharsmap> charsmap = PrecompiledCharsmap::FromBase64(map->get_ref<const std::string&>());
+    if (!charsmap.ok()) return charsmap.status().WithContext("Precompiled normalizer");
+    return std::unique_ptr<Normalizer>(new PrecompiledNormalizer(std::move(charsmap).value()));
   }
   return Unimplemented("normalizer type '" + type + "' is not supported");
 }

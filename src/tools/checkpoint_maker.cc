@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -16,14 +17,25 @@ namespace ferry::tools {
 namespace {
 
 struct Preset {
-  std::string arch;  // llama, mistral, qwen2, bert
+  std::string arch;  // llama, mistral, qwen2, qwen3, gemma2, phi3, bert
   int vocab, hidden, inter, layers, heads, kv_heads, max_pos;
   double theta = 10000.0;
   bool tied = false;
   bool llama3_rope = false;
   double rope_factor = 8.0;
   int type_vocab = 2;
+  int head_dim = 0;       // 0: hidden / heads
+  int window = 0;         // mistral, gemma2: sliding_window (0: none)
+  int original_max = 0;   // phi3: longrope from this original window (0: no rope scaling)
 };
+
+// The presets of the architectures whose shapes need the fields after type_vocab.
+Preset With(Preset p, int head_dim, int window, int original_max = 0) {
+  p.head_dim = head_dim;
+  p.window = window;
+  p.original_max = original_max;
+  return p;
+}
 
 const std::map<std::string, Preset>& Presets() {
   static const std::map<std::string, Preset> presets = {
@@ -33,11 +45,21 @@ const std::map<std::string, Preset>& Presets() {
       {"llama-2-7b", {"llama", 32000, 4096, 11008, 32, 32, 32, 4096, 10000.0, false}},
       {"mistral-7b", {"mistral", 32000, 4096, 14336, 32, 32, 8, 32768, 1000000.0, false}},
       {"qwen2-0.5b", {"qwen2", 151936, 896, 4864, 24, 14, 2, 32768, 1000000.0, true}},
+      {"qwen3-0.6b", With({"qwen3", 151936, 1024, 3072, 28, 16, 8, 40960, 1000000.0, true}, 128, 0)},
+      {"gemma-2-2b", With({"gemma2", 256000, 2304, 9216, 26, 8, 4, 8192, 10000.0, true}, 256, 4096)},
+      {"phi-3-mini-4k", With({"phi3", 32064, 3072, 8192, 32, 32, 32, 4096, 10000.0, false}, 0, 0)},
+      {"phi-3.5-mini", With({"phi3", 32064, 3072, 8192, 32, 32, 32, 131072, 10000.0, false}, 0, 0, 4096)},
       {"bert-base", {"bert", 30522, 768, 3072, 12, 12, 12, 512}},
       {"bert-large", {"bert", 30522, 1024, 4096, 24, 16, 16, 512}},
       // Small shapes for tests.
       {"llama-test", {"llama", 512, 64, 160, 2, 4, 2, 256, 10000.0, false}},
+      {"qwen3-test", With({"qwen3", 512, 64, 160, 2, 4, 2, 256, 1000000.0, true}, 32, 0)},
+      {"gemma2-test", With({"gemma2", 512, 64, 160, 4, 4, 2, 256, 10000.0, true}, 32, 8)},
+      {"phi3-test", With({"phi3", 512, 64, 160, 2, 4, 2, 256, 10000.0, false}, 0, 0, 32)},
+      {"mistral-swa-test", With({"mistral", 512, 64, 160, 2, 4, 2, 256, 10000.0, false}, 0, 8)},
       {"bert-test", {"bert", 512, 64, 128, 2, 4, 4, 128}},
+      // XLM-RoBERTa (a bge-reranker-style classifier): max_pos counts usable tokens.
+      {"xlmr-test", {"xlm-roberta", 512, 64, 128, 2, 4, 4, 128, 10000.0, false, false, 8.0, 1}},
       // BERT's WordPiece vocabulary (bert-base-uncased's size) on a small body: text tests.
       {"bert-test-vocab", {"bert", 30522, 64, 128, 2, 4, 4, 512}},
   };
@@ -84,28 +106,47 @@ struct TensorSpec {
 };
 
 std::vector<TensorSpec> DecoderTensors(const Preset& p) {
-  const int64_t hd = p.hidden / p.heads;
+  const int64_t hd = p.head_dim > 0 ? p.head_dim : p.hidden / p.heads;
   std::vector<TensorSpec> t;
   const float w = 0.02f;
+  // Gemma scales by (1 + w): its norm weights are stored around 0.
+  const float norm_mean = p.arch == "gemma2" ? 0.0f : 1.0f;
   t.push_back({"model.embed_tokens.weight", {p.vocab, p.hidden}, w, 0});
   for (int l = 0; l < p.layers; ++l) {
     const std::string pre = "model.layers." + std::to_string(l) + ".";
-    t.push_back({pre + "input_layernorm.weight", {p.hidden}, 0.0f, 1.0f});
+    t.push_back({pre + "input_layernorm.weight", {p.hidden}, 0.0f, norm_mean});
+    if (p.arch == "phi3") {
+      // Phi-3 stores the fused projections.
+      t.push_back({pre + "self_attn.qkv_proj.weight", {(p.heads + 2 * p.kv_heads) * hd, p.hidden}, w, 0});
+      t.push_back({pre + "self_attn.o_proj.weight", {p.hidden, p.heads * hd}, w, 0});
+      t.push_back({pre + "post_attention_layernorm.weight", {p.hidden}, 0.0f, 1.0f});
+      t.push_back({pre + "mlp.gate_up_proj.weight", {2 * p.inter, p.hidden}, w, 0});
+      t.push_back({pre + "mlp.down_proj.weight", {p.hidden, p.inter}, w, 0});
+      continue;
+    }
     t.push_back({pre + "self_attn.q_proj.weight", {p.heads * hd, p.hidden}, w, 0});
     t.push_back({pre + "self_attn.k_proj.weight", {p.kv_heads * hd, p.hidden}, w, 0});
     t.push_back({pre + "self_attn.v_proj.weight", {p.kv_heads * hd, p.hidden}, w, 0});
+    if (p.arch == "qwen3") {
+      t.push_back({pre + "self_attn.q_norm.weight", {hd}, 0.0f, 1.0f});
+      t.push_back({pre + "self_attn.k_norm.weight", {hd}, 0.0f, 1.0f});
+    }
+    if (p.arch == "gemma2") {
+      t.push_back({pre + "pre_feedforward_layernorm.weight", {p.hidden}, 0.0f, norm_mean});
+      t.push_back({pre + "post_feedforward_layernorm.weight", {p.hidden}, 0.0f, norm_mean});
+    }
     if (p.arch == "qwen2") {
       t.push_back({pre + "self_attn.q_proj.bias", {p.heads * hd}, w, 0});
       t.push_back({pre + "self_attn.k_proj.bias", {p.kv_heads * hd}, w, 0});
       t.push_back({pre + "self_attn.v_proj.bias", {p.kv_heads * hd}, w, 0});
     }
     t.push_back({pre + "self_attn.o_proj.weight", {p.hidden, p.heads * hd}, w, 0});
-    t.push_back({pre + "post_attention_layernorm.weight", {p.hidden}, 0.0f, 1.0f});
+    t.push_back({pre + "post_attention_layernorm.weight", {p.hidden}, 0.0f, norm_mean});
     t.push_back({pre + "mlp.gate_proj.weight", {p.inter, p.hidden}, w, 0});
     t.push_back({pre + "mlp.up_proj.weight", {p.inter, p.hidden}, w, 0});
     t.push_back({pre + "mlp.down_proj.weight", {p.hidden, p.inter}, w, 0});
   }
-  t.push_back({"model.norm.weight", {p.hidden}, 0.0f, 1.0f});
+  t.push_back({"model.norm.weight", {p.hidden}, 0.0f, norm_mean});
   if (!p.tied) t.push_back({"lm_head.weight", {p.vocab, p.hidden}, w, 0});
   return t;
 }
@@ -124,14 +165,17 @@ std::vector<std::string> Labels(const std::string& head, int num_labels) {
 std::vector<TensorSpec> EncoderTensors(const Preset& p, const std::string& head, int labels) {
   std::vector<TensorSpec> t;
   const float w = 0.02f;
-  const std::string e = "bert.embeddings.";
+  const bool roberta = p.arch == "xlm-roberta";
+  const std::string root = roberta ? "roberta." : "bert.";
+  const std::string e = root + "embeddings.";
   t.push_back({e + "word_embeddings.weight", {p.vocab, p.hidden}, w, 0});
-  t.push_back({e + "position_embeddings.weight", {p.max_pos, p.hidden}, w, 0});
+  // RoBERTa's table has padding_idx + 1 = 2 rows below the first real position.
+  t.push_back({e + "position_embeddings.weight", {p.max_pos + (roberta ? 2 : 0), p.hidden}, w, 0});
   t.push_back({e + "token_type_embeddings.weight", {p.type_vocab, p.hidden}, w, 0});
   t.push_back({e + "LayerNorm.weight", {p.hidden}, 0.0f, 1.0f});
   t.push_back({e + "LayerNorm.bias", {p.hidden}, 0.0f, 0.0f});
   for (int l = 0; l < p.layers; ++l) {
-    const std::string pre = "bert.encoder.layer." + std::to_string(l) + ".";
+    const std::string pre = root + "encoder.layer." + std::to_string(l) + ".";
     for (const char* n : {"query", "key", "value"}) {
       t.push_back({pre + "attention.self." + n + ".weight", {p.hidden, p.hidden}, w, 0});
       t.push_back({pre + "attention.self." + n + ".bias", {p.hidden}, w, 0});
@@ -146,6 +190,14 @@ std::vector<TensorSpec> EncoderTensors(const Preset& p, const std::string& head,
     t.push_back({pre + "output.dense.bias", {p.hidden}, w, 0});
     t.push_back({pre + "output.LayerNorm.weight", {p.hidden}, 0.0f, 1.0f});
     t.push_back({pre + "output.LayerNorm.bias", {p.hidden}, 0.0f, 0.0f});
+  }
+  if (roberta) {
+    // RobertaClassificationHead (sequence head only).
+    t.push_back({"classifier.dense.weight", {p.hidden, p.hidden}, w, 0});
+    t.push_back({"classifier.dense.bias", {p.hidden}, w, 0});
+    t.push_back({"classifier.out_proj.weight", {labels, p.hidden}, w, 0});
+    t.push_back({"classifier.out_proj.bias", {labels}, w, 0});
+    return t;
   }
   if (head != "token") {
     t.push_back({"bert.pooler.dense.weight", {p.hidden, p.hidden}, w, 0});
@@ -176,14 +228,20 @@ nlohmann::json ConfigJson(const Preset& p, DType dtype, const std::string& head,
   c["num_attention_heads"] = p.heads;
   c["max_position_embeddings"] = p.max_pos;
   c["torch_dtype"] = TorchDtypeName(dtype);
-  if (p.arch == "bert") {
-    c["architectures"] = {head == "token"  ? "BertForTokenClassification"
-                          : head == "none" ? "BertModel"
-                                           : "BertForSequenceClassification"};
+  if (p.arch == "bert" || p.arch == "xlm-roberta") {
+    c["architectures"] = {p.arch == "xlm-roberta" ? "XLMRobertaForSequenceClassification"
+                          : head == "token"       ? "BertForTokenClassification"
+                          : head == "none"        ? "BertModel"
+                                                  : "BertForSequenceClassification"};
     c["hidden_act"] = "gelu";
     c["type_vocab_size"] = p.type_vocab;
-    c["layer_norm_eps"] = 1e-12;
-    c["pad_token_id"] = 0;
+    c["layer_norm_eps"] = p.arch == "xlm-roberta" ? 1e-5 : 1e-12;
+    c["pad_token_id"] = p.arch == "xlm-roberta" ? 1 : 0;
+    if (p.arch == "xlm-roberta") {
+      c["max_position_embeddings"] = p.max_pos + 2;
+      c["bos_token_id"] = 0;
+      c["eos_token_id"] = 2;
+    }
     if (head != "none") {
       nlohmann::json id2label, label2id;
       for (size_t i = 0; i < labels.size(); ++i) {
@@ -195,10 +253,13 @@ nlohmann::json ConfigJson(const Preset& p, DType dtype, const std::string& head,
     }
     return c;
   }
-  c["architectures"] = {p.arch == "llama" ? "LlamaForCausalLM" : p.arch == "mistral" ? "MistralForCausalLM"
-                                                                                      : "Qwen2ForCausalLM"};
+  const std::map<std::string, std::string> archs = {{"llama", "LlamaForCausalLM"},   {"mistral", "MistralForCausalLM"},
+                                                    {"qwen2", "Qwen2ForCausalLM"},   {"qwen3", "Qwen3ForCausalLM"},
+                                                    {"gemma2", "Gemma2ForCausalLM"}, {"phi3", "Phi3ForCausalLM"}};
+  c["architectures"] = {archs.at(p.arch)};
   c["num_key_value_heads"] = p.kv_heads;
-  c["head_dim"] = p.hidden / p.heads;
+  const int head_dim = p.head_dim > 0 ? p.head_dim : p.hidden / p.heads;
+  c["head_dim"] = head_dim;
   c["hidden_act"] = "silu";
   c["rms_norm_eps"] = 1e-5;
   c["rope_theta"] = p.theta;
@@ -215,7 +276,34 @@ nlohmann::json ConfigJson(const Preset& p, DType dtype, const std::string& head,
   } else {
     c["rope_scaling"] = nullptr;
   }
-  if (p.arch == "mistral") c["sliding_window"] = nullptr;
+  if (p.arch == "mistral") c["sliding_window"] = p.window > 0 ? nlohmann::json(p.window) : nlohmann::json(nullptr);
+  if (p.arch == "gemma2") {
+    // Gemma 2's published settings (gemma-2-2b): GeGLU, scaled queries, soft-capping.
+    c["hidden_act"] = "gelu_pytorch_tanh";
+    c["hidden_activation"] = "gelu_pytorch_tanh";
+    c["query_pre_attn_scalar"] = head_dim;
+    c["sliding_window"] = p.window;
+    c["attn_logit_softcapping"] = 50.0;
+    c["final_logit_softcapping"] = 30.0;
+    c["rms_norm_eps"] = 1e-6;
+    c["bos_token_id"] = 2;
+    c["eos_token_id"] = 1;
+    c["pad_token_id"] = 0;
+  }
+  if (p.arch == "phi3") {
+    c["sliding_window"] = nullptr;
+    if (p.original_max > 0) {
+      // longrope with Phi-3.5-mini's shape of factors: 1 for the fastest pairs, growing.
+      std::vector<double> short_factor, long_factor;
+      for (int i = 0; i < head_dim / 2; ++i) {
+        const double x = static_cast<double>(i) / std::max(1, head_dim / 2 - 1);
+        short_factor.push_back(1.0 + 0.5 * x * x);
+        long_factor.push_back(1.0 + 30.0 * x * x);
+      }
+      c["original_max_position_embeddings"] = p.original_max;
+      c["rope_scaling"] = {{"type", "longrope"}, {"short_factor", short_factor}, {"long_factor", long_factor}};
+    }
+  }
   return c;
 }
 
@@ -263,8 +351,9 @@ Status MakeCheckpoint(const CheckpointSpec& spec, const std::string& dir) {
     if (copied == 0) return NotFound("no tokenizer files in '" + spec.tokenizer_dir + "'");
   }
 
+  const bool encoder = p.arch == "bert" || p.arch == "xlm-roberta";
   const std::vector<TensorSpec> specs =
-      p.arch == "bert" ? EncoderTensors(p, spec.head, static_cast<int>(labels.size())) : DecoderTensors(p);
+      encoder ? EncoderTensors(p, spec.head, static_cast<int>(labels.size())) : DecoderTensors(p);
   // Group tensors into shards of about spec.shard_bytes.
   std::vector<std::vector<const TensorSpec*>> shards(1);
   double bytes = 0;

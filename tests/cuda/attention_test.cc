@@ -181,6 +181,8 @@ struct PagedCase {
   float q_amplitude = 2.0f;
   std::vector<SeqSpec> seqs;
   uint32_t seed = 1;
+  int window = 0;         // sliding window (Mistral, Gemma 2)
+  float softcap = 0.0f;   // score soft-capping (Gemma 2)
 };
 
 std::string Describe(const PagedCase& c) {
@@ -237,7 +239,9 @@ void RunPaged(const PagedCase& c) {
   const Shape cache_shape = {num_blocks, c.num_kv_heads, c.block_tokens, c.head_dim};
   const KvLayer layer{Tensor::FromVector(k.values, cache_shape), Tensor::FromVector(v.values, cache_shape),
                       c.block_tokens};
-  const AttentionParams params{c.num_heads, c.num_kv_heads, c.head_dim, scale, c.causal};
+  AttentionParams params{c.num_heads, c.num_kv_heads, c.head_dim, scale, c.causal};
+  params.window = c.window;
+  params.softcap = c.softcap;
   Tensor ref = Tensor::Empty({tokens, width}, DType::kF32);
   const Status cpu_status = cpu->PagedAttention(Tensor::FromVector(q.values, {tokens, width}), layer, spans, params, ref);
   ASSERT_TRUE(cpu_status.ok()) << cpu_status.ToString();
@@ -274,6 +278,8 @@ void RunPaged(const PagedCase& c) {
   a.head_dim = c.head_dim;
   a.scale = scale;
   a.causal = c.causal;
+  a.window = c.window;
+  a.softcap = c.softcap;
   a.workspace = d_ws.get();
   a.workspace_bytes = d_ws.bytes();
 
@@ -319,6 +325,38 @@ void RunForDtypes(PagedCase c) {
     RunPaged(c);
     if (::testing::Test::HasFatalFailure()) return;
   }
+}
+
+// Sliding windows: decode rows whose window cuts the split ranges anywhere, prefill and
+// chunked prefill longer than the window, a window wider than the context; against the CPU
+// kernel (itself checked against a double reference).
+TEST(CudaPagedAttention, SlidingWindow) {
+  FERRY_SKIP_WITHOUT_GPU();
+  PagedCase c;
+  c.window = 100;
+  c.seqs = {{1, 1}, {1, 99}, {1, 101}, {1, 700}, {1, 4000}, {37, 37}, {150, 150}, {20, 300}, {64, 90}};
+  RunForDtypes(c);
+  c.window = 5000;
+  c.seqs = {{1, 4000}, {40, 120}};
+  RunForDtypes(c);
+  c.head_dim = 32;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.window = 8;
+  c.seqs = {{17, 17}, {64, 64}, {1, 88}, {3, 30}};
+  RunForDtypes(c);
+}
+
+// Gemma 2's soft-capped scores, alone and with a window, on sharp scores (the cap bites).
+TEST(CudaPagedAttention, SoftCapping) {
+  FERRY_SKIP_WITHOUT_GPU();
+  PagedCase c;
+  c.softcap = 5.0f;
+  c.q_amplitude = 6.0f;
+  c.seqs = {{1, 1}, {1, 300}, {1, 3000}, {45, 45}, {20, 200}};
+  RunForDtypes(c);
+  c.window = 64;
+  RunForDtypes(c);
 }
 
 TEST(CudaPagedAttention, DecodeVariedContexts) {

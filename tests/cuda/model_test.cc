@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 
 #include "backend/cuda_backend.h"
@@ -44,12 +45,26 @@ engine::EngineOptions Cuda(DType activations) {
   return o;
 }
 
-class CudaDecoderFixtureTest : public ::testing::TestWithParam<Case> {};
+// "arch/NAME" is tests/fixtures/architectures/NAME (tools/fixtures/architectures.py), any
+// other name ../shared/fixtures/models/NAME.
+std::string DecoderDir(const std::string& model) {
+  if (model.starts_with("arch/")) return testing::SourcePath("tests/fixtures/architectures/" + model.substr(5));
+  return testing::FixturePath("models/" + model);
+}
+
+class CudaDecoderFixtureTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(DecoderDir(GetParam().model) + "/reference.safetensors")) {
+      GTEST_SKIP() << GetParam().model << " is not there yet (tools/fixtures/architectures.py)";
+    }
+  }
+};
 
 TEST_P(CudaDecoderFixtureTest, LogitsMatchReference) {
   FERRY_SKIP_WITHOUT_GPU();
   const Case& c = GetParam();
-  const std::string dir = testing::FixturePath("models/" + c.model);
+  const std::string dir = DecoderDir(c.model);
   auto e = engine::Engine::Load(dir, Cuda(c.activations));
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   auto runner = testing::DecoderHarness::Create(*e, 8, 256, /*graphs=*/true);
@@ -88,7 +103,7 @@ TEST_P(CudaDecoderFixtureTest, LogitsMatchReference) {
 TEST_P(CudaDecoderFixtureTest, DecodeWithKvCacheMatchesFullRecompute) {
   FERRY_SKIP_WITHOUT_GPU();
   const Case& c = GetParam();
-  auto e = engine::Engine::Load(testing::FixturePath("models/" + c.model), Cuda(c.activations));
+  auto e = engine::Engine::Load(DecoderDir(c.model), Cuda(c.activations));
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   auto runner = testing::DecoderHarness::Create(*e, 4, 128, /*graphs=*/true);
   ASSERT_NE(runner, nullptr);
@@ -118,7 +133,17 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaDecoderFixtureTest,
                                            Case{"llama-tiny", DType::kBF16, 3e-2},
                                            Case{"llama3-tiny", DType::kBF16, 3e-2},
                                            Case{"qwen2-tiny", DType::kBF16, 3e-2},
-                                           Case{"llama3-tiny", DType::kF16, 1e-2}),
+                                           Case{"llama3-tiny", DType::kF16, 1e-2},
+                                           // Qwen3 (q/k norms), Gemma 2 (soft-capping, windows, GeGLU),
+                                           // Phi-3 (longrope), Mistral's window: f32 and bf16.
+                                           Case{"arch/qwen3-tiny", DType::kF32, 1e-3},
+                                           Case{"arch/gemma2-tiny", DType::kF32, 1e-3},
+                                           Case{"arch/phi3-tiny", DType::kF32, 1e-3},
+                                           Case{"arch/mistral-swa-tiny", DType::kF32, 1e-3},
+                                           Case{"arch/qwen3-tiny", DType::kBF16, 3e-2},
+                                           Case{"arch/gemma2-tiny", DType::kBF16, 3e-2},
+                                           Case{"arch/phi3-tiny", DType::kBF16, 3e-2},
+                                           Case{"arch/mistral-swa-tiny", DType::kBF16, 3e-2}),
                          Name);
 
 TEST(CudaEncoderFixtureTest, BertMatchesReference) {

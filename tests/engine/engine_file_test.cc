@@ -130,6 +130,44 @@ TEST(EngineFileTest, EveryPrecisionWithinTolerance) {
   }
 }
 
+// The architectures of tools/fixtures/architectures.py (when their fixtures are in the
+// repository): an fp32 engine gives the checkpoint's logits exactly, and every precision
+// stays within its bound of the float64 reference on a prompt longer than the sliding
+// windows.
+TEST(EngineFileTest, NewArchitecturesInEveryPrecision) {
+  TempDir tmp;
+  const std::vector<std::pair<std::string, double>> precisions = {
+      {"fp32", 1e-3}, {"bf16", 4e-2}, {"fp16", 1e-2}, {"int8-wo", 6e-2}, {"int8", 1.5e-1}};
+  int found = 0;
+  for (const std::string model : {"qwen3-tiny", "gemma2-tiny", "phi3-tiny", "mistral-swa-tiny"}) {
+    const std::string dir = testing::SourcePath("tests/fixtures/architectures/" + model);
+    if (!fs::exists(dir + "/reference.safetensors")) continue;
+    ++found;
+    auto ref_file = io::SafetensorsFile::Open(dir + "/reference.safetensors");
+    ASSERT_TRUE(ref_file.ok());
+    const std::vector<int32_t> ids = ToIds((*ref_file)->Get("p2.input_ids").value());
+    const std::vector<float> ref = ToFloats((*ref_file)->Get("p2.last_logits").value());
+    auto from_ckpt = engine::Engine::Load(dir);
+    ASSERT_TRUE(from_ckpt.ok()) << model << ": " << from_ckpt.status().ToString();
+    const std::vector<float> ckpt_logits = LastLogits(*from_ckpt, ids);
+    for (const auto& [precision, rel] : precisions) {
+      const std::string path = tmp.File(model + "-" + precision + ".ferry");
+      engine::BuildOptions bo = Untuned();
+      bo.precision = *ParsePrecision(precision);
+      auto built = engine::BuildEngine(dir, path, bo);
+      ASSERT_TRUE(built.ok()) << model << " " << precision << ": " << built.status().ToString();
+      auto e = engine::Engine::Load(path);
+      ASSERT_TRUE(e.ok()) << e.status().ToString();
+      const std::vector<float> got = LastLogits(*e, ids);
+      if (precision == "fp32") {
+        EXPECT_EQ(got, ckpt_logits) << model;
+      }
+      EXPECT_LE(MaxDiff(got, ref), rel * MaxAbs(ref)) << model << " " << precision;
+    }
+  }
+  if (found == 0) GTEST_SKIP() << "tests/fixtures/architectures is not there yet (tools/fixtures/architectures.py)";
+}
+
 TEST(EngineFileTest, Fp8IsRefusedOnTheCpuAndUnknownPrecisionsToo) {
   TempDir tmp;
   engine::BuildOptions bo = Untuned();

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+
 #include "io/temp_dir.h"
 #include "test_util.h"
 
@@ -230,7 +232,9 @@ TEST(ModelConfigTest, RopeParametersFromTransformers5) {
   EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kLinear);
 
   j["rope_parameters"] = {{"rope_type", "longrope"}, {"rope_theta", 1e4}};
-  ExpectError(j, StatusCode::kUnimplemented, "'longrope'");
+  ExpectError(j, StatusCode::kInvalidArgument, "short_factor");
+  j["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  ExpectError(j, StatusCode::kUnimplemented, "'yarn'");
 }
 
 TEST(ModelConfigTest, TokenIdsAsIntOrList) {
@@ -340,15 +344,101 @@ TEST(ModelConfigTest, UnsupportedArchitecture) {
   j["model_type"] = "gpt_neox";
   Result<ModelConfig> c = Parse(j);
   EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(c.status().message(), "unsupported architecture 'gpt_neox' (supported: llama, mistral, qwen2, bert)");
+  EXPECT_EQ(c.status().message(),
+            "unsupported architecture 'gpt_neox' (supported: llama, mistral, qwen2, qwen3, gemma2, phi3, bert, "
+            "roberta, xlm-roberta)");
+  j["model_type"] = "modernbert";
+  ExpectError(j, StatusCode::kUnimplemented, "'modernbert' is not implemented yet");
 }
 
-TEST(ModelConfigTest, RobertaStyleEncodersAreUnimplemented) {
+TEST(ModelConfigTest, XlmRobertaOffsetsPositions) {
+  json j = {{"model_type", "xlm-roberta"}, {"architectures", {"XLMRobertaForSequenceClassification"}},
+            {"vocab_size", 250002}, {"hidden_size", 64}, {"intermediate_size", 128}, {"num_hidden_layers", 2},
+            {"num_attention_heads", 4}, {"max_position_embeddings", 514}, {"pad_token_id", 1},
+            {"type_vocab_size", 1}, {"layer_norm_eps", 1e-5}, {"id2label", {{"0", "LABEL_0"}}}};
+  ModelConfig c = ParseOk(j);
+  EXPECT_EQ(c.family, ModelFamily::kEncoder);
+  EXPECT_EQ(c.position_offset, 2);
+  EXPECT_EQ(c.max_position_embeddings, 512);  // usable tokens; the table keeps its 514 rows
+  EXPECT_EQ(c.type_vocab_size, 1);
+  EXPECT_EQ(c.num_labels, 1);
+  j["model_type"] = "bert";
+  EXPECT_EQ(ParseOk(j).position_offset, 0);
+  j["model_type"] = "roberta";
+  j["max_position_embeddings"] = 2;
+  ExpectError(j, StatusCode::kInvalidArgument, "padding_idx");
+}
+
+TEST(ModelConfigTest, Qwen3HasHeadNormsAndItsOwnHeadDim) {
   json j = LlamaBase();
-  for (const char* type : {"roberta", "xlm-roberta"}) {
-    j["model_type"] = type;
-    ExpectError(j, StatusCode::kUnimplemented, std::string("'") + type + "'");
-  }
+  j["model_type"] = "qwen3";
+  j["head_dim"] = 128;
+  ModelConfig c = ParseOk(j);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_THAT(c.layer_windows, ElementsAre(0, 0));
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 64;
+  j["max_window_layers"] = 1;
+  EXPECT_THAT(ParseOk(j).layer_windows, ElementsAre(0, 64));
+}
+
+TEST(ModelConfigTest, Gemma2AlternatesWindowsAndCapsLogits) {
+  json j = LlamaBase();
+  j["model_type"] = "gemma2";
+  j["num_hidden_layers"] = 4;
+  j["head_dim"] = 256;
+  j["hidden_activation"] = "gelu_pytorch_tanh";
+  j["query_pre_attn_scalar"] = 144;
+  j["sliding_window"] = 4096;
+  j["attn_logit_softcapping"] = 50.0;
+  j["final_logit_softcapping"] = 30.0;
+  ModelConfig c = ParseOk(j);
+  EXPECT_TRUE(c.gemma_norms);
+  EXPECT_TRUE(c.tie_word_embeddings);  // Gemma's default
+  EXPECT_EQ(c.hidden_act, "gelu_pytorch_tanh");
+  EXPECT_FLOAT_EQ(c.attention_scale, 1.0f / 12.0f);
+  EXPECT_FLOAT_EQ(c.attn_logit_softcap, 50.0f);
+  EXPECT_FLOAT_EQ(c.final_logit_softcap, 30.0f);
+  EXPECT_THAT(c.layer_windows, ElementsAre(4096, 0, 4096, 0));  // even layers slide
+  // transformers 5 writes layer_types; it wins.
+  j["layer_types"] = {"full_attention", "sliding_attention", "full_attention", "full_attention"};
+  EXPECT_THAT(ParseOk(j).layer_windows, ElementsAre(0, 4096, 0, 0));
+  j["layer_types"] = {"full_attention"};
+  ExpectError(j, StatusCode::kInvalidArgument, "layer_types");
+  j["layer_types"] = {"full_attention", "chunked_attention", "full_attention", "full_attention"};
+  ExpectError(j, StatusCode::kUnimplemented, "chunked_attention");
+}
+
+TEST(ModelConfigTest, MistralWindowAppliesToEveryLayer) {
+  json j = LlamaBase();
+  j["model_type"] = "mistral";
+  j["sliding_window"] = 8;
+  EXPECT_THAT(ParseOk(j).layer_windows, ElementsAre(8, 8));
+}
+
+TEST(ModelConfigTest, Phi3LongRope) {
+  json j = LlamaBase();  // hidden 256 / 8 heads: head_dim 32, 16 factors
+  j["model_type"] = "phi3";
+  j["max_position_embeddings"] = 131072;
+  j["original_max_position_embeddings"] = 4096;
+  std::vector<double> s(16, 1.0), l(16, 2.0);
+  j["rope_scaling"] = {{"type", "longrope"}, {"short_factor", s}, {"long_factor", l}};
+  ModelConfig c = ParseOk(j);
+  EXPECT_TRUE(c.fused_checkpoint_projections);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kLongRope);
+  EXPECT_EQ(c.rope_scaling.original_max_position, 4096);
+  EXPECT_FLOAT_EQ(c.rope_scaling.factor, 32.0f);
+  EXPECT_NEAR(c.rope_scaling.attention_factor, std::sqrt(1.0 + std::log(32.0) / std::log(4096.0)), 1e-6);
+  j["rope_scaling"]["attention_factor"] = 1.5;
+  EXPECT_FLOAT_EQ(ParseOk(j).rope_scaling.attention_factor, 1.5f);
+  j["rope_scaling"]["short_factor"] = std::vector<double>(15, 1.0);
+  ExpectError(j, StatusCode::kInvalidArgument, "head_dim / 2 = 16");
+  j["rope_scaling"] = {{"type", "su"}, {"short_factor", s}, {"long_factor", l}};
+  EXPECT_EQ(ParseOk(j).rope_scaling.type, RopeScaling::Type::kLongRope);  // Phi-3's first name for it
+  j.erase("original_max_position_embeddings");
+  ExpectError(j, StatusCode::kInvalidArgument, "original_max_position_embeddings");
 }
 
 TEST(ModelConfigTest, MissingRequiredField) {

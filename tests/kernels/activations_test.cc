@@ -92,5 +92,45 @@ TEST(ActivationsTest, Add) {
   EXPECT_FALSE(be->Add(x, RandomTensor({3, 2}, rng)).ok());
 }
 
+TEST(ActivationsTest, GeluTanhMul) {
+  std::mt19937 rng(45);
+  auto be = backend::MakeCpuBackend();
+  for (auto [rows, inter] : kShapes) {
+    const Tensor gu = RandomTensor({rows, 2 * inter}, rng, -9, 9);
+    const std::vector<double> v = Values(gu);
+    std::vector<double> ref(static_cast<size_t>(rows * inter));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < inter; ++i) {
+        const double g = v[r * 2 * inter + i], u = v[r * 2 * inter + inter + i];
+        const double gelu = 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)));
+        ref[r * inter + i] = gelu * u;
+      }
+    }
+    Tensor out = Poisoned({rows, inter});
+    ASSERT_TRUE(be->GeluTanhMul(gu, out).ok());
+    ExpectElementwise(out, ref, 1e-6, 2e-6, "gelu_tanh_mul");
+  }
+  Tensor bad = Tensor::Empty({3, 4}, DType::kF32);
+  EXPECT_FALSE(be->GeluTanhMul(RandomTensor({3, 9}, rng), bad).ok()) << "odd width";
+}
+
+TEST(ActivationsTest, ScaleAndSoftCap) {
+  std::mt19937 rng(46);
+  auto be = backend::MakeCpuBackend();
+  for (auto [rows, cols] : kShapes) {
+    Tensor x = RandomTensor({rows, cols}, rng, -80, 80);
+    std::vector<double> ref = Values(x);
+    ASSERT_TRUE(be->Scale(x, 0.25f).ok());
+    for (double& v : ref) v *= 0.25;
+    ExpectElementwise(x, ref, 0.0, 1e-7, "scale");
+    ASSERT_TRUE(be->SoftCap(x, 5.0f).ok());
+    for (double& v : ref) v = 5.0 * std::tanh(v / 5.0);
+    ExpectElementwise(x, ref, 1e-6, 2e-6, "softcap");
+    for (double v : Values(x)) ASSERT_LE(std::abs(v), 5.0);
+  }
+  Tensor x = RandomTensor({2, 3}, rng);
+  EXPECT_FALSE(be->SoftCap(x, 0.0f).ok());
+}
+
 }  // namespace
 }  // namespace ferry

@@ -35,6 +35,8 @@ struct Scenario {
   int block_tokens = 16;
   DType dtype = DType::kF32;
   bool causal = true;
+  int window = 0;         // sliding window (0: none)
+  float softcap = 0.0f;   // score soft-capping (0: none)
   std::vector<SpanSpec> spans;
 };
 
@@ -43,7 +45,8 @@ struct SeqKv {
   std::vector<double> k, v;
 };
 
-// softmax(scale·q·k^T)·v per (span, row, head) in double.
+// softmax(scale·q·k^T)·v per (span, row, head) in double; with a window the row at position
+// p sees keys (p - window, p]; with softcap the scaled scores go through cap·tanh(s / cap).
 std::vector<double> ReferenceAttention(const std::vector<double>& q, const std::vector<SeqKv>& kv,
                                        const std::vector<SeqSpan>& spans, const AttentionParams& p) {
   const int64_t width = static_cast<int64_t>(p.num_heads) * p.head_dim;
@@ -55,23 +58,25 @@ std::vector<double> ReferenceAttention(const std::vector<double>& q, const std::
     for (int t = 0; t < sp.q_len; ++t) {
       const int64_t row = sp.q_begin + t;
       const int64_t last = p.causal ? sp.context_len - sp.q_len + t : sp.context_len - 1;
+      const int64_t first = p.window > 0 ? std::max<int64_t>(0, last - p.window + 1) : 0;
       for (int h = 0; h < p.num_heads; ++h) {
         const int kvh = h / group;
-        std::vector<double> scores(static_cast<size_t>(last + 1));
+        std::vector<double> scores(static_cast<size_t>(last + 1), 0.0);
         double mx = -1e300;
-        for (int64_t j = 0; j <= last; ++j) {
+        for (int64_t j = first; j <= last; ++j) {
           double dot = 0;
           for (int d = 0; d < p.head_dim; ++d) {
             dot += q[row * width + h * p.head_dim + d] * kv[s].k[j * kv_width + kvh * p.head_dim + d];
           }
           scores[j] = dot * p.scale;
+          if (p.softcap > 0.0f) scores[j] = p.softcap * std::tanh(scores[j] / p.softcap);
           mx = std::max(mx, scores[j]);
         }
         double sum = 0;
-        for (double& sc : scores) sum += (sc = std::exp(sc - mx));
+        for (int64_t j = first; j <= last; ++j) sum += (scores[j] = std::exp(scores[j] - mx));
         for (int d = 0; d < p.head_dim; ++d) {
           double acc = 0;
-          for (int64_t j = 0; j <= last; ++j) acc += scores[j] * kv[s].v[j * kv_width + kvh * p.head_dim + d];
+          for (int64_t j = first; j <= last; ++j) acc += scores[j] * kv[s].v[j * kv_width + kvh * p.head_dim + d];
           out[row * width + h * p.head_dim + d] = acc / sum;
         }
       }
@@ -99,6 +104,8 @@ PagedSetup MakePaged(const Scenario& sc, backend::Backend& be, uint32_t seed) {
   st.params.head_dim = sc.head_dim;
   st.params.scale = 1.0f / std::sqrt(static_cast<float>(sc.head_dim));
   st.params.causal = sc.causal;
+  st.params.window = sc.window;
+  st.params.softcap = sc.softcap;
   int64_t total_q = 0, total_blocks = 3;  // spare blocks that nobody uses
   for (const SpanSpec& s : sc.spans) {
     total_q += s.q_len;
@@ -212,6 +219,51 @@ std::vector<Scenario> Scenarios() {
   s.kv_heads = 1;
   s.head_dim = 16;
   s.spans = {{3, 20}};
+  add(s);
+  // Sliding windows (Mistral, Gemma 2): prefill longer than the window, chunked prefill,
+  // decode rows, windows that cut blocks and chunks anywhere, a window wider than the context.
+  s = Scenario();
+  s.name = "window_prefill";
+  s.window = 8;
+  s.spans = {{37, 37}};
+  add(s);
+  s.name = "window_chunked_and_decode";
+  s.window = 19;
+  s.spans = {{20, 75}, {1, 100}, {1, 5}, {1, 513}, {70, 140}};
+  add(s);
+  s.name = "window_1";
+  s.window = 1;
+  s.spans = {{9, 40}, {1, 33}};
+  add(s);
+  s.name = "window_wider_than_context";
+  s.window = 4096;
+  s.spans = {{30, 30}, {1, 77}};
+  add(s);
+  s.name = "window_block_5_head_dim_8";
+  s.head_dim = 8;
+  s.block_tokens = 5;
+  s.window = 7;
+  s.spans = {{12, 23}, {1, 40}};
+  add(s);
+  s = Scenario();
+  s.name = "window_bf16_cache";
+  s.dtype = DType::kBF16;
+  s.window = 65;
+  s.spans = {{25, 160}, {1, 130}, {8, 8}};
+  add(s);
+  s = Scenario();
+  s.name = "softcap";
+  s.softcap = 2.0f;  // far below the scores of these queries: the cap bites
+  s.spans = {{30, 30}, {10, 50}, {1, 77}};
+  add(s);
+  s.name = "softcap_and_window";
+  s.window = 16;
+  s.spans = {{40, 40}, {1, 90}};
+  add(s);
+  s.name = "softcap_non_causal";
+  s.window = 0;
+  s.causal = false;
+  s.spans = {{12, 40}, {5, 5}};
   add(s);
   return v;
 }

@@ -109,6 +109,33 @@ TEST(NormTest, LayerNormWithAndWithoutDelta) {
   }
 }
 
+// Qwen3's q/k norms on a fused QKV row: each head of the chosen columns normalized on its own,
+// the other columns untouched.
+TEST(NormTest, HeadRmsNormNormalizesEachHead) {
+  std::mt19937 rng(23);
+  auto be = backend::MakeCpuBackend();
+  const int64_t rows = 5, heads = 4, kv_heads = 2, hd = 32;
+  const int64_t cols = (heads + 2 * kv_heads) * hd;
+  Tensor qkv = RandomTensor({rows, cols}, rng, -3, 3);
+  const Tensor gq = RandomTensor({hd}, rng, 0.5, 1.5);
+  const Tensor gk = RandomTensor({hd}, rng, 0.5, 1.5);
+  const std::vector<double> before = Values(qkv);
+  ASSERT_TRUE(be->HeadRmsNorm(qkv, 0, static_cast<int>(heads), static_cast<int>(hd), gq, 1e-6f).ok());
+  ASSERT_TRUE(be->HeadRmsNorm(qkv, heads * hd, static_cast<int>(kv_heads), static_cast<int>(hd), gk, 1e-6f).ok());
+  std::vector<double> ref = before;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t h = 0; h < heads + kv_heads; ++h) {
+      const std::vector<double> g = Values(h < heads ? gq : gk);
+      std::vector<double> head(before.begin() + r * cols + h * hd, before.begin() + r * cols + (h + 1) * hd);
+      const std::vector<double> normed = ReferenceRmsNorm(head, 1, hd, g, 1e-6);
+      std::copy(normed.begin(), normed.end(), ref.begin() + r * cols + h * hd);
+    }
+  }
+  ExpectClose(qkv, ref, 1e-5, "head rmsnorm");
+  EXPECT_FALSE(be->HeadRmsNorm(qkv, cols - hd, 2, static_cast<int>(hd), gq, 1e-6f).ok()) << "past the row";
+  EXPECT_FALSE(be->HeadRmsNorm(qkv, 0, 2, static_cast<int>(hd) / 2, gq, 1e-6f).ok()) << "gamma size";
+}
+
 TEST(NormTest, RejectsBadShapes) {
   std::mt19937 rng(24);
   auto be = backend::MakeCpuBackend();

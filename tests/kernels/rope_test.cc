@@ -95,6 +95,43 @@ TEST(RopeTest, Llama3TableMatchesHandComputedValues) {
   EXPECT_FLOAT_EQ(tl.inv_freq[1], 0.05f);  // 10000^(-2/8) / 2
 }
 
+// longrope: the short set for plain positions, the long set for flagged ones, each
+// 1 / (factor_i * theta^(2i/d)).
+TEST(RopeTest, LongRopeTakesTheFlaggedSet) {
+  std::mt19937 rng(33);
+  auto be = backend::MakeCpuBackend();
+  RopeScalingParams lr;
+  lr.type = RopeScalingParams::Type::kLongRope;
+  lr.short_factor = {1.0f, 1.1f, 1.3f, 2.0f};
+  lr.long_factor = {1.0f, 2.0f, 4.0f, 8.0f};
+  const int head_dim = 8, half = 4;
+  const RopeTable table = MakeRopeTable(head_dim, 10000.0f, lr);
+  ASSERT_TRUE(table.long_factors);
+  ASSERT_EQ(table.inv_freq.size(), 8u);
+  for (int i = 0; i < half; ++i) {
+    const double base = std::pow(10000.0, 2.0 * i / head_dim);
+    EXPECT_FLOAT_EQ(table.inv_freq[i], static_cast<float>(1.0 / (lr.short_factor[i] * base)));
+    EXPECT_FLOAT_EQ(table.inv_freq[half + i], static_cast<float>(1.0 / (lr.long_factor[i] * base)));
+  }
+  RopeTable short_only, long_only;
+  short_only.head_dim = long_only.head_dim = head_dim;
+  short_only.inv_freq.assign(table.inv_freq.begin(), table.inv_freq.begin() + half);
+  long_only.inv_freq.assign(table.inv_freq.begin() + half, table.inv_freq.end());
+  const std::vector<int32_t> pos = {0, 5, 47, 48, 63, 1000};
+  std::vector<int32_t> flagged = pos;
+  for (size_t i = 3; i < flagged.size(); ++i) flagged[i] |= kernels::kRopeLongPosition;
+  const int64_t tokens = static_cast<int64_t>(pos.size());
+  Tensor q = RandomTensor({tokens, 2 * head_dim}, rng);
+  Tensor k;
+  const std::vector<double> x = Values(q);
+  const auto ref_short = ReferenceRope(x, tokens, 2, head_dim, pos, short_only);
+  const auto ref_long = ReferenceRope(x, tokens, 2, head_dim, pos, long_only);
+  std::vector<double> ref(ref_short.begin(), ref_short.begin() + 3 * 2 * head_dim);
+  ref.insert(ref.end(), ref_long.begin() + 3 * 2 * head_dim, ref_long.end());
+  ASSERT_TRUE(be->Rope(q, k, 2, 0, backend::HostIndices(flagged), table).ok());
+  ExpectClose(q, ref, 1e-6, "longrope");
+}
+
 TEST(RopeTest, QOnlyAndErrors) {
   std::mt19937 rng(32);
   auto be = backend::MakeCpuBackend();

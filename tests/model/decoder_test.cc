@@ -4,7 +4,10 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cctype>
+#include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "engine/engine.h"
 #include "decoder_test_util.h"
@@ -47,10 +50,20 @@ std::vector<Prompt> LoadPrompts(const std::string& dir) {
   return prompts;
 }
 
+// A fixture's folder: "arch/NAME" is tests/fixtures/architectures/NAME (made by
+// tools/fixtures/architectures.py), anything else ../shared/fixtures/models/NAME.
+std::string DecoderFixtureDir(const std::string& param) {
+  if (param.starts_with("arch/")) return testing::SourcePath("tests/fixtures/architectures/" + param.substr(5));
+  return testing::FixturePath("models/" + param);
+}
+
 class DecoderFixtureTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    dir_ = testing::FixturePath("models/" + GetParam());
+    dir_ = DecoderFixtureDir(GetParam());
+    if (!std::filesystem::exists(dir_ + "/reference.safetensors")) {
+      GTEST_SKIP() << dir_ << " is not there yet (made by tools/fixtures/architectures.py)";
+    }
     auto e = engine::Engine::Load(dir_);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     engine_ = *e;
@@ -141,8 +154,19 @@ TEST_P(DecoderFixtureTest, RaggedBatchEqualsEachPromptAlone) {
 
 TEST_P(DecoderFixtureTest, ChunkedPrefillAndKvDecodeEqualFullRecompute) {
   const int vocab = engine_->config().vocab_size;
-  const Prompt& p = *std::max_element(prompts_.begin(), prompts_.end(),
-                                      [](const Prompt& a, const Prompt& b) { return a.ids.size() < b.ids.size(); });
+  // longrope switches every position to the long factors once a sequence passes the original
+  // window, so a cache filled before the switch differs from a recompute after it (in
+  // transformers too): keep such models to sequences inside the window.
+  const io::RopeScaling& rope = engine_->config().rope_scaling;
+  const size_t limit = rope.type == io::RopeScaling::Type::kLongRope
+                           ? static_cast<size_t>(rope.original_max_position) - 8
+                           : std::numeric_limits<size_t>::max();
+  const Prompt* longest = nullptr;
+  for (const Prompt& q : prompts_) {
+    if (q.ids.size() <= limit && (longest == nullptr || q.ids.size() > longest->ids.size())) longest = &q;
+  }
+  ASSERT_NE(longest, nullptr);
+  const Prompt& p = *longest;
   // Sequence = prompt + its reference continuation; feed it in chunks of 3, then one token
   // at a time, and compare every step's last logits with a from-scratch pass.
   std::vector<int32_t> seq = p.ids;
@@ -164,7 +188,30 @@ TEST_P(DecoderFixtureTest, ChunkedPrefillAndKvDecodeEqualFullRecompute) {
   EXPECT_EQ(runner_->cache().num_free_blocks(), runner_->cache().num_blocks());
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, DecoderFixtureTest, ::testing::Values("llama-tiny", "llama3-tiny", "qwen2-tiny"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, DecoderFixtureTest,
+                         ::testing::Values("llama-tiny", "llama3-tiny", "qwen2-tiny", "arch/qwen3-tiny",
+                                           "arch/gemma2-tiny", "arch/phi3-tiny", "arch/mistral-swa-tiny"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param;
+                           for (char& ch : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return name;
+                         });
+
+// The sliding-window fixtures' prompts are longer than their windows, and the references
+// move when the window is removed: the window is exercised, not just parsed.
+TEST(DecoderWindowTest, FixturesExerciseTheirWindows) {
+  for (const char* name : {"gemma2-tiny", "mistral-swa-tiny"}) {
+    const std::string dir = DecoderFixtureDir(std::string("arch/") + name);
+    if (!std::filesystem::exists(dir + "/reference.json")) GTEST_SKIP() << dir << " is not there yet";
+    std::ifstream in(dir + "/reference.json");
+    const nlohmann::json j = nlohmann::json::parse(in);
+    ASSERT_TRUE(j.contains("window_effect")) << name;
+    EXPECT_GT(j["window_effect"]["max_abs_diff_vs_no_window"].get<double>(), 1e-2) << name;
+    EXPECT_GT(j["window_effect"]["prompt_len"].get<int>(), j["window_effect"]["sliding_window"].get<int>());
+  }
+}
 
 TEST(DecoderGenerateTest, Llama3TinyGreedyTextMatchesFixture) {
   const std::string dir = testing::FixturePath("models/llama3-tiny");

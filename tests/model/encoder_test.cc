@@ -189,5 +189,123 @@ TEST_F(BertTinyTest, TokenClassificationHeadScoresEveryToken) {
   fs::remove_all(dir);
 }
 
+
+// XLM-RoBERTa (tests/fixtures/architectures, when there): the Unigram tokenizer's ids with
+// <s> A </s></s> B </s>, hidden states and pooler (embedding model) or reranker logits per
+// input, positions offset by padding_idx + 1, and the padded batch.
+class XlmrFixtureTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    dir_ = testing::SourcePath("tests/fixtures/architectures/" + GetParam());
+    if (!std::filesystem::exists(dir_ + "/reference.safetensors")) {
+      GTEST_SKIP() << dir_ << " is not there yet (made by tools/fixtures/architectures.py)";
+    }
+    auto e = engine::Engine::Load(dir_);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engine_ = *e;
+    auto ref = io::SafetensorsFile::Open(dir_ + "/reference.safetensors");
+    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+    ref_ = *ref;
+    std::ifstream in(dir_ + "/reference.json");
+    json_ = nlohmann::json::parse(in);
+  }
+  std::string dir_;
+  std::shared_ptr<engine::Engine> engine_;
+  std::shared_ptr<io::SafetensorsFile> ref_;
+  nlohmann::json json_;
+};
+
+TEST_P(XlmrFixtureTest, TokensHiddenStatesAndHeadsMatch) {
+  EXPECT_EQ(engine_->config().position_offset, 2);
+  for (const auto& input : json_["inputs"]) {
+    const std::string key = "i" + std::to_string(input["index"].get<int>());
+    const std::vector<int32_t> ids = ToIds(ref_->Get(key + ".input_ids").value());
+    std::optional<std::string_view> pair;
+    std::string pair_text;
+    if (!input["text_pair"].is_null()) {
+      pair_text = input["text_pair"].get<std::string>();
+      pair = pair_text;
+    }
+    auto enc = engine_->tokenizer()->EncodeWithSpecial(input["text"].get<std::string>(), pair);
+    ASSERT_TRUE(enc.ok()) << enc.status().ToString();
+    EXPECT_EQ(enc->ids, ids) << key;
+    EXPECT_EQ(enc->type_ids, std::vector<int32_t>(ids.size(), 0)) << key;
+
+    model::EncoderBatch b;
+    b.token_ids = ids;
+    b.type_ids.assign(ids.size(), 0);
+    for (size_t i = 0; i < ids.size(); ++i) b.positions.push_back(static_cast<int32_t>(i));
+    backend::SeqSpan span;
+    span.q_len = static_cast<int32_t>(ids.size());
+    span.context_len = span.q_len;
+    b.spans.push_back(span);
+    model::EncoderOutput out;
+    ASSERT_TRUE(engine_->encoder()->Forward(b, out).ok());
+    const std::vector<float> hidden = ToFloats(ref_->Get(key + ".last_hidden_state").value());
+    EXPECT_LE(MaxDiff(out.hidden.data<float>(), hidden.data(), hidden.size()), 1e-3 * MaxAbs(hidden)) << key;
+    if (ref_->Has(key + ".pooler_output")) {
+      const std::vector<float> pooled = ToFloats(ref_->Get(key + ".pooler_output").value());
+      ASSERT_TRUE(out.pooled.defined());
+      EXPECT_LE(MaxDiff(out.pooled.data<float>(), pooled.data(), pooled.size()), 1e-3 * MaxAbs(pooled)) << key;
+    }
+    if (ref_->Has(key + ".logits")) {
+      const std::vector<float> logits = ToFloats(ref_->Get(key + ".logits").value());
+      auto got = engine::Classify(*engine_, {engine::EncodedInput{ids, std::vector<int32_t>(ids.size(), 0)}});
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_LE(MaxDiff(got->data<float>(), logits.data(), logits.size()), 1e-3 * MaxAbs(logits) + 1e-4) << key;
+    }
+  }
+}
+
+TEST_P(XlmrFixtureTest, PaddedBatchMatches) {
+  const Tensor ids = ref_->Get("batch.input_ids").value();
+  const Tensor mask = ref_->Get("batch.attention_mask").value();
+  const int64_t rows = ids.dim(0), cols = ids.dim(1);
+  const std::vector<int32_t> all_ids = ToIds(ids);
+  const std::vector<int32_t> keep = ToIds(mask);
+  std::vector<engine::EncodedInput> inputs(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      if (keep[r * cols + c] != 0) inputs[r].ids.push_back(all_ids[r * cols + c]);
+    }
+    inputs[r].type_ids.assign(inputs[r].ids.size(), 0);
+  }
+  if (ref_->Has("batch.logits")) {
+    const std::vector<float> ref_logits = ToFloats(ref_->Get("batch.logits").value());
+    auto logits = engine::Classify(*engine_, inputs);
+    ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+    EXPECT_LE(MaxDiff(logits->data<float>(), ref_logits.data(), ref_logits.size()), 1e-3 * MaxAbs(ref_logits) + 1e-4);
+  }
+  // CLS pooling of the batch against each row's first hidden state.
+  const std::vector<float> hidden = ToFloats(ref_->Get("batch.last_hidden_state").value());
+  const int64_t H = engine_->config().hidden_size;
+  auto cls = engine::Embed(*engine_, inputs, engine::Pooling::kCls, false);
+  ASSERT_TRUE(cls.ok()) << cls.status().ToString();
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_LE(MaxDiff(cls->data<float>() + r * H, hidden.data() + r * cols * H, H), 1e-3 * MaxAbs(hidden)) << r;
+  }
+}
+
+TEST_P(XlmrFixtureTest, EngineFileRoundTrip) {
+  const std::string path = ::testing::TempDir() + "/xlmr-" + GetParam() + "-" + std::to_string(::getpid()) + ".ferry";
+  engine::BuildOptions bo;
+  bo.tune = false;
+  ASSERT_TRUE(engine::BuildEngine(dir_, path, bo).ok());
+  auto built = engine::Engine::Load(path);
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  const std::vector<int32_t> ids = ToIds(ref_->Get("i0.input_ids").value());
+  const engine::EncodedInput in{ids, std::vector<int32_t>(ids.size(), 0)};
+  auto a = engine::Embed(*engine_, {in}, engine::Pooling::kMean, false);
+  auto b = engine::Embed(**built, {in}, engine::Pooling::kMean, false);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (int64_t i = 0; i < engine_->config().hidden_size; ++i) EXPECT_EQ(a->data<float>()[i], b->data<float>()[i]);
+  std::filesystem::remove(path);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, XlmrFixtureTest, ::testing::Values("xlmr-tiny", "xlmr-reranker-tiny"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "xlmr-tiny" ? std::string("embedding") : std::string("reranker");
+                         });
+
 }  // namespace
 }  // namespace ferry

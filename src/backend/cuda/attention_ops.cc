@@ -60,6 +60,8 @@ Status CudaAttention::Paged(const Tensor& q, const KvLayer& layer, const Attenti
   a.head_dim = params.head_dim;
   a.scale = params.scale;
   a.causal = params.causal;
+  a.window = params.window;
+  a.softcap = params.softcap;
   FERRY_ASSIGN_OR_RETURN(size_t ws, cuda::PagedAttentionWorkspaceBytes(S, params.num_heads, params.num_kv_heads,
                                                                        params.head_dim, max_ctx));
   Tensor workspace;
@@ -95,6 +97,8 @@ Status CudaAttention::Dense(const void* q, const void* k, const void* v, int64_t
   a.head_dim = params.head_dim;
   a.scale = params.scale;
   a.causal = params.causal;
+  a.softcap = params.softcap;
+  if (params.window > 0) return Unimplemented("DenseAttention: a sliding window is not supported on the GPU");
   return cuda::DenseAttention(a, ctx_.stream());
 }
 

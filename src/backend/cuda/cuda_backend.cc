@@ -118,6 +118,19 @@ class CudaBackend final : public Backend {
   }
   Status Gelu(Tensor& x) override { return cuda::Gelu(x.raw(), x.numel(), x.dtype(), stream()); }
   Status Tanh(Tensor& x) override { return cuda::Tanh(x.raw(), x.numel(), x.dtype(), stream()); }
+  Status GeluTanhMul(const Tensor& gate_up, Tensor& out) override {
+    return cuda::GeluTanhMul(gate_up.raw(), gate_up.dim(0), out.dim(1), out.raw(), out.dtype(), stream());
+  }
+  Status Scale(Tensor& x, float s) override { return cuda::Scale(x.raw(), x.numel(), s, x.dtype(), stream()); }
+  Status SoftCap(Tensor& x, float cap) override {
+    return cuda::SoftCap(x.raw(), x.numel(), cap, x.dtype(), stream());
+  }
+  Status HeadRmsNorm(Tensor& x, int64_t col_begin, int heads, int head_dim, const Tensor& gamma,
+                     float eps) override {
+    FERRY_ASSIGN_OR_RETURN(const Tensor* g, resident_.GetF32(gamma));
+    return cuda::HeadRmsNorm(x.raw(), x.dim(0), x.dim(1), col_begin, heads, head_dim, g->data<float>(), eps,
+                             x.dtype(), stream());
+  }
   Status Add(Tensor& x, const Tensor& y) override {
     return cuda::Add(x.raw(), y.raw(), x.numel(), x.dtype(), stream());
   }

@@ -10,6 +10,13 @@ namespace ferry::kernels::cpu {
 Status SiluMul(const Tensor& gate_up, Tensor& out);
 // In place, exact (erf) GELU.
 Status Gelu(Tensor& x);
+// out[M, I] = gelu_tanh(gate_up[:, :I]) * gate_up[:, I:] (GeGLU with the tanh approximation,
+// transformers' gelu_pytorch_tanh).
+Status GeluTanhMul(const Tensor& gate_up, Tensor& out);
+// In place x *= s.
+Status Scale(Tensor& x, float s);
+// In place x = cap * tanh(x / cap) (Gemma 2's soft-capping).
+Status SoftCap(Tensor& x, float cap);
 // In place tanh.
 Status Tanh(Tensor& x);
 // x += y (same shape).

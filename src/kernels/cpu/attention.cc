@@ -95,12 +95,14 @@ struct Geometry {
   int64_t head_dim_pad;  // O and padded V rows: a multiple of 16 for the micro-kernel
   float scale;
   bool causal;
+  int window;     // 0: none
+  float softcap;  // 0: none
 };
 
 // Per-thread scratch, grown to the high-water mark and then reused.
 struct Scratch {
   std::vector<float> q, o, s, kt, v, m, l;
-  std::vector<int64_t> limit;
+  std::vector<int64_t> limit, lower;
 };
 
 template <typename T>
@@ -202,14 +204,18 @@ void DotScoresRows(int rows, const float* q, int head_dim, const KeyRun<KT>& run
 }
 
 // Online-softmax update of one row of S (in place into P) over `width` (a multiple of 8)
-// columns, of which the first `valid` are real scores. Returns the factor the row's running
+// columns, of which columns [lo, valid) are real scores. Returns the factor the row's running
 // output must be rescaled by.
-inline float SoftmaxRow(float* s, int valid, int width, float& m, float& l) {
+inline float SoftmaxRow(float* s, int lo, int valid, int width, float& m, float& l) {
   const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   __m256 vmax = neg_inf;
   for (int j = 0; j < width; j += 8) {
-    const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(valid - j), lane));
+    __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(valid - j), lane));
+    if (lo > j) {
+      const __m256 above = _mm256_castsi256_ps(_mm256_cmpgt_epi32(lane, _mm256_set1_epi32(lo - j - 1)));
+      keep = _mm256_and_ps(keep, above);
+    }
     const __m256 v = _mm256_blendv_ps(neg_inf, _mm256_loadu_ps(s + j), keep);
     _mm256_storeu_ps(s + j, v);
     vmax = _mm256_max_ps(vmax, v);
@@ -269,10 +275,12 @@ void RunItem(const WorkItem& item, const RowMajor& qm, const SeqSpan& span, cons
   Grow(sc.m, rows);
   Grow(sc.l, rows);
   Grow(sc.limit, rows);
+  Grow(sc.lower, rows);
 
   // Row r is query token t_begin + r / group, head kv_head * group + r % group.
   const int64_t first_pos = static_cast<int64_t>(span.context_len) - span.q_len;
   int64_t max_limit = -1;
+  int64_t min_lower = std::numeric_limits<int64_t>::max();
   for (int r = 0; r < rows; ++r) {
     const int64_t t = item.t_begin + r / group;
     const int64_t h = static_cast<int64_t>(item.kv_head) * group + r % group;
@@ -283,9 +291,14 @@ void RunItem(const WorkItem& item, const RowMajor& qm, const SeqSpan& span, cons
     sc.m[r] = -std::numeric_limits<float>::infinity();
     sc.l[r] = 0.0f;
     sc.limit[r] = g.causal ? first_pos + t : span.context_len - 1;
+    sc.lower[r] = g.window > 0 ? std::max<int64_t>(0, sc.limit[r] - g.window + 1) : 0;
     max_limit = std::max(max_limit, sc.limit[r]);
+    min_lower = std::min(min_lower, sc.lower[r]);
   }
   const int64_t key_end = std::min<int64_t>(span.context_len, max_limit + 1);
+  // With a sliding window the keys before every row's window are skipped; the start stays a
+  // multiple of 8 so that chunk runs stay aligned.
+  const int64_t key_begin = rows > 0 ? std::min(min_lower, key_end) / 8 * 8 : 0;
   // V is read in place when its rows can feed the micro-kernel directly; otherwise (a
   // head_dim that is not a multiple of 16, or 16-bit values reused by several row tiles)
   // the chunk is widened/padded once into scratch.
@@ -297,8 +310,8 @@ void RunItem(const WorkItem& item, const RowMajor& qm, const SeqSpan& span, cons
   // when every run boundary stays 8-aligned, which the vectorized transpose needs.
   const bool merge_runs = keys.RunsAligned(8);
   Chunk<KT> chunk;
-  NextChunk(keys, span, item.kv_head, 0, key_end, merge_runs, chunk);
-  for (int64_t j0 = 0; j0 < key_end;) {
+  if (key_begin < key_end) NextChunk(keys, span, item.kv_head, key_begin, key_end, merge_runs, chunk);
+  for (int64_t j0 = key_begin; j0 < key_end;) {
     const int count = chunk.count;
     const int count_pad = static_cast<int>(RoundUp(count, kPanelCols));
     if (dot_scores) {
@@ -322,11 +335,16 @@ void RunItem(const WorkItem& item, const RowMajor& qm, const SeqSpan& span, cons
     for (int r = 0; r < rows; ++r) {
       float* srow = sc.s.data() + static_cast<int64_t>(r) * kKeyChunk;
       const int valid = static_cast<int>(std::clamp<int64_t>(sc.limit[r] - j0 + 1, 0, count));
-      if (valid == 0) {
+      const int lo = static_cast<int>(std::clamp<int64_t>(sc.lower[r] - j0, 0, count));
+      if (valid <= lo) {
         std::fill(srow, srow + count, 0.0f);
         continue;
       }
-      const float alpha = SoftmaxRow(srow, valid, width, sc.m[r], sc.l[r]);
+      if (g.softcap > 0.0f) {
+        const float inv = 1.0f / g.softcap;
+        for (int j = lo; j < valid; ++j) srow[j] = g.softcap * std::tanh(srow[j] * inv);
+      }
+      const float alpha = SoftmaxRow(srow, lo, valid, width, sc.m[r], sc.l[r]);
       if (alpha != 1.0f) {
         float* o = sc.o.data() + r * hdp;
         const __m256 va = _mm256_set1_ps(alpha);
@@ -387,6 +405,8 @@ Status CheckCommon(const char* op, const RowMajor& qm, const AttentionParams& p,
     return InvalidArgument(name + ": num_heads " + std::to_string(p.num_heads) + " is not a multiple of num_kv_heads " +
                            std::to_string(p.num_kv_heads));
   }
+  if (p.window < 0 || p.softcap < 0.0f) return InvalidArgument(name + ": window and softcap must not be negative");
+  if (p.window > 0 && !p.causal) return Unimplemented(name + ": a sliding window needs causal attention");
   if (qm.cols != static_cast<int64_t>(p.num_heads) * p.head_dim) {
     return InvalidArgument(name + ": q width " + std::to_string(qm.cols) + " != num_heads * head_dim");
   }
@@ -409,6 +429,8 @@ Geometry MakeGeometry(const AttentionParams& p) {
   g.head_dim_pad = RoundUp(p.head_dim, kPanelCols);
   g.scale = p.scale;
   g.causal = p.causal;
+  g.window = p.causal ? p.window : 0;
+  g.softcap = p.softcap;
   return g;
 }
 

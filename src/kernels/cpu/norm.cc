@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -54,6 +55,26 @@ float RmsScale(float sum_squares, int64_t n, float eps) {
 }
 
 }  // namespace
+
+Status HeadRmsNorm(Tensor& x, int64_t col_begin, int heads, int head_dim, const Tensor& gamma, float eps) {
+  FERRY_ASSIGN_OR_RETURN(const RowMajor xm, CheckRows("HeadRmsNorm: x", x, -1, -1));
+  if (heads <= 0 || head_dim <= 0 || col_begin < 0 || col_begin + static_cast<int64_t>(heads) * head_dim > xm.cols) {
+    return InvalidArgument("HeadRmsNorm: " + std::to_string(heads) + " heads of " + std::to_string(head_dim) +
+                           " from column " + std::to_string(col_begin) + " do not fit " + x.DebugString());
+  }
+  if (gamma.numel() != head_dim) return InvalidArgument("HeadRmsNorm: gamma " + gamma.DebugString() + " != head_dim");
+  std::vector<float> gamma_scratch;
+  const float* g = AsF32(gamma, gamma_scratch);
+  ParallelRows(xm.rows, static_cast<int64_t>(heads) * head_dim * 3, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      for (int h = 0; h < heads; ++h) {
+        float* v = xm.data + r * xm.ld + col_begin + static_cast<int64_t>(h) * head_dim;
+        ScaleByGamma(v, RmsScale(SumSquares(v, head_dim), head_dim, eps), g, head_dim, v);
+      }
+    }
+  });
+  return Status::Ok();
+}
 
 Status RmsNorm(const Tensor& x, const Tensor& gamma, float eps, Tensor& out) {
   FERRY_ASSIGN_OR_RETURN(const RowMajor xm, CheckRows("RmsNorm: x", x, -1, -1));

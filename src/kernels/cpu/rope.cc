@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "kernels/attention_params.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/tensor_checks.h"
 
@@ -33,7 +34,7 @@ void RotateHeads(float* row, int heads, int head_dim, int half, const float* cos
 }  // namespace
 
 Status Rope(Tensor& q, Tensor& k, int num_heads, int num_kv_heads, const int32_t* positions,
-            const std::vector<float>& inv_freq) {
+            const std::vector<float>& inv_freq, bool two_sets) {
   if (num_heads <= 0) return InvalidArgument("Rope: num_heads must be positive");
   FERRY_ASSIGN_OR_RETURN(const RowMajor qm, CheckRows("Rope: q", q, -1, -1));
   if (qm.cols % num_heads != 0) {
@@ -41,7 +42,7 @@ Status Rope(Tensor& q, Tensor& k, int num_heads, int num_kv_heads, const int32_t
                            std::to_string(num_heads));
   }
   const int head_dim = static_cast<int>(qm.cols / num_heads);
-  const int half = static_cast<int>(inv_freq.size());
+  const int half = static_cast<int>(inv_freq.size()) / (two_sets ? 2 : 1);
   if (half == 0 || 2 * half > head_dim) {
     return InvalidArgument("Rope: table covers " + std::to_string(2 * half) + " dims but head_dim is " +
                            std::to_string(head_dim));
@@ -56,9 +57,12 @@ Status Rope(Tensor& q, Tensor& k, int num_heads, int num_kv_heads, const int32_t
   ParallelRows(qm.rows, cost, [&](int64_t b, int64_t e) {
     std::vector<float> cos_v(half), sin_v(half);
     for (int64_t t = b; t < e; ++t) {
-      const double pos = positions[t];
+      const int32_t raw = positions[t];
+      const bool long_set = two_sets && (raw & kRopeLongPosition) != 0;
+      const double pos = raw & (kRopeLongPosition - 1);
+      const float* freq = inv_freq.data() + (long_set ? half : 0);
       for (int i = 0; i < half; ++i) {
-        const double angle = pos * static_cast<double>(inv_freq[i]);
+        const double angle = pos * static_cast<double>(freq[i]);
         cos_v[i] = static_cast<float>(std::cos(angle));
         sin_v[i] = static_cast<float>(std::sin(angle));
       }

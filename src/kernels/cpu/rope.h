@@ -14,7 +14,9 @@ namespace ferry::kernels::cpu {
 // (<= head_dim; dims past rot, as in partial-rotary models, are left alone) and rotates by
 // positions[t] * inv_freq[i]. The angle and its sin/cos are computed in double, so large
 // positions keep full f32 accuracy.
+// two_sets: inv_freq is the short set then the long set, and positions flagged with
+// kRopeLongPosition turn by the long one.
 Status Rope(Tensor& q, Tensor& k, int num_heads, int num_kv_heads, const int32_t* positions,
-            const std::vector<float>& inv_freq);
+            const std::vector<float>& inv_freq, bool two_sets = false);
 
 }  // namespace ferry::kernels::cpu

@@ -72,6 +72,8 @@ struct PagedAttentionArgs {
   int head_dim = 0;      // 16, 32, 64 or 128
   float scale = 0.0f;    // usually 1/sqrt(head_dim)
   bool causal = true;    // the query at position p sees positions <= p; false: all context_len
+  int window = 0;        // causal only: the query at p sees (p - window, p]; 0: no window
+  float softcap = 0.0f;  // scores -> softcap * tanh(scores / softcap) before the softmax; 0: none
 
   // Scratch for the split decode (partial maxima, sums and outputs), at least
   // PagedAttentionWorkspaceBytes(num_seqs, ...) bytes, 16-byte aligned. May be null when
@@ -120,6 +122,7 @@ struct DenseAttentionArgs {
   int head_dim = 0;  // 16, 32, 64 or 128
   float scale = 0.0f;
   bool causal = false;  // encoders (BERT) attend both ways
+  float softcap = 0.0f;  // as in PagedAttentionArgs
 };
 
 Status DenseAttention(const DenseAttentionArgs& a, cudaStream_t stream);

@@ -188,6 +188,8 @@ Status PagedAttention(const PagedAttentionArgs& a, cudaStream_t stream) {
   p.scale = a.scale;
   p.scale_log2 = a.scale * 1.4426950408889634f;
   p.causal = a.causal;
+  p.window = a.causal ? a.window : 0;
+  p.softcap = a.softcap;
 
   if (!UseTensorCores(a.act_dtype, a.kv_dtype)) {
     return attention_detail::LaunchSimt(p, false, a.act_dtype, a.kv_dtype, a.head_dim, a.num_tokens, stream);

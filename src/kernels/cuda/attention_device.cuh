@@ -50,6 +50,8 @@ struct Params {
   float scale = 0.0f;
   float scale_log2 = 0.0f;  // scale * log2(e): the tensor-core kernels use exp2
   bool causal = true;
+  int window = 0;           // causal sliding window: keys (p - window, p]; 0: none
+  float softcap = 0.0f;     // 0: none; else scores -> softcap * tanh(scores / softcap)
   // Split decode: the grid has `splits` CTAs per decode row and KV head; a row's context is
   // cut into at most that many ranges, each a whole number of split_granule keys, sized on
   // the device from the row's own length (DecodeSplit), so the launch depends only on the

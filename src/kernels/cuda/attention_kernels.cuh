@@ -244,17 +244,20 @@ __global__ void __launch_bounds__(128) FlashAttentionKernel(const Params p) {
           Mma16816<T>(s[j + 1], qf[kk], b + 2);
         }
       }
-      // Mask (only tiles that reach past k_end or a row's causal limit) and online softmax.
-      const bool mask = key0 + KT > k_end || key0 + KT - 1 > warp_lim_min;
+      // Mask (only tiles that reach past k_end or a row's causal limit, or start inside a
+      // sliding window's cut) and online softmax. Soft-capping acts on the scaled score.
+      const bool mask = key0 + KT > k_end || key0 + KT - 1 > warp_lim_min ||
+                        (p.window > 0 && key0 <= warp_lim_max - p.window);
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int j = 0; j < KT / 8; ++j) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          float v = s[j][e] * p.scale_log2;
+          float v = p.softcap > 0.0f ? p.softcap * 1.4426950408889634f * tanhf(s[j][e] * p.scale / p.softcap)
+                                     : s[j][e] * p.scale_log2;
           if (mask) {
             const int key = key0 + 8 * j + 2 * t4 + (e & 1);
-            if (key >= k_end || key > lim[e >> 1]) v = -INFINITY;
+            if (key >= k_end || key > lim[e >> 1] || (p.window > 0 && key <= lim[e >> 1] - p.window)) v = -INFINITY;
           }
           s[j][e] = v;
           mx[e >> 1] = fmaxf(mx[e >> 1], v);
@@ -432,6 +435,8 @@ __global__ void __launch_bounds__(128) SimtAttentionKernel(const Params p) {
   const int ql = p.q_len[seq];
   const int ctx = kMode == Mode::kDense ? ql : p.context_len[seq];
   const int nkeys = p.causal ? ctx - ql + t + 1 : ctx;
+  // A sliding window starts the scan at the window's first key, so lane 0's key stays valid.
+  const int key_first = p.window > 0 ? max(0, nkeys - p.window) : 0;
   const int64_t q_base = p.q_begin[seq];
   const int64_t token = q_base + t;
   const A* q = static_cast<const A*>(p.q);
@@ -451,7 +456,7 @@ __global__ void __launch_bounds__(128) SimtAttentionKernel(const Params p) {
     float acc[kCols];
 #pragma unroll
     for (int e = 0; e < kCols; ++e) acc[e] = 0.0f;
-    for (int key0 = 0; key0 < nkeys; key0 += 32) {
+    for (int key0 = key_first; key0 < nkeys; key0 += 32) {
       const int key = key0 + lane;
       float s = -INFINITY;
       if (key < nkeys) {
@@ -464,6 +469,7 @@ __global__ void __launch_bounds__(128) SimtAttentionKernel(const Params p) {
 #pragma unroll
           for (int e = 0; e < 8; ++e) s = fmaf(q_s[warp][d0 + e], kf[e], s);
         }
+        if (p.softcap > 0.0f) s = p.softcap * tanhf(s / p.softcap);
       }
       const float m_new = fmaxf(m, WarpMax(s));  // finite: lane 0's key is always valid
       const float alpha = expf(m - m_new);

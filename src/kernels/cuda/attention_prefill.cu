@@ -106,6 +106,7 @@ Status DenseAttention(const DenseAttentionArgs& a, cudaStream_t stream) {
   p.scale = a.scale;
   p.scale_log2 = a.scale * 1.4426950408889634f;
   p.causal = a.causal;
+  p.softcap = a.softcap;
   if (a.dtype == DType::kF32) {
     return attention_detail::LaunchSimt(p, true, a.dtype, a.dtype, a.head_dim, a.num_tokens, stream);
   }

@@ -32,6 +32,24 @@ struct AddOp {
   __device__ float operator()(float x, float y) const { return x + y; }
 };
 
+struct ScaleOp {
+  static constexpr bool kBinary = false;
+  float s;
+  __device__ float operator()(float x, float) const { return x * s; }
+};
+
+struct SoftCapOp {
+  static constexpr bool kBinary = false;
+  float cap;
+  __device__ float operator()(float x, float) const { return cap * tanhf(x / cap); }
+};
+
+// transformers' gelu_pytorch_tanh, 0.5 x (1 + tanh(z)), as x / (1 + e^-2z) (no cancellation
+// in the negative tail).
+__device__ __forceinline__ float GeluTanh(float x) {
+  return x / (1.0f + expf(-2.0f * 0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
 // x[i] = op(x[i], y[i]) over n elements: V-wide vectors, then the n % V tail.
 template <typename T, int V, typename Op>
 __global__ void MapKernel(T* x, const T* y, int64_t n, Op op) {
@@ -60,7 +78,7 @@ __global__ void MapKernel(T* x, const T* y, int64_t n, Op op) {
 }
 
 template <typename Op>
-Status LaunchMap(const char* what, void* x, const void* y, int64_t n, DType act, cudaStream_t stream) {
+Status LaunchMap(const char* what, void* x, const void* y, int64_t n, DType act, cudaStream_t stream, Op op = Op{}) {
   if (n < 0) return InvalidArgument(std::string(what) + ": negative element count");
   if (n == 0) return Status::Ok();
   if (x == nullptr || (Op::kBinary && y == nullptr)) return InvalidArgument(std::string(what) + ": null pointer");
@@ -71,17 +89,18 @@ Status LaunchMap(const char* what, void* x, const void* y, int64_t n, DType act,
     const T* yt = static_cast<const T*>(y);
     const bool vec = Aligned(x, 16) && (!Op::kBinary || Aligned(y, 16));
     if (vec) {
-      MapKernel<T, V, Op><<<GridBlocks(CeilDiv(n / V + 1, kThreads)), kThreads, 0, stream>>>(xt, yt, n, Op{});
+      MapKernel<T, V, Op><<<GridBlocks(CeilDiv(n / V + 1, kThreads)), kThreads, 0, stream>>>(xt, yt, n, op);
     } else {
-      MapKernel<T, 1, Op><<<GridBlocks(CeilDiv(n, kThreads)), kThreads, 0, stream>>>(xt, yt, n, Op{});
+      MapKernel<T, 1, Op><<<GridBlocks(CeilDiv(n, kThreads)), kThreads, 0, stream>>>(xt, yt, n, op);
     }
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
     return Status::Ok();
   });
 }
 
-// out[r, j] = silu(gate_up[r, j]) * gate_up[r, inter + j]; V divides inter.
-template <typename T, int V>
+// out[r, j] = act(gate_up[r, j]) * gate_up[r, inter + j] (act: SiLU, or GELU-tanh when
+// kGelu); V divides inter.
+template <typename T, int V, bool kGelu = false>
 __global__ void SiluMulKernel(const T* gate_up, int64_t rows, int64_t inter, T* out) {
   const int64_t nvec = inter / V;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -94,7 +113,7 @@ __global__ void SiluMulKernel(const T* gate_up, int64_t rows, int64_t inter, T* 
       LoadF32<T, V>(g + j * V, a);
       LoadF32<T, V>(u + j * V, b);
 #pragma unroll
-      for (int k = 0; k < V; ++k) a[k] = a[k] / (1.0f + expf(-a[k])) * b[k];
+      for (int k = 0; k < V; ++k) a[k] = (kGelu ? GeluTanh(a[k]) : a[k] / (1.0f + expf(-a[k]))) * b[k];
       StoreF32<T, V>(o + j * V, a);
     }
   }
@@ -183,6 +202,34 @@ Status SiluMul(const void* gate_up, int64_t rows, int64_t inter, void* out, DTyp
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
     return Status::Ok();
   });
+}
+
+Status GeluTanhMul(const void* gate_up, int64_t rows, int64_t inter, void* out, DType act, cudaStream_t stream) {
+  if (rows < 0 || inter < 0) return InvalidArgument("GeluTanhMul: negative shape");
+  if (rows == 0 || inter == 0) return Status::Ok();
+  if (gate_up == nullptr || out == nullptr) return InvalidArgument("GeluTanhMul: null pointer");
+  return DispatchAct(act, "GeluTanhMul", [&](auto tag) -> Status {
+    using T = decltype(tag);
+    constexpr int V = kVec16<T>;
+    const T* g = static_cast<const T*>(gate_up);
+    T* o = static_cast<T*>(out);
+    if (inter % V == 0 && Aligned(gate_up, 16) && Aligned(out, 16)) {
+      SiluMulKernel<T, V, true><<<RowGrid(rows, inter / V), kThreads, 0, stream>>>(g, rows, inter, o);
+    } else {
+      SiluMulKernel<T, 1, true><<<RowGrid(rows, inter), kThreads, 0, stream>>>(g, rows, inter, o);
+    }
+    FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
+    return Status::Ok();
+  });
+}
+
+Status Scale(void* x, int64_t n, float s, DType act, cudaStream_t stream) {
+  return LaunchMap<ScaleOp>("Scale", x, nullptr, n, act, stream, ScaleOp{s});
+}
+
+Status SoftCap(void* x, int64_t n, float cap, DType act, cudaStream_t stream) {
+  if (!(cap > 0.0f)) return InvalidArgument("SoftCap: cap must be positive");
+  return LaunchMap<SoftCapOp>("SoftCap", x, nullptr, n, act, stream, SoftCapOp{cap});
 }
 
 Status Gelu(void* x, int64_t n, DType act, cudaStream_t stream) {

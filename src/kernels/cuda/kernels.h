@@ -77,6 +77,20 @@ Status RopeQkvWriteKv(const void* qkv, void* q_out, int64_t tokens, int num_head
 // out[r, :] = silu(gate_up[r, :inter]) * gate_up[r, inter:]; gate_up [rows, 2*inter].
 Status SiluMul(const void* gate_up, int64_t rows, int64_t inter, void* out, DType act, cudaStream_t stream);
 
+// out[r, :] = gelu_tanh(gate_up[r, :inter]) * gate_up[r, inter:] (GeGLU, tanh approximation).
+Status GeluTanhMul(const void* gate_up, int64_t rows, int64_t inter, void* out, DType act, cudaStream_t stream);
+
+// In place x *= s over n elements.
+Status Scale(void* x, int64_t n, float s, DType act, cudaStream_t stream);
+
+// In place x = cap * tanh(x / cap) over n elements.
+Status SoftCap(void* x, int64_t n, float cap, DType act, cudaStream_t stream);
+
+// In place RMSNorm of each head_dim-wide head in columns [col_begin, col_begin + heads *
+// head_dim) of every row of x [rows, cols], each scaled by gamma [head_dim] (f32, device).
+Status HeadRmsNorm(void* x, int64_t rows, int64_t cols, int64_t col_begin, int heads, int head_dim,
+                   const float* gamma, float eps, DType act, cudaStream_t stream);
+
 // In place, exact (erf) GELU over n elements.
 Status Gelu(void* x, int64_t n, DType act, cudaStream_t stream);
 

@@ -302,7 +302,46 @@ Status CheckRowArgs(const char* what, int64_t rows, int64_t cols) {
   return Status::Ok();
 }
 
+// One warp per (row, head): the head's sum of squares in f32, then x * rsqrt(mean + eps) * gamma.
+template <typename T>
+__global__ void HeadRmsNormKernel(T* x, int64_t items, int heads, int head_dim, int64_t cols, int64_t col_begin,
+                                  const float* gamma, float eps) {
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (item >= items) return;
+  const int lane = threadIdx.x & 31;
+  T* v = x + (item / heads) * cols + col_begin + (item % heads) * head_dim;
+  float ss = 0.0f;
+  for (int d = lane; d < head_dim; d += 32) {
+    const float f = ToF32(v[d]);
+    ss += f * f;
+  }
+  ss = WarpSum(ss);
+  const float rs = rsqrtf(ss / static_cast<float>(head_dim) + eps);
+  for (int d = lane; d < head_dim; d += 32) v[d] = FromF32<T>(ToF32(v[d]) * rs * gamma[d]);
+}
+
 }  // namespace
+
+Status HeadRmsNorm(void* x, int64_t rows, int64_t cols, int64_t col_begin, int heads, int head_dim,
+                   const float* gamma, float eps, DType act, cudaStream_t stream) {
+  if (rows < 0 || heads <= 0 || head_dim <= 0 || col_begin < 0 ||
+      col_begin + static_cast<int64_t>(heads) * head_dim > cols) {
+    return InvalidArgument("HeadRmsNorm: " + std::to_string(heads) + " heads of " + std::to_string(head_dim) +
+                           " from column " + std::to_string(col_begin) + " do not fit rows of " + std::to_string(cols));
+  }
+  if (rows == 0) return Status::Ok();
+  if (x == nullptr || gamma == nullptr) return InvalidArgument("HeadRmsNorm: null pointer");
+  return DispatchAct(act, "HeadRmsNorm", [&](auto tag) -> Status {
+    using T = decltype(tag);
+    const int64_t items = rows * heads;
+    constexpr int kWarpsPerBlock = 8;
+    const int64_t blocks = (items + kWarpsPerBlock - 1) / kWarpsPerBlock;
+    HeadRmsNormKernel<T><<<static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0, stream>>>(
+        static_cast<T*>(x), items, heads, head_dim, cols, col_begin, gamma, eps);
+    FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
+    return Status::Ok();
+  });
+}
 
 Status RmsNorm(const void* x, const float* gamma, float eps, int64_t rows, int64_t cols, void* out, DType act,
                cudaStream_t stream) {

@@ -5,6 +5,7 @@
 // while they are in registers.
 #include <string>
 
+#include "kernels/attention_params.h"
 #include "kernels/cuda/act_access.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels.h"
@@ -45,10 +46,13 @@ __global__ void RopeKernel(const RopeIo<T> io, int64_t tokens, int num_heads, in
   const int heads = num_heads + (io.k_in != nullptr ? num_kv_heads : 0);
   for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
     __syncthreads();  // the previous token's readers of the table are done
-    const double pos = static_cast<double>(positions[t]);
+    // A flagged position takes the long half of a longrope table (never set otherwise).
+    const int32_t raw = positions[t];
+    const double pos = static_cast<double>(raw & (kernels::kRopeLongPosition - 1));
+    const float* freq = inv_freq + ((raw & kernels::kRopeLongPosition) != 0 ? half : 0);
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
       double s, c;
-      sincos(pos * static_cast<double>(inv_freq[i]), &s, &c);
+      sincos(pos * static_cast<double>(freq[i]), &s, &c);
       table[i] = static_cast<float>(c);
       table[half + i] = static_cast<float>(s);
     }
