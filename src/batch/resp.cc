@@ -215,7 +215,7 @@ Status RedisConnection::ReadReply(RedisReply& reply, int depth) {
       reply.integer = n;
       return Status::Ok();
     case '$': {
-      if (!ParseInt(rest, n) || n < -1 || static_cast<size_t>(n) > kMaxBulk) return Unavailable("redis: protocol error (bulk)");
+      if (!ParseInt(rest, n) || n < -1 || (n > 0 && static_cast<size_t>(n) > kMaxBulk)) return Unavailable("redis: protocol error (bulk)");
       if (n == -1) {
         reply.type = RedisReply::Type::kNil;
         return Status::Ok();
