@@ -73,6 +73,7 @@ class LocalStore final : public Store {
  public:
   LocalStore(QueueOptions options, sqlite3* db, int lock_fd) : options_(std::move(options)), db_(db), lock_fd_(lock_fd) {}
   ~LocalStore() override {
+    sqlite3_close(rdb_);
     sqlite3_close(db_);
     if (lock_fd_ >= 0) close(lock_fd_);
   }
@@ -88,7 +89,15 @@ class LocalStore final : public Store {
     }
     // The previous server's leases died with it: their entries run again (their results,
     // where written, are kept and not written twice).
-    return Exec("UPDATE entries SET state=0 WHERE state=1");
+    FERRY_RETURN_IF_ERROR(Exec("UPDATE entries SET state=0 WHERE state=1"));
+    // Reads (the API's GETs, the metrics) on a second connection: in WAL mode they see the
+    // last commit and never wait for a writer's fsync.
+    const char* path = sqlite3_db_filename(db_, "main");
+    if (sqlite3_open_v2(path, &rdb_, SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX, nullptr) != SQLITE_OK) {
+      return Unavailable(std::string("batch store: cannot open a reader: ") + (rdb_ ? sqlite3_errmsg(rdb_) : "?"));
+    }
+    sqlite3_busy_timeout(rdb_, 5000);
+    return Status::Ok();
   }
 
   Status PutFile(const FileInfo& f, const std::string& content) override {
@@ -101,8 +110,8 @@ class LocalStore final : public Store {
   }
 
   Result<FileInfo> GetFile(const std::string& tenant, const std::string& id) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    Stmt s(db_, "SELECT id, tenant, filename, purpose, bytes, created_at FROM files WHERE id=? AND tenant=?");
+    std::lock_guard<std::mutex> lock(rmu_);
+    Stmt s(rdb_, "SELECT id, tenant, filename, purpose, bytes, created_at FROM files WHERE id=? AND tenant=?");
     s.Bind(1, id).Bind(2, tenant);
     const int rc = s.Step();
     if (rc == SQLITE_DONE) return NotFound("no file with id '" + id + "'");
@@ -111,8 +120,8 @@ class LocalStore final : public Store {
   }
 
   Result<std::string> FileContent(const std::string& tenant, const std::string& id) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    Stmt s(db_, "SELECT content FROM files WHERE id=? AND tenant=?");
+    std::lock_guard<std::mutex> lock(rmu_);
+    Stmt s(rdb_, "SELECT content FROM files WHERE id=? AND tenant=?");
     s.Bind(1, id).Bind(2, tenant);
     const int rc = s.Step();
     if (rc == SQLITE_DONE) return NotFound("no file with id '" + id + "'");
@@ -122,14 +131,14 @@ class LocalStore final : public Store {
 
   Result<std::vector<FileInfo>> ListFiles(const std::string& tenant, const std::string& purpose,
                                           const Page& page) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(rmu_);
     int64_t after_rowid = INT64_MAX;
     if (!page.after.empty()) {
-      Stmt a(db_, "SELECT rowid FROM files WHERE id=? AND tenant=?");
+      Stmt a(rdb_, "SELECT rowid FROM files WHERE id=? AND tenant=?");
       a.Bind(1, page.after).Bind(2, tenant);
       if (a.Step() == SQLITE_ROW) after_rowid = a.Int(0);
     }
-    Stmt s(db_,
+    Stmt s(rdb_,
            "SELECT id, tenant, filename, purpose, bytes, created_at FROM files WHERE tenant=? AND rowid<? AND "
            "(?='' OR purpose=?) ORDER BY rowid DESC LIMIT ?");
     s.Bind(1, tenant).Bind(2, after_rowid).Bind(3, purpose).Bind(4, purpose).Bind(5, int64_t{page.limit} + 1);
@@ -167,19 +176,19 @@ class LocalStore final : public Store {
   }
 
   Result<BatchInfo> GetBatch(const std::string& tenant, const std::string& id) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return LoadBatch(tenant, id);
+    std::lock_guard<std::mutex> lock(rmu_);
+    return LoadBatch(tenant, id, rdb_);
   }
 
   Result<std::vector<BatchInfo>> ListBatches(const std::string& tenant, const Page& page) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(rmu_);
     int64_t after_seq = INT64_MAX;
     if (!page.after.empty()) {
-      Stmt a(db_, "SELECT seq FROM batches WHERE id=? AND (?='' OR tenant=?)");
+      Stmt a(rdb_, "SELECT seq FROM batches WHERE id=? AND (?='' OR tenant=?)");
       a.Bind(1, page.after).Bind(2, tenant).Bind(3, tenant);
       if (a.Step() == SQLITE_ROW) after_seq = a.Int(0);
     }
-    Stmt s(db_, "SELECT record FROM batches WHERE (?='' OR tenant=?) AND seq<? ORDER BY seq DESC LIMIT ?");
+    Stmt s(rdb_, "SELECT record FROM batches WHERE (?='' OR tenant=?) AND seq<? ORDER BY seq DESC LIMIT ?");
     s.Bind(1, tenant).Bind(2, tenant).Bind(3, after_seq).Bind(4, int64_t{page.limit} + 1);
     std::vector<BatchInfo> out;
     int rc;
@@ -289,9 +298,9 @@ class LocalStore final : public Store {
   Status Maintain() override { return Status::Ok(); }  // results and finalization commit together
 
   Result<QueueCounts> Counts() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(rmu_);
     QueueCounts c;
-    Stmt s(db_, "SELECT record FROM batches");
+    Stmt s(rdb_, "SELECT record FROM batches");
     int rc;
     while ((rc = s.Step()) == SQLITE_ROW) {
       const BatchInfo b = BatchInfo::FromRecord(json::parse(s.Text(0)));
@@ -328,8 +337,8 @@ class LocalStore final : public Store {
     return Exec("COMMIT");
   }
 
-  Result<BatchInfo> LoadBatch(const std::string& tenant, const std::string& id) {
-    Stmt s(db_, "SELECT record FROM batches WHERE id=? AND (?='' OR tenant=?)");
+  Result<BatchInfo> LoadBatch(const std::string& tenant, const std::string& id, sqlite3* db = nullptr) {
+    Stmt s(db != nullptr ? db : db_, "SELECT record FROM batches WHERE id=? AND (?='' OR tenant=?)");
     s.Bind(1, id).Bind(2, tenant).Bind(3, tenant);
     const int rc = s.Step();
     if (rc == SQLITE_DONE) return NotFound("no batch with id '" + id + "'");
@@ -381,8 +390,10 @@ class LocalStore final : public Store {
   }
 
   const QueueOptions options_;
-  std::mutex mu_;
+  std::mutex mu_;   // the writer connection
+  std::mutex rmu_;  // the reader connection
   sqlite3* db_;
+  sqlite3* rdb_ = nullptr;
   int lock_fd_;
 };
 

@@ -17,7 +17,10 @@ struct QueueOptions {
   std::string key_prefix = "ferry";  // redis: every key starts with "<prefix>:"
   std::string consumer;      // redis: this replica's consumer name; "" = host name + pid
   int64_t lease_ms = 60000;  // an entry not renewed for this long is run again elsewhere
-  int max_in_flight = 32;    // batch requests this server runs at once
+  int max_in_flight = 32;    // batch requests this server runs at once when no online work runs
+  // ... and while online requests run (or ran within the last second): batch work takes
+  // only what online traffic leaves. 0: none then (batches wait for idle time).
+  int max_in_flight_under_load = 2;
   int64_t poll_ms = 200;     // how often an idle worker looks for work
   int64_t max_file_bytes = 200 << 20;  // an upload over this is refused with 413
   int64_t max_requests_per_batch = 50000;

@@ -19,6 +19,9 @@ Status QueueOptions::Validate() const {
   if (backend == QueueBackend::kRedis && url.empty()) return InvalidArgument("queue.url: the redis backend needs redis://host:port");
   if (lease_ms < 100 || lease_ms > 86400000) return InvalidArgument("queue.lease_ms: must be in [100, 86400000]");
   if (max_in_flight < 1 || max_in_flight > 4096) return InvalidArgument("queue.max_in_flight: must be in [1, 4096]");
+  if (max_in_flight_under_load < 0 || max_in_flight_under_load > max_in_flight) {
+    return InvalidArgument("queue.max_in_flight_under_load: must be in [0, max_in_flight]");
+  }
   if (poll_ms < 1 || poll_ms > 60000) return InvalidArgument("queue.poll_ms: must be in [1, 60000]");
   if (max_file_bytes < 1) return InvalidArgument("queue.max_file_bytes: must be positive");
   if (max_requests_per_batch < 1) return InvalidArgument("queue.max_requests_per_batch: must be positive");

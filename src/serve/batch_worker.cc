@@ -28,11 +28,11 @@ std::string DefaultConsumer() {
 }  // namespace
 
 BatchWorker::BatchWorker(batch::Store& store, const batch::QueueOptions& options, MetricsRegistry& registry,
-                         Dispatch dispatch, std::function<bool()> ready)
+                         Dispatch dispatch, std::function<int()> capacity)
     : store_(store),
       options_(options),
       dispatch_(std::move(dispatch)),
-      ready_(std::move(ready)),
+      capacity_(std::move(capacity)),
       consumer_(options.consumer.empty() ? DefaultConsumer() : options.consumer),
       requests_gauge_(registry.AddGauge("ferry:batch_requests",
                                         "Batch requests by state: queued, running (on this server), completed, "
@@ -76,6 +76,7 @@ json BatchWorker::StatusJson() const {
   std::lock_guard<std::mutex> lock(mu_);
   return {{"backend", store_.backend()},     {"consumer", consumer_},
           {"running", running_.size()},      {"max_in_flight", options_.max_in_flight},
+          {"max_in_flight_under_load", options_.max_in_flight_under_load}, {"width_now", capacity_()},
           {"results_pending", pending_.size()}, {"retrying", retry_.size()},
           {"leased_total", leased_total_},   {"recorded_total", recorded_total_},
           {"duplicates_total", duplicates_total_}, {"last_error", last_error_}};
@@ -150,18 +151,19 @@ void BatchWorker::Loop() {
     std::vector<batch::Entry> to_run;
     int capacity = 0;
     bool has_pending;
+    const int width = capacity_();
     {
       std::lock_guard<std::mutex> lock(mu_);
       while (!retry_.empty() && retry_.front().first <= now) {
         to_run.push_back(retry_.front().second);
         retry_.pop_front();
       }
-      capacity = options_.max_in_flight - static_cast<int>(running_.size()) - static_cast<int>(retry_.size()) -
+      capacity = width - static_cast<int>(running_.size()) - static_cast<int>(retry_.size()) -
                  static_cast<int>(to_run.size());
       has_pending = !pending_.empty();
     }
     bool leased_any = false;
-    if (capacity > 0 && !has_pending && ready_() && now >= backoff_ms) {
+    if (capacity > 0 && !has_pending && now >= backoff_ms) {
       Result<std::vector<batch::Entry>> got = store_.Lease(consumer_, capacity);
       if (!got.ok()) {
         std::lock_guard<std::mutex> lock(mu_);
@@ -198,7 +200,7 @@ void BatchWorker::Loop() {
     }
     std::unique_lock<std::mutex> lock(mu_);
     if (stop_) return;
-    const bool more = leased_any && static_cast<int>(running_.size() + retry_.size()) < options_.max_in_flight;
+    const bool more = leased_any && static_cast<int>(running_.size() + retry_.size()) < width;
     if (!more && pending_.empty()) {
       cv_.wait_for(lock, std::chrono::milliseconds(options_.poll_ms), [this] { return stop_ || !pending_.empty(); });
     } else if (!pending_.empty() && !last_error_.empty()) {

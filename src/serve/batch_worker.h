@@ -1,5 +1,6 @@
 // Runs queued batch requests against this server's models: leases entries from the store
-// (at most queue.max_in_flight at once), hands each to the same route an online request
+// (as many at once as the server's capacity callback allows: queue.max_in_flight when no
+// online work runs, fewer while it does), hands each to the same route an online request
 // takes (in the batch tier, below every configured tier), records each result once, and
 // keeps its leases alive while they run. One thread; results that cannot be recorded yet
 // (the store is unreachable) wait in memory and are retried with backoff.
@@ -35,8 +36,9 @@ class BatchWorker {
   // Runs one request; calls `done` exactly once, from any thread.
   using Dispatch = std::function<void(const batch::Entry& entry, std::function<void(BatchResponse)> done)>;
 
+  // `capacity`: how many batch requests may run now (0 while the server is not serving).
   BatchWorker(batch::Store& store, const batch::QueueOptions& options, MetricsRegistry& registry, Dispatch dispatch,
-              std::function<bool()> ready);
+              std::function<int()> capacity);
   ~BatchWorker();
 
   void Start();
@@ -59,7 +61,7 @@ class BatchWorker {
   batch::Store& store_;
   const batch::QueueOptions options_;
   Dispatch dispatch_;
-  std::function<bool()> ready_;
+  std::function<int()> capacity_;
   std::string consumer_;
   GaugeFamily& requests_gauge_;  // ferry:batch_requests{state}
   GaugeFamily& jobs_gauge_;      // ferry:batch_jobs{state}

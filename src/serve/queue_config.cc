@@ -10,7 +10,7 @@ Status ParseQueueConfig(const YAML::Node& node, const std::string& path, batch::
   FERRY_ASSIGN_OR_RETURN(const MapReader m,
                          MapReader::Open(node, path,
                                          {"backend", "path", "url", "key_prefix", "consumer", "lease_ms",
-                                          "max_in_flight", "poll_ms", "max_file_bytes", "max_requests_per_batch",
+                                          "max_in_flight", "max_in_flight_under_load", "poll_ms", "max_file_bytes", "max_requests_per_batch",
                                           "reconnect_max_ms", "tier"}));
   std::string backend = "none";
   FERRY_RETURN_IF_ERROR(m.String("backend", backend));
@@ -29,6 +29,9 @@ Status ParseQueueConfig(const YAML::Node& node, const std::string& path, batch::
   FERRY_RETURN_IF_ERROR(m.String("consumer", out.consumer));
   FERRY_RETURN_IF_ERROR(m.Int("lease_ms", out.lease_ms));
   FERRY_RETURN_IF_ERROR(m.Int("max_in_flight", out.max_in_flight));
+  // Unset: at most the default, and never above max_in_flight.
+  out.max_in_flight_under_load = std::min(out.max_in_flight_under_load, out.max_in_flight);
+  FERRY_RETURN_IF_ERROR(m.Int("max_in_flight_under_load", out.max_in_flight_under_load));
   FERRY_RETURN_IF_ERROR(m.Int("poll_ms", out.poll_ms));
   FERRY_RETURN_IF_ERROR(m.Int("max_file_bytes", out.max_file_bytes));
   FERRY_RETURN_IF_ERROR(m.Int("max_requests_per_batch", out.max_requests_per_batch));

@@ -121,10 +121,13 @@ Status Server::Start() {
   output_workers_ = std::make_unique<ThreadPool>(config_.listener.output_threads, "output");
   request_workers_ = std::make_unique<ThreadPool>(config_.listener.request_threads, "request");
   if (batch_store_ != nullptr) {
+    // The Batch API's routes wait on the store (an fsync, a round trip to Redis): their own
+    // threads, so that online requests never queue behind them.
+    batch_api_workers_ = std::make_unique<ThreadPool>(2, "batch-api");
     batch_worker_ = std::make_unique<BatchWorker>(
         *batch_store_, config_.queue, metrics_.registry,
         [this](const batch::Entry& e, std::function<void(BatchResponse)> done) { RunBatchEntry(e, std::move(done)); },
-        [this] { return ready_.load() && !stopping_.load(); });
+        [this] { return BatchCapacity(); });
     batch_worker_->Start();
     FERRY_LOG_INFO("batch queue: {} backend, consumer {}, {} requests in flight at most", batch_store_->backend(),
                    batch_worker_->consumer(), config_.queue.max_in_flight);
@@ -232,6 +235,7 @@ void Server::Shutdown() {
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
   http_->Shutdown(std::max<int64_t>(budget - spent, 1000));
   request_workers_.reset();  // after the I/O threads: nothing submits to it any more
+  batch_api_workers_.reset();
   output_workers_.reset();  // runs what the batchers' last events queued, while the models still exist
   FERRY_LOG_INFO("shut down");
 }
@@ -476,6 +480,17 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
       --tenant_inflight_[tenant];
     };
   }
+  if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/embeddings" ||
+      path == "/v1/classify" || path == "/v1/token-classify" || path == "/v1/score") {
+    // Online work in flight: the batch worker yields to it (queue.max_in_flight_under_load).
+    online_in_flight_.fetch_add(1);
+    release = [this, inner = std::move(release)] {
+      if (inner) inner();
+      online_in_flight_.fetch_sub(1);
+      last_online_ms_.store(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::steady_clock::now().time_since_epoch()).count());
+    };
+  }
   auto ctx = std::make_shared<RequestContext>(RequestId(req), route, p, writer, metrics_, logger_, std::move(release));
   ctx->AddResponseHeaders(rate.headers);
   if (p.rate_limits.tokens_per_minute > 0) ctx->ChargeTokensTo(&rate_limiter_);
@@ -494,7 +509,7 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
                                       "not_found_error", "", ""});
     }
     // The store does I/O (an fsync, a round trip to Redis): never on an I/O thread.
-    return request_workers_->Submit([this, ctx, r = std::move(req)] {
+    return batch_api_workers_->Submit([this, ctx, r = std::move(req)] {
       try {
         HandleBatchRoute(ctx, r, BatchApi{*batch_store_, config_.queue, batch_worker_.get()});
       } catch (const std::exception& ex) {
@@ -692,6 +707,16 @@ void Server::HandleModelsAdmin(const std::shared_ptr<RequestContext>& ctx, const
   return ctx->ReplyJson(202, *r);
 }
 
+int Server::BatchCapacity() const {
+  if (!ready_.load() || stopping_.load()) return 0;
+  // Online requests in flight, or finished within the last second: batch work keeps to
+  // the smaller width so that online latency stays as it is.
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  const bool online = online_in_flight_.load() > 0 || now - last_online_ms_.load() < 1000;
+  return online ? config_.queue.max_in_flight_under_load : config_.queue.max_in_flight;
+}
+
 void Server::RunBatchEntry(const batch::Entry& entry, std::function<void(BatchResponse)> done) {
   int lowest = 1;
   for (const auto& [name, priority] : config_.tiers) lowest = std::max(lowest, priority);
@@ -704,6 +729,7 @@ void Server::RunBatchEntry(const batch::Entry& entry, std::function<void(BatchRe
   if (stopping_.load() || !ready_.load()) return ctx->ReplyError(FromStatus(Unavailable("the server is not serving")));
   request_workers_->Submit([this, ctx, url = entry.url, body = entry.body] {
     try {
+      ctx->SetLog("dispatch_ms", std::chrono::duration<double, std::milli>(RequestContext::Clock::now() - ctx->arrival()).count());
       RouteBody(ctx, url, body);
     } catch (const std::exception& ex) {
       ctx->ReplyError(FromStatus(Internal(std::string("unexpected error: ") + ex.what())));

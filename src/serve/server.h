@@ -78,6 +78,9 @@ class Server {
   // One queued batch request through RouteBody, as the batch's tenant in the batch tier
   // (below every configured tier); the response goes to `done`.
   void RunBatchEntry(const batch::Entry& entry, std::function<void(BatchResponse)> done);
+  // How many batch requests may run now: 0 while loading or stopping,
+  // queue.max_in_flight_under_load while online requests run, else queue.max_in_flight.
+  int BatchCapacity() const;
 
   const ServerConfig config_;
   const Authenticator auth_;
@@ -96,6 +99,7 @@ class Server {
   std::unique_ptr<ModelVersions> versions_;  // the model repository, when configured
   std::unique_ptr<batch::Store> batch_store_;  // the Batch API's queue, when queue.backend is set
   std::unique_ptr<BatchWorker> batch_worker_;  // runs its requests here; started with the server
+  std::unique_ptr<ThreadPool> batch_api_workers_;  // the Batch API's routes (they wait on the store)
   std::map<std::string, int> tenant_inflight_;         // GUARDED_BY(mu_)
   RateLimiter rate_limiter_;
   bool load_done_ = false;                             // GUARDED_BY(mu_)
@@ -104,6 +108,8 @@ class Server {
   bool shut_down_ = false;                             // GUARDED_BY(mu_)
   std::atomic<bool> ready_{false};
   std::atomic<bool> stopping_{false};
+  std::atomic<int> online_in_flight_{0};     // online work requests not yet finished
+  std::atomic<int64_t> last_online_ms_{0};   // steady-clock ms when the last one finished
   std::thread loader_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
