@@ -10,7 +10,8 @@
 # usage: bench/batch_bench.sh FERRY OUT_DIR
 #   RATE (online requests/s, default 4), PROMPTS (online requests per run, default 120),
 #   BATCH_SIZE (default 2000), BATCH_TOKENS (max_tokens per batch request, default 64),
-#   IN_FLIGHT (queue.max_in_flight, default 8), MODEL (default models/demo/kjv-decoder)
+#   IN_FLIGHT (queue.max_in_flight, default 8), UNDER_LOAD (queue.max_in_flight_under_load,
+#   default 2), MODEL (default models/demo/kjv-decoder)
 # Run from the repository root. Client and server share the machine's cores.
 set -euo pipefail
 ferry=$(realpath "$1")
@@ -20,6 +21,7 @@ prompts=${PROMPTS:-120}
 batch_size=${BATCH_SIZE:-2000}
 batch_tokens=${BATCH_TOKENS:-64}
 in_flight=${IN_FLIGHT:-8}
+under_load=${UNDER_LOAD:-2}
 model=${MODEL:-models/demo/kjv-decoder}
 mkdir -p "$out"
 rm -rf "$out/queue"
@@ -32,7 +34,7 @@ models:
   - name: m
     path: $model
     batching: {max_num_seqs: 32, max_num_batched_tokens: 512, max_queue_requests: 100000, max_queue_tokens: 100000000}
-queue: {backend: local, path: $out/queue, max_in_flight: $in_flight}
+queue: {backend: local, path: $out/queue, max_in_flight: $in_flight, max_in_flight_under_load: $under_load}
 log: {level: warn, request_log: false}
 YAML
 "$ferry" serve --config "$out/server.yaml" >"$out/server.log" 2>&1 &
@@ -87,7 +89,8 @@ import json, sys
 out, done, status = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 runs = {n: json.load(open(f"{out}/{n}.json")) for n in ("baseline", "with_batch", "baseline_after")}
 def q(run, metric, p): return runs[run][metric][p]
-summary = {"batch_requests_completed_during_online_run": done, "batch_status_at_end_of_online_run": status}
+summary = {"batch_requests_completed_during_online_run": done, "batch_status_at_end_of_online_run": status,
+           "online_requests_per_s": runs["baseline"]["config"].get("request_rate") if isinstance(runs["baseline"].get("config"), dict) else None}
 for metric in ("ttft_ms", "tpot_ms"):
     for p in ("p50", "p95"):
         base = (q("baseline", metric, p) + q("baseline_after", metric, p)) / 2
