@@ -4,7 +4,9 @@ set -euo pipefail
 pkgs=(cmake ninja-build ccache g++ pkg-config make
       libdnnl-dev libboost-dev nlohmann-json3-dev libsentencepiece-dev sentencepiece libpcre2-dev
       libfmt-dev libspdlog-dev libcli11-dev libyaml-cpp-dev
-      libgtest-dev libgmock-dev libbenchmark-dev libssl-dev openssl)
+      libgtest-dev libgmock-dev libbenchmark-dev libssl-dev openssl libsqlite3-dev)
+# The Batch API's redis backend is tested against a real redis-server.
+pkgs+=(redis-server)
 missing=()
 # The server tests drive ferry with the openai npm client and curl.
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)

@@ -22,6 +22,7 @@
 #include "serve/config_yaml.h"
 #include "serve/qos_config.h"
 #include "serve/repository_config.h"
+#include "serve/queue_config.h"
 
 namespace ferry::serve {
 
@@ -393,7 +394,7 @@ Status ParseRoot(const YAML::Node& file_root, ServerConfig& config) {
   FERRY_ASSIGN_OR_RETURN(const MapReader m, MapReader::Open(root, "", {"listener", "auth", "tiers", "tenants", "models",
                                                                        "log", "api", "cors", "model_repository",
                                                                        "repository_poll_s",
-                                                                       "host_memory_budget_bytes"}));
+                                                                       "host_memory_budget_bytes", "queue"}));
   if (const YAML::Node* node = m.Find("listener")) FERRY_RETURN_IF_ERROR(ParseListener(*node, config.listener));
   if (const YAML::Node* node = m.Find("auth")) FERRY_RETURN_IF_ERROR(ParseAuth(*node, config.auth));
   if (const YAML::Node* node = m.Find("tiers")) FERRY_RETURN_IF_ERROR(ParseTiers(*node, config.tiers, config.tier_rules));
@@ -421,6 +422,7 @@ Status ParseRoot(const YAML::Node& file_root, ServerConfig& config) {
   if (const YAML::Node* node = m.Find("log")) FERRY_RETURN_IF_ERROR(ParseLog(*node, config.log));
   if (const YAML::Node* node = m.Find("api")) FERRY_RETURN_IF_ERROR(ParseApi(*node, config.api));
   if (const YAML::Node* node = m.Find("cors")) FERRY_RETURN_IF_ERROR(ParseCors(*node, config.cors));
+  if (const YAML::Node* node = m.Find("queue")) FERRY_RETURN_IF_ERROR(ParseQueueConfig(*node, "queue", config.queue));
   return Status::Ok();
 }
 
@@ -627,6 +629,7 @@ Status ServerConfig::Validate() const {
   }
   FERRY_RETURN_IF_ERROR(ValidateModels(models));
   FERRY_RETURN_IF_ERROR(ValidateRepositoryConfig(model_repository));
+  if (queue.enabled()) FERRY_RETURN_IF_ERROR(queue.Validate());
   FERRY_RETURN_IF_ERROR(CheckRange("host_memory_budget_bytes", host_memory_budget_bytes, 0, kNoMax));
   return ValidateQosGroups(*this);
 }

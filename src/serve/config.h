@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "batch/queue_options.h"
 #include "chunk/long_input_options.h"
 #include "core/device_spec.h"
 #include "core/dtype.h"
@@ -181,6 +182,8 @@ struct ServerConfig {
   LogConfig log;
   ApiConfig api;
   CorsConfig cors;
+  // `queue:` — the Batch API's durable queue (docs/batch.md); backend none: no Batch API.
+  batch::QueueOptions queue;
 
   // Checks ranges, references and the auth rules; messages name the key path
   // ("tenants[1].tier: ..."). Never quotes a key.

@@ -102,6 +102,13 @@ void RequestContext::ReplyJson(int status, const nlohmann::json& body) {
   Finish(status);
 }
 
+void RequestContext::ReplyBody(int status, std::string content_type, std::string body) {
+  if (finished_.load()) return;
+  client_gone_ = writer_->disconnected();
+  writer_->Send(status, std::move(content_type), std::move(body), ResponseHeaders());
+  Finish(status);
+}
+
 void RequestContext::ReplyError(const ApiError& error) {
   if (finished_.load()) return;
   ResponseWriter::Headers headers = ResponseHeaders();

@@ -83,6 +83,8 @@ class RequestContext {
   // Sends a complete response and finishes the request (first call wins).
   void ReplyJson(int status, const nlohmann::json& body);
   void ReplyError(const ApiError& error);
+  // A complete response of another content type (a file's contents).
+  void ReplyBody(int status, std::string content_type, std::string body);
   // For streamed responses: the stream has ended with `status` (HTTP status already sent).
   void FinishStream(int status);
 

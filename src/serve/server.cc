@@ -11,6 +11,7 @@
 
 #include "core/logging.h"
 #include "core/version.h"
+#include "serve/batch_routes.h"
 #include "serve/chat_completions.h"
 #include "serve/completions.h"
 #include "serve/cors.h"
@@ -72,7 +73,13 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
     }
   }
   FERRY_ASSIGN_OR_RETURN(Authenticator auth, Authenticator::Create(config));
-  return std::unique_ptr<Server>(new Server(std::move(config), std::move(auth)));
+  std::unique_ptr<batch::Store> store;
+  if (config.queue.enabled()) {
+    FERRY_ASSIGN_OR_RETURN(store, batch::OpenStore(config.queue));
+  }
+  auto server = std::unique_ptr<Server>(new Server(std::move(config), std::move(auth)));
+  server->batch_store_ = std::move(store);
+  return server;
 }
 
 Server::Server(ServerConfig config, Authenticator auth)
@@ -113,6 +120,18 @@ Status Server::Start() {
   // between, and every thread must inherit that mask.
   output_workers_ = std::make_unique<ThreadPool>(config_.listener.output_threads, "output");
   request_workers_ = std::make_unique<ThreadPool>(config_.listener.request_threads, "request");
+  if (batch_store_ != nullptr) {
+    // The Batch API's routes wait on the store (an fsync, a round trip to Redis): their own
+    // threads, so that online requests never queue behind them.
+    batch_api_workers_ = std::make_unique<ThreadPool>(2, "batch-api");
+    batch_worker_ = std::make_unique<BatchWorker>(
+        *batch_store_, config_.queue, metrics_.registry,
+        [this](const batch::Entry& e, std::function<void(BatchResponse)> done) { RunBatchEntry(e, std::move(done)); },
+        [this] { return BatchCapacity(); });
+    batch_worker_->Start();
+    FERRY_LOG_INFO("batch queue: {} backend, consumer {}, {} requests in flight at most", batch_store_->backend(),
+                   batch_worker_->consumer(), config_.queue.max_in_flight);
+  }
   http_->Start();
   FERRY_LOG_INFO("listening on {}://{}:{} (auth: {})", http_->tls() ? "https" : "http", config_.listener.host,
                  http_->port(), AuthModeName(config_.auth.mode));
@@ -199,6 +218,9 @@ void Server::Shutdown() {
   http_->StopAccepting();
   if (loader_.joinable()) loader_.join();
   const int64_t budget = config_.listener.shutdown_timeout_ms;
+  // Batch requests running here finish and are recorded within the budget; the rest are
+  // left to their leases (another replica, or this server's next start, runs them).
+  if (batch_worker_ != nullptr) batch_worker_->Stop(budget / 2);
   std::vector<ServedModel*> models;
   std::vector<VariantGroup*> groups;
   {
@@ -213,6 +235,7 @@ void Server::Shutdown() {
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
   http_->Shutdown(std::max<int64_t>(budget - spent, 1000));
   request_workers_.reset();  // after the I/O threads: nothing submits to it any more
+  batch_api_workers_.reset();
   output_workers_.reset();  // runs what the batchers' last events queued, while the models still exist
   FERRY_LOG_INFO("shut down");
 }
@@ -401,11 +424,13 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
   if (path.rfind("/v1/models/", 0) == 0) route = "/v1/models/{id}";
   if (path.rfind("/admin/qos/", 0) == 0) route = "/admin/qos/{model}";
   if (path.rfind("/admin/models/", 0) == 0) route = "/admin/models/{model}";
+  const bool batch_api = IsBatchPath(path);
+  if (batch_api) route = BatchRouteLabel(path);
   if (route != "/v1/completions" && route != "/v1/chat/completions" && route != "/v1/embeddings" &&
       route != "/v1/classify" && route != "/v1/token-classify" && route != "/v1/score" && route != "/v1/models" &&
       route != "/v1/models/{id}" && route != "/admin/status" && route != "/admin/qos" &&
       route != "/admin/qos/{model}" && route != "/admin/models" && route != "/admin/models/{model}" &&
-      route != "/tokenize" && route != "/detokenize") {
+      route != "/tokenize" && route != "/detokenize" && !batch_api) {
     route = "other";
   }
   Result<Principal> who = auth_.Authenticate(req.Header("authorization"), admin);
@@ -455,6 +480,17 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
       --tenant_inflight_[tenant];
     };
   }
+  if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/embeddings" ||
+      path == "/v1/classify" || path == "/v1/token-classify" || path == "/v1/score") {
+    // Online work in flight: the batch worker yields to it (queue.max_in_flight_under_load).
+    online_in_flight_.fetch_add(1);
+    release = [this, inner = std::move(release)] {
+      if (inner) inner();
+      online_in_flight_.fetch_sub(1);
+      last_online_ms_.store(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::steady_clock::now().time_since_epoch()).count());
+    };
+  }
   auto ctx = std::make_shared<RequestContext>(RequestId(req), route, p, writer, metrics_, logger_, std::move(release));
   ctx->AddResponseHeaders(rate.headers);
   if (p.rate_limits.tokens_per_minute > 0) ctx->ChargeTokensTo(&rate_limiter_);
@@ -467,6 +503,20 @@ void Server::HandleApi(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
     return ctx->ReplyJson(200, AdminStatus());
   }
   if (path == "/admin/qos" || path.rfind("/admin/qos/", 0) == 0) return HandleQosAdmin(ctx, req, path);
+  if (batch_api) {
+    if (batch_store_ == nullptr) {
+      return ctx->ReplyError(ApiError{404, "the Batch API is off: the server has no queue (queue.backend: local or redis)",
+                                      "not_found_error", "", ""});
+    }
+    // The store does I/O (an fsync, a round trip to Redis): never on an I/O thread.
+    return batch_api_workers_->Submit([this, ctx, r = std::move(req)] {
+      try {
+        HandleBatchRoute(ctx, r, BatchApi{*batch_store_, config_.queue, batch_worker_.get()});
+      } catch (const std::exception& ex) {
+        ctx->ReplyError(FromStatus(Internal(std::string("unexpected error: ") + ex.what())));
+      }
+    });
+  }
   if (path == "/admin/models" || path.rfind("/admin/models/", 0) == 0) return HandleModelsAdmin(ctx, req, path);
   if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
     if (!get) return ctx->ReplyError(ApiError{405, "use GET", "invalid_request_error", "", ""});
@@ -655,6 +705,36 @@ void Server::HandleModelsAdmin(const std::shared_ptr<RequestContext>& ctx, const
     return ctx->ReplyError(FromStatus(r.status()));
   }
   return ctx->ReplyJson(202, *r);
+}
+
+int Server::BatchCapacity() const {
+  if (!ready_.load() || stopping_.load()) return 0;
+  // Online requests in flight, or finished within the last second: batch work keeps to
+  // the smaller width so that online latency stays as it is.
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  const bool online = online_in_flight_.load() > 0 || now - last_online_ms_.load() < 1000;
+  return online ? config_.queue.max_in_flight_under_load : config_.queue.max_in_flight;
+}
+
+void Server::RunBatchEntry(const batch::Entry& entry, std::function<void(BatchResponse)> done) {
+  int lowest = 1;
+  for (const auto& [name, priority] : config_.tiers) lowest = std::max(lowest, priority);
+  const Principal who{entry.tenant, config_.queue.tier, lowest + 1, /*is_admin=*/false, 0, RateLimits{}};
+  const std::string id = batch::NewId("batch_req_");
+  auto ctx = std::make_shared<RequestContext>(id, entry.url, who, MakeCaptureWriter(id, std::move(done)), metrics_,
+                                              logger_, nullptr);
+  ctx->SetLog("batch_id", entry.batch_id);
+  ctx->SetLog("custom_id", entry.custom_id);
+  if (stopping_.load() || !ready_.load()) return ctx->ReplyError(FromStatus(Unavailable("the server is not serving")));
+  request_workers_->Submit([this, ctx, url = entry.url, body = entry.body] {
+    try {
+      ctx->SetLog("dispatch_ms", std::chrono::duration<double, std::milli>(RequestContext::Clock::now() - ctx->arrival()).count());
+      RouteBody(ctx, url, body);
+    } catch (const std::exception& ex) {
+      ctx->ReplyError(FromStatus(Internal(std::string("unexpected error: ") + ex.what())));
+    }
+  });
 }
 
 void ShutdownOnSignals(Server& server) {

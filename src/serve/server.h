@@ -12,8 +12,10 @@
 #include <thread>
 #include <vector>
 
+#include "batch/store.h"
 #include "core/thread_pool.h"
 #include "serve/auth.h"
+#include "serve/batch_worker.h"
 #include "serve/config.h"
 #include "serve/cors.h"
 #include "serve/http_server.h"
@@ -73,6 +75,12 @@ class Server {
   void LogDecision(const qos::DecisionRecord& record);
   // GET /admin/models, POST /admin/models/NAME/load and /unload (the model repository).
   void HandleModelsAdmin(const std::shared_ptr<RequestContext>& ctx, const HttpRequest& req, const std::string& path);
+  // One queued batch request through RouteBody, as the batch's tenant in the batch tier
+  // (below every configured tier); the response goes to `done`.
+  void RunBatchEntry(const batch::Entry& entry, std::function<void(BatchResponse)> done);
+  // How many batch requests may run now: 0 while loading or stopping,
+  // queue.max_in_flight_under_load while online requests run, else queue.max_in_flight.
+  int BatchCapacity() const;
 
   const ServerConfig config_;
   const Authenticator auth_;
@@ -89,6 +97,9 @@ class Server {
   std::vector<std::unique_ptr<VariantGroup>> groups_;  // QoS variant groups; as models_
   std::unique_ptr<QosMetrics> qos_metrics_;
   std::unique_ptr<ModelVersions> versions_;  // the model repository, when configured
+  std::unique_ptr<batch::Store> batch_store_;  // the Batch API's queue, when queue.backend is set
+  std::unique_ptr<BatchWorker> batch_worker_;  // runs its requests here; started with the server
+  std::unique_ptr<ThreadPool> batch_api_workers_;  // the Batch API's routes (they wait on the store)
   std::map<std::string, int> tenant_inflight_;         // GUARDED_BY(mu_)
   RateLimiter rate_limiter_;
   bool load_done_ = false;                             // GUARDED_BY(mu_)
@@ -97,6 +108,8 @@ class Server {
   bool shut_down_ = false;                             // GUARDED_BY(mu_)
   std::atomic<bool> ready_{false};
   std::atomic<bool> stopping_{false};
+  std::atomic<int> online_in_flight_{0};     // online work requests not yet finished
+  std::atomic<int64_t> last_online_ms_{0};   // steady-clock ms when the last one finished
   std::thread loader_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };

@@ -156,7 +156,9 @@ HttpReply TestConnection::Request(const std::string& method, const std::string& 
   if (headers.count("Host") == 0) req += "Host: 127.0.0.1\r\n";  // a test may send its own
   for (const auto& [k, v] : headers) req += k + ": " + v + "\r\n";
   if (!body.empty() || method == "POST") {
-    req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+    // A test may send its own Content-Type (multipart uploads).
+    if (headers.count("Content-Type") == 0) req += "Content-Type: application/json\r\n";
+    req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
   }
   req += "\r\n" + body;
   SendRaw(req);

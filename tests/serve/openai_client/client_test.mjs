@@ -351,3 +351,61 @@ await check('structured-output errors are typed 400s naming what is unsupported'
   const ok = await client.completions.create({ model: 'kjv-decoder', prompt, max_tokens: 3, guided_regex: 'a+' });
   assert.match(ok.choices[0].text, /^a+$/);
 });
+
+await check('files and batches: upload, create, poll, results equal online, list, cancel', async () => {
+  const lines = [0, 1, 2, 3].map((i) => JSON.stringify({
+    custom_id: `req-${i}`, method: 'POST', url: '/v1/completions',
+    body: { model: 'kjv-decoder', prompt: `${prompt} ${i}`, max_tokens: 6, temperature: 0 },
+  }));
+  const file = await client.files.create({
+    file: await OpenAI.toFile(Buffer.from(lines.join('\n') + '\n'), 'batch.jsonl'), purpose: 'batch',
+  });
+  assert.equal(file.object, 'file');
+  assert.equal(file.purpose, 'batch');
+  assert.equal((await client.files.retrieve(file.id)).filename, 'batch.jsonl');
+  let batch = await client.batches.create({
+    input_file_id: file.id, endpoint: '/v1/completions', completion_window: '24h', metadata: { run: 'client-test' },
+  });
+  assert.equal(batch.object, 'batch');
+  assert.equal(batch.request_counts.total, 4);
+  const deadline = Date.now() + 120000;
+  while (!['completed', 'failed', 'cancelled', 'expired'].includes(batch.status) && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 100));
+    batch = await client.batches.retrieve(batch.id);
+  }
+  assert.equal(batch.status, 'completed');
+  assert.equal(batch.request_counts.completed, 4);
+  assert.equal(batch.metadata.run, 'client-test');
+  const text = await (await client.files.content(batch.output_file_id)).text();
+  const results = text.trim().split('\n').map((l) => JSON.parse(l));
+  assert.deepEqual(results.map((r) => r.custom_id).sort(), ['req-0', 'req-1', 'req-2', 'req-3']);
+  for (const r of results) {
+    assert.equal(r.response.status_code, 200);
+    const i = Number(r.custom_id.slice(4));
+    const online = await client.completions.create({ model: 'kjv-decoder', prompt: `${prompt} ${i}`, max_tokens: 6, temperature: 0 });
+    assert.equal(r.response.body.choices[0].text, online.choices[0].text);
+  }
+  const listed = [];
+  for await (const b of client.batches.list({ limit: 2 })) listed.push(b.id);
+  assert.ok(listed.includes(batch.id));
+  // A finished batch cannot be cancelled: the client's typed 409.
+  await assert.rejects(client.batches.cancel(batch.id), (e) => e instanceof OpenAI.ConflictError);
+  // A long batch cancelled at once ends cancelled, with its requests accounted for.
+  const many = Array.from({ length: 64 }, (_, i) => JSON.stringify({
+    custom_id: `c-${i}`, method: 'POST', url: '/v1/completions',
+    body: { model: 'kjv-decoder', prompt: `${prompt} ${i}`, max_tokens: 32, temperature: 0 },
+  }));
+  const f2 = await client.files.create({ file: await OpenAI.toFile(Buffer.from(many.join('\n')), 'many.jsonl'), purpose: 'batch' });
+  const b2 = await client.batches.create({ input_file_id: f2.id, endpoint: '/v1/completions', completion_window: '24h' });
+  let c = await client.batches.cancel(b2.id);
+  assert.ok(['cancelling', 'cancelled'].includes(c.status));
+  while (c.status !== 'cancelled' && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 100));
+    c = await client.batches.retrieve(b2.id);
+  }
+  assert.equal(c.status, 'cancelled');
+  assert.ok(c.request_counts.completed < 64);
+  await assert.rejects(client.batches.retrieve('batch_nope'), (e) => e instanceof OpenAI.NotFoundError);
+  const deleted = await client.files.delete(file.id);
+  assert.equal(deleted.deleted, true);
+});

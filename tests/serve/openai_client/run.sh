@@ -14,7 +14,9 @@ if [[ ! -d node_modules/openai ]]; then
   npm ci --no-audit --no-fund --loglevel=error
 fi
 log="$work/server.log"
-(cd "$src" && exec "$ferry" serve --config configs/demo.yaml --port 0 --no-request-log) >"$log" 2>&1 &
+# The Batch API's queue in the work directory: never shared with another server.
+rm -rf "$work/batch-queue"
+(cd "$src" && FERRY_QUEUE_PATH="$work/batch-queue" exec "$ferry" serve --config configs/demo.yaml --port 0 --no-request-log) >"$log" 2>&1 &
 pid=$!
 trap 'kill -9 $pid 2>/dev/null || true' EXIT
 port=""

@@ -1,0 +1,36 @@
+// `queue:` — where the Batch API keeps its files, batches and queued requests.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+
+namespace ferry::batch {
+
+enum class QueueBackend { kNone, kLocal, kRedis };
+
+struct QueueOptions {
+  QueueBackend backend = QueueBackend::kNone;  // none: the Batch API answers 404
+  std::string path;          // local: the data directory (created; one server at a time)
+  std::string url;           // redis: redis://[:password@]host:port[/db]
+  std::string key_prefix = "ferry";  // redis: every key starts with "<prefix>:"
+  std::string consumer;      // redis: this replica's consumer name; "" = host name + pid
+  int64_t lease_ms = 60000;  // an entry not renewed for this long is run again elsewhere
+  int max_in_flight = 32;    // batch requests this server runs at once when no online work runs
+  // ... and while online requests run (or ran within the last second): batch work takes
+  // only what online traffic leaves. 0: none then (batches wait for idle time).
+  int max_in_flight_under_load = 2;
+  int64_t poll_ms = 200;     // how often an idle worker looks for work
+  int64_t max_file_bytes = 200 << 20;  // an upload over this is refused with 413
+  int64_t max_requests_per_batch = 50000;
+  int64_t reconnect_max_ms = 5000;  // redis: backoff between reconnects doubles up to this
+  std::string tier = "batch";  // the tier name batch requests are logged and measured under
+
+  bool enabled() const { return backend != QueueBackend::kNone; }
+  Status Validate() const;
+};
+
+std::string_view QueueBackendName(QueueBackend b);
+
+}  // namespace ferry::batch

@@ -1,0 +1,171 @@
+// The batch worker over a real local store with a dispatch function standing in for the
+// server's routes: the lines it writes, its width, retries of 429/503, leases of requests
+// that never answer.
+#include "serve/batch_worker.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+namespace ferry::serve {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+struct Fixture {
+  Fixture() {
+    char tmpl[] = "/tmp/ferry_batch_worker_XXXXXX";
+    dir = mkdtemp(tmpl);
+    options.backend = batch::QueueBackend::kLocal;
+    options.path = dir;
+    options.poll_ms = 5;
+    options.max_in_flight = 4;
+    store = std::move(batch::OpenStore(options)).value();
+  }
+  ~Fixture() { std::filesystem::remove_all(dir); }
+
+  std::string Submit(int n) {
+    batch::BatchInfo b;
+    b.id = batch::NewId("batch_");
+    b.tenant = "t";
+    b.endpoint = "/v1/completions";
+    b.created_at = batch::NowUnix();
+    b.expires_at = b.created_at + 3600;
+    b.total = n;
+    batch::SetStatus(b, batch::kInProgress, b.created_at);
+    std::vector<batch::Entry> entries;
+    for (int i = 0; i < n; ++i) {
+      batch::Entry e;
+      e.batch_id = b.id;
+      e.index = i;
+      e.custom_id = "c" + std::to_string(i);
+      e.url = "/v1/completions";
+      e.body = R"({"model":"m"})";
+      entries.push_back(e);
+    }
+    EXPECT_TRUE(store->CreateBatch(b, entries).ok());
+    return b.id;
+  }
+  batch::BatchInfo WaitFinal(const std::string& id) {
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    batch::BatchInfo b;
+    while (std::chrono::steady_clock::now() < deadline) {
+      b = *store->GetBatch("t", id);
+      if (batch::IsTerminal(b.status)) return b;
+      std::this_thread::sleep_for(5ms);
+    }
+    ADD_FAILURE() << "batch " << id << " is still " << b.status;
+    return b;
+  }
+
+  std::string dir;
+  batch::QueueOptions options;
+  std::unique_ptr<batch::Store> store;
+  MetricsRegistry registry;
+};
+
+TEST(BatchWorkerTest, ResultLinesAreOpenAis) {
+  batch::Entry e;
+  e.custom_id = "x";
+  const batch::EntryResult ok = BatchWorker::ToResult(e, BatchResponse{200, R"({"a":1})", "req-1"});
+  EXPECT_EQ(ok.outcome, batch::Outcome::kSucceeded);
+  const json line = json::parse(ok.line);
+  EXPECT_EQ(line["custom_id"], "x");
+  EXPECT_EQ(line["response"]["status_code"], 200);
+  EXPECT_EQ(line["response"]["request_id"], "req-1");
+  EXPECT_EQ(line["response"]["body"]["a"], 1);
+  EXPECT_TRUE(line["error"].is_null());
+  EXPECT_EQ(line["id"].get<std::string>().rfind("batch_req_", 0), 0u);
+  const batch::EntryResult bad = BatchWorker::ToResult(e, BatchResponse{404, "not json", "req-2"});
+  EXPECT_EQ(bad.outcome, batch::Outcome::kFailed);
+  EXPECT_EQ(json::parse(bad.line)["response"]["body"], "not json");
+}
+
+TEST(BatchWorkerTest, RunsEveryEntryWithinItsWidth) {
+  Fixture f;
+  std::atomic<int> running{0}, peak{0}, calls{0};
+  std::atomic<int> width{3};
+  BatchWorker w(*f.store, f.options, f.registry,
+                [&](const batch::Entry& e, std::function<void(BatchResponse)> done) {
+                  ++calls;
+                  peak = std::max(peak.load(), ++running);
+                  std::thread([&, e, done = std::move(done)] {
+                    std::this_thread::sleep_for(2ms);
+                    --running;
+                    done(BatchResponse{e.index == 5 ? 400 : 200, R"({"i":)" + std::to_string(e.index) + "}", "r"});
+                  }).detach();
+                },
+                [&] { return width.load(); });
+  w.Start();
+  const std::string id = f.Submit(40);
+  const batch::BatchInfo b = f.WaitFinal(id);
+  w.Stop(5000);
+  EXPECT_EQ(b.status, batch::kCompleted);
+  EXPECT_EQ(b.completed, 39);
+  EXPECT_EQ(b.failed, 1);
+  EXPECT_EQ(calls.load(), 40);
+  EXPECT_LE(peak.load(), 3);
+  EXPECT_EQ(w.StatusJson()["recorded_total"], 40);
+  EXPECT_NE(f.registry.Render().find("ferry:batch_requests"), std::string::npos);
+}
+
+TEST(BatchWorkerTest, OverloadAnswersAreRetriedNotRecorded) {
+  Fixture f;
+  std::atomic<int> calls{0};
+  BatchWorker w(*f.store, f.options, f.registry,
+                [&](const batch::Entry&, std::function<void(BatchResponse)> done) {
+                  // The first two answers say "busy"; then the request succeeds.
+                  const int n = calls++;
+                  done(BatchResponse{n < 2 ? (n == 0 ? 429 : 503) : 200, "{}", "r"});
+                },
+                [] { return 1; });
+  w.Start();
+  const batch::BatchInfo b = f.WaitFinal(f.Submit(1));
+  w.Stop(5000);
+  EXPECT_EQ(b.completed, 1);
+  EXPECT_EQ(b.failed, 0);
+  EXPECT_EQ(calls.load(), 3);
+}
+
+TEST(BatchWorkerTest, WidthZeroLeasesNothing) {
+  Fixture f;
+  std::atomic<int> calls{0};
+  std::atomic<int> width{0};
+  BatchWorker w(*f.store, f.options, f.registry,
+                [&](const batch::Entry&, std::function<void(BatchResponse)> done) {
+                  ++calls;
+                  done(BatchResponse{200, "{}", "r"});
+                },
+                [&] { return width.load(); });
+  w.Start();
+  const std::string id = f.Submit(3);
+  std::this_thread::sleep_for(100ms);  // 20 poll periods: nothing may run
+  EXPECT_EQ(calls.load(), 0);
+  width = 2;  // the server is serving again
+  EXPECT_EQ(f.WaitFinal(id).completed, 3);
+  w.Stop(5000);
+}
+
+TEST(BatchWorkerTest, CaptureWriterDeliversOnceAndCollectsStreams) {
+  std::vector<BatchResponse> got;
+  auto w = MakeCaptureWriter("req-9", [&](BatchResponse r) { got.push_back(r); });
+  w->StartStream(200, "text/event-stream");
+  w->Write("a");
+  w->Write("b");
+  w->End();
+  w->Send(500, "application/json", "late");
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, 200);
+  EXPECT_EQ(got[0].body, "ab");
+  EXPECT_EQ(got[0].request_id, "req-9");
+  std::vector<BatchResponse> dropped;
+  { auto never = MakeCaptureWriter("req-0", [&](BatchResponse r) { dropped.push_back(r); }); }
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_EQ(dropped[0].status, 500);
+}
+
+}  // namespace
+}  // namespace ferry::serve
