@@ -28,8 +28,9 @@ Result<KvBudgetDecision> DecideKvBlocks(const KvBudgetInput& in) {
   if (in.budget_bytes <= 0) {
     d.blocks = in.default_blocks;
     d.kv_bytes = static_cast<int64_t>(d.blocks) * in.block_bytes;
-    d.summary = std::to_string(d.blocks) + " KV blocks (" + FormatBinaryBytes(d.kv_bytes) +
-                ") for max_num_seqs sequences of " + std::to_string(in.max_seq_len) + " tokens; no memory budget set";
+    d.summary = std::to_string(d.blocks) + " KV blocks (" + FormatBinaryBytes(d.kv_bytes) + ", " +
+                std::to_string(d.blocks / in.blocks_per_sequence) + " sequences of " + std::to_string(in.max_seq_len) +
+                " tokens); no memory budget set";
     return d;
   }
   const std::string where = "model '" + in.model + "' on " + in.device;

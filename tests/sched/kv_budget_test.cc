@@ -75,7 +75,7 @@ TEST(KvBudgetTest, BudgetBelowOneSequenceIsRefusedNamingEverySize) {
   in.budget_bytes = 17 * kGiB + 256 * kMiB + 511 * 2 * kMiB;  // one block short of one sequence
   auto d = DecideKvBlocks(in);
   ASSERT_EQ(d.status().code(), StatusCode::kResourceExhausted);
-  const std::string& m = d.status().message();
+  const std::string m = d.status().message();
   EXPECT_NE(m.find("model 'llama' on cuda:0 does not fit"), std::string::npos) << m;
   EXPECT_NE(m.find("weights 15.00 GiB + activations 2.00 GiB + reserve 256.0 MiB = 17.25 GiB"), std::string::npos)
       << m;

@@ -82,7 +82,7 @@ TEST_F(KvSizingTest, BudgetBelowOneSequenceIsRefusedBeforeAllocating) {
   o.host_memory_budget_bytes = Fixed(o) + 7 * BlockBytes();  // a sequence needs 8 blocks
   auto core = EngineCore::Create("kjv", engine_, o);
   ASSERT_EQ(core.status().code(), StatusCode::kResourceExhausted) << core.status().ToString();
-  const std::string& m = core.status().message();
+  const std::string m = core.status().message();
   EXPECT_NE(m.find("model 'kjv' on cpu does not fit"), std::string::npos) << m;
   EXPECT_NE(m.find("host_memory_budget_bytes"), std::string::npos) << m;
   EXPECT_NE(m.find("one sequence of 128 tokens needs"), std::string::npos) << m;
