@@ -1,5 +1,8 @@
 #include "core/staged_copy.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -73,6 +76,15 @@ Status StagedCopier::Copy(const StagedCopy& copy) {
   if (copy.src == nullptr || copy.dst == nullptr) return InvalidArgument("staged copy without a source or destination");
   const size_t elem = DTypeSize(copy.src_dtype);
   if (elem > target_.slot_bytes()) return InvalidArgument("a staging slot is smaller than one element");
+  // A source in a file mapping whose pages are not cached yet (a cold page cache): ask the
+  // kernel to read the whole tensor ahead now, so the disk works while the first chunks are
+  // filled. Harmless for memory already resident.
+  {
+    static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(copy.src) & ~(page - 1);
+    const uintptr_t end = reinterpret_cast<uintptr_t>(copy.src) + static_cast<uintptr_t>(copy.elements) * elem;
+    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_WILLNEED);
+  }
   for (const StagedChunk& chunk : PlanChunks(copy.elements, elem, target_.slot_bytes())) {
     const int slot = next_slot_;
     next_slot_ = (next_slot_ + 1) % target_.slot_count();
