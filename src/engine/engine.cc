@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <set>
 
 #include "backend/cuda_backend.h"
 #include "core/mapped_file.h"
@@ -104,11 +105,11 @@ Result<std::shared_ptr<Engine>> Engine::Load(const std::string& path, const Engi
   e->weights_keepalive_ = ckpt;
   std::unique_ptr<Progress> progress = MaybeProgress(path, SafetensorsBytes(path));
   LoadStats& stats = e->load_stats_;
-  // Every weight the model reads counts once (a tied head reads the table twice, so the
-  // count can pass the files' size; Progress stays at 100%).
-  model::WeightSource src{[ckpt, &stats, &progress](const std::string& name) -> Result<Tensor> {
+  // Every weight the model reads counts once (a tied head reads the embedding table again).
+  std::set<std::string> counted;
+  model::WeightSource src{[ckpt, &stats, &progress, &counted](const std::string& name) -> Result<Tensor> {
                             Result<Tensor> t = ckpt->Get(name);
-                            if (t.ok()) {
+                            if (t.ok() && counted.insert(name).second) {
                               stats.weight_bytes += t->nbytes();
                               if (progress) progress->Add(t->nbytes());
                             }

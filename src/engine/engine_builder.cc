@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string_view>
 
 #include "core/logging.h"
@@ -279,9 +280,10 @@ Result<BuildReport> BuildEngine(const std::string& model_dir, const std::string&
                           plan.format == backend::WeightFormat::kInt8W8A8 || plan.format == backend::WeightFormat::kFp8;
     progress->Phase(quantize ? "read and quantize" : "read", bytes);
   }
-  model::WeightSource src{[ckpt, progress](const std::string& n) -> Result<Tensor> {
+  std::set<std::string> counted;  // a tied head reads the embedding table again
+  model::WeightSource src{[ckpt, progress, &counted](const std::string& n) -> Result<Tensor> {
                             Result<Tensor> t = ckpt->Get(n);
-                            if (t.ok() && progress) progress->Add(t->nbytes());
+                            if (t.ok() && progress && counted.insert(n).second) progress->Add(t->nbytes());
                             return t;
                           },
                           [ckpt](const std::string& n) { return ckpt->Has(n); }};

@@ -44,7 +44,7 @@ class KvSizingTest : public ::testing::Test {
 std::shared_ptr<engine::Engine> KvSizingTest::engine_;
 
 TEST_F(KvSizingTest, WeightBytesAreCountedAtLoad) {
-  // Every tensor the model read, the tied head's table twice: at least the file's tensors.
+  // Every tensor the model read, once: about the size of the checkpoint file.
   EXPECT_GT(engine_->load_stats().weight_bytes, 13'000'000u);
 }
 
