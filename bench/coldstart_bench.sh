@@ -6,7 +6,8 @@
 # warm page cache, and with --drop-caches when the machine allows it (root).
 #
 # usage: bench/coldstart_bench.sh FERRY OUT_DIR [SCRATCH_DIR]
-#   DEVICE=cpu|cuda (default cpu)   MODELS="1b bert" (cpu default) or "8b" (cuda default)
+#   DEVICE=cpu|cuda (default cpu)   MODELS="1b bert" (cpu default) or "8b" (cuda default);
+#   "demo" is the bundled demo decoder (seconds: a check that the script and its report work)
 #   REPEAT=3  REQUESTS=50  WARMUPS="full minimal"  DROP=1 (also the dropped page cache)
 #
 # On the H200 (about 6 minutes: making the 16 GB 8b checkpoint and its engine dominate):
@@ -25,7 +26,16 @@ warmups=${WARMUPS:-full minimal}
 mkdir -p "$out" "$scratch"
 
 args=()
+repo=$(cd "$(dirname "$0")/.." && pwd)
 for m in $models; do
+  if [[ $m == demo ]]; then
+    ckpt=$repo/models/demo/kjv-decoder
+    engine=$scratch/kjv-decoder-$device.ferry
+    echo "== demo: engine file ($device)" >&2
+    [[ -f $engine ]] || "$ferry" build --model "$ckpt" --device "$device" --precision bf16 -o "$engine" >/dev/null
+    args+=(--model "$ckpt" --model "$engine")
+    continue
+  fi
   case $m in
     1b) preset=llama-3.2-1b ;;
     8b) preset=llama-3-8b ;;
@@ -45,4 +55,4 @@ for w in $warmups; do args+=(--warmup "$w"); done
 echo "== ferry bench coldstart ${args[*]}" >&2
 "$ferry" bench coldstart --device "$device" --repeat "$repeat" --requests "$requests" --max-num-seqs 16 "${args[@]}" \
   2> >(tee "$out/coldstart-$device.txt" >&2) > "$out/coldstart-$device.json"
-echo "== results: $out/coldstart-$device.txt and .json" >&2
+echo "== results: $out/coldstart-$device.txt and .json (each row's 'load ... GB/s' line: the load's phases and rates)" >&2

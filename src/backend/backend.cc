@@ -15,6 +15,32 @@ Status Backend::HeadRmsNorm(Tensor&, int64_t, int, int, const Tensor&, float) {
   return Unimplemented(Name() + " backend has no HeadRmsNorm");
 }
 
+Status Backend::PrepareLinearParts(const std::vector<Tensor>& parts, LinearWeight& w) {
+  if (parts.empty()) return InvalidArgument("PrepareLinearParts: no parts");
+  if (parts.size() == 1) {
+    w.weight = parts[0];
+    return PrepareLinear(w);
+  }
+  const int64_t cols = parts[0].dim(1);
+  const DType dtype = parts[0].dtype();
+  int64_t rows = 0;
+  for (const Tensor& p : parts) {
+    if (p.rank() != 2 || p.dim(1) != cols || p.dtype() != dtype || !p.is_contiguous()) {
+      return InvalidArgument("PrepareLinearParts: parts disagree on columns or dtype (" + p.DebugString() + " vs " +
+                             parts[0].DebugString() + ")");
+    }
+    rows += p.dim(0);
+  }
+  Tensor fused = Tensor::Empty({rows, cols}, dtype);
+  char* dst = fused.data<char>();
+  for (const Tensor& p : parts) {
+    std::memcpy(dst, p.raw(), p.nbytes());
+    dst += p.nbytes();
+  }
+  w.weight = std::move(fused);
+  return PrepareLinear(w);
+}
+
 Status Backend::CopyColumns(const Tensor& src, int64_t col_begin, Tensor& dst) {
   if (src.rank() != 2 || dst.rank() != 2 || src.dim(0) != dst.dim(0) || src.dtype() != dst.dtype() ||
       col_begin < 0 || col_begin + dst.dim(1) > src.dim(1)) {

@@ -112,6 +112,26 @@ class Backend {
 
   // Called once per weight at load: converts/quantizes to w.format and packs.
   virtual Status PrepareLinear(LinearWeight& w) = 0;
+  // The same for a weight given as row blocks [n_i, in] of one dtype (the parts of a fused
+  // QKV or gate/up layout, straight from the checkpoint's mapping), w.weight undefined. The
+  // default concatenates them on the host into w.weight and calls PrepareLinear; a GPU
+  // copies each part straight into its rows on the device.
+  virtual Status PrepareLinearParts(const std::vector<Tensor>& parts, LinearWeight& w);
+  // A weight that ops will receive as a host tensor (an embedding table): a device backend
+  // may copy it now, with the other weights, rather than at its first use. Nothing on the CPU.
+  virtual Status PreloadWeight(const Tensor& t) {
+    (void)t;
+    return Status::Ok();
+  }
+  // After a model's last weight: waits until every weight copied asynchronously is on the
+  // device (the one synchronization of a load) and releases what loading used (a GPU's
+  // pinned staging buffers). Ops that need the weights call it themselves if nobody did.
+  virtual Status FinishLoading() { return Status::Ok(); }
+  // Device memory this backend holds now, in bytes: weights, pools (including the blocks
+  // they keep for reuse), workspaces. 0 for the host (the process's memory is all of it).
+  virtual size_t DeviceBytesHeld() const { return 0; }
+  // Returns the blocks a device pool keeps for reuse to the device (after a profiling step).
+  virtual void ReleaseCachedMemory() {}
   // Engine files: the prepared form out, and back in (zero-copy from the mapping on the CPU).
   virtual Result<SerializedLinear> SerializeLinear(const LinearWeight& w) = 0;
   virtual Result<LinearWeight> DeserializeLinear(const SerializedLinear& s) = 0;

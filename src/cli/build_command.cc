@@ -6,6 +6,7 @@
 
 #include "cli/subcommands.h"
 #include "core/json_limits.h"
+#include "core/progress.h"
 #include "engine/engine_builder.h"
 #include "engine/engine_fingerprint.h"
 #include "io/engine_file.h"
@@ -30,7 +31,11 @@ int RunBuild(const BuildCliOptions& o) {
   auto device = ParseDevice(o.device);
   if (!device.ok()) return Fail(device.status());
   build.device = *device;
+  // A bar per phase on a terminal; a log line per phase otherwise.
+  Progress progress("building " + o.output, Progress::StderrIsTerminal());
+  build.progress = &progress;
   auto r = engine::BuildEngine(o.model, o.output, build);
+  progress.EndPhase();
   if (!r.ok()) return Fail(r.status());
   nlohmann::json j = {{"engine", o.output},
                       {"precision", std::string(PrecisionName(build.precision))},

@@ -64,6 +64,12 @@ int RunChild(const ColdstartOptions& o) {
   nlohmann::json passes = nlohmann::json::array();
   for (const sched::WarmupPass& p : t.passes) passes.push_back({{"what", p.what}, {"ms", p.ms}});
   j["warmup_passes_ms"] = passes;
+  // The load's own phases, and its rate: bytes of weights over the whole load.
+  j["load_bytes"] = t.load.weight_bytes;
+  j["load_verify_ms"] = t.load.verify_ms;
+  j["load_weights_ms"] = t.load.weights_ms;
+  j["load_finish_ms"] = t.load.finish_ms;
+  j["load_gb_per_s"] = t.load_ms > 0 ? static_cast<double>(t.load.weight_bytes) / 1e9 / (t.load_ms / 1e3) : 0.0;
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }
@@ -165,7 +171,8 @@ int RunColdstart(const ColdstartOptions& o) {
         };
         nlohmann::json r = runs[runs.size() / 2];
         for (const char* key : {"start_to_ready_ms", "load_ms", "allocate_ms", "warmup_ms", "first_ms", "median_ms",
-                                "first_over_median"}) {
+                                "first_over_median", "load_verify_ms", "load_weights_ms", "load_finish_ms",
+                                "load_gb_per_s"}) {
           r[key] = median(key);
         }
         r["runs"] = runs.size();
@@ -178,6 +185,18 @@ int RunColdstart(const ColdstartOptions& o) {
                      r["load_ms"].get<double>(), r["allocate_ms"].get<double>(), r["warmup_ms"].get<double>(),
                      r["first_ms"].get<double>(), o.requests, r["median_ms"].get<double>(),
                      r["first_over_median"].get<double>(), runs.size());
+        // The load's phases: checksums (GPU engine files), reading and handing over the
+        // weights, and the wait for the last asynchronous copies; GB/s over each.
+        {
+          const double gb = r.value("load_bytes", 0.0) / 1e9;
+          auto rate = [gb](double ms) { return ms > 0 ? gb / (ms / 1e3) : 0.0; };
+          std::fprintf(stderr,
+                       "    load %.2f GB at %.2f GB/s: verify %.1f ms, weights %.1f ms (%.2f GB/s), last copies "
+                       "%.1f ms\n",
+                       gb, r["load_gb_per_s"].get<double>(), r["load_verify_ms"].get<double>(),
+                       r["load_weights_ms"].get<double>(), rate(r["load_weights_ms"].get<double>()),
+                       r["load_finish_ms"].get<double>());
+        }
         // What each warm-up pass cost (the buckets a full warm-up runs), from the middle run.
         for (const auto& p : r["warmup_passes_ms"]) {
           std::fprintf(stderr, "    warm-up %-44s %8.1f ms\n", p["what"].get<std::string>().c_str(),

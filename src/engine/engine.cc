@@ -1,10 +1,12 @@
 #include "engine/engine.h"
 
-
+#include <chrono>
 #include <filesystem>
+#include <set>
 
 #include "backend/cuda_backend.h"
 #include "core/mapped_file.h"
+#include "core/progress.h"
 #include "core/thread_pool.h"
 #include "engine/engine_fingerprint.h"
 #include "io/engine_file.h"
@@ -14,6 +16,33 @@
 namespace ferry::engine {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+double MsSince(SteadyClock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(SteadyClock::now() - t0).count();
+}
+
+// Loads of at least this many bytes show progress (a bar on a terminal, a log line per
+// phase elsewhere); smaller ones are over before anyone would look.
+constexpr uint64_t kProgressMinBytes = 256ull << 20;
+
+std::unique_ptr<Progress> MaybeProgress(const std::string& path, uint64_t bytes) {
+  if (bytes < kProgressMinBytes) return nullptr;
+  return std::make_unique<Progress>("loading " + path, Progress::StderrIsTerminal());
+}
+
+uint64_t SafetensorsBytes(const std::string& dir) {
+  uint64_t bytes = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().extension() == ".safetensors") bytes += entry.file_size(ec);
+  }
+  return bytes;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<backend::Backend>> MakeBackend(const EngineOptions& options) {
   if (options.device.is_cpu()) return backend::MakeCpuBackend();
@@ -77,9 +106,22 @@ Result<std::shared_ptr<Engine>> Engine::Load(const std::string& spec, const Engi
   if (!ckpt_or.ok()) return ckpt_or.status().WithContext("loading '" + path + "'");
   std::shared_ptr<io::Checkpoint> ckpt = std::move(ckpt_or).value();
   e->weights_keepalive_ = ckpt;
-  model::WeightSource src{[ckpt](const std::string& name) { return ckpt->Get(name); },
+  std::unique_ptr<Progress> progress = MaybeProgress(path, SafetensorsBytes(path));
+  LoadStats& stats = e->load_stats_;
+  // Every weight the model reads counts once (a tied head reads the embedding table again).
+  std::set<std::string> counted;
+  model::WeightSource src{[ckpt, &stats, &progress, &counted](const std::string& name) -> Result<Tensor> {
+                            Result<Tensor> t = ckpt->Get(name);
+                            if (t.ok() && counted.insert(name).second) {
+                              stats.weight_bytes += t->nbytes();
+                              if (progress) progress->Add(t->nbytes());
+                            }
+                            return t;
+                          },
                           [ckpt](const std::string& name) { return ckpt->Has(name); }};
   FERRY_ASSIGN_OR_RETURN(e->backend_, MakeBackend(options));
+  if (progress) progress->Phase("weights", SafetensorsBytes(path));
+  auto t0 = SteadyClock::now();
   if (e->config_.family == io::ModelFamily::kDecoder) {
     auto m = model::DecoderModel::Load(e->config_, src, *e->backend_);
     if (!m.ok()) return m.status().WithContext("loading '" + path + "'");
@@ -89,6 +131,11 @@ Result<std::shared_ptr<Engine>> Engine::Load(const std::string& spec, const Engi
     if (!m.ok()) return m.status().WithContext("loading '" + path + "'");
     e->encoder_ = std::move(m).value();
   }
+  stats.weights_ms = MsSince(t0);
+  if (progress) options.device.is_cpu() ? progress->EndPhase() : progress->Phase("last copies", 0);
+  t0 = SteadyClock::now();
+  FERRY_RETURN_IF_ERROR(e->backend_->FinishLoading().WithContext("loading '" + path + "'"));
+  stats.finish_ms = MsSince(t0);
   return e;
 }
 
@@ -170,14 +217,32 @@ Result<std::shared_ptr<Engine>> Engine::LoadEngineFile(const std::string& path, 
   e->backend_ = std::move(backend).value();
   backend::Backend& be = *e->backend_;
   FERRY_RETURN_IF_ERROR(be.CheckFingerprint(fingerprint).WithContext(where));
-  const bool verify = options.verify;
+  bool verify = options.verify;
+  std::unique_ptr<Progress> progress = MaybeProgress(path, file->size());
+  LoadStats& stats = e->load_stats_;
+  auto t0 = SteadyClock::now();
+  if (verify && !options.device.is_cpu()) {
+    // On a GPU every blob is copied anyway: check all the checksums first, on every core,
+    // instead of one blob at a time on the loading thread. (The CPU keeps checking each blob
+    // as it adopts it, in place.)
+    if (progress) progress->Phase("verify", file->size());
+    FERRY_RETURN_IF_ERROR(file->VerifyAll());
+    if (progress) progress->Add(file->size());
+    verify = false;
+    stats.verify_ms = MsSince(t0);
+  }
   model::PreparedSource src;
-  src.tensor = [file, &m, verify](const std::string& key) -> Result<Tensor> {
+  src.tensor = [file, &m, verify, &stats, &progress](const std::string& key) -> Result<Tensor> {
     const auto it = m.tensors.find(key);
     if (it == m.tensors.end()) return DataLoss("engine has no tensor '" + key + "'");
-    return file->Blob(it->second, key, verify);
+    Result<Tensor> t = file->Blob(it->second, key, verify);
+    if (t.ok()) {
+      stats.weight_bytes += t->nbytes();
+      if (progress) progress->Add(t->nbytes());
+    }
+    return t;
   };
-  src.linear = [file, &m, &be, verify](const std::string& key) -> Result<backend::LinearWeight> {
+  src.linear = [file, &m, &be, verify, &stats, &progress](const std::string& key) -> Result<backend::LinearWeight> {
     const auto it = m.linears.find(key);
     if (it == m.linears.end()) return NotFound("engine has no linear weight '" + key + "'");
     const io::StoredLinear& l = it->second;
@@ -185,6 +250,8 @@ Result<std::shared_ptr<Engine>> Engine::LoadEngineFile(const std::string& path, 
     s.layout_json = l.layout.dump();
     for (const io::StoredTensor& b : l.blobs) {
       FERRY_ASSIGN_OR_RETURN(Tensor t, file->Blob(b, key, verify));
+      stats.weight_bytes += t.nbytes();
+      if (progress) progress->Add(t.nbytes());
       s.blobs.push_back(std::move(t));
     }
     auto w = be.DeserializeLinear(s);
@@ -192,6 +259,8 @@ Result<std::shared_ptr<Engine>> Engine::LoadEngineFile(const std::string& path, 
     if (l.small_m_max) w->small_m_max = *l.small_m_max;
     return w;
   };
+  if (progress) progress->Phase("weights", file->size());
+  t0 = SteadyClock::now();
   // The backends read their layout JSON with checked accessors; this only keeps a missed
   // case from escaping as an exception.
   try {
@@ -207,6 +276,11 @@ Result<std::shared_ptr<Engine>> Engine::LoadEngineFile(const std::string& path, 
   } catch (const nlohmann::json::exception& ex) {
     return DataLoss(where + " is corrupt: " + ex.what());
   }
+  stats.weights_ms = MsSince(t0);
+  if (progress) options.device.is_cpu() ? progress->EndPhase() : progress->Phase("last copies", 0);
+  t0 = SteadyClock::now();
+  FERRY_RETURN_IF_ERROR(be.FinishLoading().WithContext(where));
+  stats.finish_ms = MsSince(t0);
   return e;
 }
 

@@ -36,6 +36,15 @@ Result<std::unique_ptr<backend::Backend>> MakeBackend(const EngineOptions& optio
 // embedded files), without loading any weights.
 Result<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizerFor(const std::string& path);
 
+// Where a load's time went (coldstart reports, logs).
+struct LoadStats {
+  uint64_t weight_bytes = 0;  // bytes of weights read from the checkpoint or engine file
+  double verify_ms = 0;       // engine files on a GPU: every blob's checksum, in parallel, first
+  double weights_ms = 0;      // the model's weights read, converted and handed to the backend
+  double finish_ms = 0;       // waiting for the backend's asynchronous copies (GPU) to arrive
+  double total_ms() const { return verify_ms + weights_ms + finish_ms; }
+};
+
 class Engine {
  public:
   // `path`: a Hugging Face checkpoint directory (config.json + safetensors + tokenizer
@@ -59,6 +68,7 @@ class Engine {
   model::EncoderModel* encoder() const { return encoder_.get(); }
   backend::Backend& backend() const { return *backend_; }
   const std::string& path() const { return path_; }
+  const LoadStats& load_stats() const { return load_stats_; }
 
   // The ids that end generation: config/generation_config eos ids, else the tokenizer's.
   std::vector<int32_t> StopIds() const;
@@ -84,6 +94,7 @@ class Engine {
   std::unique_ptr<model::EncoderModel> encoder_;
   std::optional<io::ManifestBuild> build_info_;
   std::optional<io::SentencePooling> sentence_pooling_;
+  LoadStats load_stats_;
 };
 
 }  // namespace ferry::engine

@@ -9,10 +9,12 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string_view>
 
 #include "core/logging.h"
 #include "core/mapped_file.h"
+#include "core/progress.h"
 #include "core/thread_pool.h"
 #include "core/version.h"
 #include "engine/default_calibration.h"
@@ -267,11 +269,27 @@ Result<BuildReport> BuildEngine(const std::string& model_spec, const std::string
 
   BuildReport report;
   std::map<std::string, Tensor> smooth;
+  Progress* progress = o.progress;
   if (plan.calibrate) {
+    if (progress) progress->Phase("calibrate", 0);
     FERRY_ASSIGN_OR_RETURN(report.calibration, Calibrate(model_dir, o, max_seq_len, smooth));
   }
   FERRY_ASSIGN_OR_RETURN(std::shared_ptr<io::Checkpoint> ckpt, io::Checkpoint::Open(model_dir));
-  model::WeightSource src{[ckpt](const std::string& n) { return ckpt->Get(n); },
+  if (progress) {
+    uint64_t bytes = 0;
+    for (const auto& entry : fs::directory_iterator(model_dir, ec)) {
+      if (entry.path().extension() == ".safetensors") bytes += entry.file_size(ec);
+    }
+    const bool quantize = plan.format == backend::WeightFormat::kInt8 ||
+                          plan.format == backend::WeightFormat::kInt8W8A8 || plan.format == backend::WeightFormat::kFp8;
+    progress->Phase(quantize ? "read and quantize" : "read", bytes);
+  }
+  std::set<std::string> counted;  // a tied head reads the embedding table again
+  model::WeightSource src{[ckpt, progress, &counted](const std::string& n) -> Result<Tensor> {
+                            Result<Tensor> t = ckpt->Get(n);
+                            if (t.ok() && progress && counted.insert(n).second) progress->Add(t->nbytes());
+                            return t;
+                          },
                           [ckpt](const std::string& n) { return ckpt->Has(n); }};
   model::LoadOptions lo;
   lo.linear_format = plan.format;
@@ -295,14 +313,17 @@ Result<BuildReport> BuildEngine(const std::string& model_spec, const std::string
                                    return Status::Ok();
                                  }};
     FERRY_RETURN_IF_ERROR(decoder ? decoder->Visit(collect) : encoder->Visit(collect));
+    if (progress) progress->Phase("tune", 0);
     FERRY_ASSIGN_OR_RETURN(manifest.tuned, TuneLinears(*be, all_linears));
   }
+  if (progress) progress->Phase("write", 0);
 
   FERRY_ASSIGN_OR_RETURN(auto writer, io::EngineWriter::Create(output_path, fingerprint));
   auto add_blob = [&](const std::string& name, const void* data, size_t bytes) -> Result<io::BlobRef> {
     FERRY_ASSIGN_OR_RETURN(io::BlobRef ref, writer->AddBlob(data, bytes));
     manifest.blobs_index.push_back({name, ref});
     report.weight_bytes += bytes;
+    if (progress) progress->Add(bytes);
     return ref;
   };
   model::WeightVisitor visitor{
@@ -362,6 +383,7 @@ Result<BuildReport> BuildEngine(const std::string& model_spec, const std::string
   manifest.build.calibration = report.calibration;
   report.blobs = static_cast<int>(manifest.blobs_index.size());
   FERRY_RETURN_IF_ERROR(writer->Finish(manifest));
+  if (progress) progress->EndPhase();
   report.file_bytes = static_cast<size_t>(fs::file_size(output_path, ec));
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return report;

@@ -11,6 +11,10 @@
 #include "core/status.h"
 #include "io/engine_manifest.h"
 
+namespace ferry {
+class Progress;
+}  // namespace ferry
+
 namespace ferry::engine {
 
 struct BuildOptions {
@@ -23,6 +27,8 @@ struct BuildOptions {
   int max_batch_tokens = 0;        // recorded for preload (0: max_seq_len)
   int threads = 0;
   bool tune = true;                // time kernel candidates per weight shape and record the winners
+  // Reports the phases (calibrate, read, tune, write) with their bytes; null: silent.
+  Progress* progress = nullptr;
 };
 
 struct BuildReport {

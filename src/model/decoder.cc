@@ -97,6 +97,8 @@ Result<std::unique_ptr<DecoderModel>> DecoderModel::Load(const io::ModelConfig& 
   const int64_t hd = config.head_dim, nh = config.num_heads, nkv = config.num_kv_heads;
 
   FERRY_ASSIGN_OR_RETURN(m->embed_, LoadTable(w, options, "model.embed_tokens.weight", {V, H}));
+  // A GPU copies the table with the other weights rather than at its first use.
+  FERRY_RETURN_IF_ERROR(be.PreloadWeight(m->embed_));
   for (int l = 0; l < config.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     const std::string key = "layers." + std::to_string(l) + ".";
@@ -190,6 +192,7 @@ Result<std::unique_ptr<DecoderModel>> DecoderModel::LoadPrepared(const io::Model
   };
   FERRY_ASSIGN_OR_RETURN(m->embed_, w.tensor("embed"));
   if (m->embed_.shape() != Shape{V, H}) return DataLoss("weight 'embed' has shape " + ShapeToString(m->embed_.shape()));
+  FERRY_RETURN_IF_ERROR(be.PreloadWeight(m->embed_));
   for (int l = 0; l < config.num_layers; ++l) {
     const std::string key = "layers." + std::to_string(l) + ".";
     Layer layer;

@@ -51,6 +51,8 @@ Result<std::unique_ptr<EncoderModel>> EncoderModel::Load(const io::ModelConfig& 
                                                      {config.type_vocab_size, H}));
   }
   FERRY_RETURN_IF_ERROR(LoadLayerNorm(w, p + "embeddings.LayerNorm", H, m->emb_ln_gamma_, m->emb_ln_beta_));
+  // A GPU copies the word table with the other weights rather than at its first use.
+  FERRY_RETURN_IF_ERROR(be.PreloadWeight(m->word_));
 
   for (int l = 0; l < config.num_layers; ++l) {
     const std::string lp = p + "encoder.layer." + std::to_string(l) + ".";
@@ -117,6 +119,7 @@ Result<std::unique_ptr<EncoderModel>> EncoderModel::LoadPrepared(const io::Model
     return t;
   };
   FERRY_ASSIGN_OR_RETURN(m->word_, table("word_emb", {config.vocab_size, H}));
+  FERRY_RETURN_IF_ERROR(be.PreloadWeight(m->word_));
   FERRY_ASSIGN_OR_RETURN(m->position_,
                          table("pos_emb", {config.max_position_embeddings + config.position_offset, H}));
   if (config.type_vocab_size > 0) {

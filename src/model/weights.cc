@@ -67,11 +67,6 @@ Result<backend::LinearWeight> LoadLinear(const WeightSource& src, backend::Backe
     FERRY_ASSIGN_OR_RETURN(Tensor t, GetWeight(src, weight_names[i], {outs[i], in}));
     parts.push_back(t);
   }
-  if (parts.size() == 1) {
-    w.weight = parts[0];
-  } else {
-    FERRY_ASSIGN_OR_RETURN(w.weight, ConcatRows(parts));
-  }
   if (!bias_names.empty()) {
     std::vector<Tensor> biases;
     for (size_t i = 0; i < bias_names.size(); ++i) {
@@ -85,7 +80,9 @@ Result<backend::LinearWeight> LoadLinear(const WeightSource& src, backend::Backe
     auto it = options.smooth->find(key);
     if (it != options.smooth->end()) w.smooth = it->second;
   }
-  FERRY_RETURN_IF_ERROR(be.PrepareLinear(w).WithContext("preparing '" + key + "'"));
+  // The backend fuses the parts where the weight ends up (the host, or straight into the
+  // device's rows on a GPU).
+  FERRY_RETURN_IF_ERROR(be.PrepareLinearParts(parts, w).WithContext("preparing '" + key + "'"));
   return w;
 }
 

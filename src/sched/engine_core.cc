@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "core/logging.h"
+#include "sched/kv_sizing.h"
 
 namespace ferry::sched {
 
@@ -20,42 +21,6 @@ const char* FinishReasonName(FinishReason reason) {
 namespace {
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-// vLLM's gpu_memory_utilization: the KV cache gets what is left of that fraction of the
-// device's memory once the weights are loaded, keeping a reserve for a step's activations
-// and logits (the largest step: max_num_batched_tokens tokens, max_num_seqs logits rows).
-Result<int> KvBlocksForMemory(const engine::Engine& e, const engine::KvCacheConfig& kc,
-                              const EngineCoreOptions& options, int max_seq) {
-  const auto memory = e.backend().DeviceMemory();
-  if (!memory) {
-    FERRY_LOG_WARN("gpu_memory_utilization applies to GPUs; the KV cache on {} holds max_num_seqs sequences",
-                   e.backend().Name());
-    return kc.num_blocks;
-  }
-  const auto [free, total] = *memory;
-  const io::ModelConfig& c = e.config();
-  const double used = static_cast<double>(total - free);
-  const double act_bytes = static_cast<double>(DTypeSize(e.backend().activation_dtype()));
-  const double reserve =
-      static_cast<double>(options.batching.max_num_batched_tokens) *
-          (4.0 * c.hidden_size + 2.0 * c.intermediate_size) * act_bytes * 2.0 +
-      static_cast<double>(options.batching.max_num_seqs) * static_cast<double>(c.vocab_size) * 4.0 * 3.0 +
-      256.0 * 1024 * 1024;
-  const double block_bytes = 2.0 * kc.num_layers * kc.num_kv_heads * kc.block_tokens * kc.head_dim *
-                             static_cast<double>(DTypeSize(kc.dtype));
-  const double budget = static_cast<double>(total) * options.gpu_memory_utilization - used - reserve;
-  const int blocks = budget > 0 ? static_cast<int>(budget / block_bytes) : 0;
-  const int one_sequence = (max_seq + kc.block_tokens - 1) / kc.block_tokens;
-  if (blocks < std::max(one_sequence, 1)) {
-    return ResourceExhausted("gpu_memory_utilization " + std::to_string(options.gpu_memory_utilization) +
-                             " leaves room for " + std::to_string(blocks) + " KV blocks; one sequence of " +
-                             std::to_string(max_seq) + " tokens needs " +
-                             std::to_string(one_sequence));
-  }
-  FERRY_LOG_INFO("{}: KV cache of {} blocks ({:.2f} GiB) for gpu_memory_utilization {}", e.path(), blocks,
-                 blocks * block_bytes / (1024.0 * 1024 * 1024), options.gpu_memory_utilization);
-  return blocks;
-}
 
 }  // namespace
 
@@ -84,11 +49,15 @@ Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::string name, std::sh
   kc.num_kv_heads = c.num_kv_heads;
   kc.head_dim = c.head_dim;
   kc.block_tokens = options.batching.kv_block_tokens;
-  kc.num_blocks = kv_seqs * ((max_seq + kc.block_tokens - 1) / kc.block_tokens);
-  if (options.gpu_memory_utilization > 0) {
-    FERRY_ASSIGN_OR_RETURN(kc.num_blocks, KvBlocksForMemory(*core->engine_, kc, options, max_seq));
-  }
   kc.dtype = core->engine_->backend().kv_cache_dtype();
+  // max_num_seqs sequences of max_seq_len, or what the memory budget leaves (kv_sizing.h).
+  KvSizingOptions sizing;
+  sizing.gpu_memory_utilization = options.gpu_memory_utilization;
+  sizing.host_memory_budget_bytes = options.host_memory_budget_bytes;
+  sizing.default_seqs = kv_seqs;
+  FERRY_ASSIGN_OR_RETURN(const KvBudgetDecision kv,
+                         SizeKvCache(core->name_, *core->engine_, kc, options.batching, max_seq, sizing));
+  kc.num_blocks = kv.blocks;
   kc.prefix_caching = options.batching.enable_prefix_caching;
   FERRY_ASSIGN_OR_RETURN(core->cache_, engine::KvCache::Create(kc, core->engine_->backend()));
   core->executor_ = std::make_unique<engine::StepExecutor>(*core->engine_->decoder(), *core->cache_);

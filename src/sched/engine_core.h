@@ -84,9 +84,13 @@ struct EngineCoreOptions {
   ContinuousBatchingOptions batching;  // max_num_seqs, token budget, max_seq_len, block size
   int kv_seqs = 0;                     // the KV cache holds this many sequences of max_seq_len (0: max_num_seqs)
   bool step_graphs = true;             // decode steps as recorded graphs where the backend has them
-  // GPU: size the KV cache to fill this fraction of the device's memory (vLLM's
-  // gpu_memory_utilization), after the weights and an activation reserve. 0: kv_seqs.
+  // GPU: this fraction of the device's memory is the model's budget (vLLM's
+  // gpu_memory_utilization); the KV cache fills what the weights, the measured activation
+  // peak of the largest step and a reserve leave of it. 0: kv_seqs sequences.
   double gpu_memory_utilization = 0;
+  // Host: the model's budget; the KV cache holds kv_seqs sequences at most, fewer when the
+  // weights and activations leave less. 0: kv_seqs sequences. (sched/kv_budget.h)
+  int64_t host_memory_budget_bytes = 0;
 };
 
 // Thread-compatible: one thread at a time (the owner of the KV cache and the executor).

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "sched/kv_sizing.h"
+
 namespace ferry::sched {
 
 namespace {
@@ -33,9 +35,15 @@ Result<std::unique_ptr<PreloadedModel>> PreloadedModel::Create(const std::string
   std::unique_ptr<PreloadedModel> p(new PreloadedModel());
   p->options_ = o;
   auto t0 = SteadyClock::now();
+  // A memory budget that cannot be met is refused before any weight is read.
+  KvSizingOptions budget;
+  budget.gpu_memory_utilization = o.core.gpu_memory_utilization;
+  budget.host_memory_budget_bytes = o.core.host_memory_budget_bytes;
+  FERRY_RETURN_IF_ERROR(PrecheckMemoryBudget(name, path, o.engine.device, budget));
   FERRY_ASSIGN_OR_RETURN(p->engine_, engine::Engine::Load(path, o.engine));
   auto t1 = SteadyClock::now();
   p->timings_.load_ms = Ms(t0, t1);
+  p->timings_.load = p->engine_->load_stats();
   if (o.on_phase) o.on_phase("allocate");
   const io::ModelConfig& c = p->engine_->config();
   if (p->engine_->is_decoder()) {

@@ -43,6 +43,7 @@ struct WarmupPass {
 
 struct PreloadTimings {
   double load_ms = 0;      // engine/checkpoint load, weights prepared
+  engine::LoadStats load;  // inside load_ms: bytes of weights, checksums, copies, the wait for them
   double allocate_ms = 0;  // KV cache and executor
   double warmup_ms = 0;    // all warm-up passes
   int warmup_passes = 0;

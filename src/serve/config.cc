@@ -231,7 +231,8 @@ const std::vector<std::string_view>& ModelOptionKeys() {
   static const std::vector<std::string_view> keys = {
       "threads",     "device",  "activations", "kv_cache_dtype", "enforce_eager",  "batching",
       "dynamic_batching", "warmup", "long_inputs", "pooling", "normalize", "chat_template",
-      "tool_call_parser", "gpu_memory_utilization", "map_weights"};
+      "tool_call_parser", "gpu_memory_utilization", "map_weights",
+      "host_memory_budget_bytes"};
   return keys;
 }
 
@@ -280,6 +281,10 @@ Status ParseModelOptions(const MapReader& m, ModelConfig& out) {
   }
   FERRY_RETURN_IF_ERROR(m.String("chat_template", out.chat_template));
   FERRY_RETURN_IF_ERROR(m.Number("gpu_memory_utilization", out.gpu_memory_utilization));
+  FERRY_RETURN_IF_ERROR(m.Int("host_memory_budget_bytes", out.host_memory_budget_bytes));
+  if (out.host_memory_budget_bytes < 0) {
+    return InvalidArgument(m.Path("host_memory_budget_bytes") + ": must be at least 0");
+  }
   if (const YAML::Node* parser = m.Find("tool_call_parser")) {
     FERRY_ASSIGN_OR_RETURN(out.tool_call_parser, ReadEnum<ToolCallParser>(*parser, m.Path("tool_call_parser"),
                                                                           {{"auto", ToolCallParser::kAuto},

@@ -98,6 +98,11 @@ struct ModelConfig {
   // cache); the KV cache takes what is left, vLLM's gpu_memory_utilization. 0: the KV cache
   // holds max_num_seqs sequences of max_seq_len.
   double gpu_memory_utilization = 0;
+  // Host: the memory this model may take (weights, activations and KV cache); its KV cache
+  // holds max_num_seqs sequences at most, fewer when the rest leaves less, and a model that
+  // cannot hold one sequence is refused. 0: no budget (a repository version gets what
+  // the server's host_memory_budget_bytes leaves).
+  int64_t host_memory_budget_bytes = 0;
   // Encoders: inputs longer than a window (truncation, windows, merges, max_input_tokens).
   chunk::LongInputOptions long_inputs;
   // Embeddings of a model without sentence-transformers settings (modules.json), which win

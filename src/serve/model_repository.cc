@@ -118,6 +118,7 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Create(const ModelConfig& conf
   po.core.batching = config.batching;
   po.core.step_graphs = !config.enforce_eager;
   po.core.gpu_memory_utilization = config.gpu_memory_utilization;
+  po.core.host_memory_budget_bytes = config.host_memory_budget_bytes;
   po.encoder_max_seq_len = config.batching.max_seq_len;
   po.encoder_batches = {1, config.dynamic_batching.max_batch_size};
   if (config.dynamic_batching.max_batch_size > 8) po.encoder_batches.insert(po.encoder_batches.begin() + 1, 8);

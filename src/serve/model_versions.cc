@@ -315,7 +315,8 @@ std::vector<ModelVersions::LoadJob> ModelVersions::Plan(bool* pending) {
   return jobs;
 }
 
-Status ModelVersions::CheckMemory(const LoadJob& job, int64_t& estimate) {
+Status ModelVersions::CheckMemory(const LoadJob& job, int64_t& estimate, int64_t& host_left) {
+  host_left = -1;
   qos::VariantPlan plan;
   plan.variant = job.name + "@" + std::to_string(job.version);
   plan.path = job.load_path;
@@ -323,11 +324,19 @@ Status ModelVersions::CheckMemory(const LoadJob& job, int64_t& estimate) {
   plan.activations = job.config.activations;
   plan.kv_cache_dtype = job.config.kv_cache_dtype;
   plan.batching = job.config.batching;
-  FERRY_ASSIGN_OR_RETURN(const qos::MemoryNeed need, qos::EstimateMemory(plan));
-  estimate = need.total();
+  FERRY_ASSIGN_OR_RETURN(qos::MemoryNeed need, qos::EstimateMemory(plan));
   Result<qos::MemoryBudget> budget = qos::QueryMemory(job.config.device);
-  if (!budget.ok()) return Status::Ok();  // nothing known: the load itself will tell
   double fraction = 0.9;
+  if (budget.ok() && job.config.device.is_cuda() && job.config.gpu_memory_utilization > 0) {
+    // The version takes its share of the device, whatever its KV cache would hold otherwise:
+    // the whole share must be free now.
+    const int64_t share =
+        static_cast<int64_t>(static_cast<double>(budget->total_bytes) * job.config.gpu_memory_utilization);
+    need.kv_bytes = std::max<int64_t>(0, share - need.weights_bytes);
+    fraction = 1.0;
+  }
+  estimate = need.total();
+  if (!budget.ok()) return Status::Ok();  // nothing known: the load itself will tell
   if (!job.config.device.is_cuda() && config_.host_memory_budget_bytes > 0) {
     int64_t used = 0;
     {
@@ -341,11 +350,16 @@ Status ModelVersions::CheckMemory(const LoadJob& job, int64_t& estimate) {
       }
     }
     const int64_t left = std::max<int64_t>(0, config_.host_memory_budget_bytes - used);
+    host_left = left;
     if (left < budget->available_bytes) {
       budget->available_bytes = left;
       budget->total_bytes = config_.host_memory_budget_bytes;
       budget->source = "host_memory_budget_bytes, " + qos::FormatBytes(used) + " taken by loaded versions";
       fraction = 1.0;
+      // The KV cache is sized within what is left (sched/kv_budget.h): the version needs its
+      // weights and one sequence up front, and takes at most the budget that is left.
+      need.kv_bytes /= std::max(1, job.config.batching.max_num_seqs);
+      estimate = std::min(estimate, left);
     }
   }
   return qos::CheckGroupMemory(plan.variant, {need}, {*budget}, fraction);
@@ -355,7 +369,15 @@ void ModelVersions::LoadOne(const LoadJob& job) {
   const std::string id = job.name + "@" + std::to_string(job.version);
   FERRY_LOG_INFO("model repository: loading {} from {}", id, job.load_path);
   int64_t estimate = 0;
-  Status status = CheckMemory(job, estimate);
+  int64_t host_left = -1;
+  Status status = CheckMemory(job, estimate, host_left);
+  ModelConfig config = job.config;
+  if (host_left >= 0) {
+    // The version's KV cache is sized within what the repository's budget leaves it.
+    config.host_memory_budget_bytes = config.host_memory_budget_bytes > 0
+                                          ? std::min(config.host_memory_budget_bytes, host_left)
+                                          : host_left;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     Model& m = models_[job.name];
@@ -373,7 +395,7 @@ void ModelVersions::LoadOne(const LoadJob& job) {
         it->second.state = VersionState::kWarming;
       }
     };
-    auto created = ServedModel::Create(job.config, metrics_, std::move(hooks));
+    auto created = ServedModel::Create(config, metrics_, std::move(hooks));
     status = created.status();
     if (created.ok()) served = std::shared_ptr<ServedModel>(std::move(created).value());
   }

@@ -121,7 +121,9 @@ class ModelVersions {
   // were unloaded now (a load waiting for them can go ahead).
   bool FinishDrains(bool stopping, int* unloaded = nullptr);
   void SetState(Version& v, const std::string& name, VersionState s, std::string reason);
-  Status CheckMemory(const LoadJob& job, int64_t& estimate);
+  // `host_left`: on the host with host_memory_budget_bytes set, what the budget leaves
+  // this version (its KV cache is sized within it); -1 otherwise.
+  Status CheckMemory(const LoadJob& job, int64_t& estimate, int64_t& host_left);
   void Watch();
   bool ReadWatchEvents();
   nlohmann::json ModelJson(const Model& m) const;

@@ -628,3 +628,22 @@ TEST(ConfigWarmupTest, WarmupTakesABoolOrAMode) {
 
 }  // namespace
 }  // namespace ferry::serve
+
+namespace ferry::serve {
+namespace {
+
+TEST(ConfigMemoryBudgetTest, PerModelHostBudget) {
+  Result<ServerConfig> parsed = ParseServerConfig(
+      "auth: {mode: none}\nmodels: [{name: m, path: p, host_memory_budget_bytes: 4000000000}, {name: n, path: q}]\n");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->models[0].host_memory_budget_bytes, 4000000000);
+  EXPECT_EQ(parsed->models[1].host_memory_budget_bytes, 0);
+  Result<ServerConfig> negative =
+      ParseServerConfig("auth: {mode: none}\nmodels: [{name: m, path: p, host_memory_budget_bytes: -1}]\n");
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("host_memory_budget_bytes: must be at least 0"), std::string::npos)
+      << negative.status().message();
+}
+
+}  // namespace
+}  // namespace ferry::serve

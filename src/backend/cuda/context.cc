@@ -46,6 +46,15 @@ Result<std::shared_ptr<void>> CudaContext::AllocatePersistent(size_t bytes) {
   return block;
 }
 
+size_t CudaContext::held_bytes() const {
+  return pool_->allocated_bytes() + graph_pool_->allocated_bytes() + StagingRing::kBytes;
+}
+
+void CudaContext::TrimPools() {
+  pool_->Trim();
+  graph_pool_->Trim();
+}
+
 Status CudaContext::NotRecording(const char* what) const {
   if (!recording_) return Status::Ok();
   return FailedPrecondition(std::string(what) + " cannot run inside a step graph");

@@ -52,6 +52,10 @@ class CudaContext {
   // FailedPrecondition naming `what` while a step graph is recorded.
   Status NotRecording(const char* what) const;
   StagingRing& staging() { return staging_; }
+  // Device memory held by the pools (in use or kept for reuse) and the staging ring.
+  size_t held_bytes() const;
+  // Frees the blocks the pools keep for reuse.
+  void TrimPools();
 
  private:
   explicit CudaContext(int device) : device_(device) {}

@@ -20,6 +20,7 @@
 #include "backend/cuda/resident_weights.h"
 #include "backend/cuda/sampling.h"
 #include "backend/cuda/step_upload.h"
+#include "backend/cuda/weight_loader.h"
 #include "backend/cuda_fingerprint.h"
 #include "backend/step_graphs.h"
 #include "kernels/cuda/cuda_check.h"
@@ -29,6 +30,8 @@
 namespace ferry::backend {
 
 namespace {
+
+constexpr size_t kGemmWorkspaceBytes = 32 << 20;
 
 // Thread-compatible: one caller at a time (the engine's scheduler thread), except Allocate.
 class CudaBackend final : public Backend {
@@ -44,6 +47,7 @@ class CudaBackend final : public Backend {
         recorder_(*ctx_),
         graphs_(recorder_) {}
   ~CudaBackend() override {
+    loader_.reset();  // a load that failed halfway: its copies finish before the buffers go
     // Recordings and their buffers go before the stream they run on.
     cudaStreamSynchronize(ctx_->stream());
     graphs_.Clear();
@@ -64,13 +68,47 @@ class CudaBackend final : public Backend {
 
   // --- weights ---------------------------------------------------------------------------
 
-  Status PrepareLinear(LinearWeight& w) override { return PrepareCudaLinear(*ctx_, *gemm_, options_.activations, w); }
-  Result<SerializedLinear> SerializeLinear(const LinearWeight& w) override { return SerializeCudaLinear(w); }
-  Result<LinearWeight> DeserializeLinear(const SerializedLinear& s) override { return DeserializeCudaLinear(*ctx_, s); }
+  Status PrepareLinear(LinearWeight& w) override { return PrepareLinearParts({}, w); }
+  Status PrepareLinearParts(const std::vector<Tensor>& parts, LinearWeight& w) override {
+    FERRY_ASSIGN_OR_RETURN(WeightLoader * loader, Loader());
+    return PrepareCudaLinear(*ctx_, *loader, *gemm_, options_.activations, parts, w);
+  }
+  Result<SerializedLinear> SerializeLinear(const LinearWeight& w) override {
+    FERRY_RETURN_IF_ERROR(EnsureLoaded());
+    return SerializeCudaLinear(w);
+  }
+  Result<LinearWeight> DeserializeLinear(const SerializedLinear& s) override {
+    FERRY_ASSIGN_OR_RETURN(WeightLoader * loader, Loader());
+    return DeserializeCudaLinear(*loader, s);
+  }
+  Status PreloadWeight(const Tensor& t) override {
+    // Tables ops read by index (embeddings); small vectors (norm gains) are uploaded at first use.
+    if (!t.defined() || !t.device().is_cpu() || t.nbytes() < (1u << 20) || !t.is_contiguous()) return Status::Ok();
+    FERRY_ASSIGN_OR_RETURN(WeightLoader * loader, Loader());
+    FERRY_ASSIGN_OR_RETURN(Tensor dev, loader->Upload(t, t.dtype()));
+    resident_.Adopt(t, std::move(dev));
+    return Status::Ok();
+  }
+  Status FinishLoading() override {
+    if (loader_ == nullptr) return Status::Ok();
+    const Status status = loader_->Finish();
+    loader_.reset();  // the pinned slots and the conversion scratch go back
+    return status;
+  }
+  size_t DeviceBytesHeld() const override { return ctx_->held_bytes() + kGemmWorkspaceBytes; }
+  void ReleaseCachedMemory() override {
+    if (ctx_->recording()) return;
+    cudaStreamSynchronize(stream());
+    ctx_->TrimPools();
+  }
   Status Linear(const Tensor& x, const LinearWeight& w, Tensor& y) override {
+    FERRY_RETURN_IF_ERROR(EnsureLoaded());
     return RunLinear(*ctx_, *gemm_, x, w, y);
   }
-  Result<std::string> TuneLinear(LinearWeight& w) override { return tuner_.Tune(w); }
+  Result<std::string> TuneLinear(LinearWeight& w) override {
+    FERRY_RETURN_IF_ERROR(EnsureLoaded());
+    return tuner_.Tune(w);
+  }
   std::string DescribeTuning() const override {
     return nlohmann::json{{"choice", "cuBLASLt algorithm (or the fused int8 small-M kernel) per weight shape and M "
                                      "bucket, timed in CUDA graphs on this GPU"}}
@@ -84,6 +122,7 @@ class CudaBackend final : public Backend {
   // --- elementwise -----------------------------------------------------------------------
 
   Status Embedding(const Tensor& table, const Tensor& ids, Tensor& out) override {
+    FERRY_RETURN_IF_ERROR(EnsureLoaded());
     const int64_t n = ids.defined() ? ids.numel() : 0;
     FERRY_ASSIGN_OR_RETURN(const int32_t* d_ids, Indices(ids, n, "Embedding", "ids"));
     FERRY_ASSIGN_OR_RETURN(const Tensor* t, resident_.Get(table));
@@ -201,6 +240,7 @@ class CudaBackend final : public Backend {
 
   Result<Tensor> ToHost(const Tensor& t) override {
     if (t.device().is_cpu()) return t.ToF32();
+    FERRY_RETURN_IF_ERROR(EnsureLoaded());
     FERRY_RETURN_IF_ERROR(ctx_->NotRecording("ToHost"));
     Tensor f = t;
     if (t.dtype() != DType::kF32) {
@@ -212,14 +252,21 @@ class CudaBackend final : public Backend {
     FERRY_RETURN_IF_ERROR(ctx_->Synchronize());
     return host;
   }
-  Status Synchronize() override { return ctx_->Synchronize(); }
+  Status Synchronize() override {
+    FERRY_RETURN_IF_ERROR(EnsureLoaded());
+    return ctx_->Synchronize();
+  }
 
   // --- step inputs, step graphs and sampling -------------------------------------------------
 
-  Result<StepTensors> UploadStep(const StepInputs& inputs) override { return UploadStepInputs(*ctx_, inputs); }
+  Result<StepTensors> UploadStep(const StepInputs& inputs) override {
+    FERRY_RETURN_IF_ERROR(EnsureLoaded());
+    return UploadStepInputs(*ctx_, inputs);
+  }
   bool supports_graphs() const override { return true; }
   Result<Tensor> RunGraph(const GraphKey& key, const StepInputs& inputs, const StepBody& body) override {
     if (ctx_->recording()) return FailedPrecondition("step graphs do not nest");
+    FERRY_RETURN_IF_ERROR(EnsureLoaded());
     return graphs_.Run(key, inputs, body);
   }
   int graph_count() const override { return graphs_.count(); }
@@ -236,6 +283,18 @@ class CudaBackend final : public Backend {
 
  private:
   cudaStream_t stream() const { return ctx_->stream(); }
+
+  // The weight loader of the load in progress (made at its first weight).
+  Result<WeightLoader*> Loader() {
+    if (loader_ == nullptr) {
+      FERRY_RETURN_IF_ERROR(ctx_->NotRecording("loading a weight"));
+      FERRY_ASSIGN_OR_RETURN(loader_, WeightLoader::Create(*ctx_));
+    }
+    return loader_.get();
+  }
+  // Weights still on their way are waited for before anything reads them (the loader's
+  // stream is not the compute stream).
+  Status EnsureLoaded() { return loader_ == nullptr ? Status::Ok() : FinishLoading(); }
 
   // The device int32 array behind an index tensor of n ids: a device tensor as it is, a host
   // one copied over for this op.
@@ -264,6 +323,7 @@ class CudaBackend final : public Backend {
   DeviceSampler sampler_;
   CudaGraphRecorder recorder_;
   StepGraphs graphs_;
+  std::unique_ptr<WeightLoader> loader_;  // while an engine loads
 };
 
 }  // namespace
@@ -305,7 +365,7 @@ Result<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& optio
     return InvalidArgument("CUDA activations must be bf16, f16 or f32");
   }
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<CudaContext> ctx, CudaContext::Create(options.device));
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<cuda::LtGemm> gemm, cuda::LtGemm::Create(32 << 20));
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<cuda::LtGemm> gemm, cuda::LtGemm::Create(kGemmWorkspaceBytes));
   return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(options, std::move(ctx), std::move(gemm)));
 }
 

@@ -14,6 +14,18 @@ DevicePool::~DevicePool() {
   }
 }
 
+void DevicePool::Trim() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cudaSetDevice(device_);
+  for (auto& [size, blocks] : free_) {
+    for (void* p : blocks) {
+      cudaFree(p);
+      allocated_bytes_ -= size;
+    }
+    blocks.clear();
+  }
+}
+
 size_t DevicePool::RoundUp(size_t n) {
   if (n <= (1u << 20)) {
     size_t p = 256;

@@ -23,7 +23,10 @@ class DevicePool : public std::enable_shared_from_this<DevicePool> {
 
   // A block of at least `bytes` bytes; ResourceExhausted when the device is out of memory.
   Result<std::shared_ptr<void>> Get(size_t bytes);
+  // Device memory the pool holds: blocks in use and blocks kept for reuse.
   size_t allocated_bytes() const { return allocated_bytes_; }
+  // Frees the blocks kept for reuse (cudaFree waits for the device).
+  void Trim();
 
  private:
   // Powers of two up to 1 MiB, then multiples of 1 MiB: little waste, few classes.

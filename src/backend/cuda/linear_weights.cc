@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -75,11 +76,33 @@ cuda::GemmKind FloatKind(DType act) {
   }
 }
 
+
+// The row blocks as one host tensor (int8 and fp8 quantize the whole weight on the host).
+Tensor ConcatHost(const std::vector<Tensor>& parts, int64_t n, int64_t k) {
+  if (parts.size() == 1) return parts[0];
+  Tensor out = Tensor::Empty({n, k}, parts[0].dtype());
+  char* dst = out.data<char>();
+  for (const Tensor& p : parts) {
+    std::memcpy(dst, p.raw(), p.nbytes());
+    dst += p.nbytes();
+  }
+  return out;
+}
+
 }  // namespace
 
-Status PrepareCudaLinear(CudaContext& ctx, const cuda::LtGemm& gemm, DType activations, LinearWeight& w) {
-  if (!w.weight.defined() || w.weight.rank() != 2) return InvalidArgument("PrepareLinear: weight must be [out, in]");
-  const int64_t n = w.weight.dim(0), k = w.weight.dim(1);
+Status PrepareCudaLinear(CudaContext& ctx, WeightLoader& loader, const cuda::LtGemm& gemm, DType activations,
+                         const std::vector<Tensor>& given_parts, LinearWeight& w) {
+  std::vector<Tensor> parts = given_parts;
+  if (parts.empty()) parts.push_back(w.weight);
+  int64_t n = 0;
+  const int64_t k = parts[0].defined() && parts[0].rank() == 2 ? parts[0].dim(1) : 0;
+  for (const Tensor& p : parts) {
+    if (!p.defined() || p.rank() != 2 || p.dim(1) != k || p.dtype() != parts[0].dtype() || !p.is_contiguous()) {
+      return InvalidArgument("PrepareLinear: weight must be [out, in] row blocks of one dtype");
+    }
+    n += p.dim(0);
+  }
   auto lin = std::make_shared<CudaLinear>();
   lin->format = w.format;
   if (w.format == WeightFormat::kInt8W8A8 || w.format == WeightFormat::kFp8) {
@@ -103,18 +126,27 @@ Status PrepareCudaLinear(CudaContext& ctx, const cuda::LtGemm& gemm, DType activ
       return fits;
     }
   }
-  const Tensor f = w.weight.ToF32();
+  // Quantized formats work on the whole weight in f32 on the host; float ones never do.
+  Tensor f;
+  if (lin->format != WeightFormat::kNative && lin->format != WeightFormat::kF32 &&
+      lin->format != WeightFormat::kBF16 && lin->format != WeightFormat::kF16) {
+    f = ConcatHost(parts, n, k).ToF32();
+  }
   switch (lin->format) {
     case WeightFormat::kNative:
     case WeightFormat::kF32:
     case WeightFormat::kBF16:
     case WeightFormat::kF16: {
       // On the GPU a float weight takes the activations' dtype: cuBLASLt multiplies like types.
+      // Each part goes to its rows as stored; a dtype change happens on the device.
       const DType act = activations;
       lin->kind = FloatKind(act);
-      Tensor host = Tensor::Empty({n, k}, act);
-      ConvertFromF32(act, f.data<float>(), host.raw(), static_cast<size_t>(n * k));
-      FERRY_ASSIGN_OR_RETURN(lin->weight, ctx.Upload(host.raw(), {n, k}, act));
+      FERRY_ASSIGN_OR_RETURN(lin->weight, ctx.Allocate({n, k}, act));
+      char* dst = static_cast<char*>(lin->weight.raw());
+      for (const Tensor& p : parts) {
+        FERRY_RETURN_IF_ERROR(loader.CopyToDevice(p.raw(), p.dtype(), dst, act, p.numel()));
+        dst += static_cast<size_t>(p.numel()) * DTypeSize(act);
+      }
       break;
     }
     case WeightFormat::kInt8:
@@ -125,13 +157,15 @@ Status PrepareCudaLinear(CudaContext& ctx, const cuda::LtGemm& gemm, DType activ
       if (w8a8 && w.smooth.defined()) {
         smooth_host = w.smooth.ToF32();
         if (smooth_host.numel() != k) return InvalidArgument("SmoothQuant factors do not match the weight");
-        FERRY_ASSIGN_OR_RETURN(lin->smooth, ctx.Upload(smooth_host.raw(), {k}, DType::kF32));
+        FERRY_ASSIGN_OR_RETURN(lin->smooth, loader.Upload(smooth_host, DType::kF32));
       }
       std::vector<int8_t> q;
       std::vector<float> scales;
       QuantizeWeightInt8(f.data<float>(), n, k, smooth_host.defined() ? smooth_host.data<float>() : nullptr, q, scales);
-      FERRY_ASSIGN_OR_RETURN(lin->weight, ctx.Upload(q.data(), {n, k}, DType::kI8));
-      FERRY_ASSIGN_OR_RETURN(lin->scales, ctx.Upload(scales.data(), {n}, DType::kF32));
+      FERRY_ASSIGN_OR_RETURN(lin->weight, ctx.Allocate({n, k}, DType::kI8));
+      FERRY_RETURN_IF_ERROR(loader.CopyToDevice(q.data(), DType::kI8, lin->weight.raw(), DType::kI8, n * k));
+      FERRY_ASSIGN_OR_RETURN(lin->scales, ctx.Allocate({n}, DType::kF32));
+      FERRY_RETURN_IF_ERROR(loader.CopyToDevice(scales.data(), DType::kF32, lin->scales.raw(), DType::kF32, n));
       break;
     }
     case WeightFormat::kFp8: {
@@ -139,8 +173,11 @@ Status PrepareCudaLinear(CudaContext& ctx, const cuda::LtGemm& gemm, DType activ
       std::vector<uint8_t> q;
       std::vector<float> scales;
       QuantizeWeightFp8(f.data<float>(), n, k, q, scales);
-      FERRY_ASSIGN_OR_RETURN(lin->weight, ctx.Upload(q.data(), {n, k}, DType::kF8E4M3));
-      FERRY_ASSIGN_OR_RETURN(lin->scales, ctx.Upload(scales.data(), {n}, DType::kF32));
+      FERRY_ASSIGN_OR_RETURN(lin->weight, ctx.Allocate({n, k}, DType::kF8E4M3));
+      FERRY_RETURN_IF_ERROR(
+          loader.CopyToDevice(q.data(), DType::kF8E4M3, lin->weight.raw(), DType::kF8E4M3, n * k));
+      FERRY_ASSIGN_OR_RETURN(lin->scales, ctx.Allocate({n}, DType::kF32));
+      FERRY_RETURN_IF_ERROR(loader.CopyToDevice(scales.data(), DType::kF32, lin->scales.raw(), DType::kF32, n));
       break;
     }
   }
@@ -149,9 +186,7 @@ Status PrepareCudaLinear(CudaContext& ctx, const cuda::LtGemm& gemm, DType activ
     const bool float_kind = lin->kind == cuda::GemmKind::kBF16 || lin->kind == cuda::GemmKind::kF16 ||
                             lin->kind == cuda::GemmKind::kF32;
     const DType bias_dtype = float_kind ? activations : DType::kF32;
-    Tensor host = Tensor::Empty({n}, bias_dtype);
-    ConvertFromF32(bias_dtype, b.data<float>(), host.raw(), static_cast<size_t>(n));
-    FERRY_ASSIGN_OR_RETURN(lin->bias, ctx.Upload(host.raw(), {n}, bias_dtype));
+    FERRY_ASSIGN_OR_RETURN(lin->bias, loader.Upload(b, bias_dtype));
   }
   w.out = n;
   w.in = k;
@@ -189,7 +224,7 @@ Result<SerializedLinear> SerializeCudaLinear(const LinearWeight& w) {
   return s;
 }
 
-Result<LinearWeight> DeserializeCudaLinear(CudaContext& ctx, const SerializedLinear& s) {
+Result<LinearWeight> DeserializeCudaLinear(WeightLoader& loader, const SerializedLinear& s) {
   json layout;
   try {
     layout = json::parse(s.layout_json);
@@ -215,7 +250,7 @@ Result<LinearWeight> DeserializeCudaLinear(CudaContext& ctx, const SerializedLin
   if (names.size() != s.blobs.size()) return DataLoss("linear layout names " + std::to_string(names.size()) + " blobs");
   for (size_t i = 0; i < names.size(); ++i) {
     const Tensor& b = s.blobs[i];
-    FERRY_ASSIGN_OR_RETURN(Tensor dev, ctx.Upload(b.raw(), b.shape(), b.dtype()));
+    FERRY_ASSIGN_OR_RETURN(Tensor dev, loader.Upload(b, b.dtype()));
     const std::string name = names[i];
     if (name == "weight") lin->weight = dev;
     else if (name == "scales") lin->scales = dev;

@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/context.h"
+#include "backend/cuda/weight_loader.h"
 #include "kernels/cuda/gemm.h"
 
 namespace ferry::backend {
@@ -25,11 +26,16 @@ struct CudaLinear {
   std::vector<std::optional<cuda::GemmChoice>> choices;  // tuned per M bucket (empty: heuristic)
 };
 
-// Converts or quantizes w.weight to w.format on the device (a float weight takes the
-// activations' dtype; an int8 or fp8 layer whose shape those GEMMs cannot take stays in it).
-Status PrepareCudaLinear(CudaContext& ctx, const cuda::LtGemm& gemm, DType activations, LinearWeight& w);
+// Converts or quantizes the weight, given as row blocks `parts` [n_i, in] (or w.weight when
+// `parts` is empty), to w.format on the device (a float weight takes the activations'
+// dtype; an int8 or fp8 layer whose shape those GEMMs cannot take stays in it). A float
+// weight's parts go to their rows on the device as they are and are converted there; the
+// copies go through `loader` and have arrived after its Finish.
+Status PrepareCudaLinear(CudaContext& ctx, WeightLoader& loader, const cuda::LtGemm& gemm, DType activations,
+                         const std::vector<Tensor>& parts, LinearWeight& w);
 // The layout JSON and the blobs (weight, scales, smooth, bias), copied to the host.
 Result<SerializedLinear> SerializeCudaLinear(const LinearWeight& w);
-Result<LinearWeight> DeserializeCudaLinear(CudaContext& ctx, const SerializedLinear& s);
+// The blobs are copied through `loader` (arrived after its Finish).
+Result<LinearWeight> DeserializeCudaLinear(WeightLoader& loader, const SerializedLinear& s);
 
 }  // namespace ferry::backend

@@ -13,6 +13,13 @@ Result<const Tensor*> ResidentWeights::Upload(const Tensor& t, DType dtype) {
   return &uploads_.emplace(t.raw(), std::move(dev)).first->second;
 }
 
+void ResidentWeights::Adopt(const Tensor& host, Tensor device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (uploads_.count(host.raw()) != 0) return;
+  keep_.push_back(host);
+  uploads_.emplace(host.raw(), std::move(device));
+}
+
 Result<const float*> ResidentWeights::RopeFrequencies(const RopeTable& table) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = rope_.find(&table);

@@ -22,6 +22,9 @@ class ResidentWeights {
   Result<const Tensor*> Get(const Tensor& t) { return Upload(t, t.dtype()); }
   // The same, widened to f32 on the way (norm weights).
   Result<const Tensor*> GetF32(const Tensor& t) { return Upload(t, DType::kF32); }
+  // Records `device` as the device copy of host tensor `host` (copied by the weight loader),
+  // so Get finds it instead of uploading at first use.
+  void Adopt(const Tensor& host, Tensor device);
   // A RoPE table's inverse frequencies on the device (uploaded again if the table changed).
   Result<const float*> RopeFrequencies(const RopeTable& table);
 
