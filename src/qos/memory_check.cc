@@ -11,6 +11,7 @@
 #include "io/engine_file.h"
 #include "io/hf_cache.h"
 #include "io/model_config.h"
+#include "sched/kv_budget.h"
 
 namespace ferry::qos {
 
@@ -33,20 +34,7 @@ std::optional<int64_t> ReadCgroupValue(const std::string& path) {
 
 }  // namespace
 
-std::string FormatBytes(int64_t bytes) {
-  char buf[64];
-  const double b = static_cast<double>(bytes);
-  if (bytes >= (int64_t{1} << 30)) {
-    std::snprintf(buf, sizeof(buf), "%.2f GiB", b / (1 << 30));
-  } else if (bytes >= (int64_t{1} << 20)) {
-    std::snprintf(buf, sizeof(buf), "%.1f MiB", b / (1 << 20));
-  } else if (bytes >= 1024) {
-    std::snprintf(buf, sizeof(buf), "%.0f KiB", b / 1024);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%lld B", static_cast<long long>(bytes));
-  }
-  return buf;
-}
+std::string FormatBytes(int64_t bytes) { return sched::FormatBinaryBytes(bytes); }
 
 Result<MemoryNeed> EstimateMemory(const VariantPlan& given) {
   // A Hub id is measured at its snapshot in the Hugging Face cache, where it will load from.

@@ -2,6 +2,8 @@
 
 #include <immintrin.h>
 
+#include <string>
+
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/tensor_checks.h"
 #include "kernels/cpu/vec_math.h"
@@ -27,60 +29,49 @@ void MapInPlace(const RowMajor& m, int64_t cost_per_elem, F f) {
 
 }  // namespace
 
-Status SiluMul(const Tensor& gate_up, Tensor& out) {
-  FERRY_ASSIGN_OR_RETURN(const RowMajor gm, CheckRows("SiluMul: gate_up", gate_up, -1, -1));
-  if (gm.cols % 2 != 0) return InvalidArgument("SiluMul: gate_up width must be even, got " + gate_up.DebugString());
+namespace {
+
+// out = act(gate) * up over rows [gate | up] of gate_up; `cost`: work per row element.
+template <typename Act>
+Status GatedMul(const char* name, const Tensor& gate_up, Tensor& out, int64_t cost, Act act) {
+  const std::string what(name);
+  FERRY_ASSIGN_OR_RETURN(const RowMajor gm, CheckRows(what + ": gate_up", gate_up, -1, -1));
+  if (gm.cols % 2 != 0) return InvalidArgument(what + ": gate_up width must be even, got " + gate_up.DebugString());
   const int64_t inter = gm.cols / 2;
-  FERRY_ASSIGN_OR_RETURN(const RowMajor om, CheckRows("SiluMul: out", out, gm.rows, inter));
-  ParallelRows(gm.rows, inter * 8, [&](int64_t b, int64_t e) {
+  FERRY_ASSIGN_OR_RETURN(const RowMajor om, CheckRows(what + ": out", out, gm.rows, inter));
+  ParallelRows(gm.rows, inter * cost, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const float* g = gm.data + r * gm.ld;
       const float* u = g + inter;
       float* o = om.data + r * om.ld;
       int64_t i = 0;
       for (; i + 8 <= inter; i += 8) {
-        _mm256_storeu_ps(o + i, _mm256_mul_ps(Silu(_mm256_loadu_ps(g + i)), _mm256_loadu_ps(u + i)));
+        _mm256_storeu_ps(o + i, _mm256_mul_ps(act(_mm256_loadu_ps(g + i)), _mm256_loadu_ps(u + i)));
       }
       if (i < inter) {
         const int rest = static_cast<int>(inter - i);
-        StorePartial(o + i, _mm256_mul_ps(Silu(LoadPartial(g + i, rest)), LoadPartial(u + i, rest)), rest);
+        StorePartial(o + i, _mm256_mul_ps(act(LoadPartial(g + i, rest)), LoadPartial(u + i, rest)), rest);
       }
     }
   });
   return Status::Ok();
 }
 
+}  // namespace
+
+Status SiluMul(const Tensor& gate_up, Tensor& out) {
+  return GatedMul("SiluMul", gate_up, out, 8, [](__m256 x) { return Silu(x); });
+}
+
 Status GeluTanhMul(const Tensor& gate_up, Tensor& out) {
-  FERRY_ASSIGN_OR_RETURN(const RowMajor gm, CheckRows("GeluTanhMul: gate_up", gate_up, -1, -1));
-  if (gm.cols % 2 != 0) {
-    return InvalidArgument("GeluTanhMul: gate_up width must be even, got " + gate_up.DebugString());
-  }
-  const int64_t inter = gm.cols / 2;
-  FERRY_ASSIGN_OR_RETURN(const RowMajor om, CheckRows("GeluTanhMul: out", out, gm.rows, inter));
   // 0.5 x (1 + tanh(z)), z = sqrt(2/pi) (x + 0.044715 x^3), written as x / (1 + e^-2z): the
   // same value without the cancellation of 1 + tanh(z) in the negative tail.
-  auto gelu_tanh = [](__m256 x) {
+  return GatedMul("GeluTanhMul", gate_up, out, 12, [](__m256 x) {
     const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
     const __m256 z2 = _mm256_mul_ps(_mm256_set1_ps(-2.0f * 0.7978845608028654f),
                                     _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x));
     return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), Exp(z2)));
-  };
-  ParallelRows(gm.rows, inter * 12, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const float* g = gm.data + r * gm.ld;
-      const float* u = g + inter;
-      float* o = om.data + r * om.ld;
-      int64_t i = 0;
-      for (; i + 8 <= inter; i += 8) {
-        _mm256_storeu_ps(o + i, _mm256_mul_ps(gelu_tanh(_mm256_loadu_ps(g + i)), _mm256_loadu_ps(u + i)));
-      }
-      if (i < inter) {
-        const int rest = static_cast<int>(inter - i);
-        StorePartial(o + i, _mm256_mul_ps(gelu_tanh(LoadPartial(g + i, rest)), LoadPartial(u + i, rest)), rest);
-      }
-    }
   });
-  return Status::Ok();
 }
 
 Status Scale(Tensor& x, float s) {
