@@ -63,7 +63,8 @@ CREATE TABLE IF NOT EXISTS batches(id TEXT PRIMARY KEY, tenant TEXT NOT NULL, cr
   seq INTEGER, record TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS batches_by_tenant ON batches(tenant, seq);
 CREATE TABLE IF NOT EXISTS entries(batch_id TEXT NOT NULL, idx INTEGER NOT NULL, state INTEGER NOT NULL,
-  lease_until INTEGER, entry TEXT NOT NULL, outcome INTEGER, line TEXT, PRIMARY KEY(batch_id, idx));
+  lease_until INTEGER, entry TEXT NOT NULL, outcome INTEGER, line TEXT, attempts INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY(batch_id, idx));
 CREATE INDEX IF NOT EXISTS entries_by_state ON entries(state, lease_until);
 )sql";
 
@@ -87,6 +88,9 @@ class LocalStore final : public Store {
       sqlite3_free(err);
       return s;
     }
+    // A data directory made before requests counted their attempts gets the column (an
+    // error here only means it is there already).
+    sqlite3_exec(db_, "ALTER TABLE entries ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0", nullptr, nullptr, nullptr);
     // The previous server's leases died with it: their entries run again (their results,
     // where written, are kept and not written twice).
     FERRY_RETURN_IF_ERROR(Exec("UPDATE entries SET state=0 WHERE state=1"));
@@ -235,12 +239,15 @@ class LocalStore final : public Store {
     std::vector<Entry> out;
     {
       Stmt s(db_,
-             "SELECT entry FROM entries WHERE state=0 OR (state=1 AND lease_until<?) ORDER BY state, rowid LIMIT ?");
+             "SELECT entry, attempts FROM entries WHERE state=0 OR (state=1 AND lease_until<?) ORDER BY state, rowid "
+             "LIMIT ?");
       s.Bind(1, now).Bind(2, int64_t{max});
       int rc;
       while ((rc = s.Step()) == SQLITE_ROW) {
         Result<Entry> e = Entry::FromRecord(s.Text(0));
-        if (e.ok()) out.push_back(std::move(e).value());
+        if (!e.ok()) continue;
+        e->attempts = static_cast<int>(s.Int(1)) + 1;
+        out.push_back(std::move(e).value());
       }
       if (rc != SQLITE_DONE) return s.Error("leasing requests");
     }
@@ -248,7 +255,7 @@ class LocalStore final : public Store {
     FERRY_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
     Status st = [&]() -> Status {
       for (Entry& e : out) {
-        Stmt u(db_, "UPDATE entries SET state=1, lease_until=? WHERE batch_id=? AND idx=?");
+        Stmt u(db_, "UPDATE entries SET state=1, lease_until=?, attempts=attempts+1 WHERE batch_id=? AND idx=?");
         u.Bind(1, now + options_.lease_ms).Bind(2, e.batch_id).Bind(3, e.index);
         if (u.Step() != SQLITE_DONE) return u.Error("leasing a request");
         Result<BatchInfo> b = LoadBatch("", e.batch_id);

@@ -17,6 +17,10 @@ struct QueueOptions {
   std::string key_prefix = "ferry";  // redis: every key starts with "<prefix>:"
   std::string consumer;      // redis: this replica's consumer name; "" = host name + pid
   int64_t lease_ms = 60000;  // an entry not renewed for this long is run again elsewhere
+  // Leases of one request before it is recorded as failed without running again: a request
+  // whose server dies every time it runs (a poison request) must not take down every
+  // replica in turn, forever.
+  int max_attempts = 3;
   int max_in_flight = 32;    // batch requests this server runs at once when no online work runs
   // ... and while online requests run (or ran within the last second): batch work takes
   // only what online traffic leaves. 0: none then (batches wait for idle time).

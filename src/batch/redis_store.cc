@@ -170,6 +170,7 @@ class RedisStore final : public Store {
       claim_cursor_ = claimed.elements[0].str.empty() ? "0-0" : claimed.elements[0].str;
       CollectEntries(claimed.elements[1], got);
     }
+    const size_t reclaimed = got.size();  // delivered before: their delivery counts are in XPENDING
     if (static_cast<int>(got.size()) < max) {
       FERRY_ASSIGN_OR_RETURN(RedisReply fresh,
                              Call({"XREADGROUP", "GROUP", p_ + "workers", consumer, "COUNT",
@@ -188,8 +189,9 @@ class RedisStore final : public Store {
     }
     std::vector<Entry> out;
     const int64_t now = NowUnix();
-    for (auto& [sid, record] : got) {
-      Result<Entry> e = Entry::FromRecord(record);
+    for (size_t i = 0; i < got.size(); ++i) {
+      const std::string& sid = got[i].first;
+      Result<Entry> e = Entry::FromRecord(got[i].second);
       if (!e.ok()) {
         FERRY_LOG_ERROR("batch queue: dropping entry {}: {}", sid, e.status().message());
         (void)Ack(sid);
@@ -201,6 +203,13 @@ class RedisStore final : public Store {
         continue;
       }
       e->lease = sid;
+      if (i < reclaimed) {
+        // [[id, consumer, idle ms, times delivered]]; XAUTOCLAIM counted this delivery.
+        FERRY_ASSIGN_OR_RETURN(RedisReply pending, Call({"XPENDING", p_ + "queue", p_ + "workers", sid, sid, "1"}));
+        if (pending.elements.size() == 1 && pending.elements[0].elements.size() == 4) {
+          e->attempts = static_cast<int>(std::max<int64_t>(1, ToInt(pending.elements[0].elements[3])));
+        }
+      }
       e->tenant = meta.elements[0].str;
       if (meta.elements[1].str == kCancelling) e->skip = kCancelled;
       const int64_t expires = ToInt(meta.elements[2]);

@@ -18,6 +18,7 @@ Status QueueOptions::Validate() const {
   if (backend == QueueBackend::kLocal && path.empty()) return InvalidArgument("queue.path: the local backend needs a data directory");
   if (backend == QueueBackend::kRedis && url.empty()) return InvalidArgument("queue.url: the redis backend needs redis://host:port");
   if (lease_ms < 100 || lease_ms > 86400000) return InvalidArgument("queue.lease_ms: must be in [100, 86400000]");
+  if (max_attempts < 1 || max_attempts > 1000) return InvalidArgument("queue.max_attempts: must be in [1, 1000]");
   if (max_in_flight < 1 || max_in_flight > 4096) return InvalidArgument("queue.max_in_flight: must be in [1, 4096]");
   if (max_in_flight_under_load < 0 || max_in_flight_under_load > max_in_flight) {
     return InvalidArgument("queue.max_in_flight_under_load: must be in [0, max_in_flight]");

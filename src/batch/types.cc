@@ -167,4 +167,15 @@ std::string SkippedLine(const Entry& entry, const std::string& why) {
                                             : "the batch was cancelled before this request ran"}}}};
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
+
+std::string ExhaustedLine(const Entry& entry, int max_attempts) {
+  nlohmann::json j = {{"id", NewId("batch_req_")},
+                      {"custom_id", entry.custom_id},
+                      {"response", nullptr},
+                      {"error",
+                       {{"code", "max_attempts_exceeded"},
+                        {"message", "the request was started " + std::to_string(max_attempts) +
+                                        " times and its server stopped each time before it finished (queue.max_attempts)"}}}};
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 }  // namespace ferry::batch

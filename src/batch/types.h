@@ -76,6 +76,7 @@ struct Entry {
   std::string tenant;
   std::string skip;     // "" run it; else kCancelled or kExpired
   std::string lease;    // the store's handle (the stream entry id for redis)
+  int attempts = 1;     // leases of this entry so far, this one included
 
   nlohmann::json ToRecord() const;  // batch_id, index, custom_id, url, body
   static Result<Entry> FromRecord(const std::string& text);
@@ -120,4 +121,6 @@ namespace ferry::batch {
 // The error-file line of a request never run: {"id", "custom_id", "response": null,
 // "error": {"code": "batch_cancelled" | "batch_expired", "message"}}.
 std::string SkippedLine(const Entry& entry, const std::string& why);
+// The error line of a request leased more than max_attempts times without a result.
+std::string ExhaustedLine(const Entry& entry, int max_attempts);
 }  // namespace ferry::batch

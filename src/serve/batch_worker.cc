@@ -176,6 +176,11 @@ void BatchWorker::Loop() {
         for (batch::Entry& e : *got) {
           if (!e.skip.empty()) {
             pending_.push_back({e, batch::EntryResult{batch::Outcome::kCancelled, batch::SkippedLine(e, e.skip)}});
+          } else if (e.attempts > options_.max_attempts) {
+            FERRY_LOG_WARN("batch {}: request '{}' failed after {} attempts (queue.max_attempts); not run again",
+                           e.batch_id, e.custom_id, options_.max_attempts);
+            pending_.push_back(
+                {e, batch::EntryResult{batch::Outcome::kFailed, batch::ExhaustedLine(e, options_.max_attempts)}});
           } else {
             to_run.push_back(std::move(e));
           }

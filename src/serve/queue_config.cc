@@ -9,7 +9,7 @@ using namespace config_yaml;  // NOLINT(google-build-using-namespace): the confi
 Status ParseQueueConfig(const YAML::Node& node, const std::string& path, batch::QueueOptions& out) {
   FERRY_ASSIGN_OR_RETURN(const MapReader m,
                          MapReader::Open(node, path,
-                                         {"backend", "path", "url", "key_prefix", "consumer", "lease_ms",
+                                         {"backend", "path", "url", "key_prefix", "consumer", "lease_ms", "max_attempts",
                                           "max_in_flight", "max_in_flight_under_load", "poll_ms", "max_file_bytes", "max_requests_per_batch",
                                           "reconnect_max_ms", "tier"}));
   std::string backend = "none";
@@ -28,6 +28,7 @@ Status ParseQueueConfig(const YAML::Node& node, const std::string& path, batch::
   FERRY_RETURN_IF_ERROR(m.String("key_prefix", out.key_prefix));
   FERRY_RETURN_IF_ERROR(m.String("consumer", out.consumer));
   FERRY_RETURN_IF_ERROR(m.Int("lease_ms", out.lease_ms));
+  FERRY_RETURN_IF_ERROR(m.Int("max_attempts", out.max_attempts));
   FERRY_RETURN_IF_ERROR(m.Int("max_in_flight", out.max_in_flight));
   // Unset: at most the default, and never above max_in_flight.
   out.max_in_flight_under_load = std::min(out.max_in_flight_under_load, out.max_in_flight);

@@ -169,6 +169,30 @@ TEST_P(StoreTest, AnExpiredLeaseGoesToAnotherConsumer) {
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 3);
 }
 
+// Each lease of an entry counts: a request whose consumer keeps dying is leased again with a
+// higher count (the worker fails it past queue.max_attempts instead of running it forever).
+TEST_P(StoreTest, LeasesCountTheAttemptsOfEachRequest) {
+  BatchInfo b = MakeBatch("alice", 1);
+  ASSERT_TRUE(store_->CreateBatch(b, MakeEntries(b.id, 1)).ok());
+  std::vector<Entry> got = LeaseAll("w1");
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].attempts, 1);
+  for (int attempt = 2; attempt <= 3; ++attempt) {
+    // The consumer dies (no renewal): after lease_ms another one takes the entry.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    std::vector<Entry> again;
+    while (again.empty() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      auto r = store_->Lease("w" + std::to_string(attempt), 10);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      again = *r;
+    }
+    ASSERT_EQ(again.size(), 1u) << "attempt " << attempt;
+    EXPECT_EQ(again[0].custom_id, got[0].custom_id);
+    EXPECT_EQ(again[0].attempts, attempt);
+  }
+}
+
 TEST_P(StoreTest, CancelKeepsFinishedResultsAndCancelsTheRest) {
   BatchInfo b = MakeBatch("alice", 5);
   ASSERT_TRUE(store_->CreateBatch(b, MakeEntries(b.id, 5)).ok());

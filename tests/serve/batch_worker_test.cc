@@ -130,6 +130,46 @@ TEST(BatchWorkerTest, OverloadAnswersAreRetriedNotRecorded) {
   EXPECT_EQ(calls.load(), 3);
 }
 
+// A request whose server died with it three times (three leases that lapsed) is recorded
+// as failed on its fourth lease, with OpenAI's error line, and never dispatched again.
+TEST(BatchWorkerTest, ARequestPastMaxAttemptsFailsWithoutRunning) {
+  Fixture f;
+  f.options.lease_ms = 100;
+  f.options.max_attempts = 3;
+  f.store.reset();  // one store per data directory at a time
+  auto reopened = batch::OpenStore(f.options);
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  f.store = std::move(reopened).value();
+  const std::string id = f.Submit(1);
+  for (int dead = 1; dead <= 3; ++dead) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    std::vector<batch::Entry> got;
+    while (got.empty() && std::chrono::steady_clock::now() < deadline) {
+      got = *f.store->Lease("dead-" + std::to_string(dead), 1);  // leased, then never renewed
+      if (got.empty()) std::this_thread::sleep_for(20ms);
+    }
+    ASSERT_EQ(got.size(), 1u);
+    ASSERT_EQ(got[0].attempts, dead);
+  }
+  std::atomic<int> calls{0};
+  BatchWorker w(*f.store, f.options, f.registry,
+                [&](const batch::Entry&, std::function<void(BatchResponse)> done) {
+                  ++calls;
+                  done(BatchResponse{200, "{}", "r"});
+                },
+                [] { return 1; });
+  w.Start();
+  const batch::BatchInfo b = f.WaitFinal(id);
+  w.Stop(5000);
+  EXPECT_EQ(calls.load(), 0);
+  EXPECT_EQ(b.failed, 1);
+  EXPECT_EQ(b.completed, 0);
+  const std::string errors = *f.store->FileContent("t", b.error_file_id);
+  const json line = json::parse(errors.substr(0, errors.find('\n')));
+  EXPECT_EQ(line["custom_id"], "c0");
+  EXPECT_EQ(line["error"]["code"], "max_attempts_exceeded");
+}
+
 TEST(BatchWorkerTest, WidthZeroLeasesNothing) {
   Fixture f;
   std::atomic<int> calls{0};
