@@ -3,7 +3,11 @@
 // model listing, and the client's typed errors for bad requests. Exits non-zero on the first
 // failure.
 import assert from 'node:assert/strict';
+import { File as BufferFile } from 'node:buffer';
 import OpenAI from 'openai';
+
+// File uploads need a global File, which Node 18 (Debian 12's nodejs) has only in node:buffer.
+if (typeof globalThis.File === 'undefined' && BufferFile !== undefined) globalThis.File = BufferFile;
 
 const baseURL = process.env.FERRY_BASE_URL;
 const client = new OpenAI({ baseURL, apiKey: 'not-needed-on-loopback', maxRetries: 0, timeout: 60000 });
