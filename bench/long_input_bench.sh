@@ -15,7 +15,9 @@
 #     `ferry make-checkpoint`, the WordPiece vocabulary of FIXTURES/tokenizers/bert),
 #     8,192-token documents in 512-token windows sharing 64, open-loop Poisson arrivals at
 #     several rates; documents/s and p50/p99 latency at each. Then the plain-windows
-#     comparison at the highest rate.
+#     comparison at the highest rate. Environment: RATES ("50 100 150 200 250"), RUN_S (10:
+#     seconds of arrivals per rate), MODEL_PATH (serve this instead of the checkpoint, e.g. an
+#     engine built from it with `ferry build --device cuda --precision fp8`), SKIP_PLAIN=1.
 #
 # Run from the repository root. Results go to OUT_DIR (server logs, one JSON per run) and a
 # summary to stdout.
@@ -174,7 +176,7 @@ listener: {host: 127.0.0.1, port: $port, max_body_bytes: 8388608, io_threads: 4,
 auth: {mode: none}
 models:
   - name: m
-    path: $ckpt
+    path: ${MODEL_PATH:-$ckpt}
     device: ${DEVICE:-cuda}
     dynamic_batching: {max_batch_size: 64, max_queue_delay_us: 2000, default_queue_policy: {max_queue_size: 0}}
     long_inputs: {truncation: chunk, chunk_tokens: 512, chunk_overlap: 64}
@@ -187,11 +189,12 @@ EOF
   bench warm.json warm --input-len 8190 --num-prompts 64 --request-rate inf --max-concurrency 32 >/dev/null
   echo "rate  documents/s  windows/s  e2e_p50_ms  e2e_p99_ms  completed  failed"
   for rate in ${RATES:-50 100 150 200 250}; do
-    bench "gpu-r$rate.json" "rate $rate" --input-len 8190 --num-prompts $((rate * 10)) --request-rate "$rate" --seed 1
+    bench "gpu-r$rate.json" "rate $rate" --input-len 8190 --num-prompts $((rate * ${RUN_S:-10})) --request-rate "$rate" --seed 1
     echo "$rate $(summary "$out/gpu-r$rate.json" 19)"
   done
   nvidia-smi --query-gpu=memory.used --format=csv,noheader | sed 's/^/GPU memory after the runs: /'
   stop_server
+  [[ ${SKIP_PLAIN:-0} == 1 ]] && exit 0
   echo "== GPU: the same comparison as on the CPU (chunked vs plain windows), closed loop of 64 =="
   make_documents "$ckpt" 32 8190 512 64
   start_server "$out/gpu.yaml"
