@@ -173,7 +173,7 @@ void BatchWorker::Refresh() {
 }
 
 void BatchWorker::Loop() {
-  int64_t last_renew = NowMs(), last_maintain = 0, backoff_ms = 0;
+  int64_t last_renew = NowMs(), last_maintain = 0, last_validate = 0, backoff_ms = 0;
   const int64_t renew_every = std::max<int64_t>(options_.lease_ms / 3, 50);
   for (;;) {
     {
@@ -182,9 +182,19 @@ void BatchWorker::Loop() {
     }
     RecordPending();
     const int width = capacity_();
-    // New batches first (their validation is quick next to running their requests), once the
-    // server serves: whether a model is served is known only then.
-    if (width > 0) ValidateBatches();
+    bool woken;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      woken = wake_;
+      wake_ = false;
+    }
+    // New batches first (a check is quick next to running their requests), at once when a
+    // batch was just created, else every poll_ms; and only once the server serves: whether
+    // a model is served is known only then.
+    if (width > 0 && (woken || NowMs() - last_validate >= options_.poll_ms)) {
+      ValidateBatches();
+      last_validate = NowMs();
+    }
     const int64_t now = NowMs();
     if (now - last_renew >= renew_every) {
       std::vector<batch::Entry> running;
@@ -270,7 +280,6 @@ void BatchWorker::Loop() {
     if (!more && pending_.empty()) {
       cv_.wait_for(lock, std::chrono::milliseconds(options_.poll_ms),
                    [this] { return stop_ || wake_ || !pending_.empty(); });
-      wake_ = false;
     } else if (!pending_.empty() && !last_error_.empty()) {
       // The store failed: retry after a pause, not in a spin.
       cv_.wait_for(lock, std::chrono::milliseconds(options_.poll_ms), [this] { return stop_; });
