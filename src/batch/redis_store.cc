@@ -176,6 +176,7 @@ class RedisStore final : public Store {
     // The status change and the queued entries in one MULTI, applied only if nothing touched
     // the batch since it was read (a cancel): all of it or none, whatever dies halfway.
     FERRY_RETURN_IF_ERROR(Call({"WATCH", key}).status());
+    const uint64_t watched_on = connects_;  // a reconnect drops the WATCH: then nothing is applied
     Result<BatchInfo> loaded = LoadBatch("", id);
     if (!loaded.ok() || loaded->status != kValidating) {
       (void)Call({"UNWATCH"});
@@ -196,6 +197,7 @@ class RedisStore final : public Store {
       tx.push_back({"HSET", key, "record", b.ToRecord().dump(), "status", kInProgress, "total", std::to_string(b.total)});
     }
     tx.push_back({"SREM", p_ + "validating", id});
+    if (connects_ != watched_on || !conn_.connected()) return Unavailable("redis: reconnected while validating " + id);
     FERRY_ASSIGN_OR_RETURN(RedisReply exec, Transaction(tx));
     (void)Call({"DEL", key + ":validate_lock"});
     if (exec.is_error()) return Unavailable("redis: finishing a validation: " + exec.str);
@@ -399,7 +401,7 @@ class RedisStore final : public Store {
   // sent outside the transaction would apply alone). EXEC's reply: an array, or nil when
   // a WATCHed key changed.
   Result<RedisReply> Transaction(const std::vector<std::vector<std::string>>& commands) {
-    FERRY_ASSIGN_OR_RETURN(RedisReply multi, Call({"MULTI"}));
+    FERRY_ASSIGN_OR_RETURN(RedisReply multi, conn_.Command({"MULTI"}));
     if (multi.is_error()) return Unavailable("redis: MULTI: " + multi.str);
     for (const auto& c : commands) {
       Result<RedisReply> r = conn_.Command(c);
@@ -492,6 +494,7 @@ class RedisStore final : public Store {
         last_error_ = st.message();
         return st;
       }
+      ++connects_;
       if (backoff_ms_ != 0) FERRY_LOG_INFO("redis: reconnected to {}:{}", address_.host, address_.port);
       backoff_ms_ = 0;
     }
@@ -516,6 +519,7 @@ class RedisStore final : public Store {
   int64_t backoff_ms_ = 0;
   std::string last_error_;
   std::string claim_cursor_ = "0-0";
+  uint64_t connects_ = 0;  // connections made so far
 };
 
 }  // namespace
