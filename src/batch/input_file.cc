@@ -49,7 +49,7 @@ std::string InputCheck::Summary(size_t max_lines) const {
 }
 
 InputCheck CheckInputFile(std::string_view content, int64_t max_requests, std::string_view endpoint,
-                          size_t max_errors) {
+                          size_t max_errors, const std::function<bool(const std::string&)>& check_model) {
   InputCheck out;
   std::unordered_set<std::string> ids;
   int64_t line_no = 0;
@@ -110,6 +110,10 @@ InputCheck CheckInputFile(std::string_view content, int64_t max_requests, std::s
     auto model = body->find("model");
     if (model == body->end() || !model->is_string()) {
       fail("missing_model", "body.model: a string is required", "body.model");
+      continue;
+    }
+    if (check_model && !check_model(model->get_ref<const std::string&>())) {
+      fail("model_not_found", "body.model: " + JsonSnippet(*model) + " is not served here", "body.model");
       continue;
     }
     auto stream = body->find("stream");

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,8 +37,10 @@ struct InputCheck {
 // most 512 bytes, unique in the file), method POST, a url among the batch endpoints (and
 // equal to `endpoint` when one is given), and a body object with a string model and no
 // stream: true. At most `max_requests` requests. Blank lines are skipped (their numbers
-// still count).
+// still count). `check_model`, when given, says whether a body's model is served
+// (false: the line fails with model_not_found).
 InputCheck CheckInputFile(std::string_view content, int64_t max_requests, std::string_view endpoint = {},
-                          size_t max_errors = 100);
+                          size_t max_errors = 100,
+                          const std::function<bool(const std::string&)>& check_model = {});
 
 }  // namespace ferry::batch

@@ -57,7 +57,7 @@ class Stmt {
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS files(id TEXT PRIMARY KEY, tenant TEXT NOT NULL, filename TEXT, purpose TEXT,
-  bytes INTEGER, created_at INTEGER, content BLOB);
+  bytes INTEGER, created_at INTEGER, content BLOB, expires_at INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS files_by_tenant ON files(tenant, created_at);
 CREATE TABLE IF NOT EXISTS batches(id TEXT PRIMARY KEY, tenant TEXT NOT NULL, created_at INTEGER,
   seq INTEGER, record TEXT NOT NULL);
@@ -66,6 +66,7 @@ CREATE TABLE IF NOT EXISTS entries(batch_id TEXT NOT NULL, idx INTEGER NOT NULL,
   lease_until INTEGER, entry TEXT NOT NULL, outcome INTEGER, line TEXT, attempts INTEGER NOT NULL DEFAULT 0,
   PRIMARY KEY(batch_id, idx));
 CREATE INDEX IF NOT EXISTS entries_by_state ON entries(state, lease_until);
+CREATE TABLE IF NOT EXISTS validating(batch_id TEXT PRIMARY KEY);
 )sql";
 
 enum EntryState { kQueued = 0, kLeased = 1, kDone = 2 };
@@ -91,6 +92,9 @@ class LocalStore final : public Store {
     // A data directory made before requests counted their attempts gets the column (an
     // error here only means it is there already).
     sqlite3_exec(db_, "ALTER TABLE entries ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0", nullptr, nullptr, nullptr);
+    // ... and files their expiry (0: kept until deleted).
+    sqlite3_exec(db_, "ALTER TABLE files ADD COLUMN expires_at INTEGER NOT NULL DEFAULT 0", nullptr, nullptr, nullptr);
+    FERRY_RETURN_IF_ERROR(Exec("CREATE INDEX IF NOT EXISTS files_by_expiry ON files(expires_at) WHERE expires_at>0"));
     // The previous server's leases died with it: their entries run again (their results,
     // where written, are kept and not written twice).
     FERRY_RETURN_IF_ERROR(Exec("UPDATE entries SET state=0 WHERE state=1"));
@@ -106,17 +110,14 @@ class LocalStore final : public Store {
 
   Status PutFile(const FileInfo& f, const std::string& content) override {
     std::lock_guard<std::mutex> lock(mu_);
-    Stmt s(db_, "INSERT INTO files(id, tenant, filename, purpose, bytes, created_at, content) VALUES(?,?,?,?,?,?,?)");
-    s.Bind(1, f.id).Bind(2, f.tenant).Bind(3, f.filename).Bind(4, f.purpose).Bind(5, f.bytes).Bind(6, f.created_at);
-    s.BindBlob(7, content);
-    if (s.Step() != SQLITE_DONE) return s.Error("storing a file");
-    return Status::Ok();
+    return InsertFile(f, content);
   }
 
   Result<FileInfo> GetFile(const std::string& tenant, const std::string& id) override {
     std::lock_guard<std::mutex> lock(rmu_);
-    Stmt s(rdb_, "SELECT id, tenant, filename, purpose, bytes, created_at FROM files WHERE id=? AND tenant=?");
-    s.Bind(1, id).Bind(2, tenant);
+    Stmt s(rdb_, "SELECT id, tenant, filename, purpose, bytes, created_at, expires_at FROM files WHERE id=? AND tenant=? "
+                 "AND (expires_at=0 OR expires_at>?)");
+    s.Bind(1, id).Bind(2, tenant).Bind(3, NowUnix());
     const int rc = s.Step();
     if (rc == SQLITE_DONE) return NotFound("no file with id '" + id + "'");
     if (rc != SQLITE_ROW) return s.Error("reading a file");
@@ -125,8 +126,8 @@ class LocalStore final : public Store {
 
   Result<std::string> FileContent(const std::string& tenant, const std::string& id) override {
     std::lock_guard<std::mutex> lock(rmu_);
-    Stmt s(rdb_, "SELECT content FROM files WHERE id=? AND tenant=?");
-    s.Bind(1, id).Bind(2, tenant);
+    Stmt s(rdb_, "SELECT content FROM files WHERE id=? AND tenant=? AND (expires_at=0 OR expires_at>?)");
+    s.Bind(1, id).Bind(2, tenant).Bind(3, NowUnix());
     const int rc = s.Step();
     if (rc == SQLITE_DONE) return NotFound("no file with id '" + id + "'");
     if (rc != SQLITE_ROW) return s.Error("reading a file");
@@ -143,9 +144,10 @@ class LocalStore final : public Store {
       if (a.Step() == SQLITE_ROW) after_rowid = a.Int(0);
     }
     Stmt s(rdb_,
-           "SELECT id, tenant, filename, purpose, bytes, created_at FROM files WHERE tenant=? AND rowid<? AND "
-           "(?='' OR purpose=?) ORDER BY rowid DESC LIMIT ?");
-    s.Bind(1, tenant).Bind(2, after_rowid).Bind(3, purpose).Bind(4, purpose).Bind(5, int64_t{page.limit} + 1);
+           "SELECT id, tenant, filename, purpose, bytes, created_at, expires_at FROM files WHERE tenant=? AND rowid<? AND "
+           "(?='' OR purpose=?) AND (expires_at=0 OR expires_at>?) ORDER BY rowid DESC LIMIT ?");
+    s.Bind(1, tenant).Bind(2, after_rowid).Bind(3, purpose).Bind(4, purpose).Bind(5, NowUnix());
+    s.Bind(6, int64_t{page.limit} + 1);
     std::vector<FileInfo> out;
     int rc;
     while ((rc = s.Step()) == SQLITE_ROW) out.push_back(FileRow(s));
@@ -155,11 +157,19 @@ class LocalStore final : public Store {
 
   Status DeleteFile(const std::string& tenant, const std::string& id) override {
     std::lock_guard<std::mutex> lock(mu_);
-    Stmt s(db_, "DELETE FROM files WHERE id=? AND tenant=?");
-    s.Bind(1, id).Bind(2, tenant);
+    Stmt s(db_, "DELETE FROM files WHERE id=? AND tenant=? AND (expires_at=0 OR expires_at>?)");
+    s.Bind(1, id).Bind(2, tenant).Bind(3, NowUnix());
     if (s.Step() != SQLITE_DONE) return s.Error("deleting a file");
     if (sqlite3_changes(db_) == 0) return NotFound("no file with id '" + id + "'");
     return Status::Ok();
+  }
+
+  Result<int64_t> SweepExpiredFiles(int64_t now) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "DELETE FROM files WHERE expires_at>0 AND expires_at<=?");
+    s.Bind(1, now);
+    if (s.Step() != SQLITE_DONE) return s.Error("deleting expired files");
+    return static_cast<int64_t>(sqlite3_changes(db_));
   }
 
   Status CreateBatch(const BatchInfo& b, const std::vector<Entry>& entries) override {
@@ -169,12 +179,46 @@ class LocalStore final : public Store {
       Stmt s(db_, "INSERT INTO batches(id, tenant, created_at, seq, record) VALUES(?,?,?,(SELECT IFNULL(MAX(seq),0)+1 FROM batches),?)");
       s.Bind(1, b.id).Bind(2, b.tenant).Bind(3, b.created_at).Bind(4, b.ToRecord().dump());
       if (s.Step() != SQLITE_DONE) return s.Error("storing a batch");
-      for (const Entry& e : entries) {
-        Stmt q(db_, "INSERT INTO entries(batch_id, idx, state, lease_until, entry) VALUES(?,?,0,0,?)");
-        q.Bind(1, b.id).Bind(2, e.index).Bind(3, e.ToRecord().dump());
-        if (q.Step() != SQLITE_DONE) return q.Error("queueing a request");
+      if (b.status == kValidating) {
+        Stmt v(db_, "INSERT INTO validating(batch_id) VALUES(?)");
+        v.Bind(1, b.id);
+        if (v.Step() != SQLITE_DONE) return v.Error("storing a batch");
       }
-      return Status::Ok();
+      return QueueEntries(b.id, entries);
+    }();
+    return Commit(st);
+  }
+
+  Result<std::vector<BatchInfo>> LeaseValidation(const std::string& /*consumer*/, int max) override {
+    std::lock_guard<std::mutex> lock(mu_);  // one server: the writer's lock is the claim
+    std::vector<BatchInfo> out;
+    Stmt s(db_, "SELECT b.record FROM validating v JOIN batches b ON b.id=v.batch_id ORDER BY b.seq LIMIT ?");
+    s.Bind(1, int64_t{max});
+    int rc;
+    while ((rc = s.Step()) == SQLITE_ROW) out.push_back(BatchInfo::FromRecord(json::parse(s.Text(0))));
+    if (rc != SQLITE_DONE) return s.Error("listing batches to validate");
+    return out;
+  }
+
+  Status FinishValidation(const std::string& id, const std::vector<Entry>& entries, const json& errors) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    FERRY_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    Status st = [&]() -> Status {
+      Stmt d(db_, "DELETE FROM validating WHERE batch_id=?");
+      d.Bind(1, id);
+      if (d.Step() != SQLITE_DONE) return d.Error("finishing a validation");
+      FERRY_ASSIGN_OR_RETURN(BatchInfo b, LoadBatch("", id));
+      if (b.status != kValidating) return Status::Ok();  // cancelled meanwhile
+      const int64_t now = NowUnix();
+      if (!errors.is_null()) {
+        b.errors = errors;
+        SetStatus(b, kFailed, now);
+        return SaveBatch(b);
+      }
+      b.total = static_cast<int64_t>(entries.size());
+      SetStatus(b, kInProgress, now);
+      FERRY_RETURN_IF_ERROR(QueueEntries(id, entries));
+      return SaveBatch(b);
     }();
     return Commit(st);
   }
@@ -205,28 +249,29 @@ class LocalStore final : public Store {
     std::lock_guard<std::mutex> lock(mu_);
     FERRY_ASSIGN_OR_RETURN(BatchInfo b, LoadBatch(tenant, id));
     if (b.status == kCancelling || b.status == kCancelled) return b;
-    if (b.status != kInProgress && b.status != kValidating) {
+    if (b.status == kValidating) {
+      // Nothing queued yet: cancelled at once (FinishValidation then leaves it).
+      FERRY_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+      Status st = [&]() -> Status {
+        const int64_t now = NowUnix();
+        SetStatus(b, kCancelling, now);
+        SetStatus(b, kCancelled, now);
+        Stmt d(db_, "DELETE FROM validating WHERE batch_id=?");
+        d.Bind(1, id);
+        if (d.Step() != SQLITE_DONE) return d.Error("cancelling a batch");
+        return SaveBatch(b);
+      }();
+      FERRY_RETURN_IF_ERROR(Commit(st));
+      return LoadBatch(tenant, id);
+    }
+    if (b.status != kInProgress) {
       return FailedPrecondition("batch '" + id + "' is " + b.status + "; only a batch in progress can be cancelled");
     }
     FERRY_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
     Status st = [&]() -> Status {
       SetStatus(b, kCancelling, NowUnix());
       // Requests not yet leased are cancelled now; those running finish and are kept.
-      std::vector<Entry> queued;
-      {
-        Stmt s(db_, "SELECT entry FROM entries WHERE batch_id=? AND state=0");
-        s.Bind(1, id);
-        while (s.Step() == SQLITE_ROW) {
-          Result<Entry> e = Entry::FromRecord(s.Text(0));
-          if (e.ok()) queued.push_back(std::move(e).value());
-        }
-      }
-      for (const Entry& e : queued) {
-        Stmt u(db_, "UPDATE entries SET state=2, outcome=?, line=? WHERE batch_id=? AND idx=? AND state=0");
-        u.Bind(1, static_cast<int64_t>(Outcome::kCancelled)).Bind(2, SkippedLine(e, kCancelled)).Bind(3, id).Bind(4, e.index);
-        if (u.Step() != SQLITE_DONE) return u.Error("cancelling a request");
-        b.cancelled += sqlite3_changes(db_);
-      }
+      FERRY_RETURN_IF_ERROR(SkipQueued(b, kCancelled));
       return SaveOrFinalize(b);
     }();
     FERRY_RETURN_IF_ERROR(Commit(st));
@@ -302,7 +347,33 @@ class LocalStore final : public Store {
     return wrote;
   }
 
-  Status Maintain() override { return Status::Ok(); }  // results and finalization commit together
+  // Results and finalization commit together; what is left is the expiry of batches past
+  // their window: their queued requests are recorded as batch_expired in one transaction
+  // each (those running finish and are kept).
+  Status Maintain() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t now = NowUnix();
+    std::vector<BatchInfo> due;
+    {
+      // Entries exist only for unfinished batches: a short list.
+      Stmt s(db_, "SELECT b.record FROM batches b WHERE b.id IN (SELECT DISTINCT batch_id FROM entries WHERE state=0)");
+      int rc;
+      while ((rc = s.Step()) == SQLITE_ROW) {
+        BatchInfo b = BatchInfo::FromRecord(json::parse(s.Text(0)));
+        if (b.status == kInProgress && b.expires_at > 0 && now >= b.expires_at) due.push_back(std::move(b));
+      }
+      if (rc != SQLITE_DONE) return s.Error("looking for expired batches");
+    }
+    for (BatchInfo& b : due) {
+      FERRY_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+      Status st = [&]() -> Status {
+        FERRY_RETURN_IF_ERROR(SkipQueued(b, kExpired));
+        return SaveOrFinalize(b);
+      }();
+      FERRY_RETURN_IF_ERROR(Commit(st));
+    }
+    return Status::Ok();
+  }
 
   Result<QueueCounts> Counts() override {
     std::lock_guard<std::mutex> lock(rmu_);
@@ -323,7 +394,48 @@ class LocalStore final : public Store {
 
  private:
   static FileInfo FileRow(const Stmt& s) {
-    return FileInfo{s.Text(0), s.Text(1), s.Text(2), s.Text(3), s.Int(4), s.Int(5)};
+    return FileInfo{s.Text(0), s.Text(1), s.Text(2), s.Text(3), s.Int(4), s.Int(5), s.Int(6)};
+  }
+
+  Status InsertFile(const FileInfo& f, const std::string& content) {
+    Stmt s(db_,
+           "INSERT INTO files(id, tenant, filename, purpose, bytes, created_at, content, expires_at) "
+           "VALUES(?,?,?,?,?,?,?,?)");
+    s.Bind(1, f.id).Bind(2, f.tenant).Bind(3, f.filename).Bind(4, f.purpose).Bind(5, f.bytes).Bind(6, f.created_at);
+    s.BindBlob(7, content).Bind(8, f.expires_at);
+    if (s.Step() != SQLITE_DONE) return s.Error("storing a file");
+    return Status::Ok();
+  }
+
+  // Inside a transaction.
+  Status QueueEntries(const std::string& batch_id, const std::vector<Entry>& entries) {
+    for (const Entry& e : entries) {
+      Stmt q(db_, "INSERT INTO entries(batch_id, idx, state, lease_until, entry) VALUES(?,?,0,0,?)");
+      q.Bind(1, batch_id).Bind(2, e.index).Bind(3, e.ToRecord().dump());
+      if (q.Step() != SQLITE_DONE) return q.Error("queueing a request");
+    }
+    return Status::Ok();
+  }
+
+  // Inside a transaction: the batch's requests not yet leased get their batch_cancelled or
+  // batch_expired line now, counted in b.cancelled.
+  Status SkipQueued(BatchInfo& b, const char* why) {
+    std::vector<Entry> queued;
+    {
+      Stmt s(db_, "SELECT entry FROM entries WHERE batch_id=? AND state=0");
+      s.Bind(1, b.id);
+      while (s.Step() == SQLITE_ROW) {
+        Result<Entry> e = Entry::FromRecord(s.Text(0));
+        if (e.ok()) queued.push_back(std::move(e).value());
+      }
+    }
+    for (const Entry& e : queued) {
+      Stmt u(db_, "UPDATE entries SET state=2, outcome=?, line=? WHERE batch_id=? AND idx=? AND state=0");
+      u.Bind(1, static_cast<int64_t>(Outcome::kCancelled)).Bind(2, SkippedLine(e, why)).Bind(3, b.id).Bind(4, e.index);
+      if (u.Step() != SQLITE_DONE) return u.Error("skipping a request");
+      b.cancelled += sqlite3_changes(db_);
+    }
+    return Status::Ok();
   }
 
   Status Exec(const char* sql) {
@@ -377,11 +489,9 @@ class LocalStore final : public Store {
     b.finalizing_at = now;
     auto put = [&](const std::string& content, const char* suffix, std::string& id_out) -> Status {
       if (content.empty()) return Status::Ok();
-      FileInfo f{NewId("file-"), b.tenant, b.id + suffix, "batch_output", static_cast<int64_t>(content.size()), now};
-      Stmt s(db_, "INSERT INTO files(id, tenant, filename, purpose, bytes, created_at, content) VALUES(?,?,?,?,?,?,?)");
-      s.Bind(1, f.id).Bind(2, f.tenant).Bind(3, f.filename).Bind(4, f.purpose).Bind(5, f.bytes).Bind(6, f.created_at);
-      s.BindBlob(7, content);
-      if (s.Step() != SQLITE_DONE) return s.Error("storing a batch's output");
+      FileInfo f{NewId("file-"), b.tenant, b.id + suffix, "batch_output", static_cast<int64_t>(content.size()), now,
+                 b.output_expires_after_s > 0 ? now + b.output_expires_after_s : 0};
+      FERRY_RETURN_IF_ERROR(InsertFile(f, content));
       id_out = f.id;
       return Status::Ok();
     };

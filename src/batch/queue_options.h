@@ -29,7 +29,17 @@ struct QueueOptions {
   int64_t max_file_bytes = 200 << 20;  // an upload over this is refused with 413
   int64_t max_requests_per_batch = 50000;
   int64_t reconnect_max_ms = 5000;  // redis: backoff between reconnects doubles up to this
-  std::string tier = "batch";  // the tier name batch requests are logged and measured under
+  std::string tier = "batch";
+  // Retention. An upload's expires_after[seconds] must be in [min_file_expiry_s, 2592000]
+  // (OpenAI's bounds; tests lower the minimum); a batch's output and error files expire
+  // output_file_expiry_s after they are written unless the batch asks otherwise (0: never).
+  int64_t min_file_expiry_s = 3600;
+  int64_t output_file_expiry_s = 2592000;
+  // A batch's expires_at is this long after its creation (the "24h" completion window);
+  // a test and operations knob: shorter windows expire batches sooner.
+  int64_t completion_window_s = 86400;  // the tier name batch requests are logged and measured under
+
+  static constexpr int64_t kMaxFileExpiryS = 2592000;  // 30 days, OpenAI's maximum
 
   bool enabled() const { return backend != QueueBackend::kNone; }
   Status Validate() const;

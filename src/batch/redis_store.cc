@@ -34,10 +34,15 @@ end
 return 0
 )lua";
 
-// in_progress → cancelling. KEYS: batch hash. ARGV: now. Returns the status before.
+// in_progress → cancelling; validating → cancelled (nothing was queued yet). KEYS: batch
+// hash, validating set. ARGV: now, batch id. Returns the status before.
 constexpr const char* kCancelScript = R"lua(
 local st = redis.call('HGET', KEYS[1], 'status')
 if st == 'in_progress' then redis.call('HSET', KEYS[1], 'status', 'cancelling', 'cancelling_at', ARGV[1]) end
+if st == 'validating' then
+  redis.call('HSET', KEYS[1], 'status', 'cancelled', 'cancelling_at', ARGV[1], 'cancelled_at', ARGV[1])
+  redis.call('SREM', KEYS[2], ARGV[2])
+end
 return st
 )lua";
 
@@ -70,12 +75,15 @@ class RedisStore final : public Store {
   Result<FileInfo> GetFile(const std::string& tenant, const std::string& id) override {
     std::lock_guard<std::mutex> lock(mu_);
     FERRY_ASSIGN_OR_RETURN(RedisReply r, Call({"HMGET", p_ + "file:" + id, "tenant", "filename", "purpose", "bytes",
-                                               "created_at"}));
-    if (r.type != RedisReply::Type::kArray || r.elements.size() != 5 || r.elements[0].is_nil() ||
+                                               "created_at", "expires_at"}));
+    if (r.type != RedisReply::Type::kArray || r.elements.size() != 6 || r.elements[0].is_nil() ||
         r.elements[0].str != tenant) {
       return NotFound("no file with id '" + id + "'");
     }
-    return FileInfo{id, tenant, r.elements[1].str, r.elements[2].str, ToInt(r.elements[3]), ToInt(r.elements[4])};
+    FileInfo f{id, tenant, r.elements[1].str, r.elements[2].str, ToInt(r.elements[3]), ToInt(r.elements[4]),
+               ToInt(r.elements[5])};
+    if (f.Expired(NowUnix())) return NotFound("no file with id '" + id + "'");  // the sweeper deletes it
+    return f;
   }
 
   Result<std::string> FileContent(const std::string& tenant, const std::string& id) override {
@@ -107,8 +115,21 @@ class RedisStore final : public Store {
   Status DeleteFile(const std::string& tenant, const std::string& id) override {
     FERRY_RETURN_IF_ERROR(GetFile(tenant, id).status());
     std::lock_guard<std::mutex> lock(mu_);
-    FERRY_RETURN_IF_ERROR(Call({"DEL", p_ + "file:" + id, p_ + "file:" + id + ":content"}).status());
-    return Call({"ZREM", p_ + "files:" + tenant, id}).status();
+    return RemoveFileLocked(tenant, id);
+  }
+
+  Result<int64_t> SweepExpiredFiles(int64_t now) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    FERRY_ASSIGN_OR_RETURN(RedisReply due, Call({"ZRANGEBYSCORE", p_ + "file_expiry", "-inf", std::to_string(now),
+                                                 "LIMIT", "0", "1000"}));
+    if (due.is_error()) return Unavailable("redis: ZRANGEBYSCORE: " + due.str);
+    int64_t n = 0;
+    for (const RedisReply& id : due.elements) {
+      FERRY_ASSIGN_OR_RETURN(RedisReply tenant, Call({"HGET", p_ + "file:" + id.str, "tenant"}));
+      FERRY_RETURN_IF_ERROR(RemoveFileLocked(tenant.is_nil() ? "" : tenant.str, id.str));
+      n += tenant.is_nil() ? 0 : 1;  // nil: another replica swept it first
+    }
+    return n;
   }
 
   Status CreateBatch(const BatchInfo& b, const std::vector<Entry>& entries) override {
@@ -119,6 +140,7 @@ class RedisStore final : public Store {
                                 "completed", "0", "failed", "0", "cancelled", "0", "failed_at",
                                 std::to_string(b.failed_at)})
                               .status());
+    if (b.status == kValidating) FERRY_RETURN_IF_ERROR(Call({"SADD", p_ + "validating", b.id}).status());
     for (const Entry& e : entries) {
       FERRY_ASSIGN_OR_RETURN(RedisReply r, Call({"XADD", p_ + "queue", "*", "e", e.ToRecord().dump()}));
       if (r.is_error()) return Unavailable("redis: XADD: " + r.str);
@@ -127,6 +149,59 @@ class RedisStore final : public Store {
     const std::string score = std::to_string(seq.integer);
     FERRY_RETURN_IF_ERROR(Call({"ZADD", p_ + "batches:" + b.tenant, score, b.id}).status());
     return Call({"ZADD", p_ + "batches:all", score, b.id}).status();
+  }
+
+  Result<std::vector<BatchInfo>> LeaseValidation(const std::string& consumer, int max) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    FERRY_ASSIGN_OR_RETURN(RedisReply ids, Call({"SMEMBERS", p_ + "validating"}));
+    std::vector<BatchInfo> out;
+    for (const RedisReply& id : ids.elements) {
+      if (static_cast<int>(out.size()) >= max) break;
+      Result<BatchInfo> b = LoadBatch("", id.str);
+      if (!b.ok() || b->status != kValidating) {
+        if (b.ok() || b.status().code() == StatusCode::kNotFound) (void)Call({"SREM", p_ + "validating", id.str});
+        continue;
+      }
+      FERRY_ASSIGN_OR_RETURN(RedisReply got, Call({"SET", p_ + "batch:" + id.str + ":validate_lock", consumer, "NX", "PX",
+                                                   std::to_string(options_.lease_ms)}));
+      if (got.is_nil()) continue;  // another replica is at it
+      out.push_back(std::move(b).value());
+    }
+    return out;
+  }
+
+  Status FinishValidation(const std::string& id, const std::vector<Entry>& entries, const json& errors) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string key = p_ + "batch:" + id;
+    // The status change and the queued entries in one MULTI, applied only if nothing touched
+    // the batch since it was read (a cancel): all of it or none, whatever dies halfway.
+    FERRY_RETURN_IF_ERROR(Call({"WATCH", key}).status());
+    const uint64_t watched_on = connects_;  // a reconnect drops the WATCH: then nothing is applied
+    Result<BatchInfo> loaded = LoadBatch("", id);
+    if (!loaded.ok() || loaded->status != kValidating) {
+      (void)Call({"UNWATCH"});
+      (void)Call({"SREM", p_ + "validating", id});
+      return loaded.ok() || loaded.status().code() == StatusCode::kNotFound ? Status::Ok() : loaded.status();
+    }
+    BatchInfo b = std::move(loaded).value();
+    const int64_t now = NowUnix();
+    std::vector<std::vector<std::string>> tx;
+    if (!errors.is_null()) {
+      b.errors = errors;
+      SetStatus(b, kFailed, now);
+      tx.push_back({"HSET", key, "record", b.ToRecord().dump(), "status", kFailed, "failed_at", std::to_string(now)});
+    } else {
+      b.total = static_cast<int64_t>(entries.size());
+      SetStatus(b, kInProgress, now);
+      for (const Entry& e : entries) tx.push_back({"XADD", p_ + "queue", "*", "e", e.ToRecord().dump()});
+      tx.push_back({"HSET", key, "record", b.ToRecord().dump(), "status", kInProgress, "total", std::to_string(b.total)});
+    }
+    tx.push_back({"SREM", p_ + "validating", id});
+    if (connects_ != watched_on || !conn_.connected()) return Unavailable("redis: reconnected while validating " + id);
+    FERRY_ASSIGN_OR_RETURN(RedisReply exec, Transaction(tx));
+    (void)Call({"DEL", key + ":validate_lock"});
+    if (exec.is_error()) return Unavailable("redis: finishing a validation: " + exec.str);
+    return Status::Ok();  // nil: the batch changed (cancelled) and is left as it is
   }
 
   Result<BatchInfo> GetBatch(const std::string& tenant, const std::string& id) override {
@@ -149,10 +224,10 @@ class RedisStore final : public Store {
   Result<BatchInfo> CancelBatch(const std::string& tenant, const std::string& id) override {
     std::lock_guard<std::mutex> lock(mu_);
     FERRY_ASSIGN_OR_RETURN(BatchInfo b, LoadBatch(tenant, id));
-    FERRY_ASSIGN_OR_RETURN(RedisReply r,
-                           Call({"EVAL", kCancelScript, "1", p_ + "batch:" + id, std::to_string(NowUnix())}));
+    FERRY_ASSIGN_OR_RETURN(RedisReply r, Call({"EVAL", kCancelScript, "2", p_ + "batch:" + id, p_ + "validating",
+                                               std::to_string(NowUnix()), id}));
     if (r.is_error()) return Unavailable("redis: cancel: " + r.str);
-    if (r.str != kInProgress && r.str != kCancelling && r.str != kCancelled) {
+    if (r.str != kInProgress && r.str != kCancelling && r.str != kCancelled && r.str != kValidating) {
       return FailedPrecondition("batch '" + id + "' is " + r.str + "; only a batch in progress can be cancelled");
     }
     return LoadBatch(tenant, id);
@@ -306,10 +381,39 @@ class RedisStore final : public Store {
   Status PutFileLocked(const FileInfo& f, const std::string& content) {
     FERRY_RETURN_IF_ERROR(Call({"SET", p_ + "file:" + f.id + ":content", content}).status());
     FERRY_RETURN_IF_ERROR(Call({"HSET", p_ + "file:" + f.id, "tenant", f.tenant, "filename", f.filename, "purpose",
-                                f.purpose, "bytes", std::to_string(f.bytes), "created_at", std::to_string(f.created_at)})
+                                f.purpose, "bytes", std::to_string(f.bytes), "created_at", std::to_string(f.created_at),
+                                "expires_at", std::to_string(f.expires_at)})
                               .status());
+    if (f.expires_at > 0) {
+      FERRY_RETURN_IF_ERROR(Call({"ZADD", p_ + "file_expiry", std::to_string(f.expires_at), f.id}).status());
+    }
     FERRY_ASSIGN_OR_RETURN(RedisReply seq, Call({"INCR", p_ + "seq"}));
     return Call({"ZADD", p_ + "files:" + f.tenant, std::to_string(seq.integer), f.id}).status();
+  }
+
+  Status RemoveFileLocked(const std::string& tenant, const std::string& id) {
+    FERRY_RETURN_IF_ERROR(Call({"DEL", p_ + "file:" + id, p_ + "file:" + id + ":content"}).status());
+    FERRY_RETURN_IF_ERROR(Call({"ZREM", p_ + "file_expiry", id}).status());
+    return Call({"ZREM", p_ + "files:" + tenant, id}).status();
+  }
+
+  // MULTI, the commands, EXEC on one connection (never a reconnect in between: a command
+  // sent outside the transaction would apply alone). EXEC's reply: an array, or nil when
+  // a WATCHed key changed.
+  Result<RedisReply> Transaction(const std::vector<std::vector<std::string>>& commands) {
+    FERRY_ASSIGN_OR_RETURN(RedisReply multi, conn_.Command({"MULTI"}));
+    if (multi.is_error()) return Unavailable("redis: MULTI: " + multi.str);
+    for (const auto& c : commands) {
+      Result<RedisReply> r = conn_.Command(c);
+      if (!r.ok()) return r.status();  // the connection is closed: the transaction is gone with it
+      if (r->is_error()) {
+        (void)conn_.Command({"DISCARD"});
+        return Unavailable("redis: " + c[0] + " in a transaction: " + r->str);
+      }
+    }
+    Result<RedisReply> exec = conn_.Command({"EXEC"});
+    if (!exec.ok()) return exec.status();
+    return exec;
   }
 
   Result<BatchInfo> LoadBatch(const std::string& tenant, const std::string& id) {
@@ -355,16 +459,17 @@ class RedisStore final : public Store {
     const int64_t now = NowUnix();
     const std::string suffix = id.substr(id.find('_') + 1);
     std::string out_id, err_id;
+    const int64_t expires = b.output_expires_after_s > 0 ? now + b.output_expires_after_s : 0;
     if (!outs.output.empty()) {
       out_id = "file-" + suffix + "o";
       FERRY_RETURN_IF_ERROR(PutFileLocked(FileInfo{out_id, b.tenant, id + "_output.jsonl", "batch_output",
-                                                   static_cast<int64_t>(outs.output.size()), now},
+                                                   static_cast<int64_t>(outs.output.size()), now, expires},
                                           outs.output));
     }
     if (!outs.errors.empty()) {
       err_id = "file-" + suffix + "e";
       FERRY_RETURN_IF_ERROR(PutFileLocked(FileInfo{err_id, b.tenant, id + "_error.jsonl", "batch_output",
-                                                   static_cast<int64_t>(outs.errors.size()), now},
+                                                   static_cast<int64_t>(outs.errors.size()), now, expires},
                                           outs.errors));
     }
     const std::string final_status = FinalStatus(b, now);
@@ -389,6 +494,7 @@ class RedisStore final : public Store {
         last_error_ = st.message();
         return st;
       }
+      ++connects_;
       if (backoff_ms_ != 0) FERRY_LOG_INFO("redis: reconnected to {}:{}", address_.host, address_.port);
       backoff_ms_ = 0;
     }
@@ -413,6 +519,7 @@ class RedisStore final : public Store {
   int64_t backoff_ms_ = 0;
   std::string last_error_;
   std::string claim_cursor_ = "0-0";
+  uint64_t connects_ = 0;  // connections made so far
 };
 
 }  // namespace

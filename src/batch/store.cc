@@ -29,6 +29,15 @@ Status QueueOptions::Validate() const {
   if (reconnect_max_ms < 10) return InvalidArgument("queue.reconnect_max_ms: must be >= 10");
   if (key_prefix.empty()) return InvalidArgument("queue.key_prefix: must not be empty");
   if (tier.empty()) return InvalidArgument("queue.tier: must not be empty");
+  if (min_file_expiry_s < 1 || min_file_expiry_s > kMaxFileExpiryS) {
+    return InvalidArgument("queue.min_file_expiry_s: must be in [1, 2592000]");
+  }
+  if (output_file_expiry_s != 0 && (output_file_expiry_s < min_file_expiry_s || output_file_expiry_s > kMaxFileExpiryS)) {
+    return InvalidArgument("queue.output_file_expiry_s: must be 0 (never) or in [queue.min_file_expiry_s, 2592000]");
+  }
+  if (completion_window_s < 1 || completion_window_s > 86400) {
+    return InvalidArgument("queue.completion_window_s: must be in [1, 86400]");
+  }
   return Status::Ok();
 }
 

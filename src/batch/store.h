@@ -37,16 +37,31 @@ class Store {
   virtual Result<std::vector<FileInfo>> ListFiles(const std::string& tenant, const std::string& purpose,
                                                   const Page& page) = 0;
   virtual Status DeleteFile(const std::string& tenant, const std::string& id) = 0;
+  // Deletes the rows and content of files past their expires_at; returns how many. Until
+  // then an expired file already reads as NotFound and is not listed.
+  virtual Result<int64_t> SweepExpiredFiles(int64_t now) = 0;
 
   // ---- batches
-  // Stores the batch and queues its entries (none for a batch that failed validation).
+  // Stores the batch and queues its entries (none for a batch that failed validation). A
+  // batch stored in `validating` (no entries) waits for a worker to check its input file:
+  // LeaseValidation, then FinishValidation.
   virtual Status CreateBatch(const BatchInfo& batch, const std::vector<Entry>& entries) = 0;
+  // Up to `max` batches in `validating` for `consumer` to check (redis: each under a lock
+  // of lease_ms, so that one replica checks a batch at a time; a dead one's lock lapses).
+  virtual Result<std::vector<BatchInfo>> LeaseValidation(const std::string& consumer, int max) = 0;
+  // The end of a batch's validation, atomically and only while it is still `validating`
+  // (a cancel may have come first): `errors` null → in_progress with `entries` queued and
+  // total set; else failed with OpenAI's errors object. A batch no longer validating is
+  // left as it is (Ok).
+  virtual Status FinishValidation(const std::string& id, const std::vector<Entry>& entries,
+                                  const nlohmann::json& errors) = 0;
   // `tenant` "" (the admin view): any tenant's.
   virtual Result<BatchInfo> GetBatch(const std::string& tenant, const std::string& id) = 0;
   // Newest first, up to page.limit + 1; `tenant` "" for every tenant's.
   virtual Result<std::vector<BatchInfo>> ListBatches(const std::string& tenant, const Page& page) = 0;
   // in_progress → cancelling (requests not yet run are then recorded as cancelled; those
-  // running finish and are kept); a cancelling or cancelled batch is returned as it is.
+  // running finish and are kept); validating → cancelled at once (nothing was queued); a
+  // cancelling or cancelled batch is returned as it is.
   virtual Result<BatchInfo> CancelBatch(const std::string& tenant, const std::string& id) = 0;
 
   // ---- the worker's side
@@ -60,7 +75,9 @@ class Store {
   // The last result of a batch finalizes it (output and error files, final status).
   virtual Result<bool> Complete(const Entry& entry, const EntryResult& result) = 0;
   // Finalizes batches whose last result is in but whose files are not (a finalizer died),
-  // and releases what finished batches no longer need. Called now and then by the worker.
+  // releases what finished batches no longer need, and (local) records the queued
+  // requests of batches past their expires_at as batch_expired at once (redis: each is
+  // skipped as its entry is leased). Called now and then by the worker.
   virtual Status Maintain() = 0;
   virtual Result<QueueCounts> Counts() = 0;
 };

@@ -19,7 +19,8 @@ json IdOrNull(const std::string& id) { return id.empty() ? json(nullptr) : json(
 
 json FileInfo::ToJson() const {
   return {{"id", id},           {"object", "file"},  {"bytes", bytes},        {"created_at", created_at},
-          {"filename", filename}, {"purpose", purpose}, {"status", "processed"}, {"status_details", nullptr}};
+          {"filename", filename}, {"purpose", purpose}, {"status", "processed"}, {"status_details", nullptr},
+          {"expires_at", TimeOrNull(expires_at)}};
 }
 
 bool IsTerminal(const std::string& status) {
@@ -64,7 +65,8 @@ json BatchInfo::ToRecord() const {
           {"error_file_id", error_file_id},
           {"t", {created_at, in_progress_at, expires_at, finalizing_at, completed_at, failed_at, expired_at,
                  cancelling_at, cancelled_at}},
-          {"n", {total, completed, failed, cancelled}}};
+          {"n", {total, completed, failed, cancelled}},
+          {"output_expires_after_s", output_expires_after_s}};
 }
 
 BatchInfo BatchInfo::FromRecord(const json& j) {
@@ -86,6 +88,7 @@ BatchInfo BatchInfo::FromRecord(const json& j) {
   const json n = j.value("n", json::array());
   int64_t* counts[] = {&b.total, &b.completed, &b.failed, &b.cancelled};
   for (size_t i = 0; i < std::size(counts) && i < n.size(); ++i) *counts[i] = n[i].get<int64_t>();
+  b.output_expires_after_s = j.value("output_expires_after_s", int64_t{0});
   return b;
 }
 

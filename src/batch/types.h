@@ -21,7 +21,10 @@ struct FileInfo {
   std::string purpose;
   int64_t bytes = 0;
   int64_t created_at = 0;  // unix seconds
+  int64_t expires_at = 0;  // unix seconds; 0: kept until deleted (null on the wire)
 
+  // Past its expires_at (the sweeper deletes it; until then it reads as not found).
+  bool Expired(int64_t now) const { return expires_at > 0 && now >= expires_at; }
   // OpenAI's file object.
   nlohmann::json ToJson() const;
 };
@@ -57,6 +60,9 @@ struct BatchInfo {
   // request_counts; `cancelled` (ferry's addition) counts requests never run because the
   // batch was cancelled or expired first.
   int64_t total = 0, completed = 0, failed = 0, cancelled = 0;
+  // The output and error files expire this long after they are written (the request's
+  // output_expires_after.seconds, else queue.output_file_expiry_s); 0: never.
+  int64_t output_expires_after_s = 0;
 
   nlohmann::json ToJson() const;
   // The stores' own serialization (every field, the tenant included).

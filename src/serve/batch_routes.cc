@@ -40,6 +40,26 @@ MaybeError ReadPage(const std::map<std::string, std::string>& q, batch::Page& pa
   return std::nullopt;
 }
 
+// OpenAI's expires_after: anchor "created_at" and seconds in [queue.min_file_expiry_s,
+// 2592000]. `prefix` names the field in messages.
+MaybeError CheckExpiry(const std::string& anchor, int64_t seconds, const batch::QueueOptions& o,
+                       const std::string& prefix) {
+  if (anchor != "created_at") {
+    return BadRequest(prefix + "[anchor]: must be 'created_at'", prefix + "[anchor]");
+  }
+  if (seconds < o.min_file_expiry_s || seconds > batch::QueueOptions::kMaxFileExpiryS) {
+    return BadRequest(prefix + "[seconds]: must be an integer in [" + std::to_string(o.min_file_expiry_s) + ", " +
+                          std::to_string(batch::QueueOptions::kMaxFileExpiryS) + "]",
+                      prefix + "[seconds]");
+  }
+  return std::nullopt;
+}
+
+bool ParseInt64(const std::string& text, int64_t& out) {
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && p == text.data() + text.size();
+}
+
 template <typename T>
 json ListBody(std::vector<T> items, int limit) {
   const bool more = static_cast<int>(items.size()) > limit;
@@ -64,8 +84,8 @@ void UploadFile(const std::shared_ptr<RequestContext>& ctx, const HttpRequest& r
   Result<std::vector<FormPart>> parts = ParseMultipart(req.body, *boundary);
   if (!parts.ok()) return ctx->ReplyError(BadRequest(parts.status().message()));
   const FormPart* file = nullptr;
-  std::string purpose;
-  bool has_purpose = false;
+  std::string purpose, anchor, seconds_text;
+  bool has_purpose = false, has_anchor = false, has_seconds = false;
   for (const FormPart& p : *parts) {
     if (p.name == "file") {
       if (file != nullptr) return ctx->ReplyError(BadRequest("file: given more than once", "file"));
@@ -73,9 +93,26 @@ void UploadFile(const std::shared_ptr<RequestContext>& ctx, const HttpRequest& r
     } else if (p.name == "purpose") {
       purpose = p.data;
       has_purpose = true;
+    } else if (p.name == "expires_after[anchor]") {
+      anchor = p.data;
+      has_anchor = true;
+    } else if (p.name == "expires_after[seconds]") {
+      seconds_text = p.data;
+      has_seconds = true;
     } else {
-      return ctx->ReplyError(BadRequest("unknown form field '" + p.name.substr(0, 64) + "'; expected file and purpose", p.name.substr(0, 64)));
+      return ctx->ReplyError(BadRequest("unknown form field '" + p.name.substr(0, 64) +
+                                            "'; expected file, purpose and expires_after[anchor], expires_after[seconds]",
+                                        p.name.substr(0, 64)));
     }
+  }
+  int64_t expires_after_s = 0;
+  if (has_anchor || has_seconds) {
+    if (!has_anchor || !has_seconds) {
+      return ctx->ReplyError(BadRequest("expires_after: both expires_after[anchor] and expires_after[seconds] are required",
+                                        has_anchor ? "expires_after[seconds]" : "expires_after[anchor]"));
+    }
+    if (!ParseInt64(seconds_text, expires_after_s)) expires_after_s = -1;
+    if (MaybeError e = CheckExpiry(anchor, expires_after_s, api.options, "expires_after")) return ctx->ReplyError(*e);
   }
   if (!has_purpose) return ctx->ReplyError(BadRequest("purpose: required (batch)", "purpose"));
   if (purpose != "batch") {
@@ -94,6 +131,7 @@ void UploadFile(const std::shared_ptr<RequestContext>& ctx, const HttpRequest& r
   info.purpose = purpose;
   info.bytes = static_cast<int64_t>(file->data.size());
   info.created_at = batch::NowUnix();
+  info.expires_at = expires_after_s > 0 ? info.created_at + expires_after_s : 0;
   if (Status st = api.store.PutFile(info, file->data); !st.ok()) return ctx->ReplyError(StoreError(st));
   ctx->SetLog("file_id", info.id);
   ctx->SetLog("batch_requests", check.entries.size());
@@ -129,6 +167,19 @@ void CreateBatch(const std::shared_ptr<RequestContext>& ctx, const HttpRequest& 
       }
     }
   }
+  int64_t output_expiry_s = api.options.output_file_expiry_s;
+  if (body.contains("output_expires_after") && !body["output_expires_after"].is_null()) {
+    const json& oe = body["output_expires_after"];
+    if (!oe.is_object() || !oe.contains("anchor") || !oe["anchor"].is_string() || !oe.contains("seconds") ||
+        !oe["seconds"].is_number_integer() || oe.size() != 2) {
+      return ctx->ReplyError(BadRequest("output_expires_after: an object {anchor: \"created_at\", seconds: integer}",
+                                        "output_expires_after"));
+    }
+    output_expiry_s = oe["seconds"].get<int64_t>();
+    if (MaybeError e = CheckExpiry(oe["anchor"].get<std::string>(), output_expiry_s, api.options, "output_expires_after")) {
+      return ctx->ReplyError(*e);
+    }
+  }
   const std::string& tenant = ctx->principal().tenant;
   Result<batch::FileInfo> file = api.store.GetFile(tenant, input_file_id);
   if (!file.ok()) {
@@ -141,9 +192,9 @@ void CreateBatch(const std::shared_ptr<RequestContext>& ctx, const HttpRequest& 
   if (file->purpose != "batch") {
     return ctx->ReplyError(BadRequest("input_file_id: the file's purpose is " + file->purpose + ", not batch", "input_file_id"));
   }
-  Result<std::string> content = api.store.FileContent(tenant, input_file_id);
-  if (!content.ok()) return ctx->ReplyError(StoreError(content.status()));
-  const batch::InputCheck check = batch::CheckInputFile(*content, api.options.max_requests_per_batch, endpoint);
+  // The input file is checked against the batch (its lines' url, models, custom ids) by a
+  // batch worker, not here: a large file does not hold up an API thread, and the batch is
+  // seen in `validating` meanwhile, as OpenAI reports it.
   batch::BatchInfo b;
   b.id = batch::NewId("batch_");
   b.tenant = tenant;
@@ -152,20 +203,11 @@ void CreateBatch(const std::shared_ptr<RequestContext>& ctx, const HttpRequest& 
   b.completion_window = window;
   b.metadata = metadata;
   b.created_at = batch::NowUnix();
-  b.expires_at = b.created_at + 24 * 3600;
-  if (!check.ok()) {
-    // OpenAI's way: the batch exists, failed, with the lines' errors.
-    json data = json::array();
-    for (const batch::LineError& le : check.errors) data.push_back(le.ToJson());
-    b.errors = {{"object", "list"}, {"data", data}};
-    batch::SetStatus(b, batch::kFailed, b.created_at);
-  } else {
-    b.total = static_cast<int64_t>(check.entries.size());
-    batch::SetStatus(b, batch::kInProgress, b.created_at);
-  }
-  std::vector<batch::Entry> entries = check.ok() ? check.entries : std::vector<batch::Entry>{};
-  for (batch::Entry& e : entries) e.batch_id = b.id;
-  if (Status st = api.store.CreateBatch(b, entries); !st.ok()) return ctx->ReplyError(StoreError(st));
+  b.expires_at = b.created_at + api.options.completion_window_s;
+  b.output_expires_after_s = output_expiry_s;
+  batch::SetStatus(b, batch::kValidating, b.created_at);
+  if (Status st = api.store.CreateBatch(b, {}); !st.ok()) return ctx->ReplyError(StoreError(st));
+  if (api.worker != nullptr) api.worker->Wake();
   ctx->SetLog("batch_id", b.id);
   return ctx->ReplyJson(200, b.ToJson());
 }

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "batch/input_file.h"
 #include "core/logging.h"
 
 namespace ferry::serve {
@@ -46,6 +47,55 @@ void BatchWorker::Start() {
   thread_ = std::thread([this] { Loop(); });
 }
 
+void BatchWorker::Wake() {
+  std::lock_guard<std::mutex> lock(mu_);
+  wake_ = true;
+  cv_.notify_all();
+}
+
+void BatchWorker::ValidateBatches() {
+  Result<std::vector<batch::BatchInfo>> got = store_.LeaseValidation(consumer_, 4);
+  if (!got.ok()) {
+    FERRY_LOG_WARN("batch worker: batches to validate: {}", got.status().message());
+    return;
+  }
+  for (const batch::BatchInfo& b : *got) {
+    json errors = nullptr;
+    std::vector<batch::Entry> entries;
+    Result<std::string> content = store_.FileContent(b.tenant, b.input_file_id);
+    if (!content.ok() && content.status().code() != StatusCode::kNotFound) {
+      FERRY_LOG_WARN("batch {}: reading its input file: {}", b.id, content.status().message());
+      continue;  // the store is away: validated again later
+    }
+    if (!content.ok()) {
+      errors = {{"object", "list"},
+                {"data", json::array({{{"code", "file_not_found"},
+                                       {"message", "the input file " + b.input_file_id + " was deleted or expired"},
+                                       {"param", "input_file_id"},
+                                       {"line", nullptr}}})}};
+    } else {
+      batch::InputCheck check =
+          batch::CheckInputFile(*content, options_.max_requests_per_batch, b.endpoint, 100, model_check_);
+      if (check.ok()) {
+        entries = std::move(check.entries);
+        for (batch::Entry& e : entries) e.batch_id = b.id;
+      } else {
+        // OpenAI's way: the batch fails with its lines' errors and runs nothing.
+        json data = json::array();
+        for (const batch::LineError& le : check.errors) data.push_back(le.ToJson());
+        errors = {{"object", "list"}, {"data", data}};
+      }
+    }
+    Status st = store_.FinishValidation(b.id, entries, errors);
+    if (!st.ok()) {
+      FERRY_LOG_WARN("batch {}: recording its validation: {}", b.id, st.message());
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    validated_total_ += 1;
+  }
+}
+
 void BatchWorker::Stop(int64_t timeout_ms) {
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -79,6 +129,7 @@ json BatchWorker::StatusJson() const {
           {"max_in_flight_under_load", options_.max_in_flight_under_load}, {"width_now", capacity_()},
           {"results_pending", pending_.size()}, {"retrying", retry_.size()},
           {"leased_total", leased_total_},   {"recorded_total", recorded_total_},
+          {"validated_total", validated_total_}, {"files_expired_total", files_expired_total_},
           {"duplicates_total", duplicates_total_}, {"last_error", last_error_}};
 }
 
@@ -122,7 +173,7 @@ void BatchWorker::Refresh() {
 }
 
 void BatchWorker::Loop() {
-  int64_t last_renew = NowMs(), last_maintain = 0, backoff_ms = 0;
+  int64_t last_renew = NowMs(), last_maintain = 0, last_validate = 0, backoff_ms = 0;
   const int64_t renew_every = std::max<int64_t>(options_.lease_ms / 3, 50);
   for (;;) {
     {
@@ -130,6 +181,20 @@ void BatchWorker::Loop() {
       if (stop_) return;
     }
     RecordPending();
+    const int width = capacity_();
+    bool woken;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      woken = wake_;
+      wake_ = false;
+    }
+    // New batches first (a check is quick next to running their requests), at once when a
+    // batch was just created, else every poll_ms; and only once the server serves: whether
+    // a model is served is known only then.
+    if (width > 0 && (woken || NowMs() - last_validate >= options_.poll_ms)) {
+      ValidateBatches();
+      last_validate = NowMs();
+    }
     const int64_t now = NowMs();
     if (now - last_renew >= renew_every) {
       std::vector<batch::Entry> running;
@@ -144,6 +209,13 @@ void BatchWorker::Loop() {
     if (now - last_maintain >= 1000) {
       Status st = store_.Maintain();
       if (!st.ok()) FERRY_LOG_WARN("batch worker: {}", st.message());
+      Result<int64_t> swept = store_.SweepExpiredFiles(batch::NowUnix());
+      if (!swept.ok()) {
+        FERRY_LOG_WARN("batch worker: deleting expired files: {}", swept.status().message());
+      } else if (*swept > 0) {
+        std::lock_guard<std::mutex> lock(mu_);
+        files_expired_total_ += *swept;
+      }
       Refresh();
       last_maintain = now;
     }
@@ -151,7 +223,6 @@ void BatchWorker::Loop() {
     std::vector<batch::Entry> to_run;
     int capacity = 0;
     bool has_pending;
-    const int width = capacity_();
     {
       std::lock_guard<std::mutex> lock(mu_);
       while (!retry_.empty() && retry_.front().first <= now) {
@@ -207,7 +278,8 @@ void BatchWorker::Loop() {
     if (stop_) return;
     const bool more = leased_any && static_cast<int>(running_.size() + retry_.size()) < width;
     if (!more && pending_.empty()) {
-      cv_.wait_for(lock, std::chrono::milliseconds(options_.poll_ms), [this] { return stop_ || !pending_.empty(); });
+      cv_.wait_for(lock, std::chrono::milliseconds(options_.poll_ms),
+                   [this] { return stop_ || wake_ || !pending_.empty(); });
     } else if (!pending_.empty() && !last_error_.empty()) {
       // The store failed: retry after a pause, not in a spin.
       cv_.wait_for(lock, std::chrono::milliseconds(options_.poll_ms), [this] { return stop_; });

@@ -11,7 +11,8 @@ Status ParseQueueConfig(const YAML::Node& node, const std::string& path, batch::
                          MapReader::Open(node, path,
                                          {"backend", "path", "url", "key_prefix", "consumer", "lease_ms", "max_attempts",
                                           "max_in_flight", "max_in_flight_under_load", "poll_ms", "max_file_bytes", "max_requests_per_batch",
-                                          "reconnect_max_ms", "tier"}));
+                                          "reconnect_max_ms", "tier", "min_file_expiry_s", "output_file_expiry_s",
+                                          "completion_window_s"}));
   std::string backend = "none";
   FERRY_RETURN_IF_ERROR(m.String("backend", backend));
   if (backend == "none") {
@@ -38,6 +39,9 @@ Status ParseQueueConfig(const YAML::Node& node, const std::string& path, batch::
   FERRY_RETURN_IF_ERROR(m.Int("max_requests_per_batch", out.max_requests_per_batch));
   FERRY_RETURN_IF_ERROR(m.Int("reconnect_max_ms", out.reconnect_max_ms));
   FERRY_RETURN_IF_ERROR(m.String("tier", out.tier));
+  FERRY_RETURN_IF_ERROR(m.Int("min_file_expiry_s", out.min_file_expiry_s));
+  FERRY_RETURN_IF_ERROR(m.Int("output_file_expiry_s", out.output_file_expiry_s));
+  FERRY_RETURN_IF_ERROR(m.Int("completion_window_s", out.completion_window_s));
   return Status::Ok();
 }
 

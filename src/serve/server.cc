@@ -128,6 +128,7 @@ Status Server::Start() {
         *batch_store_, config_.queue, metrics_.registry,
         [this](const batch::Entry& e, std::function<void(BatchResponse)> done) { RunBatchEntry(e, std::move(done)); },
         [this] { return BatchCapacity(); });
+    batch_worker_->SetModelCheck([this](const std::string& name) { return ServesModel(name); });
     batch_worker_->Start();
     FERRY_LOG_INFO("batch queue: {} backend, consumer {}, {} requests in flight at most", batch_store_->backend(),
                    batch_worker_->consumer(), config_.queue.max_in_flight);
@@ -715,6 +716,15 @@ int Server::BatchCapacity() const {
                           std::chrono::steady_clock::now().time_since_epoch()).count();
   const bool online = online_in_flight_.load() > 0 || now - last_online_ms_.load() < 1000;
   return online ? config_.queue.max_in_flight_under_load : config_.queue.max_in_flight;
+}
+
+bool Server::ServesModel(const std::string& name) {
+  for (const ModelConfig& mc : config_.models) {
+    if (mc.name == name) return true;
+  }
+  if (versions_ == nullptr) return false;
+  // The model repository: a known model counts even while a version loads.
+  return versions_->Acquire(name).status().code() != StatusCode::kNotFound;
 }
 
 void Server::RunBatchEntry(const batch::Entry& entry, std::function<void(BatchResponse)> done) {

@@ -81,6 +81,9 @@ class Server {
   // How many batch requests may run now: 0 while loading or stopping,
   // queue.max_in_flight_under_load while online requests run, else queue.max_in_flight.
   int BatchCapacity() const;
+  // A configured model or variant group, or a model of the repository: what a batch's
+  // lines may name (checked while the batch is validating).
+  bool ServesModel(const std::string& name);
 
   const ServerConfig config_;
   const Authenticator auth_;

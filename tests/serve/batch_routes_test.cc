@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "batch/types.h"
 #include "server_test_util.h"
 #include "test_client.h"
 #include "test_util.h"
@@ -24,7 +25,7 @@ const std::map<std::string, std::string> kAcme{{"Authorization", "Bearer sk-acme
 const std::map<std::string, std::string> kBeta{{"Authorization", "Bearer sk-beta-test"}};
 const std::map<std::string, std::string> kAdmin{{"Authorization", "Bearer sk-admin-test"}};
 
-std::string Config(const std::string& dir) {
+std::string Config(const std::string& dir, const std::string& queue_extra = "") {
   const std::string root = ferry::testing::SourcePath("");
   return "listener:\n  host: 127.0.0.1\n  port: 0\n  max_body_bytes: 1048576\n"
          "auth:\n  mode: keys\n  admin_keys: [sk-admin-test]\n"
@@ -34,7 +35,7 @@ std::string Config(const std::string& dir) {
          "models:\n  - name: m\n    path: " + root + "/models/demo/kjv-decoder\n    threads: 2\n"
          "  - name: c\n    path: " + root + "/models/demo/kjv-classifier\n    threads: 2\n"
          "queue:\n  backend: local\n  path: " + dir + "\n  max_in_flight: 2\n  poll_ms: 20\n"
-         "  max_file_bytes: 200000\n"
+         "  max_file_bytes: 200000\n  min_file_expiry_s: 2\n" + queue_extra +
          "log:\n  level: warn\n  request_log: false\n";
 }
 
@@ -163,19 +164,28 @@ TEST_F(BatchRoutesTest, UploadsAreValidatedLineByLine) {
 TEST_F(BatchRoutesTest, CompletionsBatchEqualsOnlineResponses) {
   std::vector<json> lines;
   for (int i = 0; i < 10; ++i) lines.push_back(Request("req-" + std::to_string(i), "/v1/completions", CompletionBody(i)));
-  lines.push_back(Request("bad-model", "/v1/completions", {{"model", "nope"}, {"prompt", "x"}}));
+  // Valid as a line, refused when it runs (min_tokens over max_tokens): a failed request.
+  lines.push_back(Request("bad-request", "/v1/completions",
+                          {{"model", "m"}, {"prompt", "x"}, {"max_tokens", 2}, {"min_tokens", 5}}));
   const std::string file = UploadOk(Jsonl(lines));
   json b = Create(file, "/v1/completions");
   EXPECT_EQ(b["object"], "batch");
-  EXPECT_EQ(b["status"], "in_progress");
-  EXPECT_EQ(b["request_counts"]["total"], 11);
+  // Created validating (a worker checks the file against the batch), as OpenAI reports it.
+  EXPECT_EQ(b["status"], "validating");
+  EXPECT_EQ(b["request_counts"]["total"], 0);
+  EXPECT_TRUE(b["in_progress_at"].is_null());
+  EXPECT_EQ(b["expires_at"], b["created_at"].get<int64_t>() + 86400);
   EXPECT_EQ(b["metadata"]["job"], "test");
   EXPECT_EQ(testing::Http(port(), "GET", "/v1/batches/" + b["id"].get<std::string>(), "", kBeta).status, 404);
   json done = WaitDone(b["id"]);
   ASSERT_EQ(done["status"], "completed") << done.dump();
+  EXPECT_EQ(done["request_counts"]["total"], 11);
   EXPECT_EQ(done["request_counts"]["completed"], 10);
   EXPECT_EQ(done["request_counts"]["failed"], 1);
   EXPECT_TRUE(done["completed_at"].is_number());
+  ASSERT_TRUE(done["in_progress_at"].is_number());
+  EXPECT_GE(done["in_progress_at"].get<int64_t>(), done["created_at"].get<int64_t>());
+  EXPECT_GE(done["finalizing_at"].get<int64_t>(), done["in_progress_at"].get<int64_t>());
   std::set<std::string> seen;
   for (const json& line : Lines(done["output_file_id"])) {
     const std::string id = line["custom_id"];
@@ -190,9 +200,9 @@ TEST_F(BatchRoutesTest, CompletionsBatchEqualsOnlineResponses) {
   EXPECT_EQ(seen.size(), 10u);
   std::vector<json> errors = Lines(done["error_file_id"]);
   ASSERT_EQ(errors.size(), 1u);
-  EXPECT_EQ(errors[0]["custom_id"], "bad-model");
-  EXPECT_EQ(errors[0]["response"]["status_code"], 404);
-  EXPECT_EQ(errors[0]["response"]["body"]["error"]["code"], "model_not_found");
+  EXPECT_EQ(errors[0]["custom_id"], "bad-request");
+  EXPECT_EQ(errors[0]["response"]["status_code"], 400);
+  EXPECT_EQ(errors[0]["response"]["body"]["error"]["param"], "min_tokens");
   // The output files belong to the tenant.
   EXPECT_EQ(testing::Http(port(), "GET", "/v1/files/" + done["output_file_id"].get<std::string>() + "/content", "",
                           kBeta).status, 404);
@@ -221,11 +231,17 @@ TEST_F(BatchRoutesTest, ClassifyBatchEqualsOnlineResponses) {
 TEST_F(BatchRoutesTest, ABatchWhoseLinesDoNotFitTheEndpointFails) {
   const std::string file = UploadOk(Jsonl({Request("a", "/v1/completions", CompletionBody(1)),
                                            Request("b", "/v1/embeddings", {{"model", "c"}, {"input", "x"}})}));
-  json b = Create(file, "/v1/completions");
+  json created = Create(file, "/v1/completions");
+  EXPECT_EQ(created["status"], "validating");
+  json b = WaitDone(created["id"]);
   EXPECT_EQ(b["status"], "failed");
+  EXPECT_TRUE(b["failed_at"].is_number());
+  EXPECT_TRUE(b["in_progress_at"].is_null());
+  EXPECT_EQ(b["errors"]["object"], "list");
   ASSERT_EQ(b["errors"]["data"].size(), 1u);
   EXPECT_EQ(b["errors"]["data"][0]["line"], 2);
   EXPECT_EQ(b["errors"]["data"][0]["code"], "mismatched_endpoint");
+  EXPECT_EQ(b["errors"]["data"][0]["param"], "url");
   EXPECT_EQ(testing::PostJson(port(), "/v1/batches", {{"input_file_id", file}, {"endpoint", "/v1/score"}}, kAcme).status,
             400);
   EXPECT_EQ(testing::PostJson(port(), "/v1/batches", {{"input_file_id", "file-nope"}, {"endpoint", "/v1/completions"}},
@@ -237,6 +253,103 @@ TEST_F(BatchRoutesTest, ABatchWhoseLinesDoNotFitTheEndpointFails) {
                               kAcme).status, 400);
   EXPECT_EQ(testing::Http(port(), "POST", "/v1/batches/" + b["id"].get<std::string>() + "/cancel", "", kAcme).status,
             409);  // already finished
+}
+
+// Every line's model must be served here: a batch naming another fails validation with
+// the line's number, and runs nothing.
+TEST_F(BatchRoutesTest, ABatchNamingAModelNotServedFailsValidation) {
+  const std::string file = UploadOk(Jsonl({Request("a", "/v1/completions", CompletionBody(1)),
+                                           Request("b", "/v1/completions", CompletionBody(2)),
+                                           Request("c", "/v1/completions", {{"model", "nope"}, {"prompt", "x"}})}));
+  json b = WaitDone(Create(file, "/v1/completions")["id"]);
+  ASSERT_EQ(b["status"], "failed") << b.dump();
+  ASSERT_EQ(b["errors"]["data"].size(), 1u);
+  EXPECT_EQ(b["errors"]["data"][0]["code"], "model_not_found");
+  EXPECT_EQ(b["errors"]["data"][0]["line"], 3);
+  EXPECT_EQ(b["errors"]["data"][0]["param"], "body.model");
+  EXPECT_EQ(b["request_counts"]["total"], 0);
+  EXPECT_TRUE(b["output_file_id"].is_null());
+}
+
+// expires_after on upload (OpenAI's form fields), output_expires_after on batches; an
+// expired file is a 404 with an OpenAI error body, and the sweeper deletes it.
+TEST_F(BatchRoutesTest, FilesExpireAsAsked) {
+  const auto upload = [&](const std::vector<std::pair<std::string, std::string>>& fields) {
+    std::string body;
+    for (const auto& [k, v] : fields) {
+      body += "--BOUNDARY\r\nContent-Disposition: form-data; name=\"" + k + "\"\r\n\r\n" + v + "\r\n";
+    }
+    body += "--BOUNDARY\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n\r\n" +
+            Jsonl({Request("a", "/v1/completions", CompletionBody(1))}) + "\r\n--BOUNDARY--\r\n";
+    return testing::Http(port(), "POST", "/v1/files", body,
+                         {{"Authorization", "Bearer sk-acme-test"},
+                          {"Content-Type", "multipart/form-data; boundary=BOUNDARY"}});
+  };
+  using Fields = std::vector<std::pair<std::string, std::string>>;
+  const auto bad = [&](const Fields& f, const std::string& param) {
+    HttpReply r = upload(f);
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_EQ(r.Json()["error"]["param"], param) << r.body;
+  };
+  bad({{"purpose", "batch"}, {"expires_after[anchor]", "created_at"}, {"expires_after[seconds]", "1"}},
+      "expires_after[seconds]");  // under queue.min_file_expiry_s (2 here; 3600 by default)
+  bad({{"purpose", "batch"}, {"expires_after[anchor]", "created_at"}, {"expires_after[seconds]", "2592001"}},
+      "expires_after[seconds]");
+  bad({{"purpose", "batch"}, {"expires_after[anchor]", "created_at"}, {"expires_after[seconds]", "1h"}},
+      "expires_after[seconds]");
+  bad({{"purpose", "batch"}, {"expires_after[anchor]", "last_active_at"}, {"expires_after[seconds]", "3600"}},
+      "expires_after[anchor]");
+  bad({{"purpose", "batch"}, {"expires_after[seconds]", "3600"}}, "expires_after[anchor]");
+  HttpReply kept = upload({{"purpose", "batch"}});
+  ASSERT_EQ(kept.status, 200);
+  EXPECT_TRUE(kept.Json()["expires_at"].is_null());
+  HttpReply r = upload({{"purpose", "batch"}, {"expires_after[anchor]", "created_at"}, {"expires_after[seconds]", "2"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json f = r.Json();
+  EXPECT_EQ(f["expires_at"], f["created_at"].get<int64_t>() + 2);
+  EXPECT_EQ(testing::Http(port(), "GET", "/v1/files/" + f["id"].get<std::string>(), "", kAcme).Json()["expires_at"],
+            f["expires_at"]);
+  // A batch's output files: output_expires_after, checked like an upload's.
+  EXPECT_EQ(testing::PostJson(port(), "/v1/batches",
+                              {{"input_file_id", kept.Json()["id"]}, {"endpoint", "/v1/completions"},
+                               {"completion_window", "24h"},
+                               {"output_expires_after", {{"anchor", "created_at"}, {"seconds", 1}}}},
+                              kAcme).status, 400);
+  EXPECT_EQ(testing::PostJson(port(), "/v1/batches",
+                              {{"input_file_id", kept.Json()["id"]}, {"endpoint", "/v1/completions"},
+                               {"completion_window", "24h"}, {"output_expires_after", {{"seconds", 60}}}},
+                              kAcme).status, 400);
+  HttpReply cb = testing::PostJson(port(), "/v1/batches",
+                                   {{"input_file_id", kept.Json()["id"]}, {"endpoint", "/v1/completions"},
+                                    {"completion_window", "24h"},
+                                    {"output_expires_after", {{"anchor", "created_at"}, {"seconds", 2}}}},
+                                   kAcme);
+  ASSERT_EQ(cb.status, 200) << cb.body;
+  json done = WaitDone(cb.Json()["id"]);
+  ASSERT_EQ(done["status"], "completed") << done.dump();
+  const std::string out_id = done["output_file_id"];
+  json out = testing::Http(port(), "GET", "/v1/files/" + out_id, "", kAcme).Json();
+  ASSERT_TRUE(out["expires_at"].is_number()) << out.dump();
+  EXPECT_EQ(out["expires_at"], out["created_at"].get<int64_t>() + 2);
+  // Past their expiry: 404 with OpenAI's error body, not listed; the sweeper deletes them.
+  const int64_t last = std::max(f["expires_at"].get<int64_t>(), out["expires_at"].get<int64_t>());
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (batch::NowUnix() < last && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(50ms);
+  for (const std::string& id : {f["id"].get<std::string>(), out_id}) {
+    HttpReply gone = testing::Http(port(), "GET", "/v1/files/" + id, "", kAcme);
+    EXPECT_EQ(gone.status, 404) << id;
+    EXPECT_EQ(gone.Json()["error"]["type"], "not_found_error") << gone.body;
+    EXPECT_EQ(testing::Http(port(), "GET", "/v1/files/" + id + "/content", "", kAcme).status, 404);
+  }
+  json listed = testing::Http(port(), "GET", "/v1/files", "", kAcme).Json();
+  for (const json& l : listed["data"]) EXPECT_NE(l["id"], f["id"]);
+  int64_t swept = 0;
+  while (swept < 2 && std::chrono::steady_clock::now() < deadline) {  // the worker sweeps every second
+    swept = testing::Http(port(), "GET", "/admin/batches", "", kAdmin).Json()["worker"].value("files_expired_total", 0);
+    if (swept < 2) std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_GE(swept, 2);
+  EXPECT_TRUE(testing::Http(port(), "GET", "/v1/files/" + kept.Json()["id"].get<std::string>(), "", kAcme).status == 200);
 }
 
 TEST_F(BatchRoutesTest, CancelMidBatchKeepsFinishedResults) {
@@ -297,6 +410,65 @@ TEST_F(BatchRoutesTest, ListsAdminViewAndMetrics) {
   EXPECT_NE(metrics.find("ferry:batch_jobs{state=\"in_progress\"}"), std::string::npos);
   EXPECT_EQ(metrics.find("ferry:batch_jobs{state=\"completed\"} 0\n"), std::string::npos);
   EXPECT_NE(metrics.find("ferry:http_requests_total{route=\"/v1/batches/{id}\""), std::string::npos);
+}
+
+// A batch past its window (queue.completion_window_s, 3 s here) ends expired: finished
+// results are kept in the output file, the requests never run are batch_expired.
+TEST(BatchExpiryTest, ABatchPastItsWindowKeepsFinishedResultsAndExpiresTheRest) {
+  char tmpl[] = "/tmp/ferry_batch_expiry_XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  std::unique_ptr<Server> server =
+      testing::StartServerFromYaml(Config(dir, "  completion_window_s: 3\n"));
+  std::vector<json> lines;
+  for (int i = 0; i < 600; ++i) lines.push_back(Request("r" + std::to_string(i), "/v1/completions", CompletionBody(i, 48)));
+  const std::string body = Multipart("batch", Jsonl(lines));
+  auto headers = kAcme;
+  headers["Content-Type"] = "multipart/form-data; boundary=BOUNDARY";
+  HttpReply up = testing::Http(server->port(), "POST", "/v1/files", body, headers);
+  ASSERT_EQ(up.status, 200) << up.body;
+  HttpReply cr = testing::PostJson(server->port(), "/v1/batches",
+                                   {{"input_file_id", up.Json()["id"]}, {"endpoint", "/v1/completions"},
+                                    {"completion_window", "24h"}},
+                                   kAcme);
+  ASSERT_EQ(cr.status, 200) << cr.body;
+  const json created = cr.Json();
+  EXPECT_EQ(created["completion_window"], "24h");
+  EXPECT_EQ(created["expires_at"], created["created_at"].get<int64_t>() + 3);
+  json b;
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    b = testing::Http(server->port(), "GET", "/v1/batches/" + created["id"].get<std::string>(), "", kAcme).Json();
+    if (b["status"] == "expired" || b["status"] == "completed" || b["status"] == "failed") break;
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_EQ(b["status"], "expired") << b.dump();
+  EXPECT_TRUE(b["expired_at"].is_number());
+  EXPECT_GE(b["expired_at"].get<int64_t>(), b["expires_at"].get<int64_t>());
+  const int completed = b["request_counts"]["completed"];
+  const int skipped = b["ferry"]["cancelled_requests"];
+  EXPECT_GE(completed, 1);  // the first requests ran within the window
+  EXPECT_GE(skipped, 1);
+  EXPECT_EQ(completed + skipped + b["request_counts"]["failed"].get<int>(), 600);
+  const auto count_lines = [&](const json& id, const char* code) {
+    if (!id.is_string()) return 0;
+    HttpReply r = testing::Http(server->port(), "GET", "/v1/files/" + id.get<std::string>() + "/content", "", kAcme);
+    EXPECT_EQ(r.status, 200);
+    int n = 0;
+    for (size_t pos = 0; pos < r.body.size();) {
+      const size_t nl = r.body.find('\n', pos);
+      const json line = json::parse(r.body.substr(pos, nl - pos));
+      if (code != nullptr) {
+        EXPECT_EQ(line["error"]["code"], code);
+      }
+      ++n;
+      pos = nl + 1;
+    }
+    return n;
+  };
+  EXPECT_EQ(count_lines(b["output_file_id"], nullptr), completed);
+  EXPECT_EQ(count_lines(b["error_file_id"], "batch_expired"), skipped);
+  server.reset();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

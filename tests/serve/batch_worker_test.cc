@@ -112,6 +112,91 @@ TEST(BatchWorkerTest, RunsEveryEntryWithinItsWidth) {
   EXPECT_NE(f.registry.Render().find("ferry:batch_requests"), std::string::npos);
 }
 
+// A batch created validating is checked by the worker against its input file: the
+// endpoint, the models the server serves (the check callback), the file still there.
+TEST(BatchWorkerTest, ValidatesNewBatchesThenRunsThem) {
+  Fixture f;
+  std::atomic<int> calls{0};
+  BatchWorker w(*f.store, f.options, f.registry,
+                [&](const batch::Entry&, std::function<void(BatchResponse)> done) {
+                  ++calls;
+                  done(BatchResponse{200, "{}", "r"});
+                },
+                [] { return 2; });
+  w.SetModelCheck([](const std::string& model) { return model == "m"; });
+  const auto create = [&](const std::string& content) {
+    batch::FileInfo file{batch::NewId("file-"), "t", "in.jsonl", "batch", static_cast<int64_t>(content.size()),
+                         batch::NowUnix()};
+    EXPECT_TRUE(f.store->PutFile(file, content).ok());
+    batch::BatchInfo b;
+    b.id = batch::NewId("batch_");
+    b.tenant = "t";
+    b.endpoint = "/v1/completions";
+    b.input_file_id = file.id;
+    b.created_at = batch::NowUnix();
+    b.expires_at = b.created_at + 3600;
+    batch::SetStatus(b, batch::kValidating, b.created_at);
+    EXPECT_TRUE(f.store->CreateBatch(b, {}).ok());
+    return std::make_pair(b.id, file.id);
+  };
+  const std::string line = R"({"custom_id":"a","method":"POST","url":"/v1/completions","body":{"model":"m"}})";
+  const std::string other = R"({"custom_id":"b","method":"POST","url":"/v1/completions","body":{"model":"x"}})";
+  const auto good = create(line + "\n" + R"({"custom_id":"c","method":"POST","url":"/v1/completions","body":{"model":"m"}})");
+  const auto unknown = create(line + "\n" + other + "\n");
+  const auto deleted = create(line);
+  ASSERT_TRUE(f.store->DeleteFile("t", deleted.second).ok());
+  w.Start();
+  w.Wake();
+  const batch::BatchInfo ok = f.WaitFinal(good.first);
+  EXPECT_EQ(ok.status, batch::kCompleted);
+  EXPECT_EQ(ok.total, 2);
+  EXPECT_GT(ok.in_progress_at, 0);
+  const batch::BatchInfo bad = f.WaitFinal(unknown.first);
+  EXPECT_EQ(bad.status, batch::kFailed);
+  ASSERT_EQ(bad.errors["data"].size(), 1u);
+  EXPECT_EQ(bad.errors["data"][0]["code"], "model_not_found");
+  EXPECT_EQ(bad.errors["data"][0]["line"], 2);
+  const batch::BatchInfo gone = f.WaitFinal(deleted.first);
+  EXPECT_EQ(gone.status, batch::kFailed);
+  EXPECT_EQ(gone.errors["data"][0]["code"], "file_not_found");
+  EXPECT_EQ(gone.errors["data"][0]["param"], "input_file_id");
+  w.Stop(5000);
+  EXPECT_EQ(calls.load(), 2);  // only the good batch's requests ran
+  EXPECT_EQ(w.StatusJson()["validated_total"], 3);
+}
+
+// Nothing is validated while the server does not serve (width 0): whether a model is
+// served is known only once it does.
+TEST(BatchWorkerTest, ValidationWaitsForTheServerToServe) {
+  Fixture f;
+  std::atomic<int> width{0};
+  BatchWorker w(*f.store, f.options, f.registry,
+                [&](const batch::Entry&, std::function<void(BatchResponse)> done) { done(BatchResponse{200, "{}", "r"}); },
+                [&] { return width.load(); });
+  const std::string content = R"({"custom_id":"a","method":"POST","url":"/v1/completions","body":{"model":"m"}})";
+  batch::FileInfo file{batch::NewId("file-"), "t", "in.jsonl", "batch", static_cast<int64_t>(content.size()),
+                       batch::NowUnix()};
+  ASSERT_TRUE(f.store->PutFile(file, content).ok());
+  batch::BatchInfo b;
+  b.id = batch::NewId("batch_");
+  b.tenant = "t";
+  b.endpoint = "/v1/completions";
+  b.input_file_id = file.id;
+  b.created_at = batch::NowUnix();
+  batch::SetStatus(b, batch::kValidating, b.created_at);
+  ASSERT_TRUE(f.store->CreateBatch(b, {}).ok());
+  w.Start();
+  // Several turns of the loop (poll_ms 5): it stays validating.
+  const auto until = std::chrono::steady_clock::now() + 200ms;
+  while (std::chrono::steady_clock::now() < until) {
+    ASSERT_EQ(f.store->GetBatch("t", b.id)->status, batch::kValidating);
+    std::this_thread::sleep_for(10ms);
+  }
+  width = 1;
+  EXPECT_EQ(f.WaitFinal(b.id).status, batch::kCompleted);
+  w.Stop(5000);
+}
+
 TEST(BatchWorkerTest, OverloadAnswersAreRetriedNotRecorded) {
   Fixture f;
   std::atomic<int> calls{0};

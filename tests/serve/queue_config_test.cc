@@ -21,7 +21,8 @@ TEST(QueueConfigTest, ReadsEveryKey) {
                              "queue:\n  backend: redis\n  url: redis://h:1/2\n  key_prefix: x\n  consumer: me\n"
                              "  lease_ms: 5000\n  max_in_flight: 9\n  max_in_flight_under_load: 3\n  poll_ms: 7\n"
                              "  max_file_bytes: 1000\n  max_requests_per_batch: 10\n  reconnect_max_ms: 100\n"
-                             "  tier: bulk\n");
+                             "  tier: bulk\n  min_file_expiry_s: 5\n  output_file_expiry_s: 0\n"
+                             "  completion_window_s: 30\n");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   const batch::QueueOptions& q = c->queue;
   EXPECT_EQ(q.backend, batch::QueueBackend::kRedis);
@@ -36,6 +37,17 @@ TEST(QueueConfigTest, ReadsEveryKey) {
   EXPECT_EQ(q.max_requests_per_batch, 10);
   EXPECT_EQ(q.reconnect_max_ms, 100);
   EXPECT_EQ(q.tier, "bulk");
+  EXPECT_EQ(q.min_file_expiry_s, 5);
+  EXPECT_EQ(q.output_file_expiry_s, 0);  // never
+  EXPECT_EQ(q.completion_window_s, 30);
+}
+
+TEST(QueueConfigTest, RetentionAndWindowDefaultsAreOpenAis) {
+  auto c = ParseServerConfig(std::string(kModels) + "queue: {backend: local, path: /tmp/q}\n");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->queue.min_file_expiry_s, 3600);
+  EXPECT_EQ(c->queue.output_file_expiry_s, 30 * 86400);
+  EXPECT_EQ(c->queue.completion_window_s, 86400);
 }
 
 TEST(QueueConfigTest, RejectsBadValuesNamingTheKey) {
@@ -52,6 +64,17 @@ TEST(QueueConfigTest, RejectsBadValuesNamingTheKey) {
                 .find("queue.max_in_flight_under_load"),
             std::string::npos);
   EXPECT_NE(error("  backend: local\n  path: /tmp/q\n  bogus: 1\n").find("queue.bogus"), std::string::npos);
+  EXPECT_NE(error("  backend: local\n  path: /tmp/q\n  min_file_expiry_s: 0\n").find("queue.min_file_expiry_s"),
+            std::string::npos);
+  EXPECT_NE(error("  backend: local\n  path: /tmp/q\n  output_file_expiry_s: 60\n").find("queue.output_file_expiry_s"),
+            std::string::npos);  // under the minimum (3600)
+  EXPECT_NE(error("  backend: local\n  path: /tmp/q\n  output_file_expiry_s: 2592001\n")
+                .find("queue.output_file_expiry_s"),
+            std::string::npos);
+  EXPECT_NE(error("  backend: local\n  path: /tmp/q\n  completion_window_s: 0\n").find("queue.completion_window_s"),
+            std::string::npos);
+  EXPECT_NE(error("  backend: local\n  path: /tmp/q\n  completion_window_s: 90000\n").find("queue.completion_window_s"),
+            std::string::npos);
   // max_in_flight below the default width under load lowers that width with it.
   auto small = ParseServerConfig(std::string(kModels) + "queue: {backend: local, path: /tmp/q, max_in_flight: 1}\n");
   ASSERT_TRUE(small.ok()) << small.status().ToString();

@@ -356,29 +356,42 @@ await check('structured-output errors are typed 400s naming what is unsupported'
   assert.match(ok.choices[0].text, /^a+$/);
 });
 
-await check('files and batches: upload, create, poll, results equal online, list, cancel', async () => {
+await check('files and batches: upload (expires_after), create, validating, poll, results equal online, list, cancel', async () => {
   const lines = [0, 1, 2, 3].map((i) => JSON.stringify({
     custom_id: `req-${i}`, method: 'POST', url: '/v1/completions',
     body: { model: 'kjv-decoder', prompt: `${prompt} ${i}`, max_tokens: 6, temperature: 0 },
   }));
   const file = await client.files.create({
     file: await OpenAI.toFile(Buffer.from(lines.join('\n') + '\n'), 'batch.jsonl'), purpose: 'batch',
+    expires_after: { anchor: 'created_at', seconds: 3600 },
   });
   assert.equal(file.object, 'file');
+  assert.equal(file.expires_at, file.created_at + 3600);
+  // OpenAI's bounds on the expiry: the client's typed 400.
+  await assert.rejects(client.files.create({
+    file: await OpenAI.toFile(Buffer.from(lines[0] + '\n'), 'short.jsonl'), purpose: 'batch',
+    expires_after: { anchor: 'created_at', seconds: 60 },
+  }), (e) => e instanceof OpenAI.BadRequestError && e.param === 'expires_after[seconds]');
   assert.equal(file.purpose, 'batch');
   assert.equal((await client.files.retrieve(file.id)).filename, 'batch.jsonl');
   let batch = await client.batches.create({
     input_file_id: file.id, endpoint: '/v1/completions', completion_window: '24h', metadata: { run: 'client-test' },
+    output_expires_after: { anchor: 'created_at', seconds: 7200 },
   });
   assert.equal(batch.object, 'batch');
-  assert.equal(batch.request_counts.total, 4);
+  assert.equal(batch.status, 'validating');  // the input file is checked against the batch next
+  assert.equal(batch.expires_at, batch.created_at + 86400);
   const deadline = Date.now() + 120000;
   while (!['completed', 'failed', 'cancelled', 'expired'].includes(batch.status) && Date.now() < deadline) {
     await new Promise((r) => setTimeout(r, 100));
     batch = await client.batches.retrieve(batch.id);
   }
   assert.equal(batch.status, 'completed');
+  assert.equal(batch.request_counts.total, 4);
   assert.equal(batch.request_counts.completed, 4);
+  assert.ok(batch.in_progress_at >= batch.created_at);
+  const outputFile = await client.files.retrieve(batch.output_file_id);
+  assert.equal(outputFile.expires_at, outputFile.created_at + 7200);
   assert.equal(batch.metadata.run, 'client-test');
   const text = await (await client.files.content(batch.output_file_id)).text();
   const results = text.trim().split('\n').map((l) => JSON.parse(l));
