@@ -189,10 +189,12 @@ Result<std::vector<SeqResult>> StepExecutor::SampleOnHost(const Tensor& logits, 
   return out;
 }
 
-Result<std::vector<SeqResult>> StepExecutor::Step(const std::vector<SeqStep>& steps) {
+Result<std::vector<SeqResult>> StepExecutor::Step(const std::vector<SeqStep>& steps,
+                                                  const std::function<Status()>& before_sampling) {
   Tensor logits;
   int64_t rows = 0;
   FERRY_RETURN_IF_ERROR(Run(steps, logits, rows));
+  if (before_sampling) FERRY_RETURN_IF_ERROR(before_sampling());
   backend::Backend& be = model_.backend();
   const Tensor wanted = logits.dim(0) == rows ? logits : logits.Slice(0, rows);
   const bool one_row_each = std::all_of(steps.begin(), steps.end(), [](const SeqStep& s) { return s.targets.empty(); });

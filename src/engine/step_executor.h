@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -67,7 +68,11 @@ class StepExecutor {
   // be reserved for start_pos + tokens.size() tokens. Where the logits live on a GPU the
   // tokens are drawn there, and logits travel to the host only when log-probabilities or
   // logits were asked for.
-  Result<std::vector<SeqResult>> Step(const std::vector<SeqStep>& steps);
+  // `before_sampling`, when given, runs once the forward pass is under way (on a GPU, while
+  // it runs) and before any row is sampled: the caller may still set the rows'
+  // sampling.allowed then (structured outputs find new masks there).
+  Result<std::vector<SeqResult>> Step(const std::vector<SeqStep>& steps,
+                                      const std::function<Status()>& before_sampling = {});
 
   // The step's logits on the host (f32): for each step in order, one row (its last token),
   // or tokens.size() rows when it has targets. Offline tools and tests.

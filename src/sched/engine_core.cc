@@ -350,10 +350,29 @@ bool EngineCore::Step(std::vector<GenerationEvent>& out) {
   return true;
 }
 
+// The row's allowed ids from its grammar state's mask (s.mask), plus the stop ids where the
+// output is complete.
+void EngineCore::ApplyMask(Seq& s, engine::SeqStep& st) {
+  const structured::TokenMask& m = *s.mask;
+  if (m.accepting && m.allowed == 0) {
+    s.grammar_ended = true;  // this step's token will not be taken: leave the row unmasked
+    return;
+  }
+  st.sampling.allowed = m.words;
+  if (m.accepting && !s.stop_set.empty()) {
+    // The output is complete here: the stop ids may end it.
+    s.mask_words.assign(m.words.begin(), m.words.end());
+    for (int32_t id : s.stop_set) s.mask_words[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63);
+    st.sampling.allowed = s.mask_words;
+  }
+  s.grammar_stuck = m.allowed == 0;
+}
+
 Status EngineCore::RunSteps(const std::vector<Seq*>& seqs, const std::vector<int32_t>& counts,
                             std::vector<GenerationEvent>& out) {
   std::vector<engine::SeqStep>& steps = step_scratch_;
   steps.assign(seqs.size(), engine::SeqStep{});
+  std::vector<size_t> unmasked;  // rows whose grammar state's mask is not known yet
   for (size_t i = 0; i < seqs.size(); ++i) {
     Seq& s = *seqs[i];
     engine::SeqStep& st = steps[i];
@@ -385,23 +404,36 @@ Status EngineCore::RunSteps(const std::vector<Seq*>& seqs, const std::vector<int
     st.sampling.logit_bias = sp.logit_bias;
     if (s.generated < s.req.min_tokens) st.sampling.banned = s.stop_set;
     s.grammar_stuck = false;
+    s.grammar_ended = false;
     if (st.sample && s.req.grammar) {
+      // A mask already known is used now; a new one is found by the walk below while the
+      // step's forward pass runs (on a GPU the host is otherwise idle then).
       const Clock::time_point g0 = Clock::now();
-      s.mask = s.req.grammar->Mask(s.grammar_state);
-      st.sampling.allowed = s.mask->words;
-      if (s.mask->accepting && !s.stop_set.empty()) {
-        // The output is complete here: the stop ids may end it.
-        s.mask_words.assign(s.mask->words.begin(), s.mask->words.end());
-        for (int32_t id : s.stop_set) s.mask_words[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63);
-        st.sampling.allowed = s.mask_words;
+      s.mask = s.req.grammar->CachedMask(s.grammar_state);
+      if (s.mask) {
+        ApplyMask(s, st);
+      } else {
+        unmasked.push_back(i);
       }
-      s.grammar_stuck = s.mask->allowed == 0 && !(s.mask->accepting && !s.stop_set.empty());
       grammar_seconds_ += Seconds(Clock::now() - g0);
     }
   }
+  const std::function<Status()> find_masks = [&]() -> Status {
+    if (unmasked.empty()) return Status::Ok();
+    const Clock::time_point g0 = Clock::now();
+    for (size_t i : unmasked) {
+      Seq& s = *seqs[i];
+      s.mask = s.req.grammar->Mask(s.grammar_state);
+      ApplyMask(s, steps[i]);
+    }
+    grammar_seconds_ += Seconds(Clock::now() - g0);
+    return Status::Ok();
+  };
   Result<std::vector<engine::SeqResult>> result = [&]() -> Result<std::vector<engine::SeqResult>> {
     try {
-      return step_ ? step_(steps) : executor_->Step(steps);
+      if (!step_) return executor_->Step(steps, find_masks);
+      FERRY_RETURN_IF_ERROR(find_masks());
+      return step_(steps);
     } catch (const std::exception& e) {
       return Internal(std::string("step failed: ") + e.what());
     }
@@ -431,6 +463,17 @@ Status EngineCore::RunSteps(const std::vector<Seq*>& seqs, const std::vector<int
       }
       continue;
     }
+    if (s.grammar_ended) {
+      // The output was already complete, and no token can continue it: it ends before this
+      // step's token (which is dropped), as it would have at its last token had its mask
+      // been known then.
+      GenerationEvent& ev = NewEvent(s, out);
+      ev.generated_tokens_count = s.generated;
+      ev.finished = true;
+      ev.finish_reason = FinishReason::kStop;
+      Remove(s.handle);
+      continue;
+    }
     if (!r.finite || r.token < 0) {
       Fail(s, Internal("the model produced non-finite logits for this request"), "nonfinite_logits", out);
       continue;
@@ -453,8 +496,14 @@ Status EngineCore::RunSteps(const std::vector<Seq*>& seqs, const std::vector<int
         grammar_error = ResourceExhausted("the structured output's grammar needs more parser states than the limit");
       } else {
         // Found now rather than next step: a complete output ends here, without another step.
-        const std::shared_ptr<const structured::TokenMask> m = s.req.grammar->Mask(s.grammar_state);
-        grammar_done = m->finished || (m->accepting && m->allowed == 0);
+        // A complete output that no token of the vocabulary continues (while the grammar
+        // still allows more bytes) is known only with its mask; an unknown mask is not
+        // walked here, on the critical path, but in the next step (ApplyMask).
+        if (s.req.grammar->Finished(s.grammar_state)) {
+          grammar_done = true;
+        } else if (const auto m = s.req.grammar->CachedMask(s.grammar_state)) {
+          grammar_done = m->accepting && m->allowed == 0;
+        }
       }
       grammar_seconds_ += Seconds(Clock::now() - g0);
     }

@@ -176,6 +176,7 @@ class EngineCore {
     std::shared_ptr<const structured::TokenMask> mask;
     std::vector<uint64_t> mask_words;
     bool grammar_stuck = false;  // no token of the vocabulary can continue
+    bool grammar_ended = false;  // complete, and no token can continue: ends without this step's token
   };
 
   EngineCore() = default;
@@ -183,6 +184,7 @@ class EngineCore {
   Status RunSteps(const std::vector<Seq*>& seqs, const std::vector<int32_t>& counts,
                   std::vector<GenerationEvent>& out);
   GenerationEvent& NewEvent(Seq& s, std::vector<GenerationEvent>& out);
+  void ApplyMask(Seq& s, engine::SeqStep& st);
   void Fail(Seq& s, const Status& error, const std::string& reason, std::vector<GenerationEvent>& out);
   void Remove(uint64_t handle);
 

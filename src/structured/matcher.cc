@@ -143,9 +143,15 @@ TokenMatcher::State TokenMatcher::InternSet(std::vector<uint32_t>& nodes) {
 }
 
 TokenMatcher::State TokenMatcher::Step(State state, uint8_t byte) {
-  const uint64_t key = (static_cast<uint64_t>(state) << 8) | byte;
-  auto it = transitions_.find(key);
-  if (it != transitions_.end()) return it->second;
+  if (state >= transitions_.size()) transitions_.resize(sets_.size());
+  State* row = transitions_[state].get();
+  if (row == nullptr) {
+    transitions_[state] = std::make_unique<State[]>(256);
+    row = transitions_[state].get();
+    std::fill(row, row + 256, kUnknown);
+  } else if (row[byte] != kUnknown) {
+    return row[byte];
+  }
   std::vector<uint32_t> next;
   const std::vector<uint32_t> stacks = sets_[state];  // a copy: Normalize may add sets' nodes
   for (uint32_t x : stacks) {
@@ -157,7 +163,7 @@ TokenMatcher::State TokenMatcher::Step(State state, uint8_t byte) {
     next.insert(next.end(), n.begin(), n.end());
   }
   const State s = InternSet(next);
-  if (s != kTooLarge) transitions_.emplace(key, s);
+  if (s != kTooLarge) row[byte] = s;  // the row is the state's own allocation: still valid
   return s;
 }
 
@@ -179,6 +185,19 @@ bool TokenMatcher::Accepting(State state) {
   if (state == kDead || state == kTooLarge) return false;
   std::lock_guard<std::mutex> lock(mu_);
   return !sets_[state].empty() && sets_[state].front() == 0;
+}
+
+std::shared_ptr<const TokenMask> TokenMatcher::CachedMask(State state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = masks_.find(state);
+  return it == masks_.end() ? nullptr : it->second;
+}
+
+bool TokenMatcher::Finished(State state) {
+  if (state == kDead || state == kTooLarge) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::vector<uint32_t>& stacks = sets_[state];
+  return stacks.size() == 1 && stacks.front() == 0;
 }
 
 std::shared_ptr<const TokenMask> TokenMatcher::Mask(State state) {

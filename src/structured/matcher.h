@@ -81,6 +81,10 @@ class TokenMatcher {
   bool Accepting(State state);
   // The allowed tokens in `state` (a live state).
   std::shared_ptr<const TokenMask> Mask(State state);
+  // The mask of `state` when it is already known, else null: never walks the vocabulary.
+  std::shared_ptr<const TokenMask> CachedMask(State state);
+  // TokenMask::finished of `state` (accepting, and nothing may follow), without its mask.
+  bool Finished(State state);
 
   const Grammar& grammar() const { return grammar_; }
   const Vocabulary& vocab() const { return *vocab_; }
@@ -111,7 +115,10 @@ class TokenMatcher {
   // Sets of normalized stacks, sorted; a state is an index into sets_.
   std::vector<std::vector<uint32_t>> sets_;
   std::unordered_map<std::string, State> set_index_;
-  std::unordered_map<uint64_t, State> transitions_;  // (state << 8 | byte) -> state
+  // Transitions found so far: per source state, 256 next states (kUnknown where not yet
+  // found), so that a mask's walk over the vocabulary trie costs an array read per node.
+  static constexpr State kUnknown = 0xFFFFFFFDu;
+  std::vector<std::unique_ptr<State[]>> transitions_;
   std::unordered_map<State, std::shared_ptr<const TokenMask>> masks_;
   size_t mask_bytes_ = 0;
   State initial_ = kDead;

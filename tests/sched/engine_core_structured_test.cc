@@ -217,6 +217,33 @@ TEST_F(StructuredDecodingTest, ConstrainedRowsDoNotDisturbOthers) {
   EXPECT_EQ(Tokens((*mixed)[2]), Tokens((*alone)[1]));
 }
 
+// A complete output that the grammar would let go on, but that no token of the vocabulary
+// continues, ends at its last token: at once when that state's mask is known, and one step
+// later, without the extra step's token, when the mask is first found then (masks are
+// walked while the next forward pass runs, not on the critical path). Both give the same
+// output. The vocabulary spells only "a"; the grammar is a then optionally c.
+TEST_F(StructuredDecodingTest, CompleteOutputThatNoTokenContinuesEndsAtItsLastToken) {
+  const int vocab = engine_->config().vocab_size;
+  std::vector<std::string> bytes(static_cast<size_t>(vocab));
+  std::vector<char> usable(static_cast<size_t>(vocab), 0);
+  bytes[10] = "a";
+  usable[10] = 1;
+  structured::GrammarCache cache(std::make_shared<const structured::Vocabulary>(bytes, usable));
+  auto grammar = cache.Get(structured::Constraint{structured::ConstraintKind::kRegex, "ac?", {}});
+  ASSERT_TRUE(grammar.ok()) << grammar.status().ToString();
+  for (int round = 0; round < 2; ++round) {  // the second finds the mask known
+    auto core = MakeCore(2);
+    GenerationRequest r = Request("And", *grammar, 5, 0.0f, 8);
+    r.stop_ids.clear();  // nothing but the grammar can end it
+    auto out = GenerateAll(*core, {std::move(r)});
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    EXPECT_TRUE((*out)[0].error.ok()) << (*out)[0].error.ToString();
+    EXPECT_EQ(Tokens((*out)[0]), std::vector<int32_t>{10}) << "round " << round;
+    EXPECT_EQ((*out)[0].finish_reason, FinishReason::kStop);
+    EXPECT_EQ((*out)[0].generated_tokens_count, 1);
+  }
+}
+
 TEST_F(StructuredDecodingTest, GrammarOfAnotherVocabularyIsRefused) {
   auto core = MakeCore(1);
   std::vector<std::string> bytes = {"a", "b"};
