@@ -462,7 +462,7 @@ TEST(QosPacingTest, TheVariantsNotSteeredToArePacedAndTheActiveOneIsNot) {
       "models:\n"
       "  - name: kjv\n    threads: 2\n    batching: {max_num_seqs: 4, max_num_batched_tokens: 64, max_seq_len: 128}\n"
       "    qos: {window_s: 1, min_dwell_s: 1, tick_ms: 50, project_upgrade: false, signals: [queue_wait], "
-      "slo: {tpot_ms: 400}, tiers: {gold: {slo: {tpot_ms: 100}}}}\n"
+      "slo: {tpot_ms: 1000}, tiers: {gold: {slo: {tpot_ms: 400}}}}\n"
       "    variants:\n"
       "      - {name: bf16, path: " + root + "/models/demo/kjv-decoder}\n"
       "      - {name: lite, path: " + root + "/models/demo/kjv-decoder}\n"
@@ -470,15 +470,15 @@ TEST(QosPacingTest, TheVariantsNotSteeredToArePacedAndTheActiveOneIsNot) {
   ASSERT_NE(server, nullptr);
   const int port = server->port();
   json qos = testing::Http(port, "GET", "/admin/qos/kjv", "", kAdmin).Json();
-  EXPECT_DOUBLE_EQ(qos["inactive_step_ms"].get<double>(), 30.0);  // auto: 0.3 x gold's 100 ms
+  EXPECT_DOUBLE_EQ(qos["inactive_step_ms"].get<double>(), 120.0);  // auto: 0.3 x gold's 400 ms
   EXPECT_EQ(qos["active"], "bf16");
   EXPECT_EQ(qos["variants"][0]["step_pacing_ms"], 0.0);
-  EXPECT_EQ(qos["variants"][1]["step_pacing_ms"], 30.0);  // nothing is steered to it
+  EXPECT_EQ(qos["variants"][1]["step_pacing_ms"], 120.0);  // nothing is steered to it
 
   // Pinned to the bottom: gold's floor keeps it on bf16, which is now paced; lite is not.
   HttpReply pin = PostJson(port, "/admin/qos/kjv", {{"pin", "lite"}}, kAdmin);
   ASSERT_EQ(pin.status, 200) << pin.body;
-  EXPECT_EQ(pin.Json()["variants"][0]["step_pacing_ms"], 30.0);
+  EXPECT_EQ(pin.Json()["variants"][0]["step_pacing_ms"], 120.0);
   EXPECT_EQ(pin.Json()["variants"][1]["step_pacing_ms"], 0.0);
   json gold = Completion("In the beginning", 6);
   gold["ignore_eos"] = true;
@@ -490,7 +490,11 @@ TEST(QosPacingTest, TheVariantsNotSteeredToArePacedAndTheActiveOneIsNot) {
   ASSERT_EQ(s.status, 200) << s.body;
   EXPECT_EQ(s.headers["x-ferry-variant"], "lite");
   qos = testing::Http(port, "GET", "/admin/qos/kjv", "", kAdmin).Json();
-  EXPECT_EQ(qos["variants"][0]["paced_waits"], 5) << qos["variants"][0].dump();  // after each of 5 decode steps
+  // A wait after each of the first 5 steps, unless the step itself outlasted the pace (a
+  // loaded machine): at least one, at most 5.
+  const int paced = qos["variants"][0]["paced_waits"].get<int>();
+  EXPECT_GE(paced, 1) << qos["variants"][0].dump();
+  EXPECT_LE(paced, 5) << qos["variants"][0].dump();
   EXPECT_EQ(qos["variants"][1]["paced_waits"], 0);
   bool logged = false;
   for (const json& d : qos["decisions"]) {
@@ -498,17 +502,18 @@ TEST(QosPacingTest, TheVariantsNotSteeredToArePacedAndTheActiveOneIsNot) {
   }
   EXPECT_TRUE(logged) << qos["decisions"].dump();
   std::string metrics = testing::Http(port, "GET", "/metrics").body;
-  EXPECT_NE(metrics.find("ferry:qos_step_pacing_ms{model_name=\"kjv\",variant=\"bf16\"} 30"), std::string::npos);
+  EXPECT_NE(metrics.find("ferry:qos_step_pacing_ms{model_name=\"kjv\",variant=\"bf16\"} 120"), std::string::npos);
   EXPECT_NE(metrics.find("ferry:qos_step_pacing_ms{model_name=\"kjv\",variant=\"lite\"} 0"), std::string::npos);
 
   // Back to the controller: it returns to the top (no pressure), whose pacing is cleared.
   ASSERT_EQ(PostJson(port, "/admin/qos/kjv", {{"pin", "auto"}}, kAdmin).status, 200);
   ASSERT_TRUE(WaitForActive(port, "kjv", "bf16", 30s));
   ASSERT_TRUE(WaitForPacing(port, 0, 0.0, 10s));
-  ASSERT_TRUE(WaitForPacing(port, 1, 30.0, 10s));
+  ASSERT_TRUE(WaitForPacing(port, 1, 120.0, 10s));
   metrics = testing::Http(port, "GET", "/metrics").body;
   EXPECT_NE(metrics.find("ferry:qos_step_pacing_ms{model_name=\"kjv\",variant=\"bf16\"} 0"), std::string::npos);
-  EXPECT_NE(metrics.find("ferry:qos_paced_waits_total{model_name=\"kjv\",variant=\"bf16\"} 5"), std::string::npos);
+  EXPECT_NE(metrics.find("ferry:qos_paced_waits_total{model_name=\"kjv\",variant=\"bf16\"} " + std::to_string(paced)),
+            std::string::npos);
 }
 
 // qos.inactive_step_ms: off, and auto without any TPOT target, leave every variant unpaced.
