@@ -22,7 +22,8 @@
 # Environment: GOMP_SPINCOUNT (cpu: 1000 for every server, see below), PHASE_S (seconds per phase; cpu 60, gpu 15), RATE_FACTOR (0.4), ROUNDS (cpu 2:
 # top, bottom, qos, then qos, bottom, top, for a shared machine; gpu 1), TOP=engine
 # (gpu: build and serve a bf16 engine as the top variant; by default the bf16 checkpoint
-# is served, which keeps one call under 9 minutes).
+# is served, which keeps one call under 9 minutes), INACTIVE_STEP_MS (the QoS group's
+# qos.inactive_step_ms: auto, off or milliseconds; default auto).
 # Run from the repository root.
 set -euo pipefail
 mode=$1
@@ -119,7 +120,7 @@ $common"
   write_config "$out/$tag-qos.yaml" "$g_ttft" "$g_tpot" "$s_ttft" "$s_tpot" "$top" \
     "  - name: m
 $common
-    qos: {window_s: $window, min_dwell_s: $dwell, slo: {ttft_ms: $s_ttft, tpot_ms: $s_tpot}}
+    qos: {window_s: $window, min_dwell_s: $dwell, slo: {ttft_ms: $s_ttft, tpot_ms: $s_tpot}, inactive_step_ms: ${INACTIVE_STEP_MS:-auto}}
     variants:
       - {name: $top, path: $top_path}
       - {name: $bottom, path: $bottom_path}"

@@ -245,6 +245,13 @@ DecisionRecord Controller::Note(const std::string& kind, int variant, const std:
   return out.front();
 }
 
+double Controller::MaxUpgradeCost() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  double cost = 1.0;
+  for (int i = 1; i < num_variants(); ++i) cost = std::max(cost, UpgradeCostLocked(i));
+  return cost;
+}
+
 void Controller::SetCost(int variant, double seconds) {
   if (variant < 0 || variant >= num_variants()) return;
   std::lock_guard<std::mutex> lock(mu_);

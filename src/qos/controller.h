@@ -92,6 +92,9 @@ class Controller {
                       const Now& now);
   // The measured time of the same work on each variant (startup probe); <= 0: unknown.
   void SetCost(int variant, double seconds);
+  // The largest projected cost of a move up: max over the rungs of the measured cost of the
+  // rung above over its own (1 without measurements, or with project_upgrade off).
+  double MaxUpgradeCost() const;
 
   // State, signals of the last tick, and the last kMaxDecisions decisions (oldest first).
   nlohmann::json ToJson(const Now& now) const;

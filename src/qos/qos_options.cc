@@ -1,5 +1,6 @@
 #include "qos/qos_options.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -81,7 +82,28 @@ Status QosOptions::Validate() const {
     return InvalidArgument("rollback.canary_interval_s: must be >= 0, got " + Num(r.canary_interval_s));
   }
   for (const auto& [tier, rule] : tiers) FERRY_RETURN_IF_ERROR(CheckSlo(rule.slo, "tiers." + tier + ".slo"));
+  if (inactive_step.mode == InactivePacing::Mode::kFixed &&
+      !(inactive_step.ms > 0 && inactive_step.ms <= kMaxInactiveStepMs)) {
+    return InvalidArgument("inactive_step_ms: must be auto, off, or a number of milliseconds in (0, " +
+                           Num(kMaxInactiveStepMs) + "], got " + Num(inactive_step.ms));
+  }
   return Status::Ok();
+}
+
+double InactiveStepMs(const QosOptions& options, const std::vector<double>& tpot_targets_ms, double max_upgrade_cost) {
+  switch (options.inactive_step.mode) {
+    case InactivePacing::Mode::kOff: return 0;
+    case InactivePacing::Mode::kFixed: return options.inactive_step.ms;
+    case InactivePacing::Mode::kAuto: break;
+  }
+  double target = 0;
+  for (double t : tpot_targets_ms) {
+    if (t > 0 && (target == 0 || t < target)) target = t;
+  }
+  if (target == 0) return 0;
+  const double cost = std::max(1.0, std::isfinite(max_upgrade_cost) ? max_upgrade_cost : 1.0);
+  const double fraction = std::min(kAutoPaceFraction, kPaceProjectedShare * options.upgrade_below / cost);
+  return target * fraction;
 }
 
 ResolvedSlo EffectiveSlo(const SloTargets& group, const SloTargets& tier) {

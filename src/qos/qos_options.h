@@ -53,6 +53,22 @@ enum class Signal {
 std::string_view SignalName(Signal signal);  // "queue_wait", "ttft", ...
 Result<Signal> ParseSignal(std::string_view name);
 
+// qos.inactive_step_ms: the step pacing of the decoder variants new requests are not being
+// steered to (tier-floor traffic, sequences draining after a switch).
+struct InactivePacing {
+  enum class Mode { kAuto, kOff, kFixed };
+  Mode mode = Mode::kAuto;
+  double ms = 0;  // kFixed: the interval
+};
+// kAuto's interval as a fraction of the smallest TPOT target: a paced tier's TPOT pressure is
+// then about this, which a move up projects (times the rung's measured cost) against
+// upgrade_below.
+inline constexpr double kAutoPaceFraction = 0.3;
+// ... lowered where a ladder's rung is so much cheaper than the one above that even that
+// projection would pass this share of upgrade_below.
+inline constexpr double kPaceProjectedShare = 0.75;
+inline constexpr double kMaxInactiveStepMs = 10000;
+
 struct QosOptions {
   double window_s = 10;          // sliding window of every signal
   double downgrade_above = 0.85;  // move one rung down when the pressure exceeds this
@@ -65,6 +81,7 @@ struct QosOptions {
   bool project_upgrade = true;
   std::vector<Signal> signals = {Signal::kQueueWait, Signal::kTtft, Signal::kTpot, Signal::kKvUsage};
   SloTargets slo;                           // the group's default targets
+  InactivePacing inactive_step;             // pacing of the variants not active
   RollbackOptions rollback;
   std::map<std::string, TierRule> tiers;    // per-tier rules of this group (over the global ones)
 
@@ -84,5 +101,13 @@ struct ResolvedSlo {
   double queue_ms = kDefaultTtftMs;
 };
 ResolvedSlo EffectiveSlo(const SloTargets& group, const SloTargets& tier);
+
+// The step pacing, in milliseconds (0 = off), of a group's inactive decoder variants.
+// `tpot_targets_ms`: the TPOT targets set in the config (the group's slo.tpot_ms and the
+// tiers' own; the built-in default does not count); `max_upgrade_cost`: the largest measured
+// cost ratio of a rung to the one below it (1 when unknown or not projected). kAuto: the
+// smallest target times kAutoPaceFraction, or less where `pace / target * max_upgrade_cost`
+// would exceed kPaceProjectedShare of upgrade_below; 0 without a target.
+double InactiveStepMs(const QosOptions& options, const std::vector<double>& tpot_targets_ms, double max_upgrade_cost);
 
 }  // namespace ferry::qos

@@ -151,6 +151,14 @@ int64_t ContinuousBatcher::EstimatedWaitMs() const {
   return static_cast<int64_t>(1000.0 * queued_requests_ / rate);
 }
 
+void ContinuousBatcher::SetStepPacing(std::chrono::microseconds min_interval) {
+  step_pacing_us_ = std::max<int64_t>(0, min_interval.count());
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // a loop about to wait sees the new value or the notification
+  }
+  cv_.notify_one();
+}
+
 BatcherSnapshot ContinuousBatcher::Snapshot() const {
   BatcherSnapshot s;
   s.running = running_count_.load();
@@ -163,6 +171,9 @@ BatcherSnapshot ContinuousBatcher::Snapshot() const {
   s.kv_blocks = core_.cache().num_blocks();
   s.steps = steps_.load();
   s.preemptions = preemptions_.load();
+  s.step_pacing_us = step_pacing_us_.load();
+  s.paced_waits = paced_waits_.load();
+  s.paced_seconds = static_cast<double>(paced_us_.load()) * 1e-6;
   return s;
 }
 
@@ -201,16 +212,44 @@ void ContinuousBatcher::Loop() {
                    [this] { return stop_ || !inbox_.empty() || !cancels_.empty() || !tasks_.empty(); });
       continue;
     }
+    const Clock::time_point step_start = Clock::now();
     const bool stepped = core_.Step(events_);
     Deliver(events_);
     Publish();
-    if (!stepped) {
+    if (stepped) {
+      PacedWait(step_start);
+    } else {
       // Nothing could be scheduled (every running sequence blocked): wait briefly for a
       // cancellation or a deadline to change the picture.
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(5), [this] { return stop_ || !cancels_.empty(); });
     }
   }
+}
+
+void ContinuousBatcher::PacedWait(Clock::time_point step_start) {
+  // Only sequences that are decoding, with nobody waiting to start: an arrival, a queued
+  // request and a prompt still prefilling are never paced (time to first token is not), and
+  // a queue never builds up behind the pacing.
+  if (step_pacing_us_.load() <= 0 || core_.empty() || core_.waiting() > 0 || core_.Prefilling()) return;
+  const std::optional<Clock::time_point> deadline = core_.NextDeadline();  // ExpireDeadlines runs on time
+  const Clock::time_point began = Clock::now();
+  bool waited = false;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      if (stop_ || !inbox_.empty() || !cancels_.empty() || !tasks_.empty()) break;
+      const int64_t pace_us = step_pacing_us_.load();  // re-read: SetStepPacing wakes the wait
+      if (pace_us <= 0) break;
+      Clock::time_point until = step_start + std::chrono::microseconds(pace_us);
+      if (deadline && *deadline < until) until = *deadline;
+      if (Clock::now() >= until) break;
+      if (!waited) paced_waits_ += 1;  // counted as it starts: a wait in progress shows
+      waited = true;
+      cv_.wait_until(lock, until);
+    }
+  }
+  if (waited) paced_us_ += std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - began).count();
 }
 
 void ContinuousBatcher::TakeInbox() {

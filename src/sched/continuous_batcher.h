@@ -28,6 +28,9 @@ struct BatcherSnapshot {
   int kv_blocks = 0;
   uint64_t steps = 0;
   uint64_t preemptions = 0;
+  int64_t step_pacing_us = 0;  // SetStepPacing's interval; 0 = off
+  uint64_t paced_waits = 0;    // waits the pacing made between steps (counted as each starts)
+  double paced_seconds = 0;    // the total length of those that ended
 };
 
 // Thread-safe: Submit/Cancel/Snapshot from any thread; the loop owns the core (its KV cache
@@ -65,6 +68,15 @@ class ContinuousBatcher {
   // cancels what is left and joins the thread.
   void Stop(std::chrono::milliseconds timeout);
 
+  // Step pacing (0 = off, the default): while nothing waits to start (no new arrival, no
+  // request queued in the core, no sequence still prefilling), a step starts no sooner than
+  // `min_interval` after the previous one started, so a variant serving a trickle of traffic
+  // leaves the device to others. An arrival, a cancel, Stop or a request's deadline ends a
+  // paced wait at once; with anything waiting the loop runs flat out. Takes effect at once
+  // (a shorter interval ends a wait early). Any thread.
+  void SetStepPacing(std::chrono::microseconds min_interval);
+  std::chrono::microseconds step_pacing() const { return std::chrono::microseconds(step_pacing_us_.load()); }
+
   BatcherSnapshot Snapshot() const;
   // How long a request submitted now would wait before its first step, from the requests
   // ahead of it and the recent rate at which requests leave the queue; 0 when nothing waits
@@ -88,6 +100,8 @@ class ContinuousBatcher {
   };
 
   void Loop();
+  // After a step that started at `step_start`: waits out the step pacing, if any applies.
+  void PacedWait(Clock::time_point step_start);
   void TakeInbox();
   void RunTasks();
   Result<uint64_t> Enqueue(GenerationRequest& request, bool check_limits);
@@ -122,6 +136,9 @@ class ContinuousBatcher {
   std::atomic<int> free_blocks_{0};
   std::atomic<uint64_t> steps_{0};
   std::atomic<uint64_t> preemptions_{0};
+  std::atomic<int64_t> step_pacing_us_{0};
+  std::atomic<uint64_t> paced_waits_{0};
+  std::atomic<int64_t> paced_us_{0};
   LoadState published_;  // owned by the loop: the last state the observer saw
   // Admission rate (requests/s leaving the queue), smoothed over windows in which requests
   // were waiting; written by the loop.

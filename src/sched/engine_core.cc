@@ -217,6 +217,24 @@ LoadState EngineCore::load() const {
   return s;
 }
 
+std::optional<Clock::time_point> EngineCore::NextDeadline() const {
+  std::optional<Clock::time_point> next;
+  for (const auto& [handle, seq] : seqs_) {
+    if (seq->req.deadline && (!next || *seq->req.deadline < *next)) next = seq->req.deadline;
+  }
+  return next;
+}
+
+bool EngineCore::Prefilling() const {
+  for (uint64_t h : running_) {
+    auto it = seqs_.find(h);
+    if (it == seqs_.end()) continue;
+    const Seq& s = *it->second;
+    if (s.generated == 0 || static_cast<size_t>(s.num_computed) + 1 < s.tokens.size()) return true;
+  }
+  return false;
+}
+
 bool EngineCore::Step(std::vector<GenerationEvent>& out) {
   PlanInput in;
   in.free_blocks = cache_->num_free_blocks();

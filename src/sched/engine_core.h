@@ -151,6 +151,11 @@ class EngineCore {
   void SetObserver(BatcherObserver* observer) { observer_ = observer; }
   BatcherObserver* observer() const { return observer_; }
   LoadState load() const;
+  // The earliest deadline among the requests here (running or waiting); none without one.
+  std::optional<Clock::time_point> NextDeadline() const;
+  // Whether a running sequence is still prefilling: it has yet to produce its first token,
+  // or has tokens to compute again after a preemption.
+  bool Prefilling() const;
 
  private:
   struct Seq {

@@ -37,6 +37,25 @@ Status ParseRuleFields(const MapReader& m, qos::TierRule& out) {
   return Status::Ok();
 }
 
+// `auto`, `off`, or a number of milliseconds.
+Status ParseInactivePacing(const YAML::Node& node, const std::string& path, qos::InactivePacing& out) {
+  using Mode = qos::InactivePacing::Mode;
+  if (node.IsScalar() && (node.Scalar() == "auto" || node.Scalar() == "off")) {
+    out.mode = node.Scalar() == "auto" ? Mode::kAuto : Mode::kOff;
+    out.ms = 0;
+    return Status::Ok();
+  }
+  Result<double> ms = ReadNumber(node, path);
+  if (!ms.ok()) return ErrorAt(node, path, "expected auto, off or a number of milliseconds, got " + Got(node));
+  if (!(*ms > 0 && *ms <= qos::kMaxInactiveStepMs)) {
+    return ErrorAt(node, path, "must be auto, off, or a number of milliseconds in (0, 10000], got " + Got(node) +
+                                   " (off disables the pacing)");
+  }
+  out.mode = Mode::kFixed;
+  out.ms = *ms;
+  return Status::Ok();
+}
+
 Status ParseRollback(const YAML::Node& node, const std::string& path, qos::RollbackOptions& out) {
   FERRY_ASSIGN_OR_RETURN(const MapReader m,
                          MapReader::Open(node, path,
@@ -87,7 +106,8 @@ Status ParseQos(const YAML::Node& node, const std::string& path, qos::QosOptions
   FERRY_ASSIGN_OR_RETURN(const MapReader m,
                          MapReader::Open(node, path,
                                          {"window_s", "downgrade_above", "upgrade_below", "min_dwell_s", "tick_ms",
-                                          "min_samples", "project_upgrade", "signals", "slo", "rollback", "tiers"}));
+                                          "min_samples", "project_upgrade", "signals", "slo", "inactive_step_ms",
+                                          "rollback", "tiers"}));
   FERRY_RETURN_IF_ERROR(m.Number("window_s", out.window_s));
   FERRY_RETURN_IF_ERROR(m.Number("downgrade_above", out.downgrade_above));
   FERRY_RETURN_IF_ERROR(m.Number("upgrade_below", out.upgrade_below));
@@ -106,6 +126,9 @@ Status ParseQos(const YAML::Node& node, const std::string& path, qos::QosOptions
     }
   }
   if (const YAML::Node* slo = m.Find("slo")) FERRY_RETURN_IF_ERROR(ParseSlo(*slo, m.Path("slo"), out.slo));
+  if (const YAML::Node* pace = m.Find("inactive_step_ms")) {
+    FERRY_RETURN_IF_ERROR(ParseInactivePacing(*pace, m.Path("inactive_step_ms"), out.inactive_step));
+  }
   if (const YAML::Node* rb = m.Find("rollback")) FERRY_RETURN_IF_ERROR(ParseRollback(*rb, m.Path("rollback"), out.rollback));
   if (const YAML::Node* tiers = m.Find("tiers")) {
     FERRY_ASSIGN_OR_RETURN(const std::vector<Entry> entries, ReadEntries(*tiers, m.Path("tiers")));

@@ -35,6 +35,17 @@ QosMetrics::QosMetrics(MetricsRegistry& registry)
       engine_errors(registry.AddCounter("ferry:qos_variant_engine_errors_total",
                                         "Sequences or inputs a variant of a QoS group failed in the engine (failed "
                                         "steps, non-finite outputs).",
+                                        {"model_name", "variant"})),
+      step_pacing_ms(registry.AddGauge("ferry:qos_step_pacing_ms",
+                                       "The least time between the starts of two steps of a decoder variant of a QoS "
+                                       "group while nothing waits to start there (qos.inactive_step_ms on the "
+                                       "variants new requests are not steered to); 0 = unpaced.",
+                                       {"model_name", "variant"})),
+      paced_waits(registry.AddCounter("ferry:qos_paced_waits_total",
+                                      "Waits between two steps that the step pacing made on a variant of a QoS group.",
+                                      {"model_name", "variant"})),
+      paced_seconds(registry.AddCounter("ferry:qos_paced_seconds_total",
+                                        "Time a variant of a QoS group spent in step-pacing waits.",
                                         {"model_name", "variant"})) {}
 
 }  // namespace ferry::serve

@@ -22,6 +22,9 @@ struct QosMetrics {
   CounterFamily& prompt_tokens;    // ferry:qos_variant_prompt_tokens_total {model_name, variant}
   CounterFamily& generation_tokens;  // ferry:qos_variant_generation_tokens_total {model_name, variant}
   CounterFamily& engine_errors;    // ferry:qos_variant_engine_errors_total {model_name, variant}
+  GaugeFamily& step_pacing_ms;     // ferry:qos_step_pacing_ms {model_name, variant}: 0 = unpaced
+  CounterFamily& paced_waits;      // ferry:qos_paced_waits_total {model_name, variant}
+  CounterFamily& paced_seconds;    // ferry:qos_paced_seconds_total {model_name, variant}
 };
 
 }  // namespace ferry::serve

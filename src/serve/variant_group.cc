@@ -166,7 +166,26 @@ Result<std::unique_ptr<VariantGroup>> VariantGroup::Create(const ServerConfig& s
   FERRY_RETURN_IF_ERROR(g->Load());
   FERRY_RETURN_IF_ERROR(g->Probe());
   FERRY_RETURN_IF_ERROR(g->PrepareCanary());
+  if (g->decoder_) {
+    const std::vector<double> targets = g->TpotTargetsMs();
+    g->inactive_step_ms_ = qos::InactiveStepMs(config.qos, targets, g->controller_->MaxUpgradeCost());
+    if (g->inactive_step_ms_ > 0) {
+      const double smallest = targets.empty() ? 0 : *std::min_element(targets.begin(), targets.end());
+      FERRY_LOG_INFO("model '{}': variants new requests are not steered to step at most every {:.1f} ms "
+                     "(qos.inactive_step_ms: {}; smallest TPOT target {:.0f} ms)",
+                     config.name, g->inactive_step_ms_,
+                     config.qos.inactive_step.mode == qos::InactivePacing::Mode::kAuto ? "auto" : "set", smallest);
+      if (smallest > 0 && g->inactive_step_ms_ * g->controller_->MaxUpgradeCost() >= config.qos.upgrade_below * smallest) {
+        FERRY_LOG_WARN("model '{}': qos.inactive_step_ms ({} ms) is so close to the TPOT target ({} ms) that a paced "
+                       "tier's TPOT pressure may keep the group from moving back up",
+                       config.name, g->inactive_step_ms_, smallest);
+      }
+    }
+    g->paced_seconds_.assign(g->variants_.size(), 0.0);
+    g->paced_waits_.assign(g->variants_.size(), 0);
+  }
   g->PublishGauges();
+  g->ApplyPacing();
   g->StartThreads();
   std::string ladder;
   for (const VariantConfig& v : config.variants) ladder += (ladder.empty() ? "" : " > ") + v.name;
@@ -398,7 +417,61 @@ void VariantGroup::TickLoop() {
     Publish(controller_->Tick(now));
     PublishGauges();
     MoveWaiting();
+    ApplyPacing();
   }
+}
+
+std::vector<double> VariantGroup::TpotTargetsMs() const {
+  std::vector<double> targets;
+  if (config_.qos.slo.tpot_ms) targets.push_back(*config_.qos.slo.tpot_ms);
+  for (const auto& [tier, priority] : server_.tiers) {
+    const qos::TierRule rule = ResolveTierRule(server_, config_, tier);
+    if (rule.slo.tpot_ms) targets.push_back(*rule.slo.tpot_ms);
+  }
+  return targets;
+}
+
+void VariantGroup::ApplyPacing() {
+  if (!decoder_) return;  // encoder batches are formed per variant and start at once
+  std::lock_guard<std::mutex> lock(pacing_mu_);
+  const int active = controller_->active();
+  std::vector<bool> steered(variants_.size(), false);
+  steered[static_cast<size_t>(active)] = true;
+  const std::map<std::string, int>& floors = controller_->options().floors;
+  for (const auto& [tier, priority] : server_.tiers) {
+    auto floor = floors.find(tier);
+    if (floor != floors.end() && floor->second < active) continue;  // its floor, not the controller, decides
+    if (const std::optional<int> to = controller_->Route(tier)) steered[static_cast<size_t>(*to)] = true;
+  }
+  const auto pace = std::chrono::microseconds(static_cast<int64_t>(inactive_step_ms_ * 1000 + 0.5));
+  std::vector<qos::DecisionRecord> records;
+  for (int i = 0; i < size(); ++i) {
+    sched::ContinuousBatcher& b = *variant(i).decoder();
+    const std::string& v = config_.variants[static_cast<size_t>(i)].name;
+    const auto want = steered[static_cast<size_t>(i)] ? std::chrono::microseconds(0) : pace;
+    if (want != b.step_pacing()) {
+      b.SetStepPacing(want);
+      const std::string reason =
+          want.count() > 0
+              ? "steps at most every " + Fixed(inactive_step_ms_, 1) + " ms while only floor traffic and draining "
+                "sequences run there ('" + controller_->variant_name(active) + "' is active)"
+              : "unpaced: new requests are steered here";
+      records.push_back(controller_->Note("pacing", i, want.count() > 0 ? "paced" : "unpaced", reason,
+                                          qos::Now::Current()));
+    }
+    qos_metrics_->step_pacing_ms.WithLabels({config_.name, v}).Set(static_cast<double>(want.count()) / 1000.0);
+    const sched::BatcherSnapshot snap = b.Snapshot();
+    const size_t k = static_cast<size_t>(i);
+    if (snap.paced_waits > paced_waits_[k]) {
+      qos_metrics_->paced_waits.WithLabels({config_.name, v}).Inc(static_cast<double>(snap.paced_waits - paced_waits_[k]));
+      paced_waits_[k] = snap.paced_waits;
+    }
+    if (snap.paced_seconds > paced_seconds_[k]) {
+      qos_metrics_->paced_seconds.WithLabels({config_.name, v}).Inc(snap.paced_seconds - paced_seconds_[k]);
+      paced_seconds_[k] = snap.paced_seconds;
+    }
+  }
+  Publish(records);
 }
 
 void VariantGroup::MoveWaiting() {
@@ -574,7 +647,8 @@ json VariantGroup::BatchersJson() const {
       const sched::BatcherSnapshot s = m.decoder()->Snapshot();
       v["batcher"] = {{"running", s.running}, {"waiting", s.waiting}, {"waiting_tokens", s.waiting_tokens},
                       {"kv_free_blocks", s.kv_free_blocks}, {"kv_blocks", s.kv_blocks}, {"steps", s.steps},
-                      {"preemptions", s.preemptions}};
+                      {"preemptions", s.preemptions}, {"step_pacing_ms", static_cast<double>(s.step_pacing_us) / 1000.0},
+                      {"paced_waits", s.paced_waits}};
     } else {
       const sched::DynamicBatcherStats s = m.encoder()->Stats();
       v["batcher"] = {{"queued", s.queued_total}, {"batches", s.batches_run}, {"items", s.items_run}};
@@ -592,6 +666,12 @@ json VariantGroup::QosJson() const {
     const ModelConfig& mc = config_.variants[static_cast<size_t>(i)].model;
     v["path"] = mc.path;
     v["device"] = mc.device.ToString();
+    if (decoder_) {
+      const sched::BatcherSnapshot b = variant(i).decoder()->Snapshot();
+      v["step_pacing_ms"] = static_cast<double>(b.step_pacing_us) / 1000.0;
+      v["paced_waits"] = b.paced_waits;
+      v["paced_seconds"] = b.paced_seconds;
+    }
     const CanaryResult& c = canary_results_[static_cast<size_t>(i)];
     if (c.unix_ms != 0) {
       v["canary"] = {{"checked", c.checked}, {"passed", c.passed}, {"score", c.score}, {"unix_ms", c.unix_ms},
@@ -599,6 +679,7 @@ json VariantGroup::QosJson() const {
     }
   }
   j["kind"] = decoder_ ? "decoder" : "encoder";
+  if (decoder_) j["inactive_step_ms"] = inactive_step_ms_;
   return j;
 }
 
@@ -629,6 +710,7 @@ Result<json> VariantGroup::Admin(const json& body) {
     Publish(*r);
   }
   PublishGauges();
+  ApplyPacing();
   return QosJson();
 }
 

@@ -99,6 +99,13 @@ class VariantGroup {
   // After the controller's routes change (a switch, a pin, a rollback): moves the requests
   // still waiting for their first step in a variant their tier no longer routes to.
   void MoveWaiting();
+  // Step pacing (qos.inactive_step_ms): none for the variants new requests are steered to
+  // (the active one, or where an unhealthy active one's traffic goes), the group's inactive
+  // pace for the others (tier-floor traffic, sequences draining after a switch). Logs and
+  // records each change; publishes the pacing gauges and paced-wait counters.
+  void ApplyPacing();
+  // The TPOT targets set in the config: the group's slo.tpot_ms and every tier's own.
+  std::vector<double> TpotTargetsMs() const;
   void OnEncoderItem(int variant, const EncoderItemReport& r);
 
   ServerConfig server_;  // tiers and their rules
@@ -124,6 +131,10 @@ class VariantGroup {
   std::condition_variable cv_;
   bool stop_ = false;  // GUARDED_BY(mu_)
   std::map<std::string, std::optional<int>> last_routes_;  // ticker thread only: tier -> variant
+  double inactive_step_ms_ = 0;  // resolved at Create (after the probe); 0 = off
+  std::mutex pacing_mu_;         // ApplyPacing runs on the ticker and admin threads
+  std::vector<double> paced_seconds_;  // GUARDED_BY(pacing_mu_): per variant, last published
+  std::vector<uint64_t> paced_waits_;  // GUARDED_BY(pacing_mu_)
   std::thread ticker_;
   std::thread canary_;
 };

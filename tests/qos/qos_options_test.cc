@@ -31,6 +31,8 @@ TEST(QosOptionsTest, RejectsThresholdsWithoutHysteresisAndBadRanges) {
       {"agreement", [](QosOptions& o) { o.rollback.canary_min_agreement = 1.5; }, "canary_min_agreement"},
       {"slo", [](QosOptions& o) { o.slo.ttft_ms = -5; }, "slo.ttft_ms"},
       {"tier slo", [](QosOptions& o) { o.tiers["gold"].slo.tpot_ms = 0; }, "tiers.gold.slo.tpot_ms"},
+      {"pace", [](QosOptions& o) { o.inactive_step = {InactivePacing::Mode::kFixed, 0}; }, "inactive_step_ms"},
+      {"long pace", [](QosOptions& o) { o.inactive_step = {InactivePacing::Mode::kFixed, 60000}; }, "inactive_step_ms"},
   };
   for (const Case& c : cases) {
     QosOptions o;
@@ -68,6 +70,26 @@ TEST(QosOptionsTest, SignalNamesRoundTrip) {
     EXPECT_EQ(*back, s);
   }
   EXPECT_FALSE(ParseSignal("latency").ok());
+}
+
+// The pacing of the variants not active: auto is 0.3 of the smallest TPOT target set in the
+// config, lowered only where a rung's cost would project that past 3/4 of upgrade_below.
+TEST(QosOptionsTest, InactiveStepAutoOffAndFixed) {
+  QosOptions o;
+  EXPECT_EQ(o.inactive_step.mode, InactivePacing::Mode::kAuto);
+  EXPECT_DOUBLE_EQ(InactiveStepMs(o, {100, 40}, 1.0), 12.0);
+  EXPECT_DOUBLE_EQ(InactiveStepMs(o, {40}, 1.6), 12.0);  // 0.3 * 1.6 = 0.48 <= 0.75 * 0.70
+  EXPECT_DOUBLE_EQ(InactiveStepMs(o, {40}, 0.5), 12.0);  // a cost below 1 projects nothing
+  EXPECT_DOUBLE_EQ(InactiveStepMs(o, {40}, 2.5), 40 * 0.75 * 0.70 / 2.5);
+  EXPECT_EQ(InactiveStepMs(o, {}, 1.0), 0.0);  // no TPOT target: off
+  o.upgrade_below = 0.3;
+  EXPECT_DOUBLE_EQ(InactiveStepMs(o, {100}, 1.0), 100 * 0.75 * 0.3);
+  o.inactive_step = {InactivePacing::Mode::kOff, 0};
+  EXPECT_EQ(InactiveStepMs(o, {40}, 1.0), 0.0);
+  o.inactive_step = {InactivePacing::Mode::kFixed, 7.5};
+  EXPECT_TRUE(o.Validate().ok());
+  EXPECT_EQ(InactiveStepMs(o, {40}, 3.0), 7.5);
+  EXPECT_EQ(InactiveStepMs(o, {}, 1.0), 7.5);
 }
 
 }  // namespace

@@ -652,5 +652,157 @@ TEST_F(ContinuousBatcherTest, ReportsEachRequestsQueueWaitFirstTokenGapsAndOutco
   EXPECT_GT(calls, 0);
 }
 
+// Polls `done` until it holds or `timeout` passes.
+bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (!done()) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+// Step pacing: records when each step starts (the step function's call).
+struct StepTimes {
+  std::mutex mu;
+  std::vector<Clock::time_point> starts;
+  void Record() {
+    std::lock_guard<std::mutex> lock(mu);
+    starts.push_back(Clock::now());
+  }
+  std::vector<Clock::time_point> Get() {
+    std::lock_guard<std::mutex> lock(mu);
+    return starts;
+  }
+};
+
+TEST_F(ContinuousBatcherTest, StepPacingSpacesTheStepsOfRunningSequences) {
+  auto runner = MakeRunner(2, 128);
+  auto batcher = MakeBatcher(*runner, 2, 64);
+  ContinuousBatcher& b = *batcher;
+  StepTimes times;
+  b.SetStepFunction([&](const std::vector<engine::SeqStep>& s) {
+    times.Record();
+    return runner->executor().Step(s);
+  });
+  EXPECT_EQ(b.step_pacing(), 0us);
+  b.SetStepPacing(300ms);
+  EXPECT_EQ(b.step_pacing(), 300ms);
+  ASSERT_TRUE(b.Start().ok());
+  Collector c;
+  GenerationRequest r = Greedy(Prompts(1)[0], 5, c);
+  r.ignore_eos = true;
+  ASSERT_TRUE(b.Submit(std::move(r)).ok());
+  ASSERT_TRUE(c.Wait());
+  EXPECT_EQ(c.tokens.size(), 5u);
+  const std::vector<Clock::time_point> starts = times.Get();
+  ASSERT_EQ(starts.size(), 5u);  // the prompt in one step, then four decode steps
+  for (size_t i = 1; i < starts.size(); ++i) {
+    // The loop times a step from just before it plans it; the step function is called a
+    // moment later, so allow the planning's jitter (well under a millisecond).
+    EXPECT_GE(starts[i] - starts[i - 1], 299ms) << "step " << i;
+  }
+  const BatcherSnapshot snap = b.Snapshot();
+  EXPECT_EQ(snap.step_pacing_us, 300000);
+  // A wait after each decode step but the last, unless a step outlasted the pace itself.
+  EXPECT_GE(snap.paced_waits, 1u);
+  EXPECT_LE(snap.paced_waits, 4u);
+  EXPECT_GT(snap.paced_seconds, 0.0);
+  b.Stop(1s);
+}
+
+// An arrival during a paced wait is stepped at once (its time to first token is not paced);
+// pacing 0 then restores back-to-back steps.
+TEST_F(ContinuousBatcherTest, ArrivalDuringAPacedWaitIsSteppedAtOnceAndPacingZeroEndsThePacing) {
+  auto runner = MakeRunner(4, 256);
+  auto batcher = MakeBatcher(*runner, 4, 64);
+  ContinuousBatcher& b = *batcher;
+  b.SetStepPacing(10s);
+  ASSERT_TRUE(b.Start().ok());
+  const auto prompts = Prompts(2);
+  Collector first, second;
+  GenerationRequest r1 = Greedy(prompts[0], 20, first);
+  r1.ignore_eos = true;
+  ASSERT_TRUE(b.Submit(std::move(r1)).ok());
+  // The loop is in a 10 s wait after the first step (a wait is counted as it starts).
+  ASSERT_TRUE(WaitUntil([&] { return b.Snapshot().paced_waits >= 1; }, 5s));
+  {
+    std::lock_guard<std::mutex> lock(first.mu);
+    EXPECT_EQ(first.tokens.size(), 1u);
+  }
+  const auto submitted = Clock::now();
+  GenerationRequest r2 = Greedy(prompts[1], 20, second);
+  r2.ignore_eos = true;
+  ASSERT_TRUE(b.Submit(std::move(r2)).ok());
+  {
+    std::unique_lock<std::mutex> lock(second.mu);
+    ASSERT_TRUE(second.cv.wait_for(lock, 5s, [&] { return second.tokens.size() >= 1; }))
+        << "the arrival waited for the paced interval";
+  }
+  EXPECT_LT(Clock::now() - submitted, 5s);
+  // Both decoding now: the next wait starts.
+  ASSERT_TRUE(WaitUntil([&] { return b.Snapshot().paced_waits >= 2; }, 5s));
+  {
+    std::lock_guard<std::mutex> lock(first.mu);
+    EXPECT_EQ(first.tokens.size(), 2u);  // the arrival's step was its second
+  }
+  const uint64_t paced_before = b.Snapshot().paced_waits;
+  EXPECT_EQ(paced_before, 2u);
+  // Off: the rest runs back to back (36-odd steps that would take minutes paced), and no
+  // further paced wait is made.
+  b.SetStepPacing(0us);
+  EXPECT_EQ(b.step_pacing(), 0us);
+  {
+    std::unique_lock<std::mutex> lock(first.mu);
+    ASSERT_TRUE(first.cv.wait_for(lock, 5s, [&] { return first.finished; }));
+  }
+  {
+    std::unique_lock<std::mutex> lock(second.mu);
+    ASSERT_TRUE(second.cv.wait_for(lock, 5s, [&] { return second.finished; }));
+  }
+  EXPECT_EQ(first.tokens.size(), 20u);
+  EXPECT_EQ(second.tokens.size(), 20u);
+  const BatcherSnapshot snap = b.Snapshot();
+  EXPECT_EQ(snap.paced_waits, paced_before);
+  EXPECT_EQ(snap.step_pacing_us, 0);
+  b.Stop(1s);
+}
+
+// Pacing never holds a request past its deadline, and Stop ends a paced wait at once (the
+// drain then runs flat out).
+TEST_F(ContinuousBatcherTest, DeadlinesAndStopEndAPacedWait) {
+  auto runner = MakeRunner(2, 256);
+  auto batcher = MakeBatcher(*runner, 2, 64);
+  ContinuousBatcher& b = *batcher;
+  b.SetStepPacing(10s);
+  ASSERT_TRUE(b.Start().ok());
+  const auto prompts = Prompts(2);
+  Collector late;
+  GenerationRequest r = Greedy(prompts[0], 100, late);
+  r.ignore_eos = true;
+  r.deadline = Clock::now() + 500ms;
+  ASSERT_TRUE(b.Submit(std::move(r)).ok());
+  {
+    std::unique_lock<std::mutex> lock(late.mu);
+    ASSERT_TRUE(late.cv.wait_for(lock, 5s, [&] { return late.finished; })) << "the deadline waited for the pacing";
+  }
+  EXPECT_EQ(late.error.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(late.failure, "timeout");
+
+  Collector running;
+  GenerationRequest s = Greedy(prompts[1], 30, running);
+  s.ignore_eos = true;
+  ASSERT_TRUE(b.Submit(std::move(s)).ok());
+  {
+    std::unique_lock<std::mutex> lock(running.mu);
+    ASSERT_TRUE(running.cv.wait_for(lock, 5s, [&] { return running.tokens.size() >= 1; }));
+  }
+  auto stopped = std::async(std::launch::async, [&b] { b.Stop(30s); });
+  ASSERT_EQ(stopped.wait_for(5s), std::future_status::ready) << "Stop waited for the paced interval";
+  ASSERT_TRUE(running.Wait());
+  EXPECT_EQ(running.reason, FinishReason::kLength);  // drained, not cut off
+  EXPECT_EQ(running.tokens.size(), 30u);
+}
+
 }  // namespace
 }  // namespace ferry::sched

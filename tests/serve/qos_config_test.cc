@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 namespace ferry::serve {
 namespace {
 
@@ -117,6 +119,14 @@ TEST(QosConfigTest, Errors) {
        "models[0].qos.tiers.gold.min_variant: model 'm' has no variant 'c'"},
       {head + "  - name: m\n" + two + "    qos: {rollback: {error_rate: 2}}\n", "rollback.error_rate"},
       {head + "  - name: m\n" + two + "    qos: {slo: {ttft_ms: 0}}\n", "slo.ttft_ms"},
+      {head + "  - name: m\n" + two + "    qos: {inactive_step_ms: fast}\n",
+       "models[0].qos.inactive_step_ms: expected auto, off or a number of milliseconds, got 'fast'"},
+      {head + "  - name: m\n" + two + "    qos: {inactive_step_ms: 0}\n",
+       "models[0].qos.inactive_step_ms: must be auto, off, or a number of milliseconds in (0, 10000], got '0'"},
+      {head + "  - name: m\n" + two + "    qos: {inactive_step_ms: -5}\n", "models[0].qos.inactive_step_ms: must be"},
+      {head + "  - name: m\n" + two + "    qos: {inactive_step_ms: 20000}\n", "models[0].qos.inactive_step_ms: must be"},
+      {head + "  - name: m\n" + two + "    qos: {inactive_step_ms: [5]}\n",
+       "models[0].qos.inactive_step_ms: expected auto, off or a number"},
       {"auth: {mode: none}\ntiers: {gold: {priority: 1, min_variant: z}}\nmodels:\n  - name: m\n" + two,
        "tiers.gold.min_variant: model 'm' (models[0]) has no variant 'z'"},
       {"auth: {mode: none}\ntiers: {gold: {min_variant: a}}\nmodels:\n  - name: m\n" + two,
@@ -140,6 +150,22 @@ TEST(QosConfigTest, AGroupsOwnTierRuleOverridesAGlobalFloorItLacks) {
   Result<ServerConfig> c = ParseServerConfig(yaml);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(ResolveTierRule(*c, c->models[0], "gold").min_variant, "fp32");
+}
+
+TEST(QosConfigTest, InactiveStepMsIsAutoOffOrMilliseconds) {
+  using Mode = qos::InactivePacing::Mode;
+  Result<ServerConfig> c = ParseServerConfig(kGroup);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->models[0].qos.inactive_step.mode, Mode::kAuto);  // the default
+  const std::string head = "auth: {mode: none}\ntiers: {gold: 1}\nmodels:\n  - name: m\n"
+                           "    variants:\n      - {name: a, path: /a}\n      - {name: b, path: /b}\n";
+  for (const auto& [text, mode, ms] : {std::tuple{"auto", Mode::kAuto, 0.0}, std::tuple{"off", Mode::kOff, 0.0},
+                                       std::tuple{"12.5", Mode::kFixed, 12.5}, std::tuple{"40", Mode::kFixed, 40.0}}) {
+    Result<ServerConfig> r = ParseServerConfig(head + "    qos: {inactive_step_ms: " + text + "}\n");
+    ASSERT_TRUE(r.ok()) << text << ": " << r.status().ToString();
+    EXPECT_EQ(r->models[0].qos.inactive_step.mode, mode) << text;
+    EXPECT_EQ(r->models[0].qos.inactive_step.ms, ms) << text;
+  }
 }
 
 TEST(QosConfigTest, TheExampleConfigParses) {

@@ -354,6 +354,9 @@ TEST_F(QosServerTest, EncoderGroupsRouteWholeRequestsPerTier) {
   EXPECT_EQ(g.headers["x-ferry-variant"], "f32");  // the group's own floor for gold
   const json qos = PostJson(port(), "/admin/qos/cls", {{"pin", "auto"}}, kAdmin).Json();
   EXPECT_EQ(qos["kind"], "encoder");
+  // No step pacing: an encoder variant's batches start at once and are its own.
+  EXPECT_FALSE(qos.contains("inactive_step_ms"));
+  EXPECT_FALSE(qos["variants"][1].contains("step_pacing_ms"));
   EXPECT_TRUE(qos["variants"][1]["canary"]["passed"].get<bool>()) << qos["variants"][1].dump();
   EXPECT_TRUE(WaitForActive(port(), "cls", "f32", 30s));
 }
@@ -435,6 +438,105 @@ TEST(QosRollbackTest, AVariantThatProducesNaNIsLeftUntilAnAdministratorClearsIt)
   HttpReply cleared = PostJson(port, "/admin/qos/kjv", {{"clear", "broken"}}, kAdmin);
   ASSERT_EQ(cleared.status, 200);
   EXPECT_TRUE(cleared.Json()["variants"][1]["healthy"].get<bool>());
+}
+
+// Polls GET /admin/qos/kjv until variant `index` is paced to `ms` (0 = unpaced).
+bool WaitForPacing(int port, int index, double ms, std::chrono::seconds within) {
+  const auto deadline = std::chrono::steady_clock::now() + within;
+  while (std::chrono::steady_clock::now() < deadline) {
+    HttpReply r = testing::Http(port, "GET", "/admin/qos/kjv", "", kAdmin);
+    if (r.status == 200 && r.Json()["variants"][static_cast<size_t>(index)]["step_pacing_ms"] == ms) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return false;
+}
+
+// Step pacing of the variants new requests are not steered to: with the group on its bottom
+// variant, the top one serves only the gold floor and steps at most every 0.3 x the smallest
+// TPOT target; back on the top, the top is unpaced and the bottom (draining only) paced.
+// Both variants are the demo checkpoint: what is tested is the routing of the pacing.
+TEST(QosPacingTest, TheVariantsNotSteeredToArePacedAndTheActiveOneIsNot) {
+  const std::string root = ferry::testing::SourcePath("");
+  std::unique_ptr<Server> server = StartServer(
+      kHead +
+      "models:\n"
+      "  - name: kjv\n    threads: 2\n    batching: {max_num_seqs: 4, max_num_batched_tokens: 64, max_seq_len: 128}\n"
+      "    qos: {window_s: 1, min_dwell_s: 1, tick_ms: 50, project_upgrade: false, signals: [queue_wait], "
+      "slo: {tpot_ms: 1000}, tiers: {gold: {slo: {tpot_ms: 400}}}}\n"
+      "    variants:\n"
+      "      - {name: bf16, path: " + root + "/models/demo/kjv-decoder}\n"
+      "      - {name: lite, path: " + root + "/models/demo/kjv-decoder}\n"
+      "log: {level: error, request_log: false}\n");
+  ASSERT_NE(server, nullptr);
+  const int port = server->port();
+  json qos = testing::Http(port, "GET", "/admin/qos/kjv", "", kAdmin).Json();
+  EXPECT_DOUBLE_EQ(qos["inactive_step_ms"].get<double>(), 120.0);  // auto: 0.3 x gold's 400 ms
+  EXPECT_EQ(qos["active"], "bf16");
+  EXPECT_EQ(qos["variants"][0]["step_pacing_ms"], 0.0);
+  EXPECT_EQ(qos["variants"][1]["step_pacing_ms"], 120.0);  // nothing is steered to it
+
+  // Pinned to the bottom: gold's floor keeps it on bf16, which is now paced; lite is not.
+  HttpReply pin = PostJson(port, "/admin/qos/kjv", {{"pin", "lite"}}, kAdmin);
+  ASSERT_EQ(pin.status, 200) << pin.body;
+  EXPECT_EQ(pin.Json()["variants"][0]["step_pacing_ms"], 120.0);
+  EXPECT_EQ(pin.Json()["variants"][1]["step_pacing_ms"], 0.0);
+  json gold = Completion("In the beginning", 6);
+  gold["ignore_eos"] = true;
+  HttpReply g = PostJson(port, "/v1/completions", gold, kGold);
+  ASSERT_EQ(g.status, 200) << g.body;
+  EXPECT_EQ(g.headers["x-ferry-variant"], "bf16");
+  EXPECT_EQ(g.Json()["usage"]["completion_tokens"], 6);
+  HttpReply s = PostJson(port, "/v1/completions", gold, kSilver);
+  ASSERT_EQ(s.status, 200) << s.body;
+  EXPECT_EQ(s.headers["x-ferry-variant"], "lite");
+  qos = testing::Http(port, "GET", "/admin/qos/kjv", "", kAdmin).Json();
+  // A wait after each of the first 5 steps, unless the step itself outlasted the pace (a
+  // loaded machine): at least one, at most 5.
+  const int paced = qos["variants"][0]["paced_waits"].get<int>();
+  EXPECT_GE(paced, 1) << qos["variants"][0].dump();
+  EXPECT_LE(paced, 5) << qos["variants"][0].dump();
+  EXPECT_EQ(qos["variants"][1]["paced_waits"], 0);
+  bool logged = false;
+  for (const json& d : qos["decisions"]) {
+    logged = logged || (d["kind"] == "pacing" && d["code"] == "paced" && d["from"] == "bf16");
+  }
+  EXPECT_TRUE(logged) << qos["decisions"].dump();
+  std::string metrics = testing::Http(port, "GET", "/metrics").body;
+  EXPECT_NE(metrics.find("ferry:qos_step_pacing_ms{model_name=\"kjv\",variant=\"bf16\"} 120"), std::string::npos);
+  EXPECT_NE(metrics.find("ferry:qos_step_pacing_ms{model_name=\"kjv\",variant=\"lite\"} 0"), std::string::npos);
+
+  // Back to the controller: it returns to the top (no pressure), whose pacing is cleared.
+  ASSERT_EQ(PostJson(port, "/admin/qos/kjv", {{"pin", "auto"}}, kAdmin).status, 200);
+  ASSERT_TRUE(WaitForActive(port, "kjv", "bf16", 30s));
+  ASSERT_TRUE(WaitForPacing(port, 0, 0.0, 10s));
+  ASSERT_TRUE(WaitForPacing(port, 1, 120.0, 10s));
+  metrics = testing::Http(port, "GET", "/metrics").body;
+  EXPECT_NE(metrics.find("ferry:qos_step_pacing_ms{model_name=\"kjv\",variant=\"bf16\"} 0"), std::string::npos);
+  EXPECT_NE(metrics.find("ferry:qos_paced_waits_total{model_name=\"kjv\",variant=\"bf16\"} " + std::to_string(paced)),
+            std::string::npos);
+}
+
+// qos.inactive_step_ms: off, and auto without any TPOT target, leave every variant unpaced.
+TEST(QosPacingTest, OffOrNoTpotTargetLeavesEveryVariantUnpaced) {
+  const std::string root = ferry::testing::SourcePath("");
+  for (const std::string qos_keys : {"inactive_step_ms: off, slo: {tpot_ms: 100}", "slo: {ttft_ms: 500}"}) {
+    std::unique_ptr<Server> server = StartServer(
+        kHead +
+        "models:\n"
+        "  - name: kjv\n    threads: 2\n    batching: {max_num_seqs: 2, max_num_batched_tokens: 64, max_seq_len: 64}\n"
+        "    qos: {project_upgrade: false, " + qos_keys + "}\n"
+        "    variants:\n"
+        "      - {name: bf16, path: " + root + "/models/demo/kjv-decoder}\n"
+        "      - {name: lite, path: " + root + "/models/demo/kjv-decoder}\n"
+        "log: {level: error, request_log: false}\n");
+    ASSERT_NE(server, nullptr) << qos_keys;
+    const int port = server->port();
+    HttpReply pin = PostJson(port, "/admin/qos/kjv", {{"pin", "lite"}}, kAdmin);
+    ASSERT_EQ(pin.status, 200) << pin.body;
+    EXPECT_EQ(pin.Json()["inactive_step_ms"], 0.0) << qos_keys;
+    EXPECT_EQ(pin.Json()["variants"][0]["step_pacing_ms"], 0.0) << qos_keys;
+    EXPECT_EQ(pin.Json()["variants"][1]["step_pacing_ms"], 0.0) << qos_keys;
+  }
 }
 
 TEST(QosMemoryTest, AGroupThatCannotFitIsRefusedNamingTheSizes) {
