@@ -63,7 +63,7 @@ struct InactivePacing {
 // kAuto's interval as a fraction of the smallest TPOT target: a paced tier's TPOT pressure is
 // then about this, which a move up projects (times the rung's measured cost) against
 // upgrade_below.
-inline constexpr double kAutoPaceFraction = 0.3;
+inline constexpr double kAutoPaceFraction = 0.5;
 // ... lowered where a ladder's rung is so much cheaper than the one above that even that
 // projection would pass this share of upgrade_below.
 inline constexpr double kPaceProjectedShare = 0.75;

@@ -72,14 +72,14 @@ TEST(QosOptionsTest, SignalNamesRoundTrip) {
   EXPECT_FALSE(ParseSignal("latency").ok());
 }
 
-// The pacing of the variants not active: auto is 0.3 of the smallest TPOT target set in the
+// The pacing of the variants not active: auto is 0.5 of the smallest TPOT target set in the
 // config, lowered only where a rung's cost would project that past 3/4 of upgrade_below.
 TEST(QosOptionsTest, InactiveStepAutoOffAndFixed) {
   QosOptions o;
   EXPECT_EQ(o.inactive_step.mode, InactivePacing::Mode::kAuto);
-  EXPECT_DOUBLE_EQ(InactiveStepMs(o, {100, 40}, 1.0), 12.0);
-  EXPECT_DOUBLE_EQ(InactiveStepMs(o, {40}, 1.6), 12.0);  // 0.3 * 1.6 = 0.48 <= 0.75 * 0.70
-  EXPECT_DOUBLE_EQ(InactiveStepMs(o, {40}, 0.5), 12.0);  // a cost below 1 projects nothing
+  EXPECT_DOUBLE_EQ(InactiveStepMs(o, {100, 40}, 1.0), 20.0);
+  EXPECT_DOUBLE_EQ(InactiveStepMs(o, {40}, 1.6), 40 * 0.75 * 0.70 / 1.6);  // 0.5 * 1.6 = 0.8 > 0.75 * 0.70: lowered
+  EXPECT_DOUBLE_EQ(InactiveStepMs(o, {40}, 0.5), 20.0);  // a cost below 1 projects nothing
   EXPECT_DOUBLE_EQ(InactiveStepMs(o, {40}, 2.5), 40 * 0.75 * 0.70 / 2.5);
   EXPECT_EQ(InactiveStepMs(o, {}, 1.0), 0.0);  // no TPOT target: off
   o.upgrade_below = 0.3;

@@ -452,7 +452,7 @@ bool WaitForPacing(int port, int index, double ms, std::chrono::seconds within) 
 }
 
 // Step pacing of the variants new requests are not steered to: with the group on its bottom
-// variant, the top one serves only the gold floor and steps at most every 0.3 x the smallest
+// variant, the top one serves only the gold floor and steps at most every 0.5 x the smallest
 // TPOT target; back on the top, the top is unpaced and the bottom (draining only) paced.
 // Both variants are the demo checkpoint: what is tested is the routing of the pacing.
 TEST(QosPacingTest, TheVariantsNotSteeredToArePacedAndTheActiveOneIsNot) {
@@ -470,15 +470,15 @@ TEST(QosPacingTest, TheVariantsNotSteeredToArePacedAndTheActiveOneIsNot) {
   ASSERT_NE(server, nullptr);
   const int port = server->port();
   json qos = testing::Http(port, "GET", "/admin/qos/kjv", "", kAdmin).Json();
-  EXPECT_DOUBLE_EQ(qos["inactive_step_ms"].get<double>(), 120.0);  // auto: 0.3 x gold's 400 ms
+  EXPECT_DOUBLE_EQ(qos["inactive_step_ms"].get<double>(), 200.0);  // auto: 0.5 x gold's 400 ms
   EXPECT_EQ(qos["active"], "bf16");
   EXPECT_EQ(qos["variants"][0]["step_pacing_ms"], 0.0);
-  EXPECT_EQ(qos["variants"][1]["step_pacing_ms"], 120.0);  // nothing is steered to it
+  EXPECT_EQ(qos["variants"][1]["step_pacing_ms"], 200.0);  // nothing is steered to it
 
   // Pinned to the bottom: gold's floor keeps it on bf16, which is now paced; lite is not.
   HttpReply pin = PostJson(port, "/admin/qos/kjv", {{"pin", "lite"}}, kAdmin);
   ASSERT_EQ(pin.status, 200) << pin.body;
-  EXPECT_EQ(pin.Json()["variants"][0]["step_pacing_ms"], 120.0);
+  EXPECT_EQ(pin.Json()["variants"][0]["step_pacing_ms"], 200.0);
   EXPECT_EQ(pin.Json()["variants"][1]["step_pacing_ms"], 0.0);
   json gold = Completion("In the beginning", 6);
   gold["ignore_eos"] = true;
@@ -502,14 +502,14 @@ TEST(QosPacingTest, TheVariantsNotSteeredToArePacedAndTheActiveOneIsNot) {
   }
   EXPECT_TRUE(logged) << qos["decisions"].dump();
   std::string metrics = testing::Http(port, "GET", "/metrics").body;
-  EXPECT_NE(metrics.find("ferry:qos_step_pacing_ms{model_name=\"kjv\",variant=\"bf16\"} 120"), std::string::npos);
+  EXPECT_NE(metrics.find("ferry:qos_step_pacing_ms{model_name=\"kjv\",variant=\"bf16\"} 200"), std::string::npos);
   EXPECT_NE(metrics.find("ferry:qos_step_pacing_ms{model_name=\"kjv\",variant=\"lite\"} 0"), std::string::npos);
 
   // Back to the controller: it returns to the top (no pressure), whose pacing is cleared.
   ASSERT_EQ(PostJson(port, "/admin/qos/kjv", {{"pin", "auto"}}, kAdmin).status, 200);
   ASSERT_TRUE(WaitForActive(port, "kjv", "bf16", 30s));
   ASSERT_TRUE(WaitForPacing(port, 0, 0.0, 10s));
-  ASSERT_TRUE(WaitForPacing(port, 1, 120.0, 10s));
+  ASSERT_TRUE(WaitForPacing(port, 1, 200.0, 10s));
   metrics = testing::Http(port, "GET", "/metrics").body;
   EXPECT_NE(metrics.find("ferry:qos_step_pacing_ms{model_name=\"kjv\",variant=\"bf16\"} 0"), std::string::npos);
   EXPECT_NE(metrics.find("ferry:qos_paced_waits_total{model_name=\"kjv\",variant=\"bf16\"} " + std::to_string(paced)),
