@@ -9,6 +9,7 @@ namespace ferry::backend {
 // The ops only some architectures need: a backend without them says so instead of running
 // a model wrongly.
 Status Backend::GeluTanhMul(const Tensor&, Tensor&) { return Unimplemented(Name() + " backend has no GeluTanhMul"); }
+Status Backend::GeluMul(const Tensor&, Tensor&) { return Unimplemented(Name() + " backend has no GeluMul"); }
 Status Backend::Scale(Tensor&, float) { return Unimplemented(Name() + " backend has no Scale"); }
 Status Backend::SoftCap(Tensor&, float) { return Unimplemented(Name() + " backend has no SoftCap"); }
 Status Backend::HeadRmsNorm(Tensor&, int64_t, int, int, const Tensor&, float) {

@@ -188,6 +188,8 @@ class Backend {
   virtual Status Tanh(Tensor& x) = 0;
   // out[M, I] = gelu_tanh(gate_up[:, :I]) * gate_up[:, I:] (GeGLU, tanh-approximated GELU).
   virtual Status GeluTanhMul(const Tensor& gate_up, Tensor& out);
+  // out[M, I] = gelu(gate_up[:, :I]) * gate_up[:, I:] (GeGLU, exact erf GELU: ModernBERT).
+  virtual Status GeluMul(const Tensor& gate_up, Tensor& out);
   // In place x *= s.
   virtual Status Scale(Tensor& x, float s);
   // In place x = cap * tanh(x / cap).

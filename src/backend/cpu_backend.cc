@@ -137,6 +137,7 @@ Status CpuBackend::SiluMul(const Tensor& gate_up, Tensor& out) { return cpu::Sil
 Status CpuBackend::Gelu(Tensor& x) { return cpu::Gelu(x); }
 Status CpuBackend::Tanh(Tensor& x) { return cpu::Tanh(x); }
 Status CpuBackend::GeluTanhMul(const Tensor& gate_up, Tensor& out) { return cpu::GeluTanhMul(gate_up, out); }
+Status CpuBackend::GeluMul(const Tensor& gate_up, Tensor& out) { return cpu::GeluMul(gate_up, out); }
 Status CpuBackend::Scale(Tensor& x, float s) { return cpu::Scale(x, s); }
 Status CpuBackend::SoftCap(Tensor& x, float cap) { return cpu::SoftCap(x, cap); }
 Status CpuBackend::HeadRmsNorm(Tensor& x, int64_t col_begin, int heads, int head_dim, const Tensor& gamma,

@@ -61,6 +61,7 @@ class CpuBackend final : public Backend {
   Status Gelu(Tensor& x) override;
   Status Tanh(Tensor& x) override;
   Status GeluTanhMul(const Tensor& gate_up, Tensor& out) override;
+  Status GeluMul(const Tensor& gate_up, Tensor& out) override;
   Status Scale(Tensor& x, float s) override;
   Status SoftCap(Tensor& x, float cap) override;
   Status HeadRmsNorm(Tensor& x, int64_t col_begin, int heads, int head_dim, const Tensor& gamma,

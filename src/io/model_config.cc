@@ -16,7 +16,8 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr const char* kSupported = "llama, mistral, qwen2, qwen3, gemma2, phi3, bert, roberta, xlm-roberta";
+constexpr const char* kSupported =
+    "llama, mistral, qwen2, qwen3, gemma2, phi3, bert, roberta, xlm-roberta, modernbert";
 
 // Typed, checked access to the fields of one JSON object. Absent and null fields read as
 // "not set", as transformers treats them; a field of the wrong type is an error naming
@@ -138,8 +139,10 @@ Result<ModelFamily> FamilyOf(const std::string& model_type) {
       model_type == "gemma2" || model_type == "phi3") {
     return ModelFamily::kDecoder;
   }
-  if (model_type == "bert" || model_type == "roberta" || model_type == "xlm-roberta") return ModelFamily::kEncoder;
-  if (model_type == "modernbert" || model_type == "gemma" || model_type == "gemma3" || model_type == "gemma3_text") {
+  if (model_type == "bert" || model_type == "roberta" || model_type == "xlm-roberta" || model_type == "modernbert") {
+    return ModelFamily::kEncoder;
+  }
+  if (model_type == "gemma" || model_type == "gemma3" || model_type == "gemma3_text") {
     return Unimplemented("model type '" + model_type + "' is not implemented yet (supported: " + kSupported + ")");
   }
   return InvalidArgument("unsupported architecture '" + model_type + "' (supported: " + kSupported + ")");
@@ -425,7 +428,91 @@ Status ParseDecoder(const Fields& f, const json& root, ModelConfig* c) {
   return Status::Ok();
 }
 
+// One layer type's RoPE theta: transformers 5 nests them in rope_parameters by layer type
+// ({"full_attention": {"rope_theta": ...}, "sliding_attention": {...}}); older configs give
+// global_rope_theta / local_rope_theta.
+Result<float> ModernBertTheta(const Fields& f, const std::string& layer_type, const std::string& flat_key,
+                              float default_value) {
+  if (const json* params = f.Find("rope_parameters")) {
+    if (params->is_object() && params->contains(layer_type)) {
+      const json& p = (*params)[layer_type];
+      if (!p.is_object()) return InvalidArgument("field 'rope_parameters." + layer_type + "' must be an object");
+      const Fields pf(p, "rope_parameters." + layer_type + ".");
+      FERRY_ASSIGN_OR_RETURN(std::optional<std::string> type, pf.OptionalString("rope_type"));
+      if (type && *type != "default") {
+        return Unimplemented("ModernBERT rope_type '" + *type + "' is not supported (default)");
+      }
+      return pf.Float("rope_theta", default_value);
+    }
+  }
+  return f.Float(flat_key, default_value);
+}
+
+// ModernBERT: global attention every global_attn_every_n_layers-th layer (layer 0 first),
+// the others attend within local_attention / 2 positions on either side.
+Status ParseModernBert(const Fields& f, ModelConfig* c) {
+  FERRY_ASSIGN_OR_RETURN(c->max_position_embeddings, f.Int("max_position_embeddings", 8192));
+  FERRY_ASSIGN_OR_RETURN(c->layer_norm_eps, f.Float("norm_eps", 1e-5f));
+  FERRY_ASSIGN_OR_RETURN(c->norm_bias, f.Bool("norm_bias", false));
+  FERRY_ASSIGN_OR_RETURN(c->attention_bias, f.Bool("attention_bias", false));
+  FERRY_ASSIGN_OR_RETURN(c->mlp_bias, f.Bool("mlp_bias", false));
+  FERRY_ASSIGN_OR_RETURN(c->classifier_bias, f.Bool("classifier_bias", false));
+  FERRY_ASSIGN_OR_RETURN(c->tie_word_embeddings, f.Bool("tie_word_embeddings", true));
+  FERRY_ASSIGN_OR_RETURN(std::optional<std::string> act, f.OptionalString("hidden_activation"));
+  c->hidden_act = act.value_or("gelu");
+  FERRY_ASSIGN_OR_RETURN(std::optional<std::string> head_act, f.OptionalString("classifier_activation"));
+  c->classifier_activation = head_act.value_or("gelu");
+  FERRY_ASSIGN_OR_RETURN(std::optional<std::string> pooling, f.OptionalString("classifier_pooling"));
+  c->classifier_pooling = pooling.value_or("cls");
+  if (c->classifier_pooling != "cls" && c->classifier_pooling != "mean") {
+    return InvalidArgument("field 'classifier_pooling' must be \"cls\" or \"mean\", got \"" + c->classifier_pooling +
+                           "\"");
+  }
+  c->type_vocab_size = 0;  // token_type_ids are ignored
+  if (!(c->layer_norm_eps > 0.0f)) return InvalidArgument("field 'norm_eps' must be positive");
+
+  FERRY_ASSIGN_OR_RETURN(const int every, f.Int("global_attn_every_n_layers", 3));
+  FERRY_ASSIGN_OR_RETURN(const int local, f.Int("local_attention", 128));
+  if (every <= 0) return InvalidArgument("field 'global_attn_every_n_layers' must be positive");
+  if (local <= 1) return InvalidArgument("field 'local_attention' must be at least 2, got " + std::to_string(local));
+  FERRY_ASSIGN_OR_RETURN(const float global_theta,
+                         ModernBertTheta(f, "full_attention", "global_rope_theta", 160000.0f));
+  FERRY_ASSIGN_OR_RETURN(const float local_theta,
+                         ModernBertTheta(f, "sliding_attention", "local_rope_theta", 10000.0f));
+  if (!(global_theta > 0.0f) || !(local_theta > 0.0f)) return InvalidArgument("RoPE thetas must be positive");
+  c->rope_theta = global_theta;
+  std::vector<bool> global(static_cast<size_t>(c->num_layers));
+  for (int l = 0; l < c->num_layers; ++l) global[static_cast<size_t>(l)] = l % every == 0;
+  if (const json* types = f.Find("layer_types")) {
+    if (!types->is_array() || static_cast<int>(types->size()) != c->num_layers) {
+      return InvalidArgument("field 'layer_types' must be a list of " + std::to_string(c->num_layers) +
+                             " strings, got " + JsonSnippet(*types));
+    }
+    for (int l = 0; l < c->num_layers; ++l) {
+      const json& t = (*types)[static_cast<size_t>(l)];
+      const std::string name = t.is_string() ? t.get<std::string>() : std::string();
+      if (name != "full_attention" && name != "sliding_attention") {
+        return InvalidArgument("field 'layer_types' holds " + JsonSnippet(t) +
+                               " (full_attention or sliding_attention)");
+      }
+      global[static_cast<size_t>(l)] = name == "full_attention";
+    }
+  }
+  c->layer_windows.assign(static_cast<size_t>(c->num_layers), 0);
+  c->layer_rope_thetas.assign(static_cast<size_t>(c->num_layers), global_theta);
+  for (size_t l = 0; l < global.size(); ++l) {
+    if (global[l]) continue;
+    c->layer_windows[l] = local / 2;
+    c->layer_rope_thetas[l] = local_theta;
+  }
+  if (c->head_dim % 2 != 0) {
+    return InvalidArgument("head_dim " + std::to_string(c->head_dim) + " must be even for rotary embeddings");
+  }
+  return Status::Ok();
+}
+
 Status ParseEncoder(const Fields& f, ModelConfig* c) {
+  if (c->model_type == "modernbert") return ParseModernBert(f, c);
   FERRY_ASSIGN_OR_RETURN(c->max_position_embeddings, f.Int("max_position_embeddings", 512));
   FERRY_ASSIGN_OR_RETURN(c->layer_norm_eps, f.Float("layer_norm_eps", 1e-12f));
   FERRY_ASSIGN_OR_RETURN(c->type_vocab_size, f.Int("type_vocab_size", 2));

@@ -29,7 +29,8 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string model_type;    // "llama", "mistral", "qwen2", "qwen3", "gemma2", "phi3", "bert", "xlm-roberta", "roberta"
+  std::string model_type;    // "llama", "mistral", "qwen2", "qwen3", "gemma2", "phi3", "bert", "xlm-roberta",
+                             // "roberta", "modernbert"
   std::string architecture;  // architectures[0], e.g. "LlamaForCausalLM"
   ModelFamily family = ModelFamily::kDecoder;
 
@@ -53,6 +54,8 @@ struct ModelConfig {
   std::optional<int> sliding_window;  // the window of the layers that have one
   // Per layer: 0 for full attention, else the window: the query at position p sees keys at
   // positions (p - window, p] (transformers' sliding-window mask). Empty: every layer full.
+  // Encoders (bidirectional, ModernBERT's local layers): a half-width, keys at positions
+  // [p - window, p + window] (local_attention / 2).
   std::vector<int> layer_windows;
   // Architecture variants of the LLaMA block.
   bool qk_norm = false;                 // qwen3: RMSNorm over each head of q and k before RoPE
@@ -73,6 +76,16 @@ struct ModelConfig {
   int num_labels = 0;                   // id2label.size() (0: no classification head)
   // RoBERTa family: position ids start at padding_idx + 1 (pad_token_id + 1); 0 for BERT.
   int position_offset = 0;
+
+  // ModernBERT (model_type "modernbert"): RoPE instead of position tables, pre-LN blocks,
+  // GeGLU MLP, a prediction head (dense, classifier_activation, norm) before the classifier.
+  bool norm_bias = true;                 // LayerNorms have a beta (ModernBERT: norm_bias, default false)
+  bool classifier_bias = false;          // the prediction head's dense has a bias
+  std::string classifier_activation;     // the prediction head's activation ("gelu")
+  std::string classifier_pooling;        // sequence classifier input: "cls" (first row) or "mean"
+  // Per layer RoPE theta (ModernBERT: global_rope_theta on global layers, local_rope_theta on
+  // local ones); empty: rope_theta everywhere.
+  std::vector<float> layer_rope_thetas;
 
   std::string torch_dtype;  // "float32", "bfloat16", "float16" or empty
 };

@@ -25,8 +25,10 @@ struct AttentionParams {
   int head_dim = 0;
   float scale = 0.0f;    // usually 1/sqrt(head_dim)
   bool causal = true;
-  // Sliding window (causal only): the query at position p sees keys at (p - window, p];
-  // 0: no window.
+  // Sliding window; 0: no window. Causal: the query at position p sees keys at
+  // (p - window, p] (transformers' sliding-window mask). Bidirectional (causal false): a
+  // half-width, keys at [p - window, p + window] (ModernBERT's local attention with
+  // window = local_attention / 2).
   int window = 0;
   // Soft-capping of the scaled scores, softcap * tanh(score / softcap) before the softmax
   // (Gemma 2); 0: none.

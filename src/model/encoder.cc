@@ -35,6 +35,7 @@ Result<std::unique_ptr<EncoderModel>> EncoderModel::Load(const io::ModelConfig& 
   if (config.family != io::ModelFamily::kEncoder) {
     return InvalidArgument("model type '" + config.model_type + "' is not an encoder");
   }
+  if (config.model_type == "modernbert") return LoadModernBert(config, w, be, options);
   if (config.hidden_act != "gelu") {
     return Unimplemented("encoder activation '" + config.hidden_act + "' is not supported (only gelu)");
   }
@@ -104,6 +105,7 @@ Result<std::unique_ptr<EncoderModel>> EncoderModel::LoadPrepared(const io::Model
   if (config.family != io::ModelFamily::kEncoder) {
     return InvalidArgument("model type '" + config.model_type + "' is not an encoder");
   }
+  if (config.model_type == "modernbert") return LoadPreparedModernBert(config, w, be);
   std::unique_ptr<EncoderModel> m(new EncoderModel(config, be));
   const int64_t H = config.hidden_size, I = config.intermediate_size;
   auto linear = [&](const std::string& key, int64_t out, int64_t in) -> Result<backend::LinearWeight> {
@@ -156,6 +158,7 @@ Result<std::unique_ptr<EncoderModel>> EncoderModel::LoadPrepared(const io::Model
 }
 
 Status EncoderModel::Visit(const WeightVisitor& v) const {
+  if (modern()) return VisitModernBert(v);
   FERRY_RETURN_IF_ERROR(v.tensor("word_emb", word_));
   FERRY_RETURN_IF_ERROR(v.tensor("pos_emb", position_));
   if (token_type_.defined()) FERRY_RETURN_IF_ERROR(v.tensor("type_emb", token_type_));
@@ -185,6 +188,7 @@ Status EncoderModel::RunLinear(int layer, const char* name, const Tensor& x, con
 }
 
 Status EncoderModel::Forward(const EncoderBatch& batch, EncoderOutput& out) {
+  if (modern()) return ForwardModernBert(batch, out);
   backend::Backend& be = backend_;
   const io::ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(batch.token_ids.size());

@@ -1,6 +1,8 @@
-// Encoder transformers (BERT family): post-LN blocks, pooler, and a sequence-classification
-// (ForSequenceClassification) or token-classification (ForTokenClassification) head, written
-// once against backend::Backend.
+// Encoder transformers, written once against backend::Backend: the BERT family (post-LN
+// blocks, position tables, pooler) and ModernBERT (pre-LN blocks, RoPE with a theta per layer,
+// local layers attending within a window, GeGLU MLP, final norm and a prediction head; its
+// parts live in encoder_modernbert.cc), with a sequence-classification
+// (ForSequenceClassification) or token-classification (ForTokenClassification) head.
 #pragma once
 
 #include <memory>
@@ -43,6 +45,9 @@ class EncoderModel {
                                                             const PreparedSource& weights, backend::Backend& backend);
   // Keys: "word_emb", "pos_emb", "type_emb", "emb_ln.{gamma,beta}", "layers.N.{qkv, attn_out,
   // attn_ln.gamma, attn_ln.beta, inter, out, out_ln.gamma, out_ln.beta}", "pooler", "classifier".
+  // ModernBERT: "word_emb", "emb_ln.gamma", "layers.N.{attn_ln.gamma (not layer 0), qkv,
+  // attn_out, mlp_ln.gamma, gate_up, down}", "final_ln.gamma", "head", "head_ln.gamma",
+  // "classifier" (and the norms' ".beta" when the config has norm_bias).
   Status Visit(const WeightVisitor& visitor) const;
   void SetLinearInputObserver(LinearInputObserver observer) { observer_ = std::move(observer); }
   Status Forward(const EncoderBatch& batch, EncoderOutput& out);
@@ -60,6 +65,9 @@ class EncoderModel {
   }
 
  private:
+  // BERT: post-LN, attn_ln after attention and out_ln after the MLP. ModernBERT: pre-LN,
+  // attn_ln before attention (undefined: identity, its layer 0), out_ln before the MLP, inter
+  // is Wi [2I, H] (GeGLU input then gate), out is the MLP's Wo.
   struct Layer {
     backend::LinearWeight qkv;  // [3H, H] + bias
     backend::LinearWeight attn_out;
@@ -71,6 +79,16 @@ class EncoderModel {
   EncoderModel(io::ModelConfig config, backend::Backend& backend) : config_(std::move(config)), backend_(backend) {}
   Status RunLinear(int layer, const char* name, const Tensor& x, const backend::LinearWeight& w, Tensor& y);
 
+  // ModernBERT (encoder_modernbert.cc).
+  bool modern() const { return config_.model_type == "modernbert"; }
+  static Result<std::unique_ptr<EncoderModel>> LoadModernBert(const io::ModelConfig& config, const WeightSource& w,
+                                                              backend::Backend& be, const LoadOptions& options);
+  static Result<std::unique_ptr<EncoderModel>> LoadPreparedModernBert(const io::ModelConfig& config,
+                                                                      const PreparedSource& w, backend::Backend& be);
+  Status PrepareModernBert();  // RoPE tables, zero betas, activation checks
+  Status VisitModernBert(const WeightVisitor& visitor) const;
+  Status ForwardModernBert(const EncoderBatch& batch, EncoderOutput& out);
+
   io::ModelConfig config_;
   backend::Backend& backend_;
   Tensor word_, position_, token_type_;
@@ -79,6 +97,11 @@ class EncoderModel {
   backend::LinearWeight pooler_;
   backend::LinearWeight classifier_;
   bool token_head_ = false;  // the classifier reads every row, not the pooled CLS row
+  // ModernBERT only.
+  Tensor final_ln_gamma_, final_ln_beta_;
+  backend::LinearWeight head_dense_;  // the prediction head: dense, activation, norm
+  Tensor head_ln_gamma_, head_ln_beta_;
+  std::vector<backend::RopeTable> ropes_;  // per layer (its theta)
   LinearInputObserver observer_;
 };
 

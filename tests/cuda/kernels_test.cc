@@ -245,6 +245,27 @@ TEST(CudaKernels, SiluMulMatchesCpu) {
   }
 }
 
+TEST(CudaKernels, GeluMulMatchesCpu) {
+  FERRY_SKIP_WITHOUT_GPU();
+  auto cpu = backend::MakeCpuBackend();
+  const std::vector<RowShape> shapes = {{1, 4096}, {5, 7}, {16, 1152}, {3, 11}};
+  uint64_t seed = 550;
+  for (DType act : ActDTypes()) {
+    for (const RowShape& s : shapes) {
+      const std::string what = Label("GeluMul", act, ShapeText(s.rows, s.cols));
+      const size_t n = static_cast<size_t>(s.rows * s.cols);
+      const std::vector<float> gu = RoundTo(act, RandomFloats(2 * n, ++seed, -6.0f, 6.0f));
+      Tensor want = Tensor::Empty({s.rows, s.cols}, DType::kF32);
+      FERRY_ASSERT_OK(cpu->GeluMul(HostTensor(gu, {s.rows, 2 * s.cols}), want));
+      DeviceBuffer dgu = UploadAs(act, gu);
+      DeviceBuffer dout = PoisonedBuffer(n * DTypeSize(act));
+      FERRY_ASSERT_OK(GeluMul(dgu.get(), s.rows, s.cols, dout.get(), act, nullptr));
+      FERRY_ASSERT_SYNC();
+      ExpectClose(DownloadAs(act, dout, n), TensorValues(want), Tolerance(act), what);
+    }
+  }
+}
+
 // Sizes around the vector width, a large odd one, and a buffer that starts one element
 // past an aligned address (the scalar path).
 struct FlatCase {

@@ -346,9 +346,96 @@ TEST(ModelConfigTest, UnsupportedArchitecture) {
   EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(c.status().message(),
             "unsupported architecture 'gpt_neox' (supported: llama, mistral, qwen2, qwen3, gemma2, phi3, bert, "
-            "roberta, xlm-roberta)");
-  j["model_type"] = "modernbert";
-  ExpectError(j, StatusCode::kUnimplemented, "'modernbert' is not implemented yet");
+            "roberta, xlm-roberta, modernbert)");
+  j["model_type"] = "gemma3";
+  ExpectError(j, StatusCode::kUnimplemented, "'gemma3' is not implemented yet");
+}
+
+json ModernBertBase() {
+  return json{{"model_type", "modernbert"},
+              {"architectures", {"ModernBertForSequenceClassification"}},
+              {"vocab_size", 100},
+              {"hidden_size", 64},
+              {"intermediate_size", 96},
+              {"num_hidden_layers", 7},
+              {"num_attention_heads", 4},
+              {"id2label", {{"0", "NEG"}, {"1", "POS"}}}};
+}
+
+// ModernBERT's global/local layers, two thetas and defaults (transformers' ModernBertConfig).
+TEST(ModelConfigTest, ModernBertLayersWindowsAndThetas) {
+  json j = ModernBertBase();
+  j["global_attn_every_n_layers"] = 3;
+  j["local_attention"] = 8;
+  j["global_rope_theta"] = 160000.0;
+  j["local_rope_theta"] = 10000.0;
+  j["classifier_pooling"] = "mean";
+  ModelConfig c = ParseOk(j);
+  EXPECT_EQ(c.family, ModelFamily::kEncoder);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.num_kv_heads, 4);
+  EXPECT_EQ(c.type_vocab_size, 0);
+  EXPECT_EQ(c.position_offset, 0);
+  EXPECT_EQ(c.num_labels, 2);
+  EXPECT_THAT(c.layer_windows, ElementsAre(0, 4, 4, 0, 4, 4, 0));
+  EXPECT_THAT(c.layer_rope_thetas, ElementsAre(160000.0f, 10000.0f, 10000.0f, 160000.0f, 10000.0f, 10000.0f, 160000.0f));
+  EXPECT_EQ(c.classifier_pooling, "mean");
+  EXPECT_FALSE(c.norm_bias);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_FALSE(c.mlp_bias);
+
+  // Defaults: every 3rd layer global, window 128, thetas 160000 / 10000, cls pooling, gelu,
+  // norm_eps 1e-5, 8192 positions.
+  c = ParseOk(ModernBertBase());
+  EXPECT_THAT(c.layer_windows, ElementsAre(0, 64, 64, 0, 64, 64, 0));
+  EXPECT_FLOAT_EQ(c.layer_rope_thetas[1], 10000.0f);
+  EXPECT_FLOAT_EQ(c.rope_theta, 160000.0f);
+  EXPECT_EQ(c.classifier_pooling, "cls");
+  EXPECT_EQ(c.hidden_act, "gelu");
+  EXPECT_EQ(c.classifier_activation, "gelu");
+  EXPECT_FLOAT_EQ(c.layer_norm_eps, 1e-5f);
+  EXPECT_EQ(c.max_position_embeddings, 8192);
+
+  // transformers 5: layer_types and rope_parameters per layer type win.
+  j = ModernBertBase();
+  j["num_hidden_layers"] = 3;
+  j["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention"};
+  j["local_attention"] = 16;
+  j["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 80000.0}}},
+                          {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 5000.0}}}};
+  c = ParseOk(j);
+  EXPECT_THAT(c.layer_windows, ElementsAre(8, 0, 8));
+  EXPECT_THAT(c.layer_rope_thetas, ElementsAre(5000.0f, 80000.0f, 5000.0f));
+  j["norm_bias"] = true;
+  j["attention_bias"] = true;
+  c = ParseOk(j);
+  EXPECT_TRUE(c.norm_bias);
+  EXPECT_TRUE(c.attention_bias);
+}
+
+TEST(ModelConfigTest, ModernBertErrors) {
+  json j = ModernBertBase();
+  j["classifier_pooling"] = "max";
+  ExpectError(j, StatusCode::kInvalidArgument, "classifier_pooling");
+  j = ModernBertBase();
+  j["global_attn_every_n_layers"] = 0;
+  ExpectError(j, StatusCode::kInvalidArgument, "global_attn_every_n_layers");
+  j = ModernBertBase();
+  j["local_attention"] = 1;
+  ExpectError(j, StatusCode::kInvalidArgument, "local_attention");
+  j = ModernBertBase();
+  j["layer_types"] = {"full_attention"};
+  ExpectError(j, StatusCode::kInvalidArgument, "layer_types");
+  j = ModernBertBase();
+  j["layer_types"] = json::array();
+  for (int l = 0; l < 7; ++l) j["layer_types"].push_back(l == 3 ? "chunked_attention" : "full_attention");
+  ExpectError(j, StatusCode::kInvalidArgument, "chunked_attention");
+  j = ModernBertBase();
+  j["rope_parameters"] = {{"sliding_attention", {{"rope_type", "yarn"}, {"rope_theta", 5000.0}}}};
+  ExpectError(j, StatusCode::kUnimplemented, "yarn");
+  j = ModernBertBase();
+  j["norm_eps"] = 0;
+  ExpectError(j, StatusCode::kInvalidArgument, "norm_eps");
 }
 
 TEST(ModelConfigTest, XlmRobertaOffsetsPositions) {

@@ -114,6 +114,27 @@ TEST(ActivationsTest, GeluTanhMul) {
   EXPECT_FALSE(be->GeluTanhMul(RandomTensor({3, 9}, rng), bad).ok()) << "odd width";
 }
 
+TEST(ActivationsTest, GeluMul) {
+  std::mt19937 rng(47);
+  auto be = backend::MakeCpuBackend();
+  for (auto [rows, inter] : kShapes) {
+    const Tensor gu = RandomTensor({rows, 2 * inter}, rng, -9, 9);
+    const std::vector<double> v = Values(gu);
+    std::vector<double> ref(static_cast<size_t>(rows * inter));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < inter; ++i) {
+        const double g = v[r * 2 * inter + i], u = v[r * 2 * inter + inter + i];
+        ref[r * inter + i] = 0.5 * g * std::erfc(-g / std::sqrt(2.0)) * u;
+      }
+    }
+    Tensor out = Poisoned({rows, inter});
+    ASSERT_TRUE(be->GeluMul(gu, out).ok());
+    ExpectElementwise(out, ref, 1e-6, 2e-6, "gelu_mul");
+  }
+  Tensor bad = Tensor::Empty({3, 4}, DType::kF32);
+  EXPECT_FALSE(be->GeluMul(RandomTensor({3, 9}, rng), bad).ok()) << "odd width";
+}
+
 TEST(ActivationsTest, ScaleAndSoftCap) {
   std::mt19937 rng(46);
   auto be = backend::MakeCpuBackend();

@@ -46,7 +46,7 @@ struct SeqKv {
 };
 
 // softmax(scale·q·k^T)·v per (span, row, head) in double; with a window the row at position
-// p sees keys (p - window, p]; with softcap the scaled scores go through cap·tanh(s / cap).
+// p sees keys (p - window, p] (causal) or [p - window, p + window] (bidirectional); with softcap the scaled scores go through cap·tanh(s / cap).
 std::vector<double> ReferenceAttention(const std::vector<double>& q, const std::vector<SeqKv>& kv,
                                        const std::vector<SeqSpan>& spans, const AttentionParams& p) {
   const int64_t width = static_cast<int64_t>(p.num_heads) * p.head_dim;
@@ -57,8 +57,13 @@ std::vector<double> ReferenceAttention(const std::vector<double>& q, const std::
     const SeqSpan& sp = spans[s];
     for (int t = 0; t < sp.q_len; ++t) {
       const int64_t row = sp.q_begin + t;
-      const int64_t last = p.causal ? sp.context_len - sp.q_len + t : sp.context_len - 1;
-      const int64_t first = p.window > 0 ? std::max<int64_t>(0, last - p.window + 1) : 0;
+      const int64_t pos = sp.context_len - sp.q_len + t;
+      int64_t last = p.causal ? pos : sp.context_len - 1;
+      int64_t first = p.window > 0 ? std::max<int64_t>(0, last - p.window + 1) : 0;
+      if (!p.causal && p.window > 0) {
+        first = std::max<int64_t>(0, pos - p.window);
+        last = std::min<int64_t>(sp.context_len - 1, pos + p.window);
+      }
       for (int h = 0; h < p.num_heads; ++h) {
         const int kvh = h / group;
         std::vector<double> scores(static_cast<size_t>(last + 1), 0.0);
@@ -331,6 +336,62 @@ TEST(AttentionTest, DenseBidirectionalEncoderBatch) {
   Tensor out = Poisoned(q.shape());
   ASSERT_TRUE(be->DenseAttention(q, k, v, spans, p, out).ok());
   ExpectClose(out, ReferenceAttention(Values(q), kv, ref_spans, p), 1e-5, "dense encoder");
+}
+
+// ModernBERT's local layers: bidirectional attention within a half-width window, on spans
+// shorter than, as long as and longer than the window, a window of 1, and one wider than
+// every span; grouped heads and a head_dim that is not a multiple of 16.
+TEST(AttentionTest, DenseBidirectionalWindow) {
+  std::mt19937 rng(75);
+  auto be = backend::MakeCpuBackend();
+  for (const int window : {1, 4, 13, 64, 1000}) {
+    for (const int head_dim : {16, 24}) {
+      AttentionParams p;
+      p.num_heads = 4;
+      p.num_kv_heads = 2;
+      p.head_dim = head_dim;
+      p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+      p.causal = false;
+      p.window = window;
+      const std::vector<int> lens = {3, 9, 130, 1, 40};
+      std::vector<SeqSpan> spans;
+      int32_t begin = 0;
+      for (int len : lens) {
+        spans.push_back({begin, len, 0, nullptr});
+        begin += len;
+      }
+      const int64_t width = static_cast<int64_t>(p.num_heads) * head_dim;
+      const int64_t kv_width = static_cast<int64_t>(p.num_kv_heads) * head_dim;
+      const Tensor q = RandomTensor({begin, width}, rng, -2, 2);
+      const Tensor k = RandomTensor({begin, kv_width}, rng, -2, 2);
+      const Tensor v = RandomTensor({begin, kv_width}, rng);
+      std::vector<SeqKv> kv;
+      std::vector<SeqSpan> ref_spans;
+      const std::vector<double> kv_k = Values(k), kv_v = Values(v);
+      for (const SeqSpan& s : spans) {
+        kv.push_back(
+            {std::vector<double>(kv_k.begin() + s.q_begin * kv_width, kv_k.begin() + (s.q_begin + s.q_len) * kv_width),
+             std::vector<double>(kv_v.begin() + s.q_begin * kv_width, kv_v.begin() + (s.q_begin + s.q_len) * kv_width)});
+        ref_spans.push_back({s.q_begin, s.q_len, s.q_len, nullptr});
+      }
+      Tensor out = Poisoned(q.shape());
+      ASSERT_TRUE(be->DenseAttention(q, k, v, spans, p, out).ok());
+      const std::string name = "window " + std::to_string(window) + " head_dim " + std::to_string(head_dim);
+      ExpectClose(out, ReferenceAttention(Values(q), kv, ref_spans, p), 1e-5, name);
+      if (window < 130) {
+        // The window must matter: the unwindowed result differs on the long span.
+        AttentionParams full = p;
+        full.window = 0;
+        Tensor unwindowed = Poisoned(q.shape());
+        ASSERT_TRUE(be->DenseAttention(q, k, v, spans, full, unwindowed).ok());
+        const float* a = out.data<float>();
+        const float* b = unwindowed.data<float>();
+        double diff = 0;
+        for (int64_t i = 0; i < out.numel(); ++i) diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+        EXPECT_GT(diff, 1e-3) << name;
+      }
+    }
+  }
 }
 
 TEST(AttentionTest, RejectsBadInput) {

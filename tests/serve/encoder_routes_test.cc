@@ -17,6 +17,7 @@
 #include "chunk/windows.h"
 #include "engine/encoder_runner.h"
 #include "engine/engine.h"
+#include "io/safetensors.h"
 #include "serve/server.h"
 #include "test_client.h"
 #include "test_util.h"
@@ -578,6 +579,62 @@ TEST(TokenClassificationFixtureTest, MatchesTransformersPipeline) {
     }
   }
   EXPECT_GT(compared, 100);
+}
+
+// ModernBERT through the server (tests/fixtures/architectures/modernbert-tiny): /v1/classify
+// on the reference texts, one request with every input and a pair, against the softmax of
+// transformers' float64 logits; an input over the vocabulary's ids is a 400 and the server
+// keeps answering.
+TEST(ModernBertRoutesTest, ClassifyMatchesTransformers) {
+  const std::string dir = ferry::testing::SourcePath("tests/fixtures/architectures/modernbert-tiny");
+  const json ref = json::parse(std::ifstream(dir + "/reference.json"));
+  auto ref_file = io::SafetensorsFile::Open(dir + "/reference.safetensors");
+  ASSERT_TRUE(ref_file.ok()) << ref_file.status().ToString();
+  const std::string yaml = "listener: {host: 127.0.0.1, port: 0}\nauth: {mode: none}\nmodels:\n"
+                           "  - name: mb\n    path: " + dir + "\n    threads: 2\n"
+                           "    dynamic_batching: {max_batch_size: 8, max_queue_delay_us: 1000}\n"
+                           "log: {level: warn, request_log: false}\n";
+  auto cfg = ParseServerConfig(yaml);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  auto server = Server::Create(*cfg);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  ASSERT_TRUE((*server)->Start().ok());
+  ASSERT_TRUE((*server)->WaitUntilReady(60000));
+  const int port = (*server)->port();
+  json texts = json::array(), pairs = json::array();
+  int with_pair = -1;
+  for (const json& input : ref["inputs"]) {
+    if (!input["text_pair"].is_null()) {
+      with_pair = input["index"].get<int>();
+      continue;
+    }
+    texts.push_back(input["text"]);
+  }
+  auto expect = [&](const json& got, int index, const std::string& what) {
+    const Tensor t = (*ref_file)->Get("i" + std::to_string(index) + ".logits").value().ToF32();
+    const std::vector<float> logits(t.data<float>(), t.data<float>() + t.numel());
+    ExpectProbs(got["probs"], chunk::Softmax(logits), what);
+  };
+  HttpReply r = PostJson(port, "/v1/classify", {{"model", "mb"}, {"input", texts}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json data = r.Json()["data"];
+  ASSERT_EQ(data.size(), texts.size());
+  int row = 0;
+  for (const json& input : ref["inputs"]) {
+    if (!input["text_pair"].is_null()) continue;
+    expect(data[row++], input["index"].get<int>(), input["text"].get<std::string>());
+  }
+  ASSERT_GE(with_pair, 0);
+  const json& pair_input = ref["inputs"][with_pair];
+  HttpReply p = PostJson(port, "/v1/classify",
+                         {{"model", "mb"}, {"input", pair_input["text"]}, {"text_pair", pair_input["text_pair"]}});
+  ASSERT_EQ(p.status, 200) << p.body;
+  expect(p.Json()["data"][0], with_pair, "pair");
+
+  HttpReply bad = PostJson(port, "/v1/classify", {{"model", "mb"}, {"input", {{2, 100000, 3}}}});
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  EXPECT_TRUE(bad.Json().contains("error")) << bad.body;
+  EXPECT_EQ(PostJson(port, "/v1/classify", {{"model", "mb"}, {"input", texts[0]}}).status, 200);
 }
 
 }  // namespace

@@ -160,6 +160,9 @@ class CudaBackend final : public Backend {
   Status GeluTanhMul(const Tensor& gate_up, Tensor& out) override {
     return cuda::GeluTanhMul(gate_up.raw(), gate_up.dim(0), out.dim(1), out.raw(), out.dtype(), stream());
   }
+  Status GeluMul(const Tensor& gate_up, Tensor& out) override {
+    return cuda::GeluMul(gate_up.raw(), gate_up.dim(0), out.dim(1), out.raw(), out.dtype(), stream());
+  }
   Status Scale(Tensor& x, float s) override { return cuda::Scale(x.raw(), x.numel(), s, x.dtype(), stream()); }
   Status SoftCap(Tensor& x, float cap) override {
     return cuda::SoftCap(x.raw(), x.numel(), cap, x.dtype(), stream());

@@ -74,6 +74,10 @@ Status GeluTanhMul(const Tensor& gate_up, Tensor& out) {
   });
 }
 
+Status GeluMul(const Tensor& gate_up, Tensor& out) {
+  return GatedMul("GeluMul", gate_up, out, 12, [](__m256 x) { return ferry::kernels::cpu::Gelu(x); });
+}
+
 Status Scale(Tensor& x, float s) {
   FERRY_ASSIGN_OR_RETURN(const RowMajor m, CheckRows("Scale: x", x, -1, -1));
   const __m256 vs = _mm256_set1_ps(s);

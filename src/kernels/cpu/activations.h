@@ -13,6 +13,9 @@ Status Gelu(Tensor& x);
 // out[M, I] = gelu_tanh(gate_up[:, :I]) * gate_up[:, I:] (GeGLU with the tanh approximation,
 // transformers' gelu_pytorch_tanh).
 Status GeluTanhMul(const Tensor& gate_up, Tensor& out);
+// out[M, I] = gelu(gate_up[:, :I]) * gate_up[:, I:] (GeGLU with the exact erf GELU,
+// ModernBERT's MLP).
+Status GeluMul(const Tensor& gate_up, Tensor& out);
 // In place x *= s.
 Status Scale(Tensor& x, float s);
 // In place x = cap * tanh(x / cap) (Gemma 2's soft-capping).

@@ -290,8 +290,15 @@ void RunItem(const WorkItem& item, const RowMajor& qm, const SeqSpan& span, cons
     std::fill(sc.o.data() + r * hdp, sc.o.data() + (r + 1) * hdp, 0.0f);
     sc.m[r] = -std::numeric_limits<float>::infinity();
     sc.l[r] = 0.0f;
-    sc.limit[r] = g.causal ? first_pos + t : span.context_len - 1;
-    sc.lower[r] = g.window > 0 ? std::max<int64_t>(0, sc.limit[r] - g.window + 1) : 0;
+    const int64_t pos = first_pos + t;
+    if (g.causal) {
+      sc.limit[r] = pos;
+      sc.lower[r] = g.window > 0 ? std::max<int64_t>(0, pos - g.window + 1) : 0;
+    } else {
+      // Bidirectional: a window is a half-width, keys at [pos - window, pos + window].
+      sc.limit[r] = g.window > 0 ? std::min<int64_t>(span.context_len - 1, pos + g.window) : span.context_len - 1;
+      sc.lower[r] = g.window > 0 ? std::max<int64_t>(0, pos - g.window) : 0;
+    }
     max_limit = std::max(max_limit, sc.limit[r]);
     min_lower = std::min(min_lower, sc.lower[r]);
   }
@@ -406,7 +413,6 @@ Status CheckCommon(const char* op, const RowMajor& qm, const AttentionParams& p,
                            std::to_string(p.num_kv_heads));
   }
   if (p.window < 0 || p.softcap < 0.0f) return InvalidArgument(name + ": window and softcap must not be negative");
-  if (p.window > 0 && !p.causal) return Unimplemented(name + ": a sliding window needs causal attention");
   if (qm.cols != static_cast<int64_t>(p.num_heads) * p.head_dim) {
     return InvalidArgument(name + ": q width " + std::to_string(qm.cols) + " != num_heads * head_dim");
   }
@@ -429,7 +435,7 @@ Geometry MakeGeometry(const AttentionParams& p) {
   g.head_dim_pad = RoundUp(p.head_dim, kPanelCols);
   g.scale = p.scale;
   g.causal = p.causal;
-  g.window = p.causal ? p.window : 0;
+  g.window = p.window;
   g.softcap = p.softcap;
   return g;
 }
@@ -443,7 +449,8 @@ std::vector<WorkItem> MakeItems(std::span<const SeqSpan> spans, const Geometry& 
     const int64_t context = dense ? s.q_len : s.context_len;
     for (int32_t t0 = 0; t0 < s.q_len; t0 += tile) {
       const int32_t t1 = std::min(s.q_len, t0 + tile);
-      const int64_t keys = g.causal ? std::min<int64_t>(context, context - s.q_len + t1) : context;
+      int64_t keys = g.causal ? std::min<int64_t>(context, context - s.q_len + t1) : context;
+      if (g.window > 0) keys = std::min<int64_t>(keys, (t1 - t0) + (g.causal ? 1 : 2) * int64_t{g.window});
       for (int32_t h = 0; h < g.kv_heads; ++h) {
         items.push_back({static_cast<int32_t>(i), h, t0, t1, (t1 - t0) * (keys + kKeyChunk)});
       }

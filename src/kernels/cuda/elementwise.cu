@@ -98,9 +98,11 @@ Status LaunchMap(const char* what, void* x, const void* y, int64_t n, DType act,
   });
 }
 
-// out[r, j] = act(gate_up[r, j]) * gate_up[r, inter + j] (act: SiLU, or GELU-tanh when
-// kGelu); V divides inter.
-template <typename T, int V, bool kGelu = false>
+enum GatedAct { kGatedSilu, kGatedGeluTanh, kGatedGelu };
+
+// out[r, j] = act(gate_up[r, j]) * gate_up[r, inter + j] (act: SiLU, GELU-tanh or exact
+// GELU); V divides inter.
+template <typename T, int V, int kAct = kGatedSilu>
 __global__ void SiluMulKernel(const T* gate_up, int64_t rows, int64_t inter, T* out) {
   const int64_t nvec = inter / V;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -113,7 +115,13 @@ __global__ void SiluMulKernel(const T* gate_up, int64_t rows, int64_t inter, T* 
       LoadF32<T, V>(g + j * V, a);
       LoadF32<T, V>(u + j * V, b);
 #pragma unroll
-      for (int k = 0; k < V; ++k) a[k] = (kGelu ? GeluTanh(a[k]) : a[k] / (1.0f + expf(-a[k]))) * b[k];
+      for (int k = 0; k < V; ++k) {
+        const float x = a[k];
+        const float act = kAct == kGatedGeluTanh ? GeluTanh(x)
+                          : kAct == kGatedGelu   ? 0.5f * x * erfcf(-x * 0.70710678118654752f)
+                                                 : x / (1.0f + expf(-x));
+        a[k] = act * b[k];
+      }
       StoreF32<T, V>(o + j * V, a);
     }
   }
@@ -214,9 +222,28 @@ Status GeluTanhMul(const void* gate_up, int64_t rows, int64_t inter, void* out, 
     const T* g = static_cast<const T*>(gate_up);
     T* o = static_cast<T*>(out);
     if (inter % V == 0 && Aligned(gate_up, 16) && Aligned(out, 16)) {
-      SiluMulKernel<T, V, true><<<RowGrid(rows, inter / V), kThreads, 0, stream>>>(g, rows, inter, o);
+      SiluMulKernel<T, V, kGatedGeluTanh><<<RowGrid(rows, inter / V), kThreads, 0, stream>>>(g, rows, inter, o);
     } else {
-      SiluMulKernel<T, 1, true><<<RowGrid(rows, inter), kThreads, 0, stream>>>(g, rows, inter, o);
+      SiluMulKernel<T, 1, kGatedGeluTanh><<<RowGrid(rows, inter), kThreads, 0, stream>>>(g, rows, inter, o);
+    }
+    FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
+    return Status::Ok();
+  });
+}
+
+Status GeluMul(const void* gate_up, int64_t rows, int64_t inter, void* out, DType act, cudaStream_t stream) {
+  if (rows < 0 || inter < 0) return InvalidArgument("GeluMul: negative shape");
+  if (rows == 0 || inter == 0) return Status::Ok();
+  if (gate_up == nullptr || out == nullptr) return InvalidArgument("GeluMul: null pointer");
+  return DispatchAct(act, "GeluMul", [&](auto tag) -> Status {
+    using T = decltype(tag);
+    constexpr int V = kVec16<T>;
+    const T* g = static_cast<const T*>(gate_up);
+    T* o = static_cast<T*>(out);
+    if (inter % V == 0 && Aligned(gate_up, 16) && Aligned(out, 16)) {
+      SiluMulKernel<T, V, kGatedGelu><<<RowGrid(rows, inter / V), kThreads, 0, stream>>>(g, rows, inter, o);
+    } else {
+      SiluMulKernel<T, 1, kGatedGelu><<<RowGrid(rows, inter), kThreads, 0, stream>>>(g, rows, inter, o);
     }
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
     return Status::Ok();

@@ -80,6 +80,9 @@ Status SiluMul(const void* gate_up, int64_t rows, int64_t inter, void* out, DTyp
 // out[r, :] = gelu_tanh(gate_up[r, :inter]) * gate_up[r, inter:] (GeGLU, tanh approximation).
 Status GeluTanhMul(const void* gate_up, int64_t rows, int64_t inter, void* out, DType act, cudaStream_t stream);
 
+// out[r, :] = gelu(gate_up[r, :inter]) * gate_up[r, inter:] (GeGLU, exact erf GELU).
+Status GeluMul(const void* gate_up, int64_t rows, int64_t inter, void* out, DType act, cudaStream_t stream);
+
 // In place x *= s over n elements.
 Status Scale(void* x, int64_t n, float s, DType act, cudaStream_t stream);
 
