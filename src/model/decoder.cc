@@ -174,15 +174,7 @@ Result<std::unique_ptr<DecoderModel>> DecoderModel::LoadPrepared(const io::Model
   FERRY_RETURN_IF_ERROR(m->Validate());
   const int64_t H = config.hidden_size, I = config.intermediate_size, V = config.vocab_size;
   const int64_t q_dim = config.num_heads * config.head_dim, kv_dim = config.num_kv_heads * config.head_dim;
-  auto linear = [&](const std::string& key, int64_t out, int64_t in) -> Result<backend::LinearWeight> {
-    FERRY_ASSIGN_OR_RETURN(backend::LinearWeight lw, w.linear(key));
-    if (lw.out_features() != out || lw.in_features() != in) {
-      return DataLoss("weight '" + key + "' is [" + std::to_string(lw.out_features()) + ", " +
-                      std::to_string(lw.in_features()) + "], the config needs [" + std::to_string(out) + ", " +
-                      std::to_string(in) + "]");
-    }
-    return lw;
-  };
+  auto linear = [&](const std::string& key, int64_t out, int64_t in) { return w.Linear(key, out, in); };
   auto vec = [&](const std::string& key, int64_t n) -> Result<Tensor> {
     FERRY_ASSIGN_OR_RETURN(Tensor t, w.tensor(key));
     if (t.shape() != Shape{n} || t.dtype() != DType::kF32) {

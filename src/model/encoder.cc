@@ -108,18 +108,8 @@ Result<std::unique_ptr<EncoderModel>> EncoderModel::LoadPrepared(const io::Model
   if (config.model_type == "modernbert") return LoadPreparedModernBert(config, w, be);
   std::unique_ptr<EncoderModel> m(new EncoderModel(config, be));
   const int64_t H = config.hidden_size, I = config.intermediate_size;
-  auto linear = [&](const std::string& key, int64_t out, int64_t in) -> Result<backend::LinearWeight> {
-    FERRY_ASSIGN_OR_RETURN(backend::LinearWeight lw, w.linear(key));
-    if (lw.out_features() != out || lw.in_features() != in) {
-      return DataLoss("weight '" + key + "' does not match the config's shape");
-    }
-    return lw;
-  };
-  auto table = [&](const std::string& key, const Shape& shape) -> Result<Tensor> {
-    FERRY_ASSIGN_OR_RETURN(Tensor t, w.tensor(key));
-    if (t.shape() != shape) return DataLoss("weight '" + key + "' has shape " + ShapeToString(t.shape()));
-    return t;
-  };
+  auto linear = [&](const std::string& key, int64_t out, int64_t in) { return w.Linear(key, out, in); };
+  auto table = [&](const std::string& key, const Shape& shape) { return w.Table(key, shape); };
   FERRY_ASSIGN_OR_RETURN(m->word_, table("word_emb", {config.vocab_size, H}));
   FERRY_RETURN_IF_ERROR(be.PreloadWeight(m->word_));
   FERRY_ASSIGN_OR_RETURN(m->position_,

@@ -97,4 +97,20 @@ Result<Tensor> LoadTable(const WeightSource& src, const LoadOptions& options, co
   return out;
 }
 
+Result<backend::LinearWeight> PreparedSource::Linear(const std::string& key, int64_t out, int64_t in) const {
+  FERRY_ASSIGN_OR_RETURN(backend::LinearWeight lw, linear(key));
+  if (lw.out_features() != out || lw.in_features() != in) {
+    return DataLoss("weight '" + key + "' is [" + std::to_string(lw.out_features()) + ", " +
+                    std::to_string(lw.in_features()) + "], the config needs [" + std::to_string(out) + ", " +
+                    std::to_string(in) + "]");
+  }
+  return lw;
+}
+
+Result<Tensor> PreparedSource::Table(const std::string& key, const Shape& shape) const {
+  FERRY_ASSIGN_OR_RETURN(Tensor t, tensor(key));
+  if (t.shape() != shape) return DataLoss("weight '" + key + "' has shape " + ShapeToString(t.shape()));
+  return t;
+}
+
 }  // namespace ferry::model

@@ -37,6 +37,11 @@ struct LoadOptions {
 struct PreparedSource {
   std::function<Result<Tensor>(const std::string& key)> tensor;
   std::function<Result<backend::LinearWeight>(const std::string& key)> linear;
+
+  // linear(key), checked against the config's [out, in]; the error names both shapes.
+  Result<backend::LinearWeight> Linear(const std::string& key, int64_t out, int64_t in) const;
+  // tensor(key), checked against `shape`.
+  Result<Tensor> Table(const std::string& key, const Shape& shape) const;
 };
 
 // Visits every weight of a loaded model under its key (what the engine builder stores).
