@@ -620,6 +620,7 @@ struct DenseCase {
   DType dtype = DType::kBF16;
   bool causal = false;
   bool fused_qkv = false;  // q, k, v read in place from one [T, (H + 2 KVH) * head_dim] buffer
+  int window = 0;          // causal: (p - window, p]; bidirectional: [p - window, p + window]
   std::vector<int> lens;
   uint32_t seed = 1;
 };
@@ -627,7 +628,8 @@ struct DenseCase {
 void RunDense(const DenseCase& c) {
   const std::string what = std::string(DTypeName(c.dtype)) + " heads " + std::to_string(c.num_heads) + "/" +
                            std::to_string(c.num_kv_heads) + " head_dim " + std::to_string(c.head_dim) +
-                           (c.fused_qkv ? " fused" : "") + (c.causal ? " causal" : "");
+                           (c.fused_qkv ? " fused" : "") + (c.causal ? " causal" : "") +
+                           (c.window > 0 ? " window " + std::to_string(c.window) : "");
   std::mt19937 rng(c.seed);
   const int num_seqs = static_cast<int>(c.lens.size());
   std::vector<int32_t> q_begin(num_seqs), q_len(num_seqs);
@@ -661,7 +663,8 @@ void RunDense(const DenseCase& c) {
   auto cpu = backend::MakeCpuBackend();
   std::vector<SeqSpan> spans(num_seqs);
   for (int s = 0; s < num_seqs; ++s) spans[s] = {q_begin[s], q_len[s], q_len[s], nullptr};
-  const AttentionParams params{c.num_heads, c.num_kv_heads, c.head_dim, scale, c.causal};
+  AttentionParams params{c.num_heads, c.num_kv_heads, c.head_dim, scale, c.causal};
+  params.window = c.window;
   Tensor ref = Tensor::Empty({tokens, q_width}, DType::kF32);
   const Status cpu_status = cpu->DenseAttention(Tensor::FromVector(q_f, {tokens, q_width}),
                                                 Tensor::FromVector(k_f, {tokens, kv_width}),
@@ -696,6 +699,7 @@ void RunDense(const DenseCase& c) {
   a.head_dim = c.head_dim;
   a.scale = scale;
   a.causal = c.causal;
+  a.window = c.window;
 
   Stream stream;
   ASSERT_EQ(cudaMemset(d_out.get(), 0xff, d_out.bytes()), cudaSuccess);
@@ -760,6 +764,32 @@ TEST(CudaDenseAttention, SmallHeadDims) {
           c.fused_qkv = kv_heads == 1;
           c.lens = {1, 7, 65, 300, 16};
           c.seed = 4;
+          RunDense(c);
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+// Sliding windows on dense batches: ModernBERT's bidirectional local layers (a half-width
+// window, keys [p - w, p + w]) and a causal window, narrower and wider than the spans, on
+// every tensor-core head size (row tiles of 16 and of 32 per warp) and on the f32 kernel.
+TEST(CudaDenseAttention, SlidingWindows) {
+  FERRY_SKIP_WITHOUT_GPU();
+  for (int head_dim : {64, 128, 32}) {
+    for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+      for (bool causal : {false, true}) {
+        for (int window : {64, 5, 1000}) {
+          DenseCase c;
+          c.num_heads = 4;
+          c.num_kv_heads = 2;
+          c.head_dim = head_dim;
+          c.dtype = dtype;
+          c.causal = causal;
+          c.window = window;
+          c.lens = {1, 7, 130, 300, 64, 511};
+          c.seed = 5;
           RunDense(c);
           if (HasFatalFailure()) return;
         }

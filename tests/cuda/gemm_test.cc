@@ -704,15 +704,22 @@ TEST_F(GemmTest, TunedChoiceRunsAndSerializes) {
     GemmKind kind;
     DType act;
     int64_t m;
+    Fp8Scaling scaling = Fp8Scaling::kPerTensor;
   };
   std::vector<Case> cases = {{GemmKind::kBF16, DType::kBF16, 64},
                              {GemmKind::kBF16, DType::kBF16, 1},
                              {GemmKind::kInt8, DType::kBF16, 64},
                              {GemmKind::kInt8WeightOnly, DType::kBF16, 4},
                              {GemmKind::kInt8WeightOnly, DType::kBF16, 128}};
-  if (cc_ >= 89) cases.push_back({GemmKind::kFp8, DType::kBF16, 512});
+  if (cc_ >= 89) {
+    cases.push_back({GemmKind::kFp8, DType::kBF16, 512});
+    // Per-row/col scales: candidates from both routes (outer-vector and f32 accumulator).
+    cases.push_back({GemmKind::kFp8, DType::kBF16, 16, Fp8Scaling::kPerRowCol});
+    cases.push_back({GemmKind::kFp8, DType::kBF16, 512, Fp8Scaling::kPerRowCol});
+  }
   for (const Case& c : cases) {
     OperandSpec spec{c.kind, c.act, c.m, 2048, 2048, true, c.act};
+    spec.fp8_scaling = c.scaling;
     HostOperands h;
     DeviceOperands d;
     MakeOperands(spec, h, d);
@@ -724,11 +731,12 @@ TEST_F(GemmTest, TunedChoiceRunsAndSerializes) {
     p.k = 2048;
     p.has_bias = true;
     p.bias_dtype = c.act;
+    p.fp8_scaling = c.scaling;
     DeviceBuffer y(static_cast<size_t>(c.m * 2048) * DTypeSize(c.act));
     Result<GemmChoice> choice = gemm_->Tune(p, ArgsFor(d, y.get()), stream_);
     ASSERT_TRUE(choice.ok()) << choice.status().ToString();
-    std::cout << "  tuned " << Describe(p) << ": " << choice->measured_us << " us, "
-              << (choice->route == GemmChoice::Route::kSmallM ? "small_m" : "cublaslt") << "\n";
+    std::cout << "  tuned " << Describe(p) << ": " << choice->measured_us << " us, " << choice->ToString().substr(0, 6)
+              << "\n";
     Result<GemmChoice> parsed = GemmChoice::FromString(choice->ToString());
     ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
     EXPECT_EQ(parsed->route, choice->route);
@@ -770,6 +778,48 @@ TEST_F(GemmTest, TunedChoiceRunsAndSerializes) {
   p.m = 4, p.n = 256, p.k = 256;
   DeviceBuffer y(4 * 256 * 2);
   EXPECT_EQ(gemm_->Run(p, ArgsFor(d, y.get()), stream_, &small).code(), StatusCode::kInvalidArgument);
+  // An accumulator-route choice only fits fp8 per-row/col problems.
+  GemmChoice acc;
+  acc.route = GemmChoice::Route::kCublasLtAcc;
+  EXPECT_EQ(gemm_->Run(p, ArgsFor(d, y.get()), stream_, &acc).code(), StatusCode::kInvalidArgument);
+}
+
+// fp8 per-row/col with a choice from each route the tuner may pick, bias and exact GELU
+// included: the accumulator route's kernels give the same result as the outer-vector ones.
+TEST_F(GemmTest, Fp8PerRowColChoicesOfEitherRouteMatchReference) {
+  if (cc_ < 89) GTEST_SKIP() << "fp8 needs sm_89+";
+  for (int64_t m : {1, 24, 128}) {
+    OperandSpec spec{GemmKind::kFp8, DType::kBF16, m, 4096, 1024, true, DType::kBF16};
+    spec.fp8_scaling = Fp8Scaling::kPerRowCol;
+    HostOperands h;
+    DeviceOperands d;
+    MakeOperands(spec, h, d);
+    GemmProblem p;
+    p.kind = GemmKind::kFp8;
+    p.out_dtype = DType::kBF16;
+    p.fp8_scaling = Fp8Scaling::kPerRowCol;
+    p.m = m;
+    p.n = 4096;
+    p.k = 1024;
+    p.has_bias = true;
+    p.bias_dtype = DType::kBF16;
+    p.activation = GemmActivation::kGeluErf;
+    DeviceBuffer y(static_cast<size_t>(m * 4096) * 2);
+    Result<GemmChoice> tuned = gemm_->Tune(p, ArgsFor(d, y.get()), stream_);
+    ASSERT_TRUE(tuned.ok()) << tuned.status().ToString();
+    std::cout << "  fp8 row/col M=" << m << ": tuned " << tuned->ToString().substr(0, 6) << " " << tuned->measured_us
+              << " us\n";
+    // The same algorithm bits under the other route are not a valid choice in general; each
+    // route is checked with its own heuristic algorithm instead (an empty algo falls back).
+    for (GemmChoice::Route route : {GemmChoice::Route::kCublasLt, GemmChoice::Route::kCublasLtAcc}) {
+      GemmChoice c = *tuned;
+      if (c.route != route) c = GemmChoice{.route = route};
+      CheckResult r;
+      RunAndCheck(*gemm_, p, h, d, stream_, r, &c);
+      EXPECT_LT(r.rel_err, 2e-2) << "M=" << m << " route " << static_cast<int>(route);
+      EXPECT_EQ(r.unwritten, 0);
+    }
+  }
 }
 
 TEST_F(GemmTest, CachesOnePlanPerShape) {
@@ -864,6 +914,13 @@ TEST(GemmChoiceTest, RoundTripAndMalformed) {
   Result<GemmChoice> small = GemmChoice::FromString("small_m");
   ASSERT_TRUE(small.ok());
   EXPECT_EQ(small->route, GemmChoice::Route::kSmallM);
+  GemmChoice acc = c;
+  acc.route = GemmChoice::Route::kCublasLtAcc;
+  ASSERT_EQ(acc.ToString().substr(0, 7), "lt_acc:");
+  Result<GemmChoice> acc_back = GemmChoice::FromString(acc.ToString());
+  ASSERT_TRUE(acc_back.ok()) << acc_back.status().ToString();
+  EXPECT_EQ(acc_back->route, GemmChoice::Route::kCublasLtAcc);
+  EXPECT_EQ(acc_back->algo, c.algo);
   for (const std::string& bad : {std::string(""), std::string("lt:"), text.substr(0, text.size() - 1) + "x",
                                 "xx" + text.substr(2), text.substr(0, 40)}) {
     EXPECT_FALSE(GemmChoice::FromString(bad).ok()) << bad;
@@ -918,10 +975,20 @@ TEST_F(GemmTest, DISABLED_TimingTable) {
   }
   if (cc_ >= 89) rows.push_back({GemmKind::kFp8, DType::kBF16, 2048, 8192, 2048, 0});
   rows.push_back({GemmKind::kInt8, DType::kBF16, 2048, 8192, 2048, 0});
+  // llama-3-8b's decode GEMMs (qkv, o, gate_up, down), fp8 per-row/col against bf16.
+  const std::vector<std::pair<int64_t, int64_t>> llama8b = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
+  for (int64_t m : {1, 32, 128}) {
+    for (const auto& [n, k] : llama8b) {
+      rows.push_back({GemmKind::kBF16, DType::kBF16, m, n, k, 0});
+      if (cc_ >= 89) rows.push_back({GemmKind::kFp8, DType::kBF16, m, n, k, 1});  // 1: per-row/col
+    }
+  }
 
   std::cout << "\n  kind              M      N      K   heuristic us  TFLOP/s   tuned us  TFLOP/s  route\n";
   for (const Row& row : rows) {
     OperandSpec spec{row.kind, row.act, row.m, row.n, row.k};
+    const bool row_col = row.kind == GemmKind::kFp8 && row.small_m_max == 1;
+    if (row_col) spec.fp8_scaling = Fp8Scaling::kPerRowCol;
     const size_t w_bytes = static_cast<size_t>(row.n * row.k) *
                            (row.kind == GemmKind::kBF16 ? 2 : 1);
     const int copies = static_cast<int>(std::clamp<size_t>((size_t{160} << 20) / w_bytes + 1, 1, 16));
@@ -937,7 +1004,8 @@ TEST_F(GemmTest, DISABLED_TimingTable) {
     p.m = row.m;
     p.n = row.n;
     p.k = row.k;
-    p.small_m_max = row.small_m_max;
+    p.small_m_max = row_col ? 0 : row.small_m_max;
+    if (row_col) p.fp8_scaling = Fp8Scaling::kPerRowCol;
     DeviceBuffer y(static_cast<size_t>(row.m * row.n) * 2);
     const auto time_graph = [&](const GemmChoice* choice, double& us) {
       for (int c = 0; c < copies; ++c) FERRY_ASSERT_OK(gemm_->Run(p, ArgsFor(ds[c], y.get()), stream_, choice));
@@ -991,7 +1059,11 @@ TEST_F(GemmTest, DISABLED_TimingTable) {
               << std::setw(14) << heuristic_us << std::setw(9) << flops / heuristic_us * 1e-6 << std::setw(11)
               << tuned_us << std::setw(9) << flops / tuned_us * 1e-6 << "  "
               << (route.ok() ? *route : route.status().ToString())
-              << (choice->route == GemmChoice::Route::kSmallM ? " (tuned: small_m)" : "") << std::defaultfloat
+              << (choice->route == GemmChoice::Route::kSmallM       ? " (tuned: small_m)"
+                  : choice->route == GemmChoice::Route::kCublasLtAcc ? " (tuned: f32 acc route)"
+                  : row_col                                          ? " (row/col)"
+                                                                     : "")
+              << std::defaultfloat
               << "\n";
   }
 }

@@ -146,9 +146,9 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaDecoderFixtureTest,
                                            Case{"arch/mistral-swa-tiny", DType::kBF16, 3e-2}),
                          Name);
 
-TEST(CudaEncoderFixtureTest, BertMatchesReference) {
-  FERRY_SKIP_WITHOUT_GPU();
-  const std::string dir = testing::FixturePath("models/bert-tiny");
+// An encoder on the GPU (f32 and bf16 activations) against the same checkpoint on the CPU:
+// pooled embeddings (mean and CLS, pooled on the device) and the classifier's logits.
+void ExpectEncoderMatchesCpu(const std::string& dir) {
   for (DType act : {DType::kF32, DType::kBF16}) {
     auto gpu = engine::Engine::Load(dir, Cuda(act));
     ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
@@ -178,6 +178,24 @@ TEST(CudaEncoderFixtureTest, BertMatchesReference) {
       const std::vector<float> a = ToFloats(*lw), b = ToFloats(*lg);
       EXPECT_LE(MaxDiff(a.data(), b.data(), a.size()), (act == DType::kF32 ? 1e-4 : 3e-2) * MaxAbs(a));
     }
+  }
+}
+
+TEST(CudaEncoderFixtureTest, BertMatchesReference) {
+  FERRY_SKIP_WITHOUT_GPU();
+  ExpectEncoderMatchesCpu(testing::FixturePath("models/bert-tiny"));
+}
+
+// ModernBERT: alternating global and bidirectional sliding-window layers, GeGLU, bias-free
+// LayerNorm; and XLM-R.
+TEST(CudaEncoderFixtureTest, ArchitecturesMatchTheCpu) {
+  FERRY_SKIP_WITHOUT_GPU();
+  for (const char* name : {"modernbert-tiny", "xlmr-tiny", "xlmr-reranker-tiny"}) {
+    const std::string dir = testing::SourcePath(std::string("tests/fixtures/architectures/") + name);
+    if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << name << " is not there";
+    SCOPED_TRACE(name);
+    ExpectEncoderMatchesCpu(dir);
+    if (HasFatalFailure()) return;
   }
 }
 

@@ -98,10 +98,7 @@ Status CudaAttention::Dense(const void* q, const void* k, const void* v, int64_t
   a.scale = params.scale;
   a.causal = params.causal;
   a.softcap = params.softcap;
-  if (params.window > 0) {
-    return Unimplemented(std::string("DenseAttention: a ") + (params.causal ? "causal" : "bidirectional") +
-                         " sliding window (ModernBERT's local layers) is not implemented on the GPU yet");
-  }
+  a.window = params.window;
   return cuda::DenseAttention(a, ctx_.stream());
 }
 

@@ -123,6 +123,9 @@ struct DenseAttentionArgs {
   float scale = 0.0f;
   bool causal = false;  // encoders (BERT) attend both ways
   float softcap = 0.0f;  // as in PagedAttentionArgs
+  // Sliding window; 0: none. Causal: the query at p sees (p - window, p]. Bidirectional
+  // (ModernBERT's local layers): a half-width, the query at p sees [p - window, p + window].
+  int window = 0;
 };
 
 Status DenseAttention(const DenseAttentionArgs& a, cudaStream_t stream);

@@ -50,7 +50,8 @@ struct Params {
   float scale = 0.0f;
   float scale_log2 = 0.0f;  // scale * log2(e): the tensor-core kernels use exp2
   bool causal = true;
-  int window = 0;           // causal sliding window: keys (p - window, p]; 0: none
+  int window = 0;        // keys at or before p - window are masked (the row's position p); 0: none
+  int window_right = 0;  // keys at or after p + window_right are masked; 0: none (causal rows never see them)
   float softcap = 0.0f;     // 0: none; else scores -> softcap * tanh(scores / softcap)
   // Split decode: the grid has `splits` CTAs per decode row and KV head; a row's context is
   // cut into at most that many ranges, each a whole number of split_granule keys, sized on

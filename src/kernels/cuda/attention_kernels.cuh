@@ -127,11 +127,13 @@ __global__ void __launch_bounds__(128) FlashAttentionKernel(const Params p) {
     }
   }
   // The last key position each of this thread's two rows (g, g + 8) may see; -1 for rows
-  // past the end (they see nothing and are never written).
-  int lim[2];
+  // past the end (they see nothing and are never written). pos: the rows' own positions,
+  // which sliding windows are measured from.
+  int lim[2], pos[2];
 #pragma unroll
   for (int x = 0; x < 2; ++x) {
     const int r = wm * 16 + g + 8 * x;
+    pos[x] = first_pos + (row0 + r) / p.group;
     if (r < rows) {
       lim[x] = (p.causal || kMode == Mode::kDecode) ? first_pos + (row0 + r) / p.group : ctx - 1;
     } else {
@@ -244,10 +246,14 @@ __global__ void __launch_bounds__(128) FlashAttentionKernel(const Params p) {
           Mma16816<T>(s[j + 1], qf[kk], b + 2);
         }
       }
-      // Mask (only tiles that reach past k_end or a row's causal limit, or start inside a
-      // sliding window's cut) and online softmax. Soft-capping acts on the scaled score.
+      // Mask (only tiles that reach past k_end or a row's causal limit, or cross a sliding
+      // window's edge) and online softmax. Soft-capping acts on the scaled score. A window
+      // cuts the keys at or before pos - window and, bidirectional, those at or after
+      // pos + window_right. (lim >= pos for every real row, so warp_lim_max bounds the left
+      // edge; the CTA's first row has the smallest pos, so it bounds the right one.)
       const bool mask = key0 + KT > k_end || key0 + KT - 1 > warp_lim_min ||
-                        (p.window > 0 && key0 <= warp_lim_max - p.window);
+                        (p.window > 0 && key0 <= warp_lim_max - p.window) ||
+                        (p.window_right > 0 && key0 + KT - 1 >= first_pos + row0 / p.group + p.window_right);
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int j = 0; j < KT / 8; ++j) {
@@ -257,7 +263,11 @@ __global__ void __launch_bounds__(128) FlashAttentionKernel(const Params p) {
                                      : s[j][e] * p.scale_log2;
           if (mask) {
             const int key = key0 + 8 * j + 2 * t4 + (e & 1);
-            if (key >= k_end || key > lim[e >> 1] || (p.window > 0 && key <= lim[e >> 1] - p.window)) v = -INFINITY;
+            const int ps = pos[e >> 1];
+            if (key >= k_end || key > lim[e >> 1] || (p.window > 0 && key <= ps - p.window) ||
+                (p.window_right > 0 && key >= ps + p.window_right)) {
+              v = -INFINITY;
+            }
           }
           s[j][e] = v;
           mx[e >> 1] = fmaxf(mx[e >> 1], v);
@@ -434,9 +444,11 @@ __global__ void __launch_bounds__(128) SimtAttentionKernel(const Params p) {
   const int t = found[1];
   const int ql = p.q_len[seq];
   const int ctx = kMode == Mode::kDense ? ql : p.context_len[seq];
-  const int nkeys = p.causal ? ctx - ql + t + 1 : ctx;
+  const int pos = ctx - ql + t;
+  int nkeys = p.causal ? pos + 1 : ctx;
+  if (p.window_right > 0) nkeys = min(nkeys, pos + p.window_right);
   // A sliding window starts the scan at the window's first key, so lane 0's key stays valid.
-  const int key_first = p.window > 0 ? max(0, nkeys - p.window) : 0;
+  const int key_first = p.window > 0 ? max(0, pos - p.window + 1) : 0;
   const int64_t q_base = p.q_begin[seq];
   const int64_t token = q_base + t;
   const A* q = static_cast<const A*>(p.q);

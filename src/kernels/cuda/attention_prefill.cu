@@ -107,6 +107,11 @@ Status DenseAttention(const DenseAttentionArgs& a, cudaStream_t stream) {
   p.scale_log2 = a.scale * 1.4426950408889634f;
   p.causal = a.causal;
   p.softcap = a.softcap;
+  if (a.window < 0) return InvalidArgument("DenseAttention: window must not be negative");
+  if (a.window > 0) {
+    p.window = a.causal ? a.window : a.window + 1;
+    p.window_right = a.causal ? 0 : a.window + 1;
+  }
   if (a.dtype == DType::kF32) {
     return attention_detail::LaunchSimt(p, true, a.dtype, a.dtype, a.head_dim, a.num_tokens, stream);
   }

@@ -17,9 +17,7 @@ constexpr int kThreads = 256;
 
 struct GeluOp {
   static constexpr bool kBinary = false;
-  // 0.5·x·(1 + erf(x/√2)) written as 0.5·x·erfc(-x/√2), which keeps the negative tail's
-  // relative precision (1 + erf would cancel there).
-  __device__ float operator()(float x, float) const { return 0.5f * x * erfcf(-x * 0.70710678118654752f); }
+  __device__ float operator()(float x, float) const { return GeluErf(x); }  // exact GELU (act_access.cuh)
 };
 
 struct TanhOp {
@@ -118,7 +116,7 @@ __global__ void SiluMulKernel(const T* gate_up, int64_t rows, int64_t inter, T* 
       for (int k = 0; k < V; ++k) {
         const float x = a[k];
         const float act = kAct == kGatedGeluTanh ? GeluTanh(x)
-                          : kAct == kGatedGelu   ? 0.5f * x * erfcf(-x * 0.70710678118654752f)
+                          : kAct == kGatedGelu   ? GeluErf(x)
                                                  : x / (1.0f + expf(-x));
         a[k] = act * b[k];
       }

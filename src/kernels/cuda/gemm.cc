@@ -218,7 +218,8 @@ size_t LtGemm::PlanKeyHash::operator()(const PlanKey& key) const {
       static_cast<uint64_t>(p.activation) << 16 | static_cast<uint64_t>(p.fp8_scaling) << 24 |
       static_cast<uint64_t>(p.allow_tf32) << 32);
   mix(static_cast<uint64_t>(key.align_x) | static_cast<uint64_t>(key.align_w) << 8 |
-      static_cast<uint64_t>(key.align_y) << 16 | static_cast<uint64_t>(key.align_bias) << 24);
+      static_cast<uint64_t>(key.align_y) << 16 | static_cast<uint64_t>(key.align_bias) << 24 |
+      static_cast<uint64_t>(static_cast<uint8_t>(key.variant)) << 32);
   return static_cast<size_t>(h);
 }
 
@@ -336,7 +337,17 @@ Status LtGemm::EnsureScratch(size_t bytes, cudaStream_t stream) {
   return Status::Ok();
 }
 
-Status LtGemm::BuildPlan(const GemmProblem& p, const GemmArgs& args, int first_variant, Plan& plan) {
+int LtGemm::AccVariantIndex(const GemmProblem& p) const {
+  if (p.kind != GemmKind::kFp8 || p.fp8_scaling != Fp8Scaling::kPerRowCol) return -1;
+  const std::vector<Variant> variants = Variants(p, options_);
+  for (size_t i = 0; i < variants.size(); ++i) {
+    if (variants[i].acc_scratch) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+Status LtGemm::BuildPlan(const GemmProblem& p, const GemmArgs& args, int first_variant, Plan& plan,
+                         bool only_first) {
   const std::vector<Variant> variants = Variants(p, options_);
   plan.variant_count = static_cast<int>(variants.size());
   const bool int8 = p.kind == GemmKind::kInt8;
@@ -350,7 +361,8 @@ Status LtGemm::BuildPlan(const GemmProblem& p, const GemmArgs& args, int first_v
   const cudaDataType_t scale_type = int8 ? CUDA_R_32I : CUDA_R_32F;
   Status last = Unimplemented("cuBLASLt offers no algorithm for " + ProblemString(p));
 
-  for (int vi = first_variant; vi < plan.variant_count; ++vi) {
+  const int end_variant = only_first ? std::min(first_variant + 1, plan.variant_count) : plan.variant_count;
+  for (int vi = first_variant; vi < end_variant; ++vi) {
     const Variant& v = variants[vi];
     DType d_dtype = p.out_dtype;
     if (v.acc_scratch) d_dtype = int8 ? DType::kI32 : DType::kF32;
@@ -460,8 +472,9 @@ Status LtGemm::BuildPlan(const GemmProblem& p, const GemmArgs& args, int first_v
   return last;
 }
 
-Result<LtGemm::Plan*> LtGemm::GetPlan(const GemmProblem& p, const GemmArgs& args) {
+Result<LtGemm::Plan*> LtGemm::GetPlan(const GemmProblem& p, const GemmArgs& args, int only_variant) {
   PlanKey key;
+  key.variant = static_cast<int8_t>(only_variant);
   key.problem = p;
   key.problem.ldx = p.x_stride();
   key.problem.ldy = p.y_stride();
@@ -474,7 +487,8 @@ Result<LtGemm::Plan*> LtGemm::GetPlan(const GemmProblem& p, const GemmArgs& args
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
   auto plan = std::make_unique<Plan>();
-  FERRY_RETURN_IF_ERROR(BuildPlan(p, args, 0, *plan));
+  FERRY_RETURN_IF_ERROR(only_variant >= 0 ? BuildPlan(p, args, only_variant, *plan, /*only_first=*/true)
+                                          : BuildPlan(p, args, 0, *plan));
   Plan* raw = plan.get();
   plans_.emplace(key, std::move(plan));
   return raw;
@@ -552,7 +566,17 @@ Status LtGemm::RunSmallM(const GemmProblem& p, const GemmArgs& args, cudaStream_
 
 Status LtGemm::RunLt(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream, const GemmChoice* choice,
                      const cublasLtMatmulAlgo_t* forced_algo) {
-  FERRY_ASSIGN_OR_RETURN(Plan * plan, GetPlan(p, args));
+  // An accumulator-route choice runs on that variant's own plan; where the problem has no
+  // such variant (not fp8 per-row/col), the default plan's heuristic runs instead.
+  int only_variant = -1;
+  if (choice != nullptr && choice->route == GemmChoice::Route::kCublasLtAcc) {
+    only_variant = AccVariantIndex(p);
+    if (only_variant < 0) {
+      ++choice_fallbacks_;
+      choice = nullptr;
+    }
+  }
+  FERRY_ASSIGN_OR_RETURN(Plan * plan, GetPlan(p, args, only_variant));
   FERRY_RETURN_IF_ERROR(EnsureScratch(PlanScratchBytes(*plan, p), stream));
   FERRY_RETURN_IF_ERROR(SetCallPointers(*plan, args));
 
@@ -561,10 +585,10 @@ Status LtGemm::RunLt(const GemmProblem& p, const GemmArgs& args, cudaStream_t st
   if (forced_algo != nullptr) {
     algo = *forced_algo;
     algo_ws = choice != nullptr ? choice->workspace_bytes : 0;
-  } else if (choice != nullptr && choice->route == GemmChoice::Route::kCublasLt &&
+  } else if (choice != nullptr && choice->route != GemmChoice::Route::kSmallM &&
              choice->workspace_bytes > workspace_bytes_) {
     ++choice_fallbacks_;  // tuned with a larger workspace than this LtGemm owns
-  } else if (choice != nullptr && choice->route == GemmChoice::Route::kCublasLt) {
+  } else if (choice != nullptr && choice->route != GemmChoice::Route::kSmallM) {
     if (!plan->choice_checked || plan->checked_algo != choice->algo) {
       cublasLtMatmulAlgo_t candidate;
       std::memcpy(candidate.data, choice->algo.data(), sizeof(candidate.data));
@@ -634,6 +658,9 @@ Status LtGemm::Run(const GemmProblem& p, const GemmArgs& args, cudaStream_t stre
   if (choice != nullptr && choice->route == GemmChoice::Route::kSmallM && p.kind != GemmKind::kInt8WeightOnly) {
     return InvalidArgument("small-M GEMM choice for a " + std::string(GemmKindName(p.kind)) + " problem");
   }
+  if (choice != nullptr && choice->route == GemmChoice::Route::kCublasLtAcc && AccVariantIndex(p) < 0) {
+    return InvalidArgument("accumulator-route GEMM choice for a problem without one: " + ProblemString(p));
+  }
   if (UseSmallM(p, args, choice)) return RunSmallM(p, args, stream);
   return RunLt(p, args, stream, choice, nullptr);
 }
@@ -675,15 +702,15 @@ Result<GemmChoice> LtGemm::Tune(const GemmProblem& p, const GemmArgs& args, cuda
     c.route = GemmChoice::Route::kSmallM;
     candidates.push_back(c);
   }
-  {
+  // The heuristic's algorithms for one plan, as candidates of `route`.
+  const auto add_candidates = [&](const Plan& pl, GemmChoice::Route route) -> Status {
     cublasLtMatmulPreference_t pref = nullptr;
     FERRY_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
     PreferencePtr pref_owner(pref);
     const uint64_t max_ws = workspace_bytes_;
     FERRY_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof(max_ws)));
-    const uint32_t align_bytes[4] = {1u << plan->align_a, 1u << plan->align_b, 1u << plan->align_d,
-                                     1u << plan->align_d};
+    const uint32_t align_bytes[4] = {1u << pl.align_a, 1u << pl.align_b, 1u << pl.align_d, 1u << pl.align_d};
     const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
@@ -693,17 +720,29 @@ Result<GemmChoice> LtGemm::Tune(const GemmProblem& p, const GemmArgs& args, cuda
     }
     std::vector<cublasLtMatmulHeuristicResult_t> results(options.max_algos);
     int count = 0;
-    FERRY_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(handle_.get(), plan->desc.get(), plan->a.get(),
-                                                                plan->b.get(), plan->d.get(), plan->d.get(), pref,
+    FERRY_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(handle_.get(), pl.desc.get(), pl.a.get(),
+                                                                pl.b.get(), pl.d.get(), pl.d.get(), pref,
                                                                 options.max_algos, results.data(), &count));
     for (int i = 0; i < count; ++i) {
       if (results[i].state != CUBLAS_STATUS_SUCCESS || results[i].workspaceSize > workspace_bytes_) continue;
       GemmChoice c;
-      c.route = GemmChoice::Route::kCublasLt;
+      c.route = route;
       std::memcpy(c.algo.data(), results[i].algo.data, sizeof(results[i].algo.data));
       c.workspace_bytes = results[i].workspaceSize;
       candidates.push_back(c);
     }
+    return Status::Ok();
+  };
+  FERRY_RETURN_IF_ERROR(add_candidates(*plan, plan->variant.acc_scratch && AccVariantIndex(p) >= 0
+                                                  ? GemmChoice::Route::kCublasLtAcc
+                                                  : GemmChoice::Route::kCublasLt));
+  // fp8 per-row/col: the f32-accumulator route's algorithms compete with the outer-vector
+  // ones. cuBLASLt offers few kernels with outer-vector scales (one 128 x 128 tile on an
+  // H200), which leave most multiprocessors idle for decode-sized M; the accumulator route
+  // has split-K and small tiles, and its epilogue pass costs little at small M.
+  if (const int acc = AccVariantIndex(p); acc >= 0 && !plan->variant.acc_scratch) {
+    Result<Plan*> acc_plan = GetPlan(p, args, acc);
+    if (acc_plan.ok()) FERRY_RETURN_IF_ERROR(add_candidates(**acc_plan, GemmChoice::Route::kCublasLtAcc));
   }
   if (candidates.empty()) return Unimplemented("no GEMM candidates to tune for " + ProblemString(p));
 

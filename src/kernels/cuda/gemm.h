@@ -116,15 +116,19 @@ struct GemmArgs {
 // One algorithm for one problem, as Tune found it: storable in an engine file.
 struct GemmChoice {
   enum class Route : uint8_t {
-    kCublasLt = 0,  // the cuBLASLt algorithm in `algo`
-    kSmallM = 1,    // kInt8WeightOnly only: the fused dequantizing small-M kernel
+    kCublasLt = 0,     // the cuBLASLt algorithm in `algo`
+    kSmallM = 1,       // kInt8WeightOnly only: the fused dequantizing small-M kernel
+    kCublasLtAcc = 2,  // kFp8 per-row/col only: `algo` on the f32-accumulator route (unit
+                       // scales into scratch, then ScaleEpilogue), whose kernels (split-K,
+                       // small tiles) can beat the outer-vector ones for small M
   };
   Route route = Route::kCublasLt;
   std::array<uint64_t, 8> algo{};  // cublasLtMatmulAlgo_t::data, valid for this cuBLASLt version
   uint64_t workspace_bytes = 0;
   float measured_us = 0.0f;  // Tune's median time (informational)
 
-  // "lt:<8 x 16 hex digits>:<workspace bytes>" or "small_m". measured_us is not stored.
+  // "lt:<8 x 16 hex digits>:<workspace bytes>", the same with "lt_acc:", or "small_m".
+  // measured_us is not stored.
   std::string ToString() const;
   static Result<GemmChoice> FromString(std::string_view text);
 };
@@ -197,6 +201,7 @@ class LtGemm {
   struct PlanKey {
     GemmProblem problem;
     uint8_t align_x = 0, align_w = 0, align_y = 0, align_bias = 0;  // log2 bytes, up to 256
+    int8_t variant = -1;  // the only variant to build; -1: the first the library accepts
     bool operator==(const PlanKey&) const = default;
   };
   struct PlanKeyHash {
@@ -206,8 +211,13 @@ class LtGemm {
  private:
   LtGemm() = default;
 
-  Result<Plan*> GetPlan(const GemmProblem& p, const GemmArgs& args);
-  Status BuildPlan(const GemmProblem& p, const GemmArgs& args, int first_variant, Plan& plan);
+  // only_variant >= 0: that variant or Unimplemented (a choice's route); -1: the first the
+  // library accepts, in Variants' order.
+  Result<Plan*> GetPlan(const GemmProblem& p, const GemmArgs& args, int only_variant = -1);
+  Status BuildPlan(const GemmProblem& p, const GemmArgs& args, int first_variant, Plan& plan,
+                   bool only_first = false);
+  // The index of the f32-accumulator variant of an fp8 per-row/col problem; -1 otherwise.
+  int AccVariantIndex(const GemmProblem& p) const;
   Status SetCallPointers(Plan& plan, const GemmArgs& args);
   Status EnsureScratch(size_t bytes, cudaStream_t stream);
   bool UseSmallM(const GemmProblem& p, const GemmArgs& args, const GemmChoice* choice) const;

@@ -23,7 +23,7 @@ std::string_view GemmKindName(GemmKind kind) {
 std::string GemmChoice::ToString() const {
   if (route == Route::kSmallM) return "small_m";
   static const char kHex[] = "0123456789abcdef";
-  std::string s = "lt:";
+  std::string s = route == Route::kCublasLtAcc ? "lt_acc:" : "lt:";
   for (uint64_t word : algo) {
     for (int shift = 60; shift >= 0; shift -= 4) s += kHex[(word >> shift) & 0xf];
   }
@@ -38,11 +38,14 @@ Result<GemmChoice> GemmChoice::FromString(std::string_view text) {
     return c;
   }
   const auto bad = [&] { return InvalidArgument("malformed GEMM choice '" + std::string(text) + "'"); };
-  if (text.size() < 3 + 128 + 2 || text.substr(0, 3) != "lt:" || text[3 + 128] != ':') return bad();
+  const bool acc = text.substr(0, 7) == "lt_acc:";
+  const size_t head = acc ? 7 : 3;
+  if (!acc && text.substr(0, 3) != "lt:") return bad();
+  if (text.size() < head + 128 + 2 || text[head + 128] != ':') return bad();
   for (int w = 0; w < 8; ++w) {
     uint64_t word = 0;
     for (int i = 0; i < 16; ++i) {
-      const char ch = text[3 + w * 16 + i];
+      const char ch = text[head + w * 16 + i];
       int digit;
       if (ch >= '0' && ch <= '9') digit = ch - '0';
       else if (ch >= 'a' && ch <= 'f') digit = ch - 'a' + 10;
@@ -51,10 +54,10 @@ Result<GemmChoice> GemmChoice::FromString(std::string_view text) {
     }
     c.algo[w] = word;
   }
-  const std::string_view ws = text.substr(3 + 128 + 1);
+  const std::string_view ws = text.substr(head + 128 + 1);
   const auto [end, ec] = std::from_chars(ws.data(), ws.data() + ws.size(), c.workspace_bytes);
   if (ec != std::errc() || end != ws.data() + ws.size()) return bad();
-  c.route = Route::kCublasLt;
+  c.route = acc ? Route::kCublasLtAcc : Route::kCublasLt;
   return c;
 }
 

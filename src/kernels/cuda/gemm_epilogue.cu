@@ -21,6 +21,7 @@ int GridFor(int64_t items, int threads = kThreads) {
 
 using kernels_internal::DispatchAct;
 using kernels_internal::FromF32;
+using kernels_internal::GeluErf;
 using kernels_internal::ToF32;
 
 __device__ __forceinline__ float Activate(float v, GemmActivation act) {
@@ -30,7 +31,7 @@ __device__ __forceinline__ float Activate(float v, GemmActivation act) {
       return 0.5f * v * (1.0f + tanhf(inner));
     }
     case GemmActivation::kGeluErf:
-      return 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
+      return GeluErf(v);
     default:
       return v;
   }
