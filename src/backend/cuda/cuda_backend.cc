@@ -259,6 +259,10 @@ class CudaBackend final : public Backend {
     FERRY_RETURN_IF_ERROR(EnsureLoaded());
     return ctx_->Synchronize();
   }
+  Status SetDevicePriority(bool high) override {
+    FERRY_RETURN_IF_ERROR(EnsureLoaded());
+    return ctx_->SetHighPriority(high);
+  }
 
   // --- step inputs, step graphs and sampling -------------------------------------------------
 

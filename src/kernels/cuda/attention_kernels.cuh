@@ -41,7 +41,7 @@ struct FlashConfig {
 };
 
 template <typename T, typename KvT, int HD, int WM, int WK, int KT, Mode kMode>
-__global__ void __launch_bounds__(128) FlashAttentionKernel(const Params p) {
+__global__ void __launch_bounds__(128, (kMode != Mode::kDecode && HD <= 64) ? 4 : 1) FlashAttentionKernel(const Params p) {
   using C = FlashConfig<T, HD, WM, WK, KT>;
   constexpr bool kFp8 = std::is_same_v<KvT, Fp8>;
   static_assert(kFp8 || std::is_same_v<KvT, T>, "16-bit K/V must be of the compute type");
