@@ -240,14 +240,6 @@ class Backend {
   // Copies a device tensor to host memory (f32 contiguous); identity-ish on the CPU.
   virtual Result<Tensor> ToHost(const Tensor& t) = 0;
   virtual Status Synchronize() = 0;
-  // A hint for a device that several engines share: while `high`, this backend's device work
-  // is scheduled ahead of theirs (CUDA: a stream of the greatest priority; QoS groups give it
-  // to the variants new requests are steered to). Between steps, on the thread that runs
-  // them. A device with nothing to order ignores it.
-  virtual Status SetDevicePriority(bool high) {
-    (void)high;
-    return Status::Ok();
-  }
 
   // --- step inputs and step graphs ---------------------------------------------------------
   // Puts a step's small inputs where its ops read them, once per step: the CPU reads the host

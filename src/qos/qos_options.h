@@ -79,9 +79,6 @@ struct QosOptions {
   // Scale the pressure by the measured cost of the rung above before deciding to move up,
   // so that a variant twice as fast does not move up into an overload it just left.
   bool project_upgrade = true;
-  // Decoders on a device: the variants new requests are steered to get device priority
-  // (Backend::SetDevicePriority) over the ones that serve only floors or drain.
-  bool device_priority = true;
   std::vector<Signal> signals = {Signal::kQueueWait, Signal::kTtft, Signal::kTpot, Signal::kKvUsage};
   SloTargets slo;                           // the group's default targets
   InactivePacing inactive_step;             // pacing of the variants not active

@@ -172,7 +172,6 @@ BatcherSnapshot ContinuousBatcher::Snapshot() const {
   s.steps = steps_.load();
   s.preemptions = preemptions_.load();
   s.step_pacing_us = step_pacing_us_.load();
-  s.device_priority = device_priority_.load();
   s.paced_waits = paced_waits_.load();
   s.paced_seconds = static_cast<double>(paced_us_.load()) * 1e-6;
   return s;
@@ -213,7 +212,6 @@ void ContinuousBatcher::Loop() {
                    [this] { return stop_ || !inbox_.empty() || !cancels_.empty() || !tasks_.empty(); });
       continue;
     }
-    ApplyDevicePriority();
     const Clock::time_point step_start = Clock::now();
     const bool stepped = core_.Step(events_);
     Deliver(events_);
@@ -227,18 +225,6 @@ void ContinuousBatcher::Loop() {
       cv_.wait_for(lock, std::chrono::milliseconds(5), [this] { return stop_ || !cancels_.empty(); });
     }
   }
-}
-
-void ContinuousBatcher::ApplyDevicePriority() {
-  const bool want = device_priority_want_.load();
-  if (want == device_priority_.load()) return;
-  const Status s = core_.engine().backend().SetDevicePriority(want);
-  if (!s.ok()) {
-    // A hint: the step runs as it would have; the next step tries again.
-    FERRY_LOG_WARN("batcher '{}': device priority not changed: {}", name(), s.ToString());
-    return;
-  }
-  device_priority_ = want;
 }
 
 void ContinuousBatcher::PacedWait(Clock::time_point step_start) {

@@ -29,7 +29,6 @@ struct BatcherSnapshot {
   uint64_t steps = 0;
   uint64_t preemptions = 0;
   int64_t step_pacing_us = 0;  // SetStepPacing's interval; 0 = off
-  bool device_priority = false;  // SetDevicePriority's last value, as the loop applied it
   uint64_t paced_waits = 0;    // waits the pacing made between steps (counted as each starts)
   double paced_seconds = 0;    // the total length of those that ended
 };
@@ -77,9 +76,6 @@ class ContinuousBatcher {
   // (a shorter interval ends a wait early). Any thread.
   void SetStepPacing(std::chrono::microseconds min_interval);
   std::chrono::microseconds step_pacing() const { return std::chrono::microseconds(step_pacing_us_.load()); }
-  // Asks the loop to give this engine's device work priority over other engines' on a shared
-  // device (Backend::SetDevicePriority), from its next step on. Any thread.
-  void SetDevicePriority(bool high) { device_priority_want_ = high; }
 
   BatcherSnapshot Snapshot() const;
   // How long a request submitted now would wait before its first step, from the requests
@@ -106,7 +102,6 @@ class ContinuousBatcher {
   void Loop();
   // After a step that started at `step_start`: waits out the step pacing, if any applies.
   void PacedWait(Clock::time_point step_start);
-  void ApplyDevicePriority();  // SetDevicePriority's wish, applied between steps
   void TakeInbox();
   void RunTasks();
   Result<uint64_t> Enqueue(GenerationRequest& request, bool check_limits);
@@ -142,8 +137,6 @@ class ContinuousBatcher {
   std::atomic<uint64_t> steps_{0};
   std::atomic<uint64_t> preemptions_{0};
   std::atomic<int64_t> step_pacing_us_{0};
-  std::atomic<bool> device_priority_want_{false};
-  std::atomic<bool> device_priority_{false};  // as applied by the loop
   std::atomic<uint64_t> paced_waits_{0};
   std::atomic<int64_t> paced_us_{0};
   LoadState published_;  // owned by the loop: the last state the observer saw

@@ -106,7 +106,7 @@ Status ParseQos(const YAML::Node& node, const std::string& path, qos::QosOptions
   FERRY_ASSIGN_OR_RETURN(const MapReader m,
                          MapReader::Open(node, path,
                                          {"window_s", "downgrade_above", "upgrade_below", "min_dwell_s", "tick_ms",
-                                          "min_samples", "project_upgrade", "device_priority", "signals", "slo", "inactive_step_ms",
+                                          "min_samples", "project_upgrade", "signals", "slo", "inactive_step_ms",
                                           "rollback", "tiers"}));
   FERRY_RETURN_IF_ERROR(m.Number("window_s", out.window_s));
   FERRY_RETURN_IF_ERROR(m.Number("downgrade_above", out.downgrade_above));
@@ -115,7 +115,6 @@ Status ParseQos(const YAML::Node& node, const std::string& path, qos::QosOptions
   FERRY_RETURN_IF_ERROR(m.Int("tick_ms", out.tick_ms));
   FERRY_RETURN_IF_ERROR(m.Int("min_samples", out.min_samples));
   FERRY_RETURN_IF_ERROR(m.Bool("project_upgrade", out.project_upgrade));
-  FERRY_RETURN_IF_ERROR(m.Bool("device_priority", out.device_priority));
   if (const YAML::Node* signals = m.Find("signals")) {
     FERRY_ASSIGN_OR_RETURN(const auto items, ReadItems(*signals, m.Path("signals")));
     out.signals.clear();

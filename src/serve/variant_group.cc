@@ -449,7 +449,6 @@ void VariantGroup::ApplyPacing() {
     sched::ContinuousBatcher& b = *variant(i).decoder();
     const std::string& v = config_.variants[static_cast<size_t>(i)].name;
     const auto want = steered[static_cast<size_t>(i)] ? std::chrono::microseconds(0) : pace;
-    b.SetDevicePriority(config_.qos.device_priority && steered[static_cast<size_t>(i)] && size() > 1);
     if (want != b.step_pacing()) {
       b.SetStepPacing(want);
       const std::string reason =
@@ -648,7 +647,7 @@ json VariantGroup::BatchersJson() const {
       const sched::BatcherSnapshot s = m.decoder()->Snapshot();
       v["batcher"] = {{"running", s.running}, {"waiting", s.waiting}, {"waiting_tokens", s.waiting_tokens},
                       {"kv_free_blocks", s.kv_free_blocks}, {"kv_blocks", s.kv_blocks}, {"steps", s.steps},
-                      {"preemptions", s.preemptions}, {"step_pacing_ms", static_cast<double>(s.step_pacing_us) / 1000.0}, {"device_priority", s.device_priority},
+                      {"preemptions", s.preemptions}, {"step_pacing_ms", static_cast<double>(s.step_pacing_us) / 1000.0},
                       {"paced_waits", s.paced_waits}};
     } else {
       const sched::DynamicBatcherStats s = m.encoder()->Stats();

@@ -212,51 +212,6 @@ TEST(StepGraphBackendTest, ReplayReadsEachStepsInputsAndAnotherLayoutIsRecapture
   EXPECT_EQ(b.graph_count(), 0);
 }
 
-// Device priority moves the backend's work to another stream, ordered after what was enqueued
-// before: results computed on one stream are read correctly by work on the other, a step graph
-// recorded on one replays on the other, and a switch is refused while a graph is recorded.
-TEST(StepGraphBackendTest, DevicePriorityKeepsWorkOrderedAcrossTheSwitch) {
-  FERRY_SKIP_WITHOUT_GPU();
-  auto be = backend::MakeCudaBackend({});
-  ASSERT_TRUE(be.ok()) << be.status().ToString();
-  backend::Backend& b = **be;
-  const Tensor table = CountingTable(64, 8);
-  int body_runs = 0;
-  const backend::StepBody body = [&](const backend::StepTensors& in) -> Result<Tensor> {
-    if (++body_runs == 2) {  // the recording (the first run is eager)
-      const Status s = b.SetDevicePriority(true);
-      EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
-    }
-    FERRY_ASSIGN_OR_RETURN(Tensor out, b.Allocate({in.token_ids.dim(0), 8}, DType::kBF16));
-    FERRY_RETURN_IF_ERROR(b.Embedding(table, in.token_ids, out));
-    FERRY_RETURN_IF_ERROR(b.Add(out, out));  // each row r becomes 2r: reads what Embedding wrote
-    return out;
-  };
-  const backend::GraphKey key{3, 1, 64};
-  auto step = [&](const std::vector<int32_t>& ids) -> Result<std::vector<float>> {
-    backend::StepInputs in;
-    in.token_ids = ids;
-    FERRY_ASSIGN_OR_RETURN(const Tensor out, b.RunGraph(key, in, body));
-    return FirstColumn(b, out);
-  };
-  // Eager run and recording on the ordinary stream (the recording's body tries a switch).
-  auto first = step({1, 2, 3});
-  ASSERT_TRUE(first.ok()) << first.status().ToString();
-  EXPECT_EQ(body_runs, 2);
-  EXPECT_EQ(*first, (std::vector<float>{2, 4, 6}));
-  for (int round = 0; round < 6; ++round) {
-    FERRY_ASSERT_OK(b.SetDevicePriority(round % 2 == 0));
-    const int32_t base = 10 * round;
-    auto got = step({base + 1, base + 5, base + 9});  // replays of the one recording
-    ASSERT_TRUE(got.ok()) << got.status().ToString();
-    EXPECT_EQ(*got, (std::vector<float>{2.0f * (base + 1), 2.0f * (base + 5), 2.0f * (base + 9)})) << "round "
-                                                                                                     << round;
-  }
-  EXPECT_EQ(b.graph_count(), 1);
-  FERRY_ASSERT_OK(b.SetDevicePriority(false));
-  FERRY_ASSERT_OK(b.Synchronize());
-}
-
 // A body that waits for the stream or copies a host array inside the recording cannot be
 // recorded: its key runs eagerly from then on, with correct results, and nothing is kept.
 TEST(StepGraphBackendTest, ABodyThatCannotBeRecordedRunsEagerly) {

@@ -711,26 +711,6 @@ TEST_F(ContinuousBatcherTest, StepPacingSpacesTheStepsOfRunningSequences) {
   b.Stop(1s);
 }
 
-// SetDevicePriority is a wish the loop applies to its backend before its next step (here the
-// CPU backend, which has nothing to order and accepts it); the snapshot shows what was applied.
-TEST_F(ContinuousBatcherTest, DevicePriorityIsAppliedBetweenSteps) {
-  auto runner = MakeRunner(2, 128);
-  auto batcher = MakeBatcher(*runner, 2, 64);
-  ContinuousBatcher& b = *batcher;
-  ASSERT_TRUE(b.Start().ok());
-  EXPECT_FALSE(b.Snapshot().device_priority);
-  b.SetDevicePriority(true);
-  EXPECT_FALSE(b.Snapshot().device_priority) << "nothing stepped yet";
-  for (bool want : {true, false}) {
-    b.SetDevicePriority(want);
-    Collector c;
-    ASSERT_TRUE(b.Submit(Greedy(Prompts(1)[0], 3, c)).ok());
-    ASSERT_TRUE(c.Wait());
-    EXPECT_EQ(b.Snapshot().device_priority, want);
-  }
-  b.Stop(1s);
-}
-
 // An arrival during a paced wait is stepped at once (its time to first token is not paced);
 // pacing 0 then restores back-to-back steps.
 TEST_F(ContinuousBatcherTest, ArrivalDuringAPacedWaitIsSteppedAtOnceAndPacingZeroEndsThePacing) {

@@ -9,12 +9,7 @@ namespace ferry::backend {
 Result<std::unique_ptr<CudaContext>> CudaContext::Create(int device) {
   std::unique_ptr<CudaContext> ctx(new CudaContext(device));
   FERRY_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-  FERRY_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&ctx->normal_stream_, cudaStreamNonBlocking));
-  int least = 0, greatest = 0;
-  FERRY_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  FERRY_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&ctx->high_stream_, cudaStreamNonBlocking, greatest));
-  FERRY_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ctx->switch_event_, cudaEventDisableTiming));
-  ctx->stream_ = ctx->normal_stream_;
+  FERRY_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&ctx->stream_, cudaStreamNonBlocking));
   ctx->pool_ = std::make_shared<DevicePool>(device);
   ctx->graph_pool_ = std::make_shared<DevicePool>(device);
   FERRY_RETURN_IF_ERROR(ctx->staging_.Init());
@@ -27,25 +22,10 @@ Result<std::unique_ptr<CudaContext>> CudaContext::Create(int device) {
 }
 
 CudaContext::~CudaContext() {
-  for (cudaStream_t s : {normal_stream_, high_stream_}) {
-    if (s != nullptr) {
-      cudaStreamSynchronize(s);
-      cudaStreamDestroy(s);
-    }
+  if (stream_ != nullptr) {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
   }
-  if (switch_event_ != nullptr) cudaEventDestroy(switch_event_);
-}
-
-Status CudaContext::SetHighPriority(bool high) {
-  cudaStream_t next = high ? high_stream_ : normal_stream_;
-  if (next == stream_) return Status::Ok();
-  FERRY_RETURN_IF_ERROR(NotRecording("switching stream priority"));
-  // Everything enqueued so far happens before anything enqueued on the next stream; a host
-  // wait on the next stream therefore waits for both.
-  FERRY_CUDA_RETURN_IF_ERROR(cudaEventRecord(switch_event_, stream_));
-  FERRY_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(next, switch_event_, 0));
-  stream_ = next;
-  return Status::Ok();
 }
 
 Result<Tensor> CudaContext::Allocate(const Shape& shape, DType dtype) {

@@ -27,12 +27,6 @@ class CudaContext {
 
   Device device() const { return Device::Cuda(device_); }
   cudaStream_t stream() const { return stream_; }
-  // Moves this context's work to a stream of the device's greatest priority (or back to the
-  // default one), ordered after everything already enqueued: where several engines share the
-  // device, the CTAs of a high-priority stream's kernels are scheduled ahead of the others'.
-  // Between steps only (FailedPrecondition while a step graph is recorded).
-  Status SetHighPriority(bool high);
-  bool high_priority() const { return stream_ == high_stream_; }
   // "cuda:<name> (sm_XY)", as the backend reports itself.
   const std::string& name() const { return name_; }
 
@@ -69,10 +63,7 @@ class CudaContext {
   const int device_;
   std::string name_;
   std::string where_;  // "cuda:N (<device name>)", for messages
-  cudaStream_t stream_ = nullptr;       // the stream in use: normal_stream_ or high_stream_
-  cudaStream_t normal_stream_ = nullptr;
-  cudaStream_t high_stream_ = nullptr;
-  cudaEvent_t switch_event_ = nullptr;  // orders a switch of streams
+  cudaStream_t stream_ = nullptr;
   std::shared_ptr<DevicePool> pool_;
   std::shared_ptr<DevicePool> graph_pool_;
   StagingRing staging_;

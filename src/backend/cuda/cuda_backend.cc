@@ -259,10 +259,6 @@ class CudaBackend final : public Backend {
     FERRY_RETURN_IF_ERROR(EnsureLoaded());
     return ctx_->Synchronize();
   }
-  Status SetDevicePriority(bool high) override {
-    FERRY_RETURN_IF_ERROR(EnsureLoaded());
-    return ctx_->SetHighPriority(high);
-  }
 
   // --- step inputs, step graphs and sampling -------------------------------------------------
 
