@@ -39,8 +39,8 @@ class DictData {
   const Value* Find(std::string_view key) const;
   // Inserts, or replaces the value of an equal key in place (its position is kept).
   void Set(Value key, Value value);
-  size_t size() const { return items_.size(); }
-  bool empty() const { return items_.empty(); }
+  size_t size() const;  // defined below Value: its pairs need the complete type
+  bool empty() const;
   const std::vector<std::pair<Value, Value>>& items() const { return items_; }
 
  private:
@@ -176,5 +176,8 @@ void AppendUtf8(uint32_t cp, std::string& out);
 size_t Utf8Length(std::string_view s);
 // Python's str.isspace() for one code point.
 bool IsPySpace(uint32_t cp);
+
+inline size_t DictData::size() const { return items_.size(); }
+inline bool DictData::empty() const { return items_.empty(); }
 
 }  // namespace ferry::jinja
