@@ -119,6 +119,9 @@ Result<std::shared_ptr<Engine>> Engine::Load(const std::string& spec, const Engi
                             return t;
                           },
                           [ckpt](const std::string& name) { return ckpt->Has(name); }};
+  if (!e->config_.quantization.method.empty()) {
+    src = model::DequantizingSource(std::move(src), e->config_.quantization, model::DequantizedDType(e->config_));
+  }
   FERRY_ASSIGN_OR_RETURN(e->backend_, MakeBackend(options));
   if (progress) progress->Phase("weights", SafetensorsBytes(path));
   auto t0 = SteadyClock::now();

@@ -291,6 +291,9 @@ Result<BuildReport> BuildEngine(const std::string& model_spec, const std::string
                             return t;
                           },
                           [ckpt](const std::string& n) { return ckpt->Has(n); }};
+  if (!config.quantization.method.empty()) {
+    src = model::DequantizingSource(std::move(src), config.quantization, model::DequantizedDType(config));
+  }
   model::LoadOptions lo;
   lo.linear_format = plan.format;
   lo.table_dtype = plan.table_dtype;

@@ -134,6 +134,8 @@ class Fields {
   std::string prefix_;
 };
 
+Status ParseQuantization(const Fields& f, QuantizationConfig* q);
+
 Result<ModelFamily> FamilyOf(const std::string& model_type) {
   if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2" || model_type == "qwen3" ||
       model_type == "gemma2" || model_type == "phi3") {
@@ -625,7 +627,66 @@ Result<ModelConfig> ParseRoot(const json& root) {
     FERRY_ASSIGN_OR_RETURN(dtype, f.OptionalString("torch_dtype"));
   }
   c.torch_dtype = dtype.value_or("");
+  FERRY_RETURN_IF_ERROR(ParseQuantization(f, &c.quantization));
   return c;
+}
+
+// quantization_config: the float8 formats are imported; every other method is refused by
+// name, since its weights would otherwise be read as plain tensors and give wrong outputs.
+Status ParseQuantization(const Fields& f, QuantizationConfig* q) {
+  const json* qc = f.Find("quantization_config");
+  if (qc == nullptr || qc->is_null()) return Status::Ok();
+  if (!qc->is_object()) return InvalidArgument("field 'quantization_config' must be an object");
+  const Fields qf(*qc, "quantization_config.");
+  FERRY_ASSIGN_OR_RETURN(std::optional<std::string> method, qf.OptionalString("quant_method"));
+  if (!method) return InvalidArgument("missing required field 'quantization_config.quant_method'");
+  const std::string supported = "supported: fp8, fbgemm_fp8, and compressed-tensors with 8-bit float weights";
+  if (*method == "fp8" || *method == "fbgemm_fp8") {
+    q->method = *method;
+    if (const json* block = qf.Find("weight_block_size"); block != nullptr && !block->is_null()) {
+      if (!block->is_array() || block->size() != 2 || !(*block)[0].is_number_integer() ||
+          !(*block)[1].is_number_integer() || (*block)[0].get<int64_t>() <= 0 || (*block)[1].get<int64_t>() <= 0) {
+        return InvalidArgument("field 'quantization_config.weight_block_size' must be two positive integers, got " +
+                               JsonSnippet(*block));
+      }
+      q->block_rows = (*block)[0].get<int64_t>();
+      q->block_cols = (*block)[1].get<int64_t>();
+    }
+    return Status::Ok();
+  }
+  if (*method == "compressed-tensors") {
+    // Every config group's weights must be 8-bit floats (FP8 and FP8-dynamic checkpoints);
+    // integer groups (W4A16, W8A8-int) are other formats.
+    const json* groups = qf.Find("config_groups");
+    if (groups == nullptr || !groups->is_object() || groups->empty()) {
+      return InvalidArgument("field 'quantization_config.config_groups' must be a non-empty object");
+    }
+    for (const auto& [name, group] : groups->items()) {
+      const json* w = group.is_object() && group.contains("weights") ? &group["weights"] : nullptr;
+      const auto type = w != nullptr && w->is_object() ? w->find("type") : json::const_iterator();
+      const auto bits = w != nullptr && w->is_object() ? w->find("num_bits") : json::const_iterator();
+      const bool fp8 = w != nullptr && w->is_object() && type != w->end() && type->is_string() &&
+                       type->get<std::string>() == "float" && bits != w->end() && bits->is_number_integer() &&
+                       bits->get<int64_t>() == 8;
+      if (!fp8) {
+        return Unimplemented("quantization_config group '" + name + "': compressed-tensors weights " +
+                             (w != nullptr ? JsonSnippet(*w) : std::string("(none)")) + " are not supported (" +
+                             supported + ")");
+      }
+      if (const auto bs = w->find("block_structure"); bs != w->end() && !bs->is_null()) {
+        if (!bs->is_array() || bs->size() != 2 || !(*bs)[0].is_number_integer() || !(*bs)[1].is_number_integer() ||
+            (*bs)[0].get<int64_t>() <= 0 || (*bs)[1].get<int64_t>() <= 0) {
+          return InvalidArgument("quantization_config group '" + name +
+                                 "': block_structure must be two positive integers, got " + JsonSnippet(*bs));
+        }
+        q->block_rows = (*bs)[0].get<int64_t>();
+        q->block_cols = (*bs)[1].get<int64_t>();
+      }
+    }
+    q->method = *method;
+    return Status::Ok();
+  }
+  return Unimplemented("quantization method '" + *method + "' is not supported (" + supported + ")");
 }
 
 Result<json> ParseJsonObject(const std::string& text, const std::string& what) {

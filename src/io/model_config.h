@@ -28,6 +28,17 @@ struct RopeScaling {
   float attention_factor = 1.0f;
 };
 
+// A checkpoint's `quantization_config`: the pre-quantized formats ferry imports. Weights in
+// these checkpoints are float8 e4m3 with scales beside them; loading dequantizes them
+// (model/weights.h: DequantizingSource), after which any precision can be served or built.
+struct QuantizationConfig {
+  std::string method;  // "fp8", "fbgemm_fp8" or "compressed-tensors"; empty: not quantized
+  // Block-wise scales (`fp8` with weight_block_size, DeepSeek-V3's layout): [rows, cols] of
+  // one scale block; 0: the scale's shape decides (per tensor or per output channel).
+  int64_t block_rows = 0;
+  int64_t block_cols = 0;
+};
+
 struct ModelConfig {
   std::string model_type;    // "llama", "mistral", "qwen2", "qwen3", "gemma2", "phi3", "bert", "xlm-roberta",
                              // "roberta", "modernbert"
@@ -88,6 +99,7 @@ struct ModelConfig {
   std::vector<float> layer_rope_thetas;
 
   std::string torch_dtype;  // "float32", "bfloat16", "float16" or empty
+  QuantizationConfig quantization;
 };
 
 // Parses config.json text. Unsupported model types (see kSupported in the .cc) and

@@ -19,6 +19,88 @@ Result<Tensor> GetWeight(const WeightSource& src, const std::string& name, const
   return t;
 }
 
+namespace {
+
+// q * scale for a [N, K] e4m3 tensor; `scale` is the f32 scale tensor (see DequantizingSource).
+Result<Tensor> Dequantize(const std::string& name, const Tensor& q, const Tensor& scale,
+                          const io::QuantizationConfig& cfg, DType dtype) {
+  if (q.rank() != 2) return InvalidArgument("float8 tensor '" + name + "' must be 2-D, got " + ShapeToString(q.shape()));
+  const int64_t n = q.dim(0), k = q.dim(1);
+  const int64_t count = scale.numel();
+  // Rows and columns of one scale block: the whole tensor, one row, or a block.
+  int64_t br = n, bc = k;
+  if (count == 1) {
+  } else if (count == n && (scale.rank() == 1 || (scale.rank() == 2 && scale.dim(1) == 1))) {
+    br = 1;
+  } else if (scale.rank() == 2) {
+    const int64_t rows = scale.dim(0), cols = scale.dim(1);
+    br = cfg.block_rows > 0 ? cfg.block_rows : (n % rows == 0 ? n / rows : 0);
+    bc = cfg.block_cols > 0 ? cfg.block_cols : (k % cols == 0 ? k / cols : 0);
+    if (br <= 0 || bc <= 0 || (n + br - 1) / br != rows || (k + bc - 1) / bc != cols) {
+      return InvalidArgument("float8 tensor '" + name + "' " + ShapeToString(q.shape()) + ": its scale " +
+                             ShapeToString(scale.shape()) + " is neither one value, one per row, nor a block grid" +
+                             (cfg.block_rows > 0 ? " of " + std::to_string(cfg.block_rows) + " x " +
+                                                       std::to_string(cfg.block_cols) + " blocks"
+                                                 : std::string()));
+    }
+  } else {
+    return InvalidArgument("float8 tensor '" + name + "' " + ShapeToString(q.shape()) + ": scale shape " +
+                           ShapeToString(scale.shape()) + " is not supported");
+  }
+  const int64_t grid_cols = (k + bc - 1) / bc;
+  const uint8_t* src = q.data<uint8_t>();
+  const float* s = scale.data<float>();
+  Tensor out = Tensor::Empty({n, k}, dtype);
+  for (int64_t r = 0; r < n; ++r) {
+    const float* srow = s + (r / br) * grid_cols;
+    for (int64_t c = 0; c < k; ++c) {
+      const float v = F8E4M3ToF32(src[r * k + c]) * srow[c / bc];
+      const int64_t i = r * k + c;
+      switch (dtype) {
+        case DType::kF32: out.data<float>()[i] = v; break;
+        case DType::kF16: out.data<uint16_t>()[i] = F32ToF16(v); break;
+        default: out.data<uint16_t>()[i] = F32ToBf16(v); break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+WeightSource DequantizingSource(WeightSource inner, const io::QuantizationConfig& q, DType dtype) {
+  WeightSource out;
+  out.has = inner.has;
+  out.get = [inner, q, dtype](const std::string& name) -> Result<Tensor> {
+    FERRY_ASSIGN_OR_RETURN(Tensor t, inner.get(name));
+    if (t.dtype() != DType::kF8E4M3) return t;
+    std::string scale_name;
+    for (const char* suffix : {"_scale", "_scale_inv"}) {
+      if (inner.has(name + suffix)) {
+        scale_name = name + suffix;
+        break;
+      }
+    }
+    if (scale_name.empty()) {
+      return InvalidArgument("float8 tensor '" + name + "' has no scale ('" + name + "_scale' or '" + name +
+                             "_scale_inv')");
+    }
+    FERRY_ASSIGN_OR_RETURN(Tensor scale, inner.get(scale_name));
+    if (scale.dtype() != DType::kF32 && scale.dtype() != DType::kBF16 && scale.dtype() != DType::kF16) {
+      return InvalidArgument("scale '" + scale_name + "' must be f32, bf16 or f16, got " +
+                             std::string(DTypeName(scale.dtype())));
+    }
+    return Dequantize(name, t.is_contiguous() ? t : t.Clone(), scale.ToF32(), q, dtype);
+  };
+  return out;
+}
+
+DType DequantizedDType(const io::ModelConfig& config) {
+  if (config.torch_dtype == "float32") return DType::kF32;
+  if (config.torch_dtype == "float16") return DType::kF16;
+  return DType::kBF16;
+}
+
 Result<Tensor> GetVectorF32(const WeightSource& src, const std::string& name, int64_t size) {
   FERRY_ASSIGN_OR_RETURN(Tensor t, GetWeight(src, name, {size}));
   return t.ToF32();

@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "io/model_config.h"
 
 namespace ferry::model {
 
@@ -32,6 +33,17 @@ struct LoadOptions {
   // SmoothQuant factors per linear key (kInt8W8A8); missing keys mean no smoothing.
   const std::map<std::string, Tensor>* smooth = nullptr;
 };
+
+// A float8 checkpoint's weights as plain tensors (io::QuantizationConfig): an e4m3 tensor
+// `name` comes back in `dtype` as q * scale, the scale being `name`_scale or
+// `name`_scale_inv (both are multiplied; the second is the block layout's name) with one
+// value, one per output row ([N] or [N, 1]), or one per block of q.block_rows x
+// q.block_cols (a [ceil(N / rows), ceil(K / cols)] grid; without a configured block, the grid
+// decides it when it divides the tensor). Other tensors pass through unchanged. An e4m3
+// tensor without a scale, or with a scale of another shape, is an error naming both.
+WeightSource DequantizingSource(WeightSource inner, const io::QuantizationConfig& q, DType dtype);
+// The dtype DequantizingSource gives a checkpoint: its torch_dtype (float32, float16), else bf16.
+DType DequantizedDType(const io::ModelConfig& config);
 
 // Weights already prepared for a backend, by ferry's own keys (an engine file).
 struct PreparedSource {

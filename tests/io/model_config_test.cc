@@ -135,6 +135,32 @@ TEST(ModelConfigFixtureTest, BertTinyIsAClassifierEncoder) {
   EXPECT_EQ(c.torch_dtype, "float32");
 }
 
+// quantization_config: the float8 formats parse (with a block size where given); every
+// other method and malformed fields are refused by name.
+TEST(ModelConfigTest, QuantizationConfigFloat8FormatsParseAndOthersAreRefused) {
+  json j = LlamaBase();
+  EXPECT_TRUE(ParseOk(j).quantization.method.empty());
+  j["quantization_config"] = json::parse(R"({"quant_method": "fp8", "weight_block_size": [128, 128]})");
+  ModelConfig c = ParseOk(j);
+  EXPECT_EQ(c.quantization.method, "fp8");
+  EXPECT_EQ(c.quantization.block_rows, 128);
+  EXPECT_EQ(c.quantization.block_cols, 128);
+  j["quantization_config"] = json::parse(
+      R"({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"type": "float", "num_bits": 8}}}})");
+  EXPECT_EQ(ParseOk(j).quantization.method, "compressed-tensors");
+  j["quantization_config"] = json::parse(
+      R"({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"type": "int", "num_bits": 4}}}})");
+  ExpectError(j, StatusCode::kUnimplemented, "group 'g'");
+  j["quantization_config"] = json::parse(R"({"quant_method": "gptq", "bits": 4})");
+  ExpectError(j, StatusCode::kUnimplemented, "'gptq'");
+  j["quantization_config"] = json::parse(R"({"quant_method": "fp8", "weight_block_size": [128]})");
+  ExpectError(j, StatusCode::kInvalidArgument, "weight_block_size");
+  j["quantization_config"] = json::parse(R"({"bits": 4})");
+  ExpectError(j, StatusCode::kInvalidArgument, "quant_method");
+  j["quantization_config"] = "fp8";
+  ExpectError(j, StatusCode::kInvalidArgument, "quantization_config");
+}
+
 TEST(ModelConfigTest, DefaultsWhenFieldsAreAbsent) {
   json j = LlamaBase();
   j.erase("num_key_value_heads");
