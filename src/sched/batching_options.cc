@@ -19,6 +19,9 @@ Status ContinuousBatchingOptions::Validate() const {
   if (max_queue_tokens <= 0) return InvalidArgument("max_queue_tokens must be positive");
   if (default_timeout_ms < 0) return InvalidArgument("default_timeout_ms must be >= 0");
   if (max_queue_time_ms < 0) return InvalidArgument("max_queue_time_ms must be >= 0");
+  if (!(admit_wait_fraction > 0 && admit_wait_fraction <= 1)) {
+    return InvalidArgument("admit_wait_fraction must be in (0, 1], got " + std::to_string(admit_wait_fraction));
+  }
   return Status::Ok();
 }
 

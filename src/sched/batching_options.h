@@ -27,6 +27,10 @@ struct ContinuousBatchingOptions {
   // Longest a request may wait before it first runs: one that waits longer is refused
   // (429), and one whose estimated wait is longer is refused at once. 0: no limit.
   int64_t max_queue_time_ms = 30000;
+  // A new request is refused at once when its estimated wait passes this fraction of
+  // max_queue_time_ms. Below 1, so the estimate's error lands in the margin: a request admitted
+  // at the edge would otherwise often wait past the limit and be refused after waiting it out.
+  double admit_wait_fraction = 0.8;
 
   Status Validate() const;
 };

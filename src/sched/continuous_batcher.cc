@@ -50,10 +50,11 @@ Result<uint64_t> ContinuousBatcher::Enqueue(GenerationRequest& request, bool che
     if (check_limits && options_.max_queue_time_ms > 0 && queued_requests_ > 0) {
       const double rate = admit_rate_.load();
       const double wait_ms = rate > 0 ? 1000.0 * (queued_requests_ + 1) / rate : 0;
-      if (wait_ms > static_cast<double>(options_.max_queue_time_ms)) {
+      if (wait_ms > options_.admit_wait_fraction * static_cast<double>(options_.max_queue_time_ms)) {
         return ResourceExhausted("the queue of model '" + name() + "' would hold this request about " +
                                  std::to_string(static_cast<int64_t>(wait_ms / 1000 + 0.5)) +
-                                 " s before it starts, longer than max_queue_time_ms; retry later");
+                                 " s before it starts, too close to max_queue_time_ms (" +
+                                 std::to_string(options_.max_queue_time_ms) + " ms); retry later");
       }
     }
     handle = next_handle_++;
