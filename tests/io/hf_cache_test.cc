@@ -158,6 +158,7 @@ TEST(HfCacheTest, ResolveModelPathPrefersLocalPaths) {
   auto other = ResolveModelPath("/no/such/dir");
   ASSERT_TRUE(other.ok());
   EXPECT_EQ(*other, "/no/such/dir");
+  ScopedEnv offline("HF_HUB_OFFLINE", "1");  // not in the cache, and not looked for online
   EXPECT_EQ(ResolveModelPath("nobody/nothing").status().code(), StatusCode::kNotFound);
 }
 
