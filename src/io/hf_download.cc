@@ -32,6 +32,8 @@ namespace fs = std::filesystem;
 
 // The revision API's answer lists every file of a repository: a few MB for the largest.
 constexpr size_t kMaxApiBytes = size_t{32} << 20;
+// Files below this size that are not LFS files get no progress bar or log line.
+constexpr uint64_t kQuietBytes = uint64_t{1} << 20;
 
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
@@ -249,6 +251,7 @@ class Downloader {
         client_(options.http),
         repo_dir_(RepoFolder(options.cache_dir.empty() ? HubCacheDir() : options.cache_dir, id.repo_id)) {
     while (endpoint_.ends_with('/')) endpoint_.pop_back();
+    endpoint_url_ = ParseUrl(endpoint_);
     if (!o_.token.empty()) authorization_ = "Bearer " + o_.token;
   }
 
@@ -270,16 +273,22 @@ class Downloader {
   std::string ResolveUrl(const std::string& path) const {
     return endpoint_ + "/" + id_.repo_id + "/resolve/" + commit_ + "/" + PercentEncode(path, true);
   }
+  // The token's header for a request to `url`: only on the endpoint's origin.
+  std::string AuthorizationFor(const std::string& url) const {
+    Result<Url> u = ParseUrl(url);
+    return u.ok() && endpoint_url_.ok() && u->Origin() == endpoint_url_->Origin() ? authorization_ : "";
+  }
   Result<FileMeta> Head(const std::string& path);
   // Makes blobs/<meta.blob> exist, downloading (or resuming) it unless it is there.
   Status FetchBlob(const FileMeta& meta, const std::string& label);
-  Status DownloadOnce(const FileMeta& meta, const fs::path& partial, bool& progressed);
+  Status DownloadOnce(const FileMeta& meta, const fs::path& partial, Progress* progress, bool& progressed);
   Status Link(const FileMeta& meta);
   void Backoff(int attempt, const HttpResponse* response);
 
   const HubModelId id_;
   const HubOptions o_;
   std::string endpoint_;
+  Result<Url> endpoint_url_ = Url();
   std::string authorization_;
   HttpClient client_;
   const fs::path repo_dir_;
@@ -371,7 +380,8 @@ Result<Downloader::FileMeta> Downloader::Head(const std::string& path) {
   }
 }
 
-Status Downloader::DownloadOnce(const FileMeta& meta, const fs::path& partial, bool& progressed) {
+Status Downloader::DownloadOnce(const FileMeta& meta, const fs::path& partial, Progress* progress,
+                                bool& progressed) {
   std::error_code ec;
   uint64_t offset = fs::exists(partial, ec) ? fs::file_size(partial, ec) : 0;
   if (ec || (meta.size && offset > *meta.size)) {
@@ -389,7 +399,7 @@ Status Downloader::DownloadOnce(const FileMeta& meta, const fs::path& partial, b
     }
   }
   uint64_t done = offset;
-  if (progress_) progress_->Add(offset);
+  if (progress) progress->Add(offset);
   const bool complete_already = meta.size && offset == *meta.size && offset > 0;
   if (!complete_already) {
     std::FILE* out = std::fopen(partial.c_str(), "ab");
@@ -397,7 +407,7 @@ Status Downloader::DownloadOnce(const FileMeta& meta, const fs::path& partial, b
     const std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(out, &std::fclose);
     HttpRequest request;
     request.url = meta.url;
-    request.authorization = authorization_;  // withheld by the client from any other origin
+    request.authorization = AuthorizationFor(meta.url);  // not for the CDN an LFS file redirects to
     request.headers = {{"Accept-Encoding", "identity"}};
     if (offset > 0) request.headers.emplace_back("Range", "bytes=" + std::to_string(offset) + "-");
     const auto on_headers = [&](const HttpResponse& head) -> Status {
@@ -424,7 +434,7 @@ Status Downloader::DownloadOnce(const FileMeta& meta, const fs::path& partial, b
       sha.Update(piece);
       done += piece.size();
       progressed = true;
-      if (progress_) progress_->Add(piece.size());
+      if (progress) progress->Add(piece.size());
       return Status::Ok();
     };
     Result<HttpResponse> r = client_.Send(request, sink, on_headers);
@@ -464,19 +474,21 @@ Status Downloader::FetchBlob(const FileMeta& meta, const std::string& label) {
                          FileLock::Acquire(blob.string() + ".lock", id_.repo_id + "/" + meta.path));
   if (fs::exists(blob, ec)) return Status::Ok();  // another process finished it while we waited
   const fs::path partial = blob.string() + ".incomplete";
-  if (progress_) progress_->Phase(label, meta.size.value_or(0));
+  // A bar (or a log line) for weights and other large files; small ones go by quietly.
+  Progress* progress = meta.lfs || meta.size.value_or(0) >= kQuietBytes ? progress_.get() : nullptr;
+  if (progress) progress->Phase(label, meta.size.value_or(0));
   for (int attempt = 0;;) {
     bool progressed = false;
-    Status s = DownloadOnce(meta, partial, progressed);
+    Status s = DownloadOnce(meta, partial, progress, progressed);
     if (s.ok()) break;
     if (!Retryable(s)) return s;
     // A transfer that moved forward resumes at once; one that did not counts as a failure.
     if (!progressed && ++attempt >= o_.max_attempts) return s;
     FERRY_LOG_WARN("{}; resuming", s.message());
-    if (progress_) progress_->Phase(label, meta.size.value_or(0));
+    if (progress) progress->Phase(label, meta.size.value_or(0));
     if (!progressed) Backoff(attempt - 1, nullptr);
   }
-  if (progress_) progress_->EndPhase();
+  if (progress) progress->EndPhase();
   fs::rename(partial, blob, ec);
   if (ec) return Unavailable("cannot move " + partial.string() + " to " + blob.string() + ": " + ec.message());
   return Status::Ok();

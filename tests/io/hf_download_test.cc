@@ -108,12 +108,6 @@ void AddModel(FakeHub& hub) {
   hub.AddFile(".gitattributes", "*.safetensors filter=lfs", false);
 }
 
-std::vector<std::string> Targets(const std::vector<testing::RecordedRequest>& requests) {
-  std::vector<std::string> out;
-  for (const auto& r : requests) out.push_back(r.method + " " + r.target);
-  return out;
-}
-
 TEST(HfDownloadTest, FreshDownloadLandsInTheStandardLayout) {
   FakeHub hub;
   AddModel(hub);
