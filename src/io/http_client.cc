@@ -244,6 +244,8 @@ struct HttpClient::Impl {
       Run(ioc);
       return DeadlineExceeded("looking up " + url.host + " timed out");
     }
+    // A name the resolver says does not exist is not retried by callers; a temporary failure is.
+    if (ec == net::error::host_not_found) return NotFound("cannot look up " + url.host + ": " + ec.message());
     if (ec) return Unavailable("cannot look up " + url.host + ": " + ec.message());
     return results;
   }

@@ -88,9 +88,9 @@ class HttpClient {
   HttpClient& operator=(const HttpClient&) = delete;
 
   // Sends `request` and reads its answer, following redirects when asked. HTTP error
-  // statuses are answers, not errors; a failed name lookup, connection, handshake,
-  // certificate check, timeout or cut-off body is Unavailable (DeadlineExceeded for
-  // timeouts) naming the URL. A 2xx body goes to `sink` when one is given, after
+  // statuses are answers, not errors; a failed connection, handshake, certificate check,
+  // temporary name-lookup failure or cut-off body is Unavailable (DeadlineExceeded for
+  // timeouts, NotFound for a host name that does not exist) naming the URL. A 2xx body goes to `sink` when one is given, after
   // `on_headers` has seen the answer's head.
   Result<HttpResponse> Send(const HttpRequest& request, const BodySink& sink = nullptr,
                             const HeaderCheck& on_headers = nullptr);
