@@ -5,11 +5,18 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <openssl/pem.h>
+#include <openssl/x509v3.h>
+
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/ssl.hpp>
 
 #include <chrono>
+#include <cstdio>
 #include <string>
 
 #include "io/fake_hub.h"
+#include "io/temp_dir.h"
 
 namespace ferry::io {
 namespace {
@@ -184,6 +191,136 @@ TEST(HttpClientTest, RefusedConnectionIsUnavailable) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
   EXPECT_THAT(r.status().message(), HasSubstr("127.0.0.1"));
+}
+
+// A self-signed certificate for IP 127.0.0.1 (key and certificate as PEM files in `dir`).
+void WriteSelfSignedCertificate(const std::string& cert_path, const std::string& key_path) {
+  EVP_PKEY* key = EVP_EC_gen("P-256");
+  ASSERT_NE(key, nullptr);
+  X509* cert = X509_new();
+  X509_set_version(cert, 2);
+  ASN1_INTEGER_set(X509_get_serialNumber(cert), 1);
+  X509_gmtime_adj(X509_getm_notBefore(cert), -3600);
+  X509_gmtime_adj(X509_getm_notAfter(cert), 3600);
+  X509_set_pubkey(cert, key);
+  X509_NAME* name = X509_get_subject_name(cert);
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("ferry test"), -1, -1, 0);
+  X509_set_issuer_name(cert, name);
+  X509V3_CTX ctx;
+  X509V3_set_ctx_nodb(&ctx);
+  X509V3_set_ctx(&ctx, cert, cert, nullptr, nullptr, 0);
+  for (const auto& [nid, value] : {std::pair{NID_subject_alt_name, "IP:127.0.0.1"},
+                                   std::pair{NID_basic_constraints, "critical,CA:TRUE"}}) {
+    X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value);
+    ASSERT_NE(ext, nullptr);
+    X509_add_ext(cert, ext, -1);
+    X509_EXTENSION_free(ext);
+  }
+  ASSERT_GT(X509_sign(cert, key, EVP_sha256()), 0);
+  std::FILE* c = std::fopen(cert_path.c_str(), "w");
+  PEM_write_X509(c, cert);
+  std::fclose(c);
+  std::FILE* k = std::fopen(key_path.c_str(), "w");
+  PEM_write_PrivateKey(k, key, nullptr, nullptr, 0, nullptr, nullptr);
+  std::fclose(k);
+  X509_free(cert);
+  EVP_PKEY_free(key);
+}
+
+// Answers every request over TLS with "hello over TLS"; a client that rejects the
+// certificate just ends its connection.
+class TlsTestServer {
+ public:
+  TlsTestServer(const std::string& cert_path, const std::string& key_path)
+      : tls_(boost::asio::ssl::context::tls_server), acceptor_(ioc_) {
+    namespace net = boost::asio;
+    tls_.use_certificate_chain_file(cert_path);
+    tls_.use_private_key_file(key_path, net::ssl::context::pem);
+    const net::ip::tcp::endpoint at(net::ip::make_address("127.0.0.1"), 0);
+    acceptor_.open(at.protocol());
+    acceptor_.bind(at);
+    acceptor_.listen();
+    port_ = acceptor_.local_endpoint().port();
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~TlsTestServer() {
+    stopped_ = true;
+    boost::system::error_code ec;
+    boost::asio::ip::tcp::socket poke(ioc_);
+    poke.connect({boost::asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port_)}, ec);
+    thread_.join();
+  }
+  int port() const { return port_; }
+
+ private:
+  void Serve() {
+    namespace net = boost::asio;
+    namespace http = boost::beast::http;
+    while (!stopped_) {
+      net::ip::tcp::socket socket(ioc_);
+      boost::system::error_code ec;
+      acceptor_.accept(socket, ec);
+      if (stopped_) break;
+      if (ec) continue;
+      boost::beast::ssl_stream<net::ip::tcp::socket> stream(std::move(socket), tls_);
+      stream.handshake(net::ssl::stream_base::server, ec);
+      if (ec) continue;
+      boost::beast::flat_buffer buffer;
+      http::request<http::string_body> req;
+      http::read(stream, buffer, req, ec);
+      if (ec) continue;
+      http::response<http::string_body> res{http::status::ok, 11};
+      res.body() = "hello over TLS";
+      res.prepare_payload();
+      http::write(stream, res, ec);
+      stream.shutdown(ec);
+    }
+  }
+
+  boost::asio::io_context ioc_;
+  boost::asio::ssl::context tls_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  int port_ = 0;
+  std::atomic<bool> stopped_{false};
+  std::thread thread_;
+};
+
+TEST(HttpClientTest, TlsChecksTheChainAndTheHostName) {
+  testing::TempDir tmp;
+  const std::string cert = tmp.File("cert.pem");
+  const std::string key = tmp.File("key.pem");
+  WriteSelfSignedCertificate(cert, key);
+  TlsTestServer server(cert, key);
+  const std::string port = std::to_string(server.port());
+  HttpRequest request;
+  request.url = "https://127.0.0.1:" + port + "/";
+
+  // The system store does not know the certificate.
+  HttpClient system_store;
+  auto untrusted = system_store.Send(request);
+  ASSERT_FALSE(untrusted.ok());
+  EXPECT_THAT(untrusted.status().message(), HasSubstr("not trusted"));
+
+  // Trusted, for the address it names.
+  HttpOptions options;
+  options.ca_file = cert;
+  HttpClient trusting(options);
+  std::string body;
+  auto ok = trusting.Send(request, [&](std::string_view piece) {
+    body.append(piece);
+    return Status::Ok();
+  });
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_EQ(body, "hello over TLS");
+
+  // Trusted, but not for the name "localhost": the host name check refuses it.
+  request.url = "https://localhost:" + port + "/";
+  HttpClient by_name(options);
+  auto mismatch = by_name.Send(request);
+  ASSERT_FALSE(mismatch.ok());
+  EXPECT_THAT(mismatch.status().message(), HasSubstr("not trusted"));
+  EXPECT_THAT(mismatch.status().message(), HasSubstr("mismatch"));
 }
 
 }  // namespace
