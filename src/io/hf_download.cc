@@ -470,8 +470,13 @@ Status Downloader::FetchBlob(const FileMeta& meta, const std::string& label) {
   if (fs::exists(blob, ec)) return Status::Ok();
   fs::create_directories(blobs, ec);
   if (ec) return Unavailable("cannot create " + blobs.string() + ": " + ec.message());
-  FERRY_ASSIGN_OR_RETURN(auto lock,
-                         FileLock::Acquire(blob.string() + ".lock", id_.repo_id + "/" + meta.path));
+  // The lock huggingface_hub takes for the same blob (flock on <cache>/.locks/<repo>/<etag>.lock),
+  // so ferry and Python clients filling one cache wait for each other.
+  const fs::path locks = repo_dir_.parent_path() / ".locks" / repo_dir_.filename();
+  fs::create_directories(locks, ec);
+  if (ec) return Unavailable("cannot create " + locks.string() + ": " + ec.message());
+  FERRY_ASSIGN_OR_RETURN(auto lock, FileLock::Acquire((locks / (meta.blob + ".lock")).string(),
+                                                      id_.repo_id + "/" + meta.path));
   if (fs::exists(blob, ec)) return Status::Ok();  // another process finished it while we waited
   const fs::path partial = blob.string() + ".incomplete";
   // A bar (or a log line) for weights and other large files; small ones go by quietly.
@@ -622,6 +627,33 @@ bool IsSentenceTransformersModuleConfig(const std::string& path) {
                      [](char c) { return c >= '0' && c <= '9'; });
 }
 
+// Whether a cached snapshot holds config.json and its weights: every shard its index names,
+// or, without an index, some safetensors file.
+bool SnapshotHasWeights(const std::string& snapshot) {
+  std::error_code ec;
+  const fs::path dir(snapshot);
+  if (!fs::exists(dir / "config.json", ec)) return false;
+  const fs::path index = dir / "model.safetensors.index.json";
+  if (fs::exists(index, ec)) {
+    std::ifstream in(index, std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    Result<nlohmann::json> json = ParseUntrustedJson(text, 16);
+    if (!json.ok() || !json->is_object() || !json->contains("weight_map") || !(*json)["weight_map"].is_object()) {
+      return false;
+    }
+    for (const auto& [tensor, file] : (*json)["weight_map"].items()) {
+      if (!file.is_string() || !SafeRepoPath(file.get<std::string>()) || !fs::exists(dir / file.get<std::string>(), ec)) {
+        return false;
+      }
+    }
+    return true;
+  }
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().extension() == ".safetensors" && fs::exists(entry.path(), ec)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 HubOptions HubOptionsFromEnv() {
@@ -710,7 +742,18 @@ Result<std::string> DownloadHubSnapshot(const HubModelId& id, const HubOptions& 
 
 Result<std::string> ResolveOrDownloadHubSnapshot(const HubModelId& id, const HubOptions& options) {
   Result<std::string> cached = ResolveHubSnapshot(id, options.cache_dir);
-  if (cached.ok() || cached.status().code() != StatusCode::kNotFound) return cached;
+  if (cached.ok()) {
+    if (options.offline || SnapshotHasWeights(*cached)) return cached;
+    // A download cut short by another client (which links files as they arrive) or one
+    // limited to a few files: complete it, or fall back to what is there.
+    Result<std::string> completed = DownloadHubSnapshot(id, options);
+    if (completed.ok()) return completed;
+    FERRY_LOG_WARN("{} in the Hugging Face cache has no complete set of safetensors weights, and completing it "
+                   "failed ({}); using it as it is",
+                   *cached, completed.status().message());
+    return cached;
+  }
+  if (cached.status().code() != StatusCode::kNotFound) return cached;
   if (options.offline) {
     return NotFound(cached.status().message() + "; downloads are off (HF_HUB_OFFLINE is set)");
   }

@@ -4,7 +4,7 @@
 //   models--ORG--REPO/blobs/<etag>              file contents, named by the Hub's ETag (the
 //                                               SHA-256 of an LFS file, the git hash of others)
 //   models--ORG--REPO/blobs/<etag>.incomplete   a download in progress, resumed by Range
-//   models--ORG--REPO/blobs/<etag>.lock         held while one process downloads the blob
+//   .locks/models--ORG--REPO/<etag>.lock        flock'ed while one process downloads the blob
 //   models--ORG--REPO/snapshots/<commit>/<path> relative symlinks to ../../blobs/<etag>
 //   models--ORG--REPO/refs/<revision>           the commit a branch or tag named
 //
@@ -64,8 +64,10 @@ Result<ModelFiles> SelectModelFiles(const std::string& repo_id, const std::vecto
 // date. Safe to run in several processes at once.
 Result<std::string> DownloadHubSnapshot(const HubModelId& id, const HubOptions& options);
 
-// The snapshot from the cache when it is there (no network at all), else downloaded unless
-// offline; then the error says the model is not in the cache and downloads are off.
+// The snapshot from the cache when it is there with its weights (no network at all), else
+// downloaded (or completed) unless offline; offline, a model not in the cache is NotFound
+// saying downloads are off, and a cached snapshot is used as it is. A cached snapshot that
+// cannot be completed (a tokenizer-only repository, no network) is used as it is.
 Result<std::string> ResolveOrDownloadHubSnapshot(const HubModelId& id, const HubOptions& options);
 
 }  // namespace ferry::io

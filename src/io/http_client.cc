@@ -331,7 +331,9 @@ struct HttpClient::Impl {
 
   Status SendOnce(http::verb verb, const Url& url, const HttpRequest& request, bool with_authorization,
                   const BodySink& sink, const HeaderCheck& on_headers, HttpResponse& response) {
-    const std::string url_text = url.ToString();
+    // Messages name the URL without its query: a CDN's signed URL carries credentials there.
+    std::string url_text = url.ToString();
+    url_text = url_text.substr(0, url_text.find('?'));
     http::request<http::empty_body> req{verb, url.target, 11};
     const bool default_port = url.port == DefaultPort(url.scheme);
     req.set(http::field::host, HostForUrl(url.host) + (default_port ? "" : ":" + url.port));

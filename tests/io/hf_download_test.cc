@@ -372,6 +372,49 @@ TEST(HfDownloadTest, TwoConcurrentDownloadsOfOneRepositoryAgree) {
   EXPECT_EQ(ReadAll(*a + "/model.safetensors"), RandomBytes(300000, 1));
 }
 
+// What an interrupted huggingface_hub download leaves: refs/main and a snapshot with some
+// of the files linked (it links each file as it arrives).
+void MakePartialSnapshot(const fs::path& repo, const std::string& config) {
+  const fs::path snapshot = repo / "snapshots" / FakeHub::kCommit;
+  fs::create_directories(repo / "blobs");
+  fs::create_directories(snapshot);
+  fs::create_directories(repo / "refs");
+  std::ofstream(repo / "blobs" / FakeHub::GitEtag(config)) << config;
+  fs::create_symlink("../../blobs/" + FakeHub::GitEtag(config), snapshot / "config.json");
+  std::ofstream(repo / "refs" / "main") << FakeHub::kCommit;
+}
+
+TEST(HfDownloadTest, CachedSnapshotWithoutItsWeightsIsCompleted) {
+  FakeHub hub;
+  AddModel(hub);
+  HubEnv env(hub);
+  MakePartialSnapshot(env.repo_dir(), "{\"model_type\": \"llama\"}");
+  auto path = ResolveModelPath("test-org/tiny");
+  ASSERT_TRUE(path.ok()) << path.status().ToString();
+  EXPECT_EQ(ReadAll(*path + "/model.safetensors"), RandomBytes(300000, 1));
+  for (const auto& r : hub.requests()) {
+    EXPECT_FALSE(r.target.ends_with(std::string(FakeHub::kCommit) + "/config.json")) << "already there";
+  }
+  // Offline, the partial snapshot is used as it is.
+  fs::remove(*path + "/model.safetensors");
+  ScopedEnv offline("HF_HUB_OFFLINE", "1");
+  const size_t requests = hub.requests().size();
+  auto as_is = ResolveModelPath("test-org/tiny");
+  ASSERT_TRUE(as_is.ok());
+  EXPECT_EQ(hub.requests().size(), requests);
+}
+
+TEST(HfDownloadTest, CachedTokenizerOnlyRepositoryIsUsedAsItIs) {
+  FakeHub hub;
+  hub.AddFile("config.json", "{}", false);
+  hub.AddFile("tokenizer.json", "{}", false);
+  HubEnv env(hub);
+  MakePartialSnapshot(env.repo_dir(), "{}");
+  auto path = ResolveModelPath("test-org/tiny");  // cannot be completed: no safetensors on the Hub
+  ASSERT_TRUE(path.ok()) << path.status().ToString();
+  EXPECT_EQ(*path, (env.repo_dir() / "snapshots" / FakeHub::kCommit).string());
+}
+
 TEST(HfDownloadTest, SelectsWhatTheModelNeeds) {
   auto files = SelectModelFiles(
       "o/r", {"config.json", "generation_config.json", "tokenizer.json", "tokenizer.model", "tokenizer_config.json",
