@@ -242,6 +242,9 @@ Status HubError(const HttpResponse& r, const std::string& what, const std::strin
   }
 }
 
+// One snapshot's download: the revision API, then each missing blob, then the links and the
+// ref. Thread-compatible; other downloaders (threads or processes) may work on the same
+// cache at once, the blob locks keep them apart.
 class Downloader {
  public:
   Downloader(const HubModelId& id, const HubOptions& options)
@@ -491,7 +494,7 @@ Status Downloader::FetchBlob(const FileMeta& meta, const std::string& label) {
     if (!progressed && ++attempt >= o_.max_attempts) return s;
     FERRY_LOG_WARN("{}; resuming", s.message());
     if (progress) progress->Phase(label, meta.size.value_or(0));
-    if (!progressed) Backoff(attempt - 1, nullptr);
+    if (!progressed) Backoff(attempt - 1, nullptr);  // (429's Retry-After is honoured for metadata only)
   }
   if (progress) progress->EndPhase();
   fs::rename(partial, blob, ec);
