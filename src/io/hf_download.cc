@@ -131,6 +131,12 @@ class FileLock {
   int fd_;
 };
 
+// A local write failure: not worth retrying (the disk is full, or the cache is not writable).
+Status WriteError(const std::string& path, int err) {
+  const std::string message = "cannot write " + path + ": " + std::strerror(err);
+  return err == ENOSPC || err == EDQUOT ? ResourceExhausted(message) : FailedPrecondition(message);
+}
+
 // A name for a temporary file beside another, unique across processes and threads.
 std::string TempSuffix() {
   static std::atomic<uint64_t> counter{0};
@@ -146,7 +152,7 @@ Status WriteAtomically(const fs::path& path, const std::string& text) {
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << text;
-    if (!out.good()) return Unavailable("cannot write " + tmp.string());
+    if (!out.good()) return WriteError(tmp.string(), errno);
   }
   fs::rename(tmp, path, ec);
   if (ec) return Unavailable("cannot move " + tmp.string() + " to " + path.string() + ": " + ec.message());
@@ -402,11 +408,20 @@ Status Downloader::DownloadOnce(const FileMeta& meta, const fs::path& partial, P
     }
   }
   uint64_t done = offset;
+  const uint64_t start_offset = offset;
+  // Progress is a longer partial file than before: a server that ignores Range and cuts
+  // the transfer at the same place every time must not keep us here for ever.
+  struct ProgressCheck {
+    const uint64_t& done;
+    uint64_t start;
+    bool& progressed;
+    ~ProgressCheck() { progressed = done > start; }
+  } progress_check{done, start_offset, progressed};
   if (progress) progress->Add(offset);
   const bool complete_already = meta.size && offset == *meta.size && offset > 0;
   if (!complete_already) {
     std::FILE* out = std::fopen(partial.c_str(), "ab");
-    if (out == nullptr) return Unavailable("cannot write " + partial.string() + ": " + std::strerror(errno));
+    if (out == nullptr) return WriteError(partial.string(), errno);
     const std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(out, &std::fclose);
     HttpRequest request;
     request.url = meta.url;
@@ -417,7 +432,7 @@ Status Downloader::DownloadOnce(const FileMeta& meta, const fs::path& partial, P
       if (offset > 0 && head.status == 200) {
         // The server ignored the range: the whole file comes again, from its first byte.
         FERRY_LOG_INFO("{}: the server ignored the Range request; starting over", meta.path);
-        if (::ftruncate(::fileno(out), 0) != 0) return Unavailable("cannot truncate " + partial.string());
+        if (::ftruncate(::fileno(out), 0) != 0) return WriteError(partial.string(), errno);
         std::fseek(out, 0, SEEK_SET);
         sha.Reset();
         offset = 0;
@@ -432,16 +447,15 @@ Status Downloader::DownloadOnce(const FileMeta& meta, const fs::path& partial, P
     };
     const auto sink = [&](std::string_view piece) -> Status {
       if (std::fwrite(piece.data(), 1, piece.size(), out) != piece.size()) {
-        return Unavailable("cannot write " + partial.string() + ": " + std::strerror(errno));
+        return WriteError(partial.string(), errno);
       }
       sha.Update(piece);
       done += piece.size();
-      progressed = true;
       if (progress) progress->Add(piece.size());
       return Status::Ok();
     };
     Result<HttpResponse> r = client_.Send(request, sink, on_headers);
-    if (std::fflush(out) != 0) return Unavailable("cannot write " + partial.string());
+    if (std::fflush(out) != 0) return WriteError(partial.string(), errno);
     if (!r.ok()) return r.status().WithContext("downloading " + meta.path);
     if (r->status == 416 && offset > 0) {
       // What is there does not fit what the server has: start again from nothing.

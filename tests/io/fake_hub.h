@@ -160,6 +160,7 @@ class FakeHub {
   // Knobs, set before the download starts.
   std::string required_token;             // answer 401 unless "Bearer <it>" comes with the request
   std::optional<size_t> cut_first_after;  // the CDN closes each file's first transfer after this many bytes
+  bool cut_always = false;                // ... and every later transfer too
   bool ignore_range = false;              // the CDN answers Range requests with the whole file (200)
   bool corrupt = false;                   // the CDN serves bytes that do not match the SHA-256
   int fail_api_times = 0;                 // answer the revision API with 503 this many times first
@@ -272,7 +273,7 @@ class FakeHub {
       } else {
         reply.body = content;
       }
-      if (cut_first_after && transfers_[sha]++ == 0) reply.cut_after = *cut_first_after;
+      if (cut_first_after && (transfers_[sha]++ == 0 || cut_always)) reply.cut_after = *cut_first_after;
       return reply;
     }
     return Error(404, "", "no such object");

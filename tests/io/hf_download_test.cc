@@ -228,6 +228,22 @@ TEST(HfDownloadTest, ServerIgnoringTheRangeStartsOver) {
   EXPECT_EQ(ReadAll(*path + "/model.safetensors"), RandomBytes(300000, 1));
 }
 
+TEST(HfDownloadTest, ServerThatNeverLetsATransferFinishIsGivenUpOn) {
+  FakeHub hub;
+  AddModel(hub);
+  hub.cut_first_after = 100000;
+  hub.cut_always = true;
+  hub.ignore_range = true;  // so no attempt gets further than the last
+  HubEnv env(hub);
+  HubOptions o = env.Options();
+  o.max_attempts = 3;
+  auto path = DownloadHubSnapshot(*ParseHubModelId("test-org/tiny"), o);
+  ASSERT_FALSE(path.ok());
+  EXPECT_EQ(path.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(path.status().message(), HasSubstr("closed after 100000 bytes"));
+  EXPECT_LE(hub.requests_to(hub.cdn_port()).size(), 4u);
+}
+
 TEST(HfDownloadTest, Sha256MismatchFailsAndPlacesNothing) {
   FakeHub hub;
   AddModel(hub);
