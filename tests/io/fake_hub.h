@@ -164,6 +164,9 @@ class FakeHub {
   bool ignore_range = false;              // the CDN answers Range requests with the whole file (200)
   bool corrupt = false;                   // the CDN serves bytes that do not match the SHA-256
   int fail_api_times = 0;                 // answer the revision API with 503 this many times first
+  // Plain files answered with a relative 307 to /api/resolve-cache/... on the same origin, as
+  // the Hub does for them now.
+  bool resolve_cache_redirect = false;
 
   std::vector<RecordedRequest> requests() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -222,8 +225,11 @@ class FakeHub {
       reply.body = "{\"id\":\"" + repo_ + "\",\"sha\":\"" + kCommit + "\",\"siblings\":[" + siblings + "]}";
       return reply;
     }
-    if (r.target.starts_with(resolve)) {
-      const std::string rest = r.target.substr(resolve.size());
+    const std::string cache_prefix = "/api/resolve-cache/models/" + repo_ + "/";
+    const bool from_cache = r.target.starts_with(cache_prefix);
+    if (r.target.starts_with(resolve) || from_cache) {
+      std::string rest = r.target.substr(from_cache ? cache_prefix.size() : resolve.size());
+      rest = rest.substr(0, rest.find('?'));
       const size_t slash = rest.find('/');
       const std::string path = rest.substr(slash + 1);
       auto it = files_.find(path);
@@ -242,6 +248,12 @@ class FakeHub {
         reply.headers.emplace_back("X-Linked-Size", std::to_string(f.content.size()));
         reply.headers.emplace_back("Location", "http://127.0.0.1:" + std::to_string(cdn_.port()) + "/lfs/" + sha +
                                                    "?signature=abc");
+        return reply;
+      }
+      if (resolve_cache_redirect && !from_cache) {
+        reply.status = 307;
+        reply.headers.emplace_back("Location", "/api/resolve-cache/models/" + repo_ + "/" + kCommit + "/" + path +
+                                                   "?etag=x");
         return reply;
       }
       reply.headers.emplace_back("ETag", "\"" + GitEtag(f.content) + "\"");

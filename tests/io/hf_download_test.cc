@@ -282,6 +282,23 @@ TEST(HfDownloadTest, TokenGoesToTheEndpointOnlyNotToTheCdn) {
   EXPECT_EQ(to_cdn[0].Header("authorization"), "");
 }
 
+TEST(HfDownloadTest, FollowsTheHubsOwnRedirectsWithTheToken) {
+  FakeHub hub;
+  AddModel(hub);
+  hub.resolve_cache_redirect = true;
+  hub.required_token = "hf_secret";
+  HubEnv env(hub);
+  ScopedEnv token("HF_TOKEN", "hf_secret");
+  auto path = ResolveModelPath("test-org/tiny");
+  ASSERT_TRUE(path.ok()) << path.status().ToString();
+  EXPECT_EQ(ReadAll(*path + "/config.json"), "{\"model_type\": \"llama\"}");
+  int cached = 0;
+  for (const auto& r : hub.requests_to(hub.hub_port())) {
+    if (r.target.starts_with("/api/resolve-cache/")) ++cached;
+  }
+  EXPECT_GE(cached, 3);  // config.json, tokenizer.json, 1_Pooling/config.json (HEAD and GET)
+}
+
 TEST(HfDownloadTest, TokenIsReadFromTheTokenFile) {
   FakeHub hub;
   AddModel(hub);
