@@ -1,5 +1,7 @@
 #include "io/model_config.h"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -631,6 +633,55 @@ Result<ModelConfig> ParseRoot(const json& root) {
   return c;
 }
 
+// gptq / awq: the packed layouts ferry can unpack. Anything else (3-bit packing, AWQ's GEMV
+// layouts, Marlin repacks, AWQ without zero points) is refused by name rather than misread.
+Status ParsePackedIntQuantization(const Fields& qf, const std::string& method, const std::string& supported,
+                                  QuantizationConfig* q) {
+  FERRY_ASSIGN_OR_RETURN(std::optional<int> bits, qf.OptionalInt(method == "awq" ? "w_bit" : "bits"));
+  if (!bits) {
+    FERRY_ASSIGN_OR_RETURN(bits, qf.OptionalInt("bits"));
+  }
+  if (!bits) return InvalidArgument("missing required field " + qf.Label("bits"));
+  if (*bits != 4 && !(method == "gptq" && *bits == 8)) {
+    return Unimplemented(method + " with " + std::to_string(*bits) + "-bit weights is not supported (" +
+                         (method == "gptq" ? "4 or 8 bits" : "4 bits") + "; " + supported + ")");
+  }
+  FERRY_ASSIGN_OR_RETURN(std::optional<int64_t> group, qf.OptionalInt64("group_size"));
+  if (!group) {
+    FERRY_ASSIGN_OR_RETURN(group, qf.OptionalInt64("q_group_size"));
+  }
+  if (!group) return InvalidArgument("missing required field " + qf.Label("group_size"));
+  if (*group != -1 && *group <= 0) {
+    return InvalidArgument("field " + qf.Label("group_size") + " must be positive or -1, got " +
+                           std::to_string(*group));
+  }
+  if (method == "gptq") {
+    FERRY_ASSIGN_OR_RETURN(std::optional<std::string> format, qf.OptionalString("checkpoint_format"));
+    if (!format) {
+      FERRY_ASSIGN_OR_RETURN(format, qf.OptionalString("format"));
+    }
+    const std::string f = format.value_or("gptq");
+    if (f != "gptq" && f != "gptq_v2") {
+      return Unimplemented("gptq checkpoint_format '" + f + "' is not supported (gptq, gptq_v2)");
+    }
+    q->gptq_zeros_minus_one = f == "gptq";
+  } else {
+    FERRY_ASSIGN_OR_RETURN(const bool zero_point, qf.Bool("zero_point", true));
+    if (!zero_point) return Unimplemented("awq without zero points (zero_point: false) is not supported");
+    FERRY_ASSIGN_OR_RETURN(std::optional<std::string> version, qf.OptionalString("version"));
+    std::string v = version.value_or("gemm");
+    std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (v != "gemm") {
+      return Unimplemented("awq version '" + *version + "' is not supported (gemm; the GEMV layouts pack weights " +
+                           "differently)");
+    }
+  }
+  q->method = method;
+  q->bits = *bits;
+  q->group_size = *group == -1 ? 0 : *group;
+  return Status::Ok();
+}
+
 // quantization_config: the float8 formats are imported; every other method is refused by
 // name, since its weights would otherwise be read as plain tensors and give wrong outputs.
 Status ParseQuantization(const Fields& f, QuantizationConfig* q) {
@@ -640,7 +691,9 @@ Status ParseQuantization(const Fields& f, QuantizationConfig* q) {
   const Fields qf(*qc, "quantization_config.");
   FERRY_ASSIGN_OR_RETURN(std::optional<std::string> method, qf.OptionalString("quant_method"));
   if (!method) return InvalidArgument("missing required field 'quantization_config.quant_method'");
-  const std::string supported = "supported: fp8, fbgemm_fp8, and compressed-tensors with 8-bit float weights";
+  const std::string supported =
+      "supported: fp8, fbgemm_fp8, compressed-tensors with 8-bit float weights, gptq and awq (4 or 8 bits)";
+  if (*method == "gptq" || *method == "awq") return ParsePackedIntQuantization(qf, *method, supported, q);
   if (*method == "fp8" || *method == "fbgemm_fp8") {
     q->method = *method;
     if (const json* block = qf.Find("weight_block_size"); block != nullptr && !block->is_null()) {

@@ -28,15 +28,28 @@ struct RopeScaling {
   float attention_factor = 1.0f;
 };
 
-// A checkpoint's `quantization_config`: the pre-quantized formats ferry imports. Weights in
-// these checkpoints are float8 e4m3 with scales beside them; loading dequantizes them
-// (model/weights.h: DequantizingSource), after which any precision can be served or built.
+// A checkpoint's `quantization_config`: the pre-quantized formats ferry imports. Loading
+// dequantizes their weights (model/weights.h: DequantizingSource), after which any precision
+// can be served or built from them.
+//   - float8: "fp8", "fbgemm_fp8" and "compressed-tensors" with float weights: e4m3 weights
+//     with a scale per tensor, per output row or per block beside them;
+//   - packed integers: "gptq" (AutoGPTQ / GPTQModel: qweight packed along the input, qzeros,
+//     scales, g_idx) and "awq" (AutoAWQ's GEMM layout: qweight packed along the output in
+//     AWQ's interleaved order, qzeros, scales), 4 or 8 bits with a group size.
 struct QuantizationConfig {
-  std::string method;  // "fp8", "fbgemm_fp8" or "compressed-tensors"; empty: not quantized
+  std::string method;  // "fp8", "fbgemm_fp8", "compressed-tensors", "gptq", "awq"; empty: not quantized
   // Block-wise scales (`fp8` with weight_block_size, DeepSeek-V3's layout): [rows, cols] of
   // one scale block; 0: the scale's shape decides (per tensor or per output channel).
   int64_t block_rows = 0;
   int64_t block_cols = 0;
+  // gptq / awq: bits per weight, input rows per scale group (0: one group for the whole input,
+  // the config's -1), and whether GPTQ's stored zero points are one less than the real ones
+  // (checkpoint_format "gptq", the original v1 layout; "gptq_v2" stores them as they are).
+  int bits = 0;
+  int64_t group_size = 0;
+  bool gptq_zeros_minus_one = false;
+
+  bool packed_int() const { return method == "gptq" || method == "awq"; }
 };
 
 struct ModelConfig {

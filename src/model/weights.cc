@@ -1,6 +1,11 @@
 #include "model/weights.h"
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
+#include <string_view>
+
+#include "model/packed_int_weights.h"
 
 namespace ferry::model {
 
@@ -70,6 +75,22 @@ Result<Tensor> Dequantize(const std::string& name, const Tensor& q, const Tensor
 
 WeightSource DequantizingSource(WeightSource inner, const io::QuantizationConfig& q, DType dtype) {
   WeightSource out;
+  if (q.packed_int()) {
+    // `P.weight` of a quantized layer P stands for P.qweight and its companions.
+    const auto packed = [inner](const std::string& name) -> std::optional<std::string> {
+      constexpr std::string_view kSuffix = ".weight";
+      if (!name.ends_with(kSuffix)) return std::nullopt;
+      std::string prefix = name.substr(0, name.size() - kSuffix.size());
+      if (inner.has(name) || !inner.has(prefix + ".qweight")) return std::nullopt;
+      return prefix;
+    };
+    out.has = [inner, packed](const std::string& name) { return inner.has(name) || packed(name).has_value(); };
+    out.get = [inner, packed, q, dtype](const std::string& name) -> Result<Tensor> {
+      if (const std::optional<std::string> prefix = packed(name)) return DequantizePackedLinear(inner, *prefix, q, dtype);
+      return inner.get(name);
+    };
+    return out;
+  }
   out.has = inner.has;
   out.get = [inner, q, dtype](const std::string& name) -> Result<Tensor> {
     FERRY_ASSIGN_OR_RETURN(Tensor t, inner.get(name));
@@ -93,6 +114,28 @@ WeightSource DequantizingSource(WeightSource inner, const io::QuantizationConfig
     return Dequantize(name, t.is_contiguous() ? t : t.Clone(), scale.ToF32(), q, dtype);
   };
   return out;
+}
+
+int64_t DequantizedBytes(const io::Checkpoint& checkpoint, const io::ModelConfig& config) {
+  const io::QuantizationConfig& q = config.quantization;
+  const auto element = static_cast<int64_t>(DTypeSize(DequantizedDType(config)));
+  int64_t bytes = 0;
+  for (const std::string& name : checkpoint.Names()) {
+    const Result<Tensor> t = checkpoint.Get(name);
+    if (!t.ok()) continue;
+    const bool companion = name.ends_with("_scale") || name.ends_with("_scale_inv") ||
+                           (q.packed_int() && (name.ends_with(".qzeros") || name.ends_with(".scales") ||
+                                               name.ends_with(".g_idx")));
+    if (companion) continue;
+    if (t->dtype() == DType::kF8E4M3) {
+      bytes += t->numel() * element;
+    } else if (q.packed_int() && name.ends_with(".qweight")) {
+      bytes += t->numel() * (32 / std::max(1, q.bits)) * element;
+    } else {
+      bytes += static_cast<int64_t>(t->nbytes());
+    }
+  }
+  return bytes;
 }
 
 DType DequantizedDType(const io::ModelConfig& config) {

@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "io/model_config.h"
+#include "io/safetensors.h"
 
 namespace ferry::model {
 
@@ -41,7 +42,16 @@ struct LoadOptions {
 // q.block_cols (a [ceil(N / rows), ceil(K / cols)] grid; without a configured block, the grid
 // decides it when it divides the tensor). Other tensors pass through unchanged. An e4m3
 // tensor without a scale, or with a scale of another shape, is an error naming both.
+//
+// gptq / awq checkpoints hold no `P.weight` for a quantized linear layer P, but P.qweight,
+// P.qzeros, P.scales (and for gptq P.g_idx): `P.weight` is then reported present and comes
+// back as the [out, in] matrix (q - zero) * scale of its group. Layers the quantizer left out
+// (lm_head, modules_to_not_convert) keep their plain weights and pass through.
 WeightSource DequantizingSource(WeightSource inner, const io::QuantizationConfig& q, DType dtype);
+// Bytes of the weights a quantized checkpoint holds once DequantizingSource has unpacked them
+// (what a memory check must plan for): e4m3 and packed integer weights at the dequantized
+// dtype's size, their scales and zero points dropped, every other tensor as stored.
+int64_t DequantizedBytes(const io::Checkpoint& checkpoint, const io::ModelConfig& config);
 // The dtype DequantizingSource gives a checkpoint: its torch_dtype (float32, float16), else bf16.
 DType DequantizedDType(const io::ModelConfig& config);
 

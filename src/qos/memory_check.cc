@@ -11,6 +11,8 @@
 #include "io/engine_file.h"
 #include "io/hf_cache.h"
 #include "io/model_config.h"
+#include "io/safetensors.h"
+#include "model/weights.h"
 #include "sched/kv_budget.h"
 
 namespace ferry::qos {
@@ -61,6 +63,11 @@ Result<MemoryNeed> EstimateMemory(const VariantPlan& given) {
     int64_t bytes = 0;
     for (const auto& entry : fs::directory_iterator(plan.path, ec)) {
       if (entry.path().extension() == ".safetensors") bytes += static_cast<int64_t>(entry.file_size(ec));
+    }
+    if (!config.quantization.method.empty()) {
+      // Pre-quantized weights are unpacked at load: plan for their dequantized size.
+      FERRY_ASSIGN_OR_RETURN(std::shared_ptr<io::Checkpoint> checkpoint, io::Checkpoint::Open(plan.path));
+      bytes = model::DequantizedBytes(*checkpoint, config);
     }
     if (plan.device.is_cuda() && config.torch_dtype == "float32" && DTypeSize(activations) == 2) bytes /= 2;
     need.weights_bytes = bytes;

@@ -135,8 +135,8 @@ TEST(ModelConfigFixtureTest, BertTinyIsAClassifierEncoder) {
   EXPECT_EQ(c.torch_dtype, "float32");
 }
 
-// quantization_config: the float8 formats parse (with a block size where given); every
-// other method and malformed fields are refused by name.
+// quantization_config: the float8 and packed integer formats parse (with a block or group
+// size where given); every other method and malformed fields are refused by name.
 TEST(ModelConfigTest, QuantizationConfigFloat8FormatsParseAndOthersAreRefused) {
   json j = LlamaBase();
   EXPECT_TRUE(ParseOk(j).quantization.method.empty());
@@ -151,14 +151,51 @@ TEST(ModelConfigTest, QuantizationConfigFloat8FormatsParseAndOthersAreRefused) {
   j["quantization_config"] = json::parse(
       R"({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"type": "int", "num_bits": 4}}}})");
   ExpectError(j, StatusCode::kUnimplemented, "group 'g'");
-  j["quantization_config"] = json::parse(R"({"quant_method": "gptq", "bits": 4})");
-  ExpectError(j, StatusCode::kUnimplemented, "'gptq'");
+  j["quantization_config"] = json::parse(R"({"quant_method": "bitsandbytes", "load_in_4bit": true})");
+  ExpectError(j, StatusCode::kUnimplemented, "'bitsandbytes'");
   j["quantization_config"] = json::parse(R"({"quant_method": "fp8", "weight_block_size": [128]})");
   ExpectError(j, StatusCode::kInvalidArgument, "weight_block_size");
   j["quantization_config"] = json::parse(R"({"bits": 4})");
   ExpectError(j, StatusCode::kInvalidArgument, "quant_method");
   j["quantization_config"] = "fp8";
   ExpectError(j, StatusCode::kInvalidArgument, "quantization_config");
+}
+
+// gptq and awq: bits, group size (-1: one group) and the zero-point convention of GPTQ's two
+// checkpoint formats; layouts ferry cannot unpack are refused by name.
+TEST(ModelConfigTest, QuantizationConfigGptqAndAwqParseTheirLayouts) {
+  json j = LlamaBase();
+  j["quantization_config"] = json::parse(
+      R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": false, "sym": true})");
+  ModelConfig c = ParseOk(j);
+  EXPECT_EQ(c.quantization.method, "gptq");
+  EXPECT_TRUE(c.quantization.packed_int());
+  EXPECT_EQ(c.quantization.bits, 4);
+  EXPECT_EQ(c.quantization.group_size, 128);
+  EXPECT_TRUE(c.quantization.gptq_zeros_minus_one);
+  j["quantization_config"] = json::parse(
+      R"({"quant_method": "gptq", "bits": 8, "group_size": -1, "checkpoint_format": "gptq_v2"})");
+  c = ParseOk(j);
+  EXPECT_EQ(c.quantization.bits, 8);
+  EXPECT_EQ(c.quantization.group_size, 0);
+  EXPECT_FALSE(c.quantization.gptq_zeros_minus_one);
+  j["quantization_config"] = json::parse(
+      R"({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": true, "version": "GEMM"})");
+  c = ParseOk(j);
+  EXPECT_EQ(c.quantization.method, "awq");
+  EXPECT_EQ(c.quantization.group_size, 128);
+  j["quantization_config"] = json::parse(R"({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemv"})");
+  ExpectError(j, StatusCode::kUnimplemented, "'gemv'");
+  j["quantization_config"] = json::parse(R"({"quant_method": "awq", "bits": 4, "group_size": 64, "zero_point": false})");
+  ExpectError(j, StatusCode::kUnimplemented, "zero_point");
+  j["quantization_config"] = json::parse(R"({"quant_method": "gptq", "bits": 3, "group_size": 128})");
+  ExpectError(j, StatusCode::kUnimplemented, "3-bit");
+  j["quantization_config"] = json::parse(R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "checkpoint_format": "marlin"})");
+  ExpectError(j, StatusCode::kUnimplemented, "'marlin'");
+  j["quantization_config"] = json::parse(R"({"quant_method": "gptq", "bits": 4, "group_size": 0})");
+  ExpectError(j, StatusCode::kInvalidArgument, "group_size");
+  j["quantization_config"] = json::parse(R"({"quant_method": "awq", "bits": 4})");
+  ExpectError(j, StatusCode::kInvalidArgument, "group_size");
 }
 
 TEST(ModelConfigTest, DefaultsWhenFieldsAreAbsent) {

@@ -1,0 +1,329 @@
+// GPTQ and AWQ checkpoints: packed integer weights are unpacked at load, so the model computes
+// exactly what the same checkpoint with the dequantized weights written out in f32 computes,
+// and engines built from it too. The layouts are also pinned by literal words, worked out by
+// hand from the quantizers' documented packing, so a writer and a reader here cannot share
+// one misreading.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+
+#include "decoder_test_util.h"
+#include "engine/engine.h"
+#include "engine/engine_builder.h"
+#include "io/safetensors.h"
+#include "model/packed_int_weights.h"
+#include "model/weights.h"
+#include "test_util.h"
+#include "tools/checkpoint_maker.h"
+
+namespace ferry::tools {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+enum class Layout { kGptqV1, kGptqV2, kAwq };
+
+struct PackSpec {
+  Layout layout = Layout::kGptqV1;
+  int bits = 4;
+  int64_t group_size = 32;  // 0: one group
+  bool act_order = false;   // gptq: rows regrouped through g_idx
+  bool symmetric = false;
+};
+
+model::WeightSource MapSource(const std::map<std::string, Tensor>& tensors) {
+  auto shared = std::make_shared<std::map<std::string, Tensor>>(tensors);
+  return {[shared](const std::string& n) -> Result<Tensor> {
+            auto it = shared->find(n);
+            if (it == shared->end()) return NotFound(n);
+            return it->second;
+          },
+          [shared](const std::string& n) { return shared->count(n) > 0; }};
+}
+
+Tensor I32(Shape shape, const std::vector<uint32_t>& words) {
+  Tensor t = Tensor::Empty(std::move(shape), DType::kI32);
+  std::copy(words.begin(), words.end(), reinterpret_cast<uint32_t*>(t.data<int32_t>()));
+  return t;
+}
+
+// One word per layout, unpacked by hand: GPTQ packs input rows 0..7 into nibbles 0..7; AWQ
+// packs output columns in the order 0, 2, 4, 6, 1, 3, 5, 7 (nibble k holds that column).
+TEST(PackedIntWeightsTest, LiteralWordsUnpackAsTheQuantizersPackThem) {
+  io::QuantizationConfig gptq;
+  gptq.method = "gptq";
+  gptq.bits = 4;
+  gptq.gptq_zeros_minus_one = true;
+  // qweight [1 word of 8 input rows, 8 outputs]; zero point 1 in every column, stored as 0.
+  std::vector<uint32_t> qw(8, 0);
+  qw[0] = 0x76543210u;  // column 0: rows 0..7 = 0..7
+  qw[3] = 0x11111111u;  // column 3: every row 1
+  std::vector<float> scales(8, 0.5f);
+  std::map<std::string, Tensor> g{{"p.qweight", I32({1, 8}, qw)}, {"p.qzeros", I32({1, 1}, {0u})}, {"p.scales", Tensor::FromVector(scales, {1, 8})}};
+  auto w = model::DequantizePackedLinear(MapSource(g), "p", gptq, DType::kF32);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  ASSERT_EQ(w->shape(), (Shape{8, 8}));
+  for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(w->data<float>()[0 * 8 + i], (i - 1) * 0.5f) << i;
+  for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(w->data<float>()[3 * 8 + i], 0.0f) << i;
+  for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(w->data<float>()[1 * 8 + i], -0.5f) << i;
+  // gptq_v2 stores the zero point as it is.
+  gptq.gptq_zeros_minus_one = false;
+  w = model::DequantizePackedLinear(MapSource(g), "p", gptq, DType::kF32);
+  ASSERT_TRUE(w.ok());
+  EXPECT_FLOAT_EQ(w->data<float>()[5], 2.5f);
+
+  io::QuantizationConfig awq;
+  awq.method = "awq";
+  awq.bits = 4;
+  // qweight [1 input, 1 word = 8 outputs]: nibbles 0..7 hold 0..7, so outputs 0..7 read
+  // 0, 4, 1, 5, 2, 6, 3, 7; zero point 2 in every column.
+  std::map<std::string, Tensor> a{{"p.qweight", I32({1, 1}, {0x76543210u})},
+                                  {"p.qzeros", I32({1, 1}, {0x22222222u})},
+                                  {"p.scales", Tensor::FromVector({1, 1, 1, 1, 1, 1, 1, 2}, {1, 8})}};
+  w = model::DequantizePackedLinear(MapSource(a), "p", awq, DType::kF32);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  ASSERT_EQ(w->shape(), (Shape{8, 1}));
+  const float want[8] = {-2, 2, -1, 3, 0, 4, 1, 10};
+  for (int o = 0; o < 8; ++o) EXPECT_FLOAT_EQ(w->data<float>()[o], want[o]) << o;
+}
+
+TEST(PackedIntWeightsTest, InconsistentShapesAndBadGroupIndicesAreErrors) {
+  io::QuantizationConfig gptq;
+  gptq.method = "gptq";
+  gptq.bits = 4;
+  gptq.group_size = 8;
+  std::map<std::string, Tensor> g{{"p.qweight", I32({2, 8}, std::vector<uint32_t>(16, 0))},
+                                  {"p.qzeros", I32({2, 1}, {0u, 0u})},
+                                  {"p.scales", Tensor::FromVector(std::vector<float>(8, 1.0f), {1, 8})}};
+  auto w = model::DequantizePackedLinear(MapSource(g), "p", gptq, DType::kF32);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("inconsistent shapes"), std::string::npos) << w.status().ToString();
+  g["p.scales"] = Tensor::FromVector(std::vector<float>(16, 1.0f), {2, 8});
+  ASSERT_TRUE(model::DequantizePackedLinear(MapSource(g), "p", gptq, DType::kF32).ok());
+  Tensor gidx = Tensor::Empty({16}, DType::kI32);
+  for (int i = 0; i < 16; ++i) gidx.data<int32_t>()[i] = i == 5 ? 7 : i / 8;
+  g["p.g_idx"] = gidx;
+  w = model::DequantizePackedLinear(MapSource(g), "p", gptq, DType::kF32);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("row 5 names group 7"), std::string::npos) << w.status().ToString();
+  g["p.qweight"] = Tensor::FromVector(std::vector<float>(16, 0.0f), {2, 8});
+  w = model::DequantizePackedLinear(MapSource(g), "p", gptq, DType::kF32);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("int32"), std::string::npos) << w.status().ToString();
+}
+
+class PackedIntCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ferry_int4_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    CheckpointSpec spec;
+    spec.preset = "llama-test";
+    spec.dtype = DType::kF32;
+    spec.seed = 5;
+    ASSERT_TRUE(MakeCheckpoint(spec, (dir_ / "src").string()).ok());
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Quantizes every decoder layer's linear weights as `spec` says, writes them packed into
+  // `q` (with `quant` as quantization_config) and dequantized in f32 into `ref`.
+  void WritePacked(const PackSpec& spec, const json& quant) {
+    auto src = io::Checkpoint::Open((dir_ / "src").string());
+    ASSERT_TRUE(src.ok()) << src.status().ToString();
+    std::vector<std::pair<std::string, Tensor>> packed, ref;
+    std::mt19937 rng(11);
+    const int per = 32 / spec.bits;
+    const int qmax = (1 << spec.bits) - 1;
+    for (const std::string& name : (*src)->Names()) {
+      auto t = (*src)->Get(name);
+      ASSERT_TRUE(t.ok());
+      const bool linear = name.starts_with("model.layers.") && name.ends_with("_proj.weight");
+      if (!linear) {
+        packed.emplace_back(name, t->Clone());
+        ref.emplace_back(name, t->Clone());
+        continue;
+      }
+      const std::string prefix = name.substr(0, name.size() - std::string(".weight").size());
+      const int64_t out = t->dim(0), in = t->dim(1);
+      const float* w = t->data<float>();
+      const int64_t gs = spec.group_size > 0 ? spec.group_size : in;
+      const int64_t groups = in / gs;
+      // Each input row's group: contiguous, or (act order) a shuffled assignment.
+      std::vector<int32_t> group(static_cast<size_t>(in));
+      std::vector<int64_t> order(static_cast<size_t>(in));
+      std::iota(order.begin(), order.end(), 0);
+      if (spec.act_order) std::shuffle(order.begin(), order.end(), rng);
+      for (int64_t k = 0; k < in; ++k) group[static_cast<size_t>(order[static_cast<size_t>(k)])] = static_cast<int32_t>(k / gs);
+      std::vector<float> scale(static_cast<size_t>(groups * out));
+      std::vector<int> zero(static_cast<size_t>(groups * out));
+      for (int64_t g = 0; g < groups; ++g) {
+        for (int64_t o = 0; o < out; ++o) {
+          float lo = 0, hi = 0;
+          for (int64_t i = 0; i < in; ++i) {
+            if (group[static_cast<size_t>(i)] != g) continue;
+            lo = std::min(lo, w[o * in + i]);
+            hi = std::max(hi, w[o * in + i]);
+          }
+          float s;
+          int z;
+          if (spec.symmetric) {
+            z = 1 << (spec.bits - 1);
+            s = std::max(std::fabs(lo), std::fabs(hi)) / static_cast<float>(z - 1);
+          } else {
+            s = (hi - lo) / static_cast<float>(qmax);
+            z = s > 0 ? static_cast<int>(std::lround(-lo / s)) : 0;
+          }
+          if (s <= 0) s = 1.0f;
+          s = F16ToF32(F32ToF16(s));  // the checkpoint stores fp16 scales
+          if (spec.layout == Layout::kGptqV1) z = std::max(z, 1);  // v1 stores zero - 1
+          scale[static_cast<size_t>(g * out + o)] = s;
+          zero[static_cast<size_t>(g * out + o)] = std::clamp(z, 0, qmax);
+        }
+      }
+      Tensor deq = Tensor::Empty({out, in}, DType::kF32);
+      std::vector<int> q(static_cast<size_t>(out * in));
+      for (int64_t o = 0; o < out; ++o) {
+        for (int64_t i = 0; i < in; ++i) {
+          const size_t gi = static_cast<size_t>(group[static_cast<size_t>(i)] * out + o);
+          const int v = std::clamp(static_cast<int>(std::lround(w[o * in + i] / scale[gi])) + zero[gi], 0, qmax);
+          q[static_cast<size_t>(o * in + i)] = v;
+          deq.data<float>()[o * in + i] = static_cast<float>(v - zero[gi]) * scale[gi];
+        }
+      }
+      ref.emplace_back(name, deq);
+      const bool awq = spec.layout == Layout::kAwq;
+      const int zero_offset = spec.layout == Layout::kGptqV1 ? 1 : 0;
+      std::vector<uint32_t> qweight(static_cast<size_t>(out * in / per), 0), qzeros(static_cast<size_t>(groups * out / per), 0);
+      for (int64_t i = 0; i < in; ++i) {
+        for (int64_t o = 0; o < out; ++o) {
+          const uint32_t v = static_cast<uint32_t>(q[static_cast<size_t>(o * in + i)]);
+          if (awq) {
+            qweight[static_cast<size_t>(i * (out / per) + o / per)] |= v << (model::kAwqNibble[o % per] * spec.bits);
+          } else {
+            qweight[static_cast<size_t>((i / per) * out + o)] |= v << ((i % per) * spec.bits);
+          }
+        }
+      }
+      for (int64_t g = 0; g < groups; ++g) {
+        for (int64_t o = 0; o < out; ++o) {
+          const uint32_t z = static_cast<uint32_t>(zero[static_cast<size_t>(g * out + o)] - zero_offset);
+          const int shift = (awq ? model::kAwqNibble[o % per] : static_cast<int>(o % per)) * spec.bits;
+          qzeros[static_cast<size_t>(g * (out / per) + o / per)] |= z << shift;
+        }
+      }
+      Tensor scales = Tensor::Empty({groups, out}, DType::kF16);
+      for (size_t k = 0; k < scale.size(); ++k) scales.data<uint16_t>()[k] = F32ToF16(scale[k]);
+      packed.emplace_back(prefix + ".qweight",
+                          I32(awq ? Shape{in, out / per} : Shape{in / per, out}, qweight));
+      packed.emplace_back(prefix + ".qzeros", I32({groups, out / per}, qzeros));
+      packed.emplace_back(prefix + ".scales", scales);
+      if (!awq) {
+        Tensor g_idx = Tensor::Empty({in}, DType::kI32);
+        std::copy(group.begin(), group.end(), g_idx.data<int32_t>());
+        packed.emplace_back(prefix + ".g_idx", g_idx);
+      }
+    }
+    json config = json::parse(ReadText(dir_ / "src" / "config.json"));
+    for (const char* d : {"q", "ref"}) fs::create_directories(dir_ / d);
+    ASSERT_TRUE(io::WriteSafetensors((dir_ / "ref" / "model.safetensors").string(), ref).ok());
+    ASSERT_TRUE(io::WriteSafetensors((dir_ / "q" / "model.safetensors").string(), packed).ok());
+    WriteText(dir_ / "ref" / "config.json", config.dump(2));
+    config["quantization_config"] = quant;
+    WriteText(dir_ / "q" / "config.json", config.dump(2));
+  }
+
+  static std::string ReadText(const fs::path& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  static void WriteText(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+
+  // The last row's logits of one prompt.
+  static std::vector<float> Logits(const std::string& path) {
+    auto e = engine::Engine::Load(path);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    if (!e.ok()) return {};
+    auto h = testing::DecoderHarness::Create(*e, 1, 64);
+    EXPECT_NE(h, nullptr);
+    if (h == nullptr) return {};
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 20; ++i) ids.push_back((i * 41 + 3) % (*e)->config().vocab_size);
+    auto out = h->Step({{1, ids, 0, false}});
+    EXPECT_TRUE(out.ok()) << out.status().ToString();
+    if (!out.ok()) return {};
+    return std::vector<float>(out->data<float>(), out->data<float>() + out->numel());
+  }
+
+  static void ExpectSame(const std::vector<float>& got, const std::vector<float>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    ASSERT_FALSE(want.empty());
+    double scale = 0, err = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
+      err = std::max(err, static_cast<double>(std::fabs(got[i] - want[i])));
+    }
+    ASSERT_GT(scale, 0.0);
+    EXPECT_LE(err, 1e-5 * scale);
+  }
+
+  // The quantized checkpoint plans for exactly the dequantized checkpoint's bytes.
+  void ExpectPlannedBytes() {
+    auto q = io::Checkpoint::Open((dir_ / "q").string());
+    auto r = io::Checkpoint::Open((dir_ / "ref").string());
+    auto config = io::LoadModelConfig((dir_ / "q").string());
+    ASSERT_TRUE(q.ok() && r.ok() && config.ok());
+    int64_t want = 0;
+    for (const std::string& n : (*r)->Names()) want += static_cast<int64_t>((*r)->Get(n)->nbytes());
+    EXPECT_EQ(model::DequantizedBytes(**q, *config), want);
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(PackedIntCheckpointTest, GptqSymmetricV1MatchesItsDequantizedWeights) {
+  WritePacked({Layout::kGptqV1, 4, 32, false, true},
+              json::parse(R"({"quant_method": "gptq", "bits": 4, "group_size": 32, "desc_act": false, "sym": true})"));
+  ExpectSame(Logits((dir_ / "q").string()), Logits((dir_ / "ref").string()));
+  ExpectPlannedBytes();
+}
+
+TEST_F(PackedIntCheckpointTest, GptqActOrderV2AsymmetricMatches) {
+  WritePacked({Layout::kGptqV2, 4, 32, true, false},
+              json::parse(R"({"quant_method": "gptq", "bits": 4, "group_size": 32, "desc_act": true,
+                              "sym": false, "checkpoint_format": "gptq_v2"})"));
+  ExpectSame(Logits((dir_ / "q").string()), Logits((dir_ / "ref").string()));
+}
+
+TEST_F(PackedIntCheckpointTest, Gptq8BitPerChannelMatches) {
+  WritePacked({Layout::kGptqV1, 8, 0, false, true},
+              json::parse(R"({"quant_method": "gptq", "bits": 8, "group_size": -1, "sym": true})"));
+  ExpectSame(Logits((dir_ / "q").string()), Logits((dir_ / "ref").string()));
+}
+
+TEST_F(PackedIntCheckpointTest, AwqMatchesAndAnEngineBuiltFromItToo) {
+  WritePacked({Layout::kAwq, 4, 32, false, false},
+              json::parse(R"({"quant_method": "awq", "bits": 4, "group_size": 32, "zero_point": true,
+                              "version": "gemm", "modules_to_not_convert": null})"));
+  const std::vector<float> want = Logits((dir_ / "ref").string());
+  ExpectSame(Logits((dir_ / "q").string()), want);
+  ExpectPlannedBytes();
+  engine::BuildOptions bo;
+  bo.precision = Precision::kFp32;
+  bo.tune = false;
+  const std::string path = (dir_ / "awq.ferry").string();
+  auto built = engine::BuildEngine((dir_ / "q").string(), path, bo);
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  ExpectSame(Logits(path), want);
+}
+
+}  // namespace
+}  // namespace ferry::tools
