@@ -27,6 +27,7 @@ int Main(int argc, char** argv) {
   RegisterBuild(app, exit_code);
   RegisterServe(app, exit_code);
   RegisterRenderChat(app, exit_code);
+  RegisterDownload(app, exit_code);
   try {
     app.parse(argc, argv);  // the chosen subcommand's callback runs here and sets exit_code
   } catch (const CLI::ParseError& e) {

@@ -22,6 +22,8 @@ void RegisterColdstart(CLI::App& bench, int& exit_code);
 void RegisterBenchServe(CLI::App& bench, int& exit_code);
 // `ferry render-chat`: a chat template rendered for one conversation.
 void RegisterRenderChat(CLI::App& app, int& exit_code);
+// `ferry download`: a model from the Hugging Face Hub into the standard cache.
+void RegisterDownload(CLI::App& app, int& exit_code);
 // `ferry serve`: the HTTP server.
 void RegisterServe(CLI::App& app, int& exit_code);
 

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "io/hf_download.h"
+
 namespace ferry::io {
 namespace {
 
@@ -118,7 +120,7 @@ Result<std::string> ResolveModelPath(const std::string& spec) {
   if (fs::exists(spec, ec)) return spec;
   const std::optional<HubModelId> id = ParseHubModelId(spec);
   if (!id) return spec;
-  return ResolveHubSnapshot(*id);
+  return ResolveOrDownloadHubSnapshot(*id, HubOptionsFromEnv());
 }
 
 }  // namespace ferry::io

@@ -5,7 +5,8 @@
 //   <cache>/models--ORG--REPO/snapshots/<commit>/...    (the files, symlinks into blobs/)
 //
 // <cache> is $HF_HUB_CACHE, else $HUGGINGFACE_HUB_CACHE (its older name), else $HF_HOME/hub,
-// else $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub. Nothing is downloaded.
+// else $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub. What is not there is
+// downloaded by hf_download.h.
 #pragma once
 
 #include <optional>
@@ -32,7 +33,9 @@ std::string HubCacheDir();
 Result<std::string> ResolveHubSnapshot(const HubModelId& id, const std::string& cache_dir = "");
 
 // What every loader calls on a --model argument: an existing path is returned as it is; a Hub
-// id is resolved in the cache; anything else comes back unchanged (the loader reports it).
+// id is resolved in the cache, and downloaded into it when it is not there (unless
+// HF_HUB_OFFLINE is set; see hf_download.h); anything else comes back unchanged (the loader
+// reports it).
 Result<std::string> ResolveModelPath(const std::string& spec);
 
 }  // namespace ferry::io

@@ -16,6 +16,7 @@
 
 #include "core/version.h"
 #include "io/engine_file.h"
+#include "io/fake_hub.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 
@@ -150,6 +151,35 @@ TEST(CliTest, ClassifyAndEmbed) {
   double norm = 0;
   for (const auto& v : emb) norm += v.get<double>() * v.get<double>();
   EXPECT_NEAR(norm, 1.0, 1e-4);
+}
+
+// `ferry download` against a Hub stand-in on 127.0.0.1: the snapshot folder on stdout, files
+// in place; a repository the Hub does not have is one clean error line.
+TEST(CliTest, DownloadPrintsTheSnapshotFolder) {
+  testing::FakeHub hub("tiny-org/llama3-tiny");
+  const std::string src = testing::FixturePath("models/llama3-tiny");
+  for (const char* name : {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"}) {
+    std::ifstream in(src + "/" + name, std::ios::binary);
+    hub.AddFile(name, std::string(std::istreambuf_iterator<char>(in), {}), std::string(name) == "model.safetensors");
+  }
+  std::string tmpl = "/tmp/ferry_cli_hub_XXXXXX";
+  const std::string cache = mkdtemp(tmpl.data());
+  const char* old_offline = std::getenv("HF_HUB_OFFLINE");
+  const std::string saved_offline = old_offline ? old_offline : "";
+  unsetenv("HF_HUB_OFFLINE");
+  setenv("HF_ENDPOINT", hub.endpoint().c_str(), 1);
+  setenv("HF_TOKEN_PATH", (cache + "/no-token").c_str(), 1);
+  const RunResult r = RunFerry({"download", "tiny-org/llama3-tiny", "--cache-dir", cache});
+  const RunResult missing = RunFerry({"download", "tiny-org/none", "--cache-dir", cache});
+  unsetenv("HF_ENDPOINT");
+  unsetenv("HF_TOKEN_PATH");
+  if (old_offline) setenv("HF_HUB_OFFLINE", saved_offline.c_str(), 1);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string snapshot = cache + "/models--tiny-org--llama3-tiny/snapshots/" + testing::FakeHub::kCommit;
+  EXPECT_EQ(r.out, snapshot + "\n");
+  EXPECT_EQ(fs::file_size(snapshot + "/model.safetensors"), fs::file_size(src + "/model.safetensors"));
+  ExpectCleanError(missing, "404");
+  fs::remove_all(cache);
 }
 
 TEST(CliBadInputTest, MissingModelDirectory) {

@@ -141,6 +141,8 @@ TEST(HfCacheTest, CacheFolderFollowsTheHubVariables) {
 
 TEST(HfCacheTest, ResolveModelPathPrefersLocalPaths) {
   TempDir tmp;
+  // The snapshot holds config.json only: offline, it is used as it is, not completed.
+  ScopedEnv offline("HF_HUB_OFFLINE", "1");
   MakeRepo(tmp.path() + "/cache");
   ScopedEnv cache("HF_HUB_CACHE", tmp.path() + "/cache");
   auto hub = ResolveModelPath("my-org/My.Model_1");
