@@ -382,25 +382,16 @@ Result<Tensor> GgufFile::Get(const std::string& name) const {
       return Tensor::FromBorrowed(const_cast<uint8_t*>(data), shape, DType::kBF16, keepalive_);
     case GgmlType::kQ8_0: {
       const uint64_t blocks = t->nbytes / kQ8BlockBytes;
-      std::vector<float> values(blocks * kQ8Block);
-      float absmax = 0.0f;
+      Tensor out = Tensor::Empty(shape, DType::kF32);
+      float* values = out.data<float>();
       for (uint64_t b = 0; b < blocks; ++b) {
         const uint8_t* block = data + b * kQ8BlockBytes;
         uint16_t scale_bits;
         std::memcpy(&scale_bits, block, 2);
         const float scale = F16ToF32(scale_bits);
         const int8_t* q = reinterpret_cast<const int8_t*>(block + 2);
-        for (uint64_t j = 0; j < kQ8Block; ++j) {
-          const float x = scale * static_cast<float>(q[j]);
-          values[b * kQ8Block + j] = x;
-          absmax = std::max(absmax, std::fabs(x));
-        }
+        for (uint64_t j = 0; j < kQ8Block; ++j) values[b * kQ8Block + j] = scale * static_cast<float>(q[j]);
       }
-      // f16 holds scale * q exactly up to a rounding far below Q8_0's own step (an 11-bit
-      // significand against 8 bits of q), at half the memory of f32.
-      const DType dtype = absmax <= 65504.0f ? DType::kF16 : DType::kF32;
-      Tensor out = Tensor::Empty(shape, dtype);
-      ConvertFromF32(dtype, values.data(), out.raw(), values.size());
       return out;
     }
   }

@@ -4,8 +4,9 @@
 // Every count, length and offset is checked against the file before it is used, so a
 // truncated or hostile file is an error, never a crash or a huge allocation. Versions 2 and
 // 3, little-endian only. Tensor types F32, F16 and BF16 come back as zero-copy views; Q8_0
-// (blocks of 32 int8 with one f16 scale) is dequantized on read to f16 (to f32 for a tensor
-// whose values exceed the f16 range). Other types are Unimplemented, naming type and tensor.
+// (blocks of 32 int8 with one f16 scale) is dequantized on read to f32, exactly (f16 would
+// round scale * q again; f32 holds it without loss at twice the memory). Other types are
+// Unimplemented, naming type and tensor.
 #pragma once
 
 #include <cstdint>

@@ -33,7 +33,8 @@ std::string TorchDType(const GgufFile& f) {
   switch (static_cast<GgmlType>(t->type)) {
     case GgmlType::kF32: return "float32";
     case GgmlType::kBF16: return "bfloat16";
-    default: return "float16";  // F16, and Q8_0 (dequantized to f16)
+    case GgmlType::kQ8_0: return "float32";  // dequantized to f32
+    default: return "float16";
   }
 }
 

@@ -9,7 +9,8 @@ namespace ferry::io {
 
 namespace {
 
-using json = nlohmann::ordered_json;
+// Sorted objects: an insertion-ordered one costs a linear search per key, quadratic over a vocabulary.
+using json = nlohmann::json;
 
 // Llama 3's pre-tokenizer regex (its tokenizer.json's Split pattern).
 constexpr const char* kLlama3Regex =
@@ -66,7 +67,9 @@ Result<Vocab> ReadVocab(const GgufFile& f) {
     if (t->type != GgufType::kArray || t->array.size() != n || !(t->array.empty() || t->array[0].is_integer())) {
       return InvalidArgument("GGUF key 'tokenizer.ggml.token_type' must be integers, one per token");
     }
-    for (size_t i = 0; i < n; ++i) v.types[i] = static_cast<int32_t>(t->array[i].u != 0 ? t->array[i].u : t->array[i].i);
+    for (size_t i = 0; i < n; ++i) {
+      v.types[i] = static_cast<int32_t>(t->array[i].u != 0 ? t->array[i].u : t->array[i].i);
+    }
   }
   FERRY_ASSIGN_OR_RETURN(v.bos, TokenId(f, "tokenizer.ggml.bos_token_id", n));
   FERRY_ASSIGN_OR_RETURN(v.eos, TokenId(f, "tokenizer.ggml.eos_token_id", n));
@@ -194,7 +197,8 @@ Result<std::string> ByteLevelBpeJson(const GgufFile& f, const Vocab& v, const st
               {"pre_tokenizer", std::move(pre_tokenizer)},
               {"post_processor",
                {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}}},
-              {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+              {"decoder",
+               {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
               {"model", std::move(model)}};
   return tok.dump();
 }

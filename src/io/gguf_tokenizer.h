@@ -19,7 +19,9 @@
 namespace ferry::io {
 
 // GGUF token types (llama.cpp's numbering, the same as SentencePiece's piece types).
-enum class GgufTokenType : int32_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
+enum class GgufTokenType : int32_t {
+  kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6,
+};
 
 // File name -> contents; empty when the file has no tokenizer.ggml.model.
 Result<std::map<std::string, std::string>> GgufTokenizerFiles(const GgufFile& file);

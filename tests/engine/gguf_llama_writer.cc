@@ -86,7 +86,9 @@ std::string Encode(const Tensor& t, uint32_t type) {
       const float d = amax / 127.0f;
       const float id = d != 0.0f ? 1.0f / d : 0.0f;
       GgufBuilder::Put<uint16_t>(&out, F32ToF16(d));
-      for (size_t j = 0; j < 32; ++j) out.push_back(static_cast<char>(static_cast<int8_t>(std::round(x[b * 32 + j] * id))));
+      for (size_t j = 0; j < 32; ++j) {
+        out.push_back(static_cast<char>(static_cast<int8_t>(std::round(x[b * 32 + j] * id))));
+      }
     }
   }
   return out;

@@ -52,14 +52,17 @@ std::vector<std::vector<float>> LastLogits(std::shared_ptr<engine::Engine> e, co
   return out;
 }
 
+// max |a - b| over every prompt's logits, relative to the largest |logit| of b.
 double MaxLogitDiff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
   EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
+  double worst = 0, scale = 0;
   for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
     EXPECT_EQ(a[i].size(), b[i].size());
     worst = std::max(worst, testing::MaxDiff(a[i].data(), b[i].data(), std::min(a[i].size(), b[i].size())));
+    scale = std::max(scale, testing::MaxAbs(b[i]));
   }
-  return worst;
+  EXPECT_GT(scale, 1.0);  // logits that are not flat
+  return worst / std::max(scale, 1e-6);
 }
 
 std::shared_ptr<engine::Engine> MustLoad(const std::string& path) {
@@ -71,18 +74,19 @@ std::shared_ptr<engine::Engine> MustLoad(const std::string& path) {
 struct TypeCase {
   const char* name;
   uint32_t type;
-  // Max |logit difference| against the checkpoint (logits are O(1)..O(10)). F32 and the
-  // checkpoint's own dtype hold the very same weights; F16 from bf16 and BF16 from f16 round
-  // each weight once; Q8_0 rounds each weight to 1/254 of its block's largest value.
-  double llama_tol;
-  double llama3_tol;
+  // Max |logit difference| against the checkpoint, relative to the largest |logit|. F32 and
+  // the checkpoint's own dtype hold the very same weights (what is left is summation order);
+  // F16 from bf16 and BF16 from f16 round every weight once (bf16: 2^-9 relative); Q8_0
+  // rounds every weight to a 1/254 step of its block's largest value.
+  double llama_tol;   // llama-tiny: bf16 checkpoint
+  double llama3_tol;  // llama3-tiny: f16 checkpoint
 };
 
 const TypeCase kTypes[] = {
-    {"F32", GgufBuilder::kTF32, 1e-3, 1e-3},
-    {"F16", GgufBuilder::kTF16, 2e-2, 1e-3},
-    {"BF16", GgufBuilder::kTBF16, 1e-3, 5e-2},
-    {"Q8_0", GgufBuilder::kTQ8_0, 0.25, 0.25},
+    {"F32", GgufBuilder::kTF32, 1e-4, 1e-4},
+    {"F16", GgufBuilder::kTF16, 2e-3, 1e-4},
+    {"BF16", GgufBuilder::kTBF16, 1e-4, 2e-2},
+    {"Q8_0", GgufBuilder::kTQ8_0, 5e-2, 5e-2},
 };
 
 class GgufModelTest : public ::testing::TestWithParam<TypeCase> {};
@@ -101,7 +105,7 @@ TEST_P(GgufModelTest, LlamaTinyLogitsMatchTheCheckpoint) {
   ASSERT_FALSE(prompts.empty());
   const double diff = MaxLogitDiff(LastLogits(from_gguf, prompts), LastLogits(from_dir, prompts));
   EXPECT_LE(diff, GetParam().llama_tol) << GetParam().name;
-  RecordProperty("max_logit_diff", std::to_string(diff));
+  RecordProperty("max_relative_logit_diff", std::to_string(diff));
 }
 
 TEST_P(GgufModelTest, Llama3TinyLogitsMatchTheCheckpoint) {
@@ -119,7 +123,7 @@ TEST_P(GgufModelTest, Llama3TinyLogitsMatchTheCheckpoint) {
   ASSERT_FALSE(prompts.empty());
   const double diff = MaxLogitDiff(LastLogits(from_gguf, prompts), LastLogits(from_dir, prompts));
   EXPECT_LE(diff, GetParam().llama3_tol) << GetParam().name;
-  RecordProperty("max_logit_diff", std::to_string(diff));
+  RecordProperty("max_relative_logit_diff", std::to_string(diff));
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GgufModelTest, ::testing::ValuesIn(kTypes),
@@ -136,7 +140,7 @@ TEST(GgufModelTest, WithoutRopeFreqsTheLlama3ScalingIsGone) {
   auto from_dir = MustLoad(dir);
   ASSERT_TRUE(from_gguf && from_dir);
   const std::vector<Prompt> prompts = FixturePrompts("llama3-tiny");
-  EXPECT_GT(MaxLogitDiff(LastLogits(from_gguf, prompts), LastLogits(from_dir, prompts)), 1e-2);
+  EXPECT_GT(MaxLogitDiff(LastLogits(from_gguf, prompts), LastLogits(from_dir, prompts)), 1e-3);
 }
 
 TEST(GgufModelTest, GreedyOutputMatchesTheCheckpoint) {
@@ -150,16 +154,18 @@ TEST(GgufModelTest, GreedyOutputMatchesTheCheckpoint) {
     auto from_gguf = MustLoad(gguf);
     auto from_dir = MustLoad(dir);
     ASSERT_TRUE(from_gguf && from_dir);
-    auto hg = testing::DecoderHarness::Create(from_gguf, 1, 64);
-    auto hd = testing::DecoderHarness::Create(from_dir, 1, 64);
+    auto hg = testing::DecoderHarness::Create(from_gguf, 1, 128);
+    auto hd = testing::DecoderHarness::Create(from_dir, 1, 128);
     for (const Prompt& p : FixturePrompts(model)) {
       auto a = hg->Greedy(p.ids, 12);
       auto b = hd->Greedy(p.ids, 12);
-      ASSERT_TRUE(a.ok() && b.ok());
+      ASSERT_TRUE(a.ok()) << a.status().ToString();
+      ASSERT_TRUE(b.ok()) << b.status().ToString();
       EXPECT_EQ(*a, *b) << model;
     }
     // Prompts encode alike, BOS included.
-    EXPECT_EQ(*from_gguf->EncodePrompt("The capital of France is"), *from_dir->EncodePrompt("The capital of France is"));
+    const std::string text = "The capital of France is";
+    EXPECT_EQ(*from_gguf->EncodePrompt(text), *from_dir->EncodePrompt(text));
   }
 }
 
@@ -222,8 +228,6 @@ TEST(GgufModelTest, PreTokenizerChoices) {
   std::string joined;
   for (int32_t id : *ids_a) joined += (*a)->IdToToken(id) + "|";
   EXPECT_EQ(joined.substr(0, 4), "123|");
-  // llama-bpe adds BOS by default.
-  EXPECT_EQ((*a)->EncodeWithSpecial("x")->ids.front(), 50256);
 
   const std::string bad = tmp.File("bad.gguf");
   ASSERT_TRUE(testing::WriteLlamaGguf(dir, bad, {.pre = "qwen2"}).ok());
@@ -272,7 +276,7 @@ TEST(GgufModelTest, BuildFromGgufEmbedsTheSynthesizedFiles) {
   EXPECT_EQ(*built->EncodePrompt("Hello world"), *from_gguf->EncodePrompt("Hello world"));
   EXPECT_EQ(built->config().eos_token_ids, std::vector<int>{2});
   const std::vector<Prompt> prompts = FixturePrompts("llama-tiny");
-  EXPECT_LE(MaxLogitDiff(LastLogits(built, prompts), LastLogits(from_gguf, prompts)), 1e-4);
+  EXPECT_LE(MaxLogitDiff(LastLogits(built, prompts), LastLogits(from_gguf, prompts)), 1e-5);
 }
 
 TEST(GgufModelTest, UnsupportedFilesAreRefusedByName) {

@@ -130,7 +130,7 @@ TEST(GgufReaderTest, DequantizesQ8_0) {
   auto q = (*f)->Get("q");
   ASSERT_TRUE(q.ok()) << q.status().ToString();
   EXPECT_EQ(q->shape(), (Shape{2, 32}));
-  EXPECT_EQ(q->dtype(), DType::kF16);
+  EXPECT_EQ(q->dtype(), DType::kF32);
   Tensor x = q->ToF32();
   for (size_t i = 0; i < expect.size(); ++i) EXPECT_EQ(x.data<float>()[i], expect[i]) << i;
 
