@@ -116,10 +116,24 @@ Result<GgufValue> ReadValue(Cursor& c, GgufType type, const GgufLimits& limits, 
         return DataLoss(c.Where() + ": key '" + key + "' declares " + std::to_string(n) +
                         " elements, more than the rest of the file can hold");
       }
-      v.array.reserve(n);
+      GgufValue probe;
+      probe.type = v.element_type;
+      if (v.element_type == GgufType::kString) {
+        v.strings.reserve(n);
+      } else if (probe.is_float()) {
+        v.floats.reserve(n);
+      } else {
+        v.ints.reserve(n);
+      }
       for (uint64_t k = 0; k < n; ++k) {
         FERRY_ASSIGN_OR_RETURN(GgufValue e, ReadValue(c, v.element_type, limits, key));
-        v.array.push_back(std::move(e));
+        if (v.element_type == GgufType::kString) {
+          v.strings.push_back(std::move(e.s));
+        } else if (e.is_float()) {
+          v.floats.push_back(e.f);
+        } else {
+          v.ints.push_back(e.u != 0 ? static_cast<int64_t>(e.u) : e.i);
+        }
       }
       break;
     }

@@ -35,18 +35,23 @@ enum class GgmlType : uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 8, kBF16 = 30 };
 // "F32", "Q4_K", ...; "type N" for numbers ggml does not define.
 std::string GgmlTypeName(uint32_t type);
 
-// One metadata value. Arrays hold scalars or strings (arrays of arrays are refused).
+// One metadata value. Arrays hold scalars or strings (arrays of arrays are refused), packed
+// by kind so that a file's arrays cost memory proportional to their bytes.
 struct GgufValue {
   GgufType type = GgufType::kUint8;
   uint64_t u = 0;       // unsigned integers and bool
   int64_t i = 0;        // signed integers
   double f = 0.0;       // float32 / float64
   std::string s;        // string
-  GgufType element_type = GgufType::kUint8;  // array
-  std::vector<GgufValue> array;
+  // Arrays: the elements in the one vector their element_type selects.
+  GgufType element_type = GgufType::kUint8;
+  std::vector<int64_t> ints;  // integer and bool elements (uint64 ones as their bits)
+  std::vector<double> floats;
+  std::vector<std::string> strings;
 
   bool is_integer() const;
   bool is_float() const { return type == GgufType::kFloat32 || type == GgufType::kFloat64; }
+  size_t array_size() const { return ints.size() + floats.size() + strings.size(); }
 };
 
 struct GgufTensorInfo {

@@ -33,10 +33,7 @@ Result<std::vector<std::string>> StringArray(const GgufFile& f, const std::strin
   if (v->type != GgufType::kArray || v->element_type != GgufType::kString) {
     return InvalidArgument("GGUF key '" + key + "' is not an array of strings");
   }
-  std::vector<std::string> out;
-  out.reserve(v->array.size());
-  for (const GgufValue& e : v->array) out.push_back(e.s);
-  return out;
+  return v->strings;
 }
 
 Result<std::optional<int32_t>> TokenId(const GgufFile& f, const std::string& key, size_t vocab) {
@@ -57,19 +54,17 @@ Result<Vocab> ReadVocab(const GgufFile& f) {
   const size_t n = v.tokens.size();
   if (n == 0) return InvalidArgument("GGUF '" + f.name() + "' has an empty tokenizer.ggml.tokens");
   if (const GgufValue* s = f.Find("tokenizer.ggml.scores")) {
-    if (s->type != GgufType::kArray || !(s->element_type == GgufType::kFloat32) || s->array.size() != n) {
+    if (s->type != GgufType::kArray || s->element_type != GgufType::kFloat32 || s->floats.size() != n) {
       return InvalidArgument("GGUF key 'tokenizer.ggml.scores' must be float32s, one per token");
     }
-    for (const GgufValue& e : s->array) v.scores.push_back(static_cast<float>(e.f));
+    for (double x : s->floats) v.scores.push_back(static_cast<float>(x));
   }
   v.types.assign(n, static_cast<int32_t>(GgufTokenType::kNormal));
   if (const GgufValue* t = f.Find("tokenizer.ggml.token_type")) {
-    if (t->type != GgufType::kArray || t->array.size() != n || !(t->array.empty() || t->array[0].is_integer())) {
+    if (t->type != GgufType::kArray || t->ints.size() != n) {
       return InvalidArgument("GGUF key 'tokenizer.ggml.token_type' must be integers, one per token");
     }
-    for (size_t i = 0; i < n; ++i) {
-      v.types[i] = static_cast<int32_t>(t->array[i].u != 0 ? t->array[i].u : t->array[i].i);
-    }
+    for (size_t i = 0; i < n; ++i) v.types[i] = static_cast<int32_t>(t->ints[i]);
   }
   FERRY_ASSIGN_OR_RETURN(v.bos, TokenId(f, "tokenizer.ggml.bos_token_id", n));
   FERRY_ASSIGN_OR_RETURN(v.eos, TokenId(f, "tokenizer.ggml.eos_token_id", n));

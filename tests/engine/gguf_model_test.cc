@@ -84,9 +84,9 @@ struct TypeCase {
 
 const TypeCase kTypes[] = {
     {"F32", GgufBuilder::kTF32, 1e-4, 1e-4},
-    {"F16", GgufBuilder::kTF16, 2e-3, 1e-4},
-    {"BF16", GgufBuilder::kTBF16, 1e-4, 2e-2},
-    {"Q8_0", GgufBuilder::kTQ8_0, 5e-2, 5e-2},
+    {"F16", GgufBuilder::kTF16, 1e-3, 1e-4},
+    {"BF16", GgufBuilder::kTBF16, 1e-4, 1e-2},
+    {"Q8_0", GgufBuilder::kTQ8_0, 3e-2, 3e-2},
 };
 
 class GgufModelTest : public ::testing::TestWithParam<TypeCase> {};

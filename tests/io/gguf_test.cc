@@ -62,10 +62,10 @@ TEST(GgufReaderTest, ReadsEveryMetadataType) {
     EXPECT_EQ(*g.String("s"), "h\xc3\xa9llo");
     const io::GgufValue* strs = g.Find("strs");
     ASSERT_NE(strs, nullptr);
-    ASSERT_EQ(strs->array.size(), 3u);
-    EXPECT_EQ(strs->array[2].s, "ccc");
-    EXPECT_EQ(g.Find("ints")->array[1].i, -2);
-    EXPECT_EQ(g.Find("floats")->array[1].f, 1.5);
+    ASSERT_EQ(strs->array_size(), 3u);
+    EXPECT_EQ(strs->strings[2], "ccc");
+    EXPECT_EQ(g.Find("ints")->ints[1], -2);
+    EXPECT_EQ(g.Find("floats")->floats[1], 1.5);
     EXPECT_FALSE(g.OptionalInt("absent")->has_value());
     // Wrong types are errors naming the key.
     Result<std::string> not_string = g.String("u8");
