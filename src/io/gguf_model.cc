@@ -180,13 +180,15 @@ Result<std::shared_ptr<GgufModel>> GgufModel::FromFile(std::shared_ptr<GgufFile>
     return InvalidArgument("GGUF '" + f.name() + "': head_count_kv " + std::to_string(m->num_kv_heads_) +
                            " does not divide head_count " + std::to_string(m->num_heads_));
   }
-  using Files = std::map<std::string, std::string>;
-  FERRY_ASSIGN_OR_RETURN(Files tok, GgufTokenizerFiles(f));
+  std::map<std::string, std::string> tok;
   std::string config;
   try {
+    // Writing JSON throws on text that is not UTF-8 (a token, the chat template).
+    FERRY_ASSIGN_OR_RETURN(tok, GgufTokenizerFiles(f));
     FERRY_ASSIGN_OR_RETURN(config, ConfigJson(f, m->num_heads_, m->num_kv_heads_, tok));
-  } catch (const json::exception& e) {
-    return Internal(std::string("GGUF '") + f.name() + "': writing config.json: " + e.what());
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgument(std::string("GGUF '") + f.name() + "': its metadata cannot be written as JSON: " +
+                           e.what());
   }
   m->files_ = std::move(tok);
   m->files_["config.json"] = std::move(config);

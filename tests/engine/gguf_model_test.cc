@@ -305,5 +305,41 @@ TEST(GgufModelTest, UnsupportedFilesAreRefusedByName) {
   EXPECT_NE(f.status().message().find("token_embd.weight"), std::string::npos) << f.status().ToString();
 }
 
+TEST(GgufModelTest, BrokenTokenizerMetadataIsACleanError) {
+  testing::TempDir tmp;
+  auto base = [] {
+    GgufBuilder b;
+    b.Str("general.architecture", "llama");
+    b.U32("llama.block_count", 1);
+    b.U32("llama.context_length", 64);
+    b.U32("llama.embedding_length", 4);
+    b.U32("llama.feed_forward_length", 8);
+    b.U32("llama.attention.head_count", 2);
+    b.Tensor("token_embd.weight", {4, 2}, GgufBuilder::kTF32, std::string(32, '\0'));
+    b.Str("tokenizer.ggml.model", "gpt2");
+    b.StrArray("tokenizer.ggml.merges", {});
+    return b;
+  };
+  // A token that is not UTF-8 cannot be written into tokenizer.json.
+  GgufBuilder bad_utf8 = base();
+  bad_utf8.StrArray("tokenizer.ggml.tokens", {"a", "\xff"});
+  auto e = engine::Engine::Load(tmp.Write("a.gguf", bad_utf8.Build()));
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument) << e.status().ToString();
+  // Special token ids outside the vocabulary, token types of the wrong count.
+  GgufBuilder bad_id = base();
+  bad_id.StrArray("tokenizer.ggml.tokens", {"a", "b"});
+  bad_id.U32("tokenizer.ggml.eos_token_id", 7);
+  auto f = engine::Engine::Load(tmp.Write("b.gguf", bad_id.Build()));
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("outside the vocabulary"), std::string::npos) << f.status().ToString();
+  GgufBuilder bad_types = base();
+  bad_types.StrArray("tokenizer.ggml.tokens", {"a", "b"});
+  bad_types.Array<int32_t>("tokenizer.ggml.token_type", GgufBuilder::kI32, {1});
+  auto g = engine::Engine::Load(tmp.Write("c.gguf", bad_types.Build()));
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("token_type"), std::string::npos) << g.status().ToString();
+}
+
 }  // namespace
 }  // namespace ferry
