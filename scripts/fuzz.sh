@@ -11,7 +11,7 @@ seconds=${2:?seconds per target}
 shift 2
 src=$(cd "$(dirname "$0")/.." && pwd)
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(safetensors engine_file tokenizer config routes http structured template)
+[ ${#targets[@]} -eq 0 ] && targets=(safetensors gguf engine_file tokenizer config routes http structured template)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0

@@ -215,7 +215,7 @@ int RunColdstart(const ColdstartOptions& o) {
 void RegisterColdstart(CLI::App& bench, int& exit_code) {
   auto o = std::make_shared<ColdstartOptions>();
   CLI::App* sub = bench.add_subcommand("coldstart", "Process start -> ready, and first request vs steady state");
-  sub->add_option("--model", o->models, "Checkpoint directory or engine file (repeatable)")->required();
+  sub->add_option("--model", o->models, "Checkpoint directory, GGUF file or engine file (repeatable)")->required();
   sub->add_option("--requests", o->requests, "Requests measured after the first");
   sub->add_option("--prompt-tokens", o->prompt_tokens, "Prompt / input length");
   sub->add_option("--max-tokens", o->max_tokens, "Tokens generated per request (decoders)");

@@ -126,7 +126,7 @@ int RunGenerate(const GenerateOptions& o) {
 void RegisterGenerate(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* sub = app.add_subcommand("generate", "Generate text with a decoder model");
-  sub->add_option("--model", o->model, "Checkpoint directory")->required();
+  sub->add_option("--model", o->model, "Checkpoint directory or GGUF file")->required();
   sub->add_option("--prompt", o->prompt, "Prompt text (BOS added as the tokenizer config says)");
   sub->add_option("--prompt-ids", o->prompt_ids, "Prompt token ids, comma separated, used exactly as given");
   sub->add_option("--max-tokens", o->max_tokens, "Tokens to generate")->check(CLI::Range(0, 1 << 20));

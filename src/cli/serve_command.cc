@@ -173,8 +173,8 @@ void RegisterServe(CLI::App& app, int& exit_code) {
                   "Serve the versioned models of DIR (DIR/NAME/VERSION/), reloaded while serving "
                   "(docs/model-repository.md)");
   sub->add_option("--model", o->models,
-                  "NAME=PATH (or PATH, named after its last component): a checkpoint directory or engine file "
-                  "(repeatable)");
+                  "NAME=PATH (or PATH, named after its last component): a checkpoint directory, GGUF file or "
+                  "engine file (repeatable)");
   CLI::Option* host = sub->add_option("--host", o->host_flag, "Listen address (default 127.0.0.1)");
   CLI::Option* port = sub->add_option("--port", o->port_flag, "Listen port (default 8000; 0 picks a free one)");
   sub->add_flag("--no-auth", o->no_auth, "Serve without API keys (only on a loopback address)");

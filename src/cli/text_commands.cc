@@ -268,7 +268,7 @@ void RegisterTokenize(CLI::App& app, int& exit_code) {
 void RegisterClassify(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<EncoderOptions>();
   CLI::App* sub = app.add_subcommand("classify", "Classify a text (or its tokens) with an encoder");
-  sub->add_option("--model", o->model, "Checkpoint directory or engine file")->required();
+  sub->add_option("--model", o->model, "Checkpoint directory, GGUF file or engine file")->required();
   auto* text = sub->add_option("--text", o->text, "Text");
   sub->add_option("--text-file", o->text_file, "Read the text from this file")->excludes(text);
   sub->add_option("--text-pair", o->text_pair, "Second text of a pair (windowed when long)");
@@ -283,7 +283,7 @@ void RegisterClassify(CLI::App& app, int& exit_code) {
 void RegisterEmbed(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<EncoderOptions>();
   CLI::App* sub = app.add_subcommand("embed", "Embed a text with an encoder");
-  sub->add_option("--model", o->model, "Checkpoint directory or engine file")->required();
+  sub->add_option("--model", o->model, "Checkpoint directory, GGUF file or engine file")->required();
   auto* text = sub->add_option("--text", o->text, "Text");
   sub->add_option("--text-file", o->text_file, "Read the text from this file")->excludes(text);
   sub->add_option("--pooling", o->pooling, "cls, mean, max or last");

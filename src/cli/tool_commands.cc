@@ -224,7 +224,7 @@ void RegisterBench(CLI::App& app, int& exit_code) {
   bench->require_subcommand(1);
   auto o = std::make_shared<BenchModelOptions>();
   CLI::App* sub = bench->add_subcommand("model", "Prefill and decode throughput of a model");
-  sub->add_option("--model", o->model, "Checkpoint directory")->required();
+  sub->add_option("--model", o->model, "Checkpoint directory or GGUF file")->required();
   sub->add_option("--threads", o->threads, "Thread counts to measure")->delimiter(',');
   sub->add_option("--prompt-len", o->prompt_len, "Prefill prompt length");
   sub->add_option("--batch", o->batches, "Decode batch sizes")->delimiter(',');
@@ -243,7 +243,7 @@ void RegisterBench(CLI::App& app, int& exit_code) {
   auto so = std::make_shared<BenchStructuredOptions>();
   CLI::App* st = bench->add_subcommand("structured",
                                        "Structured outputs: schema compile time and constrained vs unconstrained decode");
-  st->add_option("--model", so->model, "Checkpoint directory or engine file")->required();
+  st->add_option("--model", so->model, "Checkpoint directory, GGUF file or engine file")->required();
   st->add_option("--device", so->device, "cpu, cuda or cuda:N");
   st->add_option("--threads", so->threads, "CPU threads (default: all)");
   st->add_option("--batch", so->bench.batch, "Decode batch size");

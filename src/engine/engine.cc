@@ -11,6 +11,7 @@
 #include "engine/engine_fingerprint.h"
 #include "io/engine_file.h"
 #include "io/hf_cache.h"
+#include "io/model_source.h"
 #include "io/safetensors.h"
 
 namespace ferry::engine {
@@ -33,13 +34,16 @@ std::unique_ptr<Progress> MaybeProgress(const std::string& path, uint64_t bytes)
   return std::make_unique<Progress>("loading " + path, Progress::StderrIsTerminal());
 }
 
-uint64_t SafetensorsBytes(const std::string& dir) {
-  uint64_t bytes = 0;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.path().extension() == ".safetensors") bytes += entry.file_size(ec);
+// A directory's tokenizer loads from the directory; a GGUF file's from the files its metadata
+// stands for (`settings`: the model's tokenizer_config.json and the like).
+Result<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizerFrom(const io::ModelSource& source,
+                                                                 std::map<std::string, std::string> settings) {
+  if (!source.is_gguf()) return tokenizer::LoadTokenizer(source.path());
+  for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
+    FERRY_ASSIGN_OR_RETURN(std::optional<std::string> text, source.File(name));
+    if (text) settings[name] = std::move(*text);
   }
-  return bytes;
+  return tokenizer::LoadTokenizerFromFiles(settings);
 }
 
 }  // namespace
@@ -64,66 +68,61 @@ Result<std::shared_ptr<Engine>> Engine::Load(const std::string& spec, const Engi
   std::error_code ec;
   if (!fs::exists(path, ec)) return NotFound("model path '" + path + "' does not exist");
   if (fs::is_regular_file(path, ec) && io::EngineFile::LooksLikeEngine(path)) return LoadEngineFile(path, options);
-  if (!fs::is_directory(path, ec)) {
-    return InvalidArgument("'" + path + "' is neither a model directory (config.json and *.safetensors) nor a " +
-                           "ferry engine file");
+  if (!fs::is_directory(path, ec) && !io::ModelSource::IsGguf(path)) {
+    return InvalidArgument("'" + path + "' is neither a model directory (config.json and *.safetensors), a GGUF " +
+                           "file nor a ferry engine file");
   }
   SetComputeThreads(options.threads);
+  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<io::ModelSource> source, io::ModelSource::Open(path));
   std::shared_ptr<Engine> e(new Engine());
   e->path_ = path;
-  FERRY_ASSIGN_OR_RETURN(e->config_, io::LoadModelConfig(path));
-  const bool has_tokenizer = fs::exists(fs::path(path) / "tokenizer.json", ec) ||
-                             fs::exists(fs::path(path) / "tokenizer.model", ec) ||
-                             fs::exists(fs::path(path) / "vocab.txt", ec);
-  if (has_tokenizer) {
-    auto tok = tokenizer::LoadTokenizer(path);
-    if (!tok.ok()) return tok.status().WithContext("loading the tokenizer of '" + path + "'");
-    e->SetTokenizer(std::move(tok).value());
-  }
+  FERRY_ASSIGN_OR_RETURN(e->config_, source->Config());
   std::map<std::string, std::string> settings;
   for (const char* name : {"tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
                            "chat_template.jinja"}) {
-    const fs::path p = fs::path(path) / name;
-    if (!fs::exists(p, ec)) continue;
-    FERRY_ASSIGN_OR_RETURN(settings[name], ReadFileToString(p.string()));
+    FERRY_ASSIGN_OR_RETURN(std::optional<std::string> text, source->File(name));
+    if (text) settings[name] = std::move(*text);
+  }
+  if (source->HasTokenizer()) {
+    auto tok = LoadTokenizerFrom(*source, settings);
+    if (!tok.ok()) return tok.status().WithContext("loading the tokenizer of '" + path + "'");
+    e->SetTokenizer(std::move(tok).value());
   }
   auto tc = tokenizer::ParseTokenizerConfig(settings);
   if (!tc.ok()) return tc.status().WithContext("loading '" + path + "'");
   e->tokenizer_config_ = std::move(tc).value();
   {
-    auto read = [&path](const std::string& name) -> std::optional<std::string> {
-      std::error_code ec;
-      const fs::path p = fs::path(path) / name;
-      if (!fs::is_regular_file(p, ec)) return std::nullopt;
-      auto text = ReadFileToString(p.string());
-      return text.ok() ? std::optional<std::string>(std::move(text).value()) : std::nullopt;
+    auto read = [&source](const std::string& name) -> std::optional<std::string> {
+      auto text = source->File(name);
+      return text.ok() ? std::move(text).value() : std::nullopt;
     };
     auto pooling = io::ParseSentencePooling(read(io::kModulesFile), read);
     if (!pooling.ok()) return pooling.status().WithContext("'" + path + "'");
     e->sentence_pooling_ = std::move(pooling).value();
   }
-  auto ckpt_or = io::Checkpoint::Open(path);
-  if (!ckpt_or.ok()) return ckpt_or.status().WithContext("loading '" + path + "'");
-  std::shared_ptr<io::Checkpoint> ckpt = std::move(ckpt_or).value();
-  e->weights_keepalive_ = ckpt;
-  std::unique_ptr<Progress> progress = MaybeProgress(path, SafetensorsBytes(path));
+  auto weights_or = source->Weights();
+  if (!weights_or.ok()) return weights_or.status().WithContext("loading '" + path + "'");
+  io::TensorReader weights = std::move(weights_or).value();
+  e->weights_keepalive_ = weights.keepalive;
+  const uint64_t weight_bytes = source->WeightBytes();
+  std::unique_ptr<Progress> progress = MaybeProgress(path, weight_bytes);
   LoadStats& stats = e->load_stats_;
   // Every weight the model reads counts once (a tied head reads the embedding table again).
   std::set<std::string> counted;
-  model::WeightSource src{[ckpt, &stats, &progress, &counted](const std::string& name) -> Result<Tensor> {
-                            Result<Tensor> t = ckpt->Get(name);
+  model::WeightSource src{[weights, &stats, &progress, &counted](const std::string& name) -> Result<Tensor> {
+                            Result<Tensor> t = weights.get(name);
                             if (t.ok() && counted.insert(name).second) {
                               stats.weight_bytes += t->nbytes();
                               if (progress) progress->Add(t->nbytes());
                             }
                             return t;
                           },
-                          [ckpt](const std::string& name) { return ckpt->Has(name); }};
+                          weights.has};
   if (!e->config_.quantization.method.empty()) {
     src = model::DequantizingSource(std::move(src), e->config_.quantization, model::DequantizedDType(e->config_));
   }
   FERRY_ASSIGN_OR_RETURN(e->backend_, MakeBackend(options));
-  if (progress) progress->Phase("weights", SafetensorsBytes(path));
+  if (progress) progress->Phase("weights", weight_bytes);
   auto t0 = SteadyClock::now();
   if (e->config_.family == io::ModelFamily::kDecoder) {
     auto m = model::DecoderModel::Load(e->config_, src, *e->backend_);
@@ -164,6 +163,15 @@ Result<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizerFor(const std::string
     FERRY_ASSIGN_OR_RETURN(std::shared_ptr<io::EngineFile> file, io::EngineFile::Open(path));
     FERRY_ASSIGN_OR_RETURN(auto files, EmbeddedFiles(*file, true));
     return tokenizer::LoadTokenizerFromFiles(files);
+  }
+  if (io::ModelSource::IsGguf(path)) {
+    FERRY_ASSIGN_OR_RETURN(std::shared_ptr<io::ModelSource> source, io::ModelSource::Open(path));
+    std::map<std::string, std::string> settings;
+    for (const char* name : {"tokenizer_config.json", "generation_config.json"}) {
+      FERRY_ASSIGN_OR_RETURN(std::optional<std::string> text, source->File(name));
+      if (text) settings[name] = std::move(*text);
+    }
+    return LoadTokenizerFrom(*source, std::move(settings));
   }
   return tokenizer::LoadTokenizer(path);
 }

@@ -26,6 +26,7 @@
 #include "io/engine_file.h"
 #include "io/hf_cache.h"
 #include "io/model_config.h"
+#include "io/model_source.h"
 #include "io/safetensors.h"
 #include "tokenizer/tokenizer.h"
 
@@ -260,8 +261,11 @@ Result<BuildReport> BuildEngine(const std::string& model_spec, const std::string
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> be, MakeBackend(eo));
   FERRY_ASSIGN_OR_RETURN(const io::EngineFingerprint fingerprint, CurrentFingerprint(*be));
   std::error_code ec;
-  if (!fs::is_directory(model_dir, ec)) return InvalidArgument("'" + model_dir + "' is not a checkpoint directory");
-  FERRY_ASSIGN_OR_RETURN(io::ModelConfig config, io::LoadModelConfig(model_dir));
+  if (!fs::is_directory(model_dir, ec) && !io::ModelSource::IsGguf(model_dir)) {
+    return InvalidArgument("'" + model_dir + "' is neither a checkpoint directory nor a GGUF file");
+  }
+  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<io::ModelSource> source, io::ModelSource::Open(model_dir));
+  FERRY_ASSIGN_OR_RETURN(io::ModelConfig config, source->Config());
   const int model_ctx = config.max_position_embeddings;
   const int max_seq_len = o.max_seq_len > 0 ? std::min(o.max_seq_len, model_ctx) : std::min(model_ctx, 4096);
   const int max_batch_tokens = o.max_batch_tokens > 0 ? o.max_batch_tokens : max_seq_len;
@@ -274,23 +278,20 @@ Result<BuildReport> BuildEngine(const std::string& model_spec, const std::string
     if (progress) progress->Phase("calibrate", 0);
     FERRY_ASSIGN_OR_RETURN(report.calibration, Calibrate(model_dir, o, max_seq_len, smooth));
   }
-  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<io::Checkpoint> ckpt, io::Checkpoint::Open(model_dir));
+  FERRY_ASSIGN_OR_RETURN(const io::TensorReader weights, source->Weights());
   if (progress) {
-    uint64_t bytes = 0;
-    for (const auto& entry : fs::directory_iterator(model_dir, ec)) {
-      if (entry.path().extension() == ".safetensors") bytes += entry.file_size(ec);
-    }
+    const uint64_t bytes = source->WeightBytes();
     const bool quantize = plan.format == backend::WeightFormat::kInt8 ||
                           plan.format == backend::WeightFormat::kInt8W8A8 || plan.format == backend::WeightFormat::kFp8;
     progress->Phase(quantize ? "read and quantize" : "read", bytes);
   }
   std::set<std::string> counted;  // a tied head reads the embedding table again
-  model::WeightSource src{[ckpt, progress, &counted](const std::string& n) -> Result<Tensor> {
-                            Result<Tensor> t = ckpt->Get(n);
+  model::WeightSource src{[weights, progress, &counted](const std::string& n) -> Result<Tensor> {
+                            Result<Tensor> t = weights.get(n);
                             if (t.ok() && progress && counted.insert(n).second) progress->Add(t->nbytes());
                             return t;
                           },
-                          [ckpt](const std::string& n) { return ckpt->Has(n); }};
+                          weights.has};
   if (!config.quantization.method.empty()) {
     src = model::DequantizingSource(std::move(src), config.quantization, model::DequantizedDType(config));
   }
@@ -352,25 +353,24 @@ Result<BuildReport> BuildEngine(const std::string& model_spec, const std::string
       }};
   FERRY_RETURN_IF_ERROR(decoder ? decoder->Visit(visitor) : encoder->Visit(visitor));
 
+  // The files travel with the engine: a GGUF file's are the ones its metadata stands for.
   for (const char* name : kTextFiles) {
-    const fs::path p = fs::path(model_dir) / name;
-    if (!fs::exists(p, ec)) continue;
-    FERRY_ASSIGN_OR_RETURN(manifest.files[name], ReadFileToString(p.string()));
+    FERRY_ASSIGN_OR_RETURN(std::optional<std::string> text, source->File(name));
+    if (text) manifest.files[name] = std::move(*text);
   }
   // sentence-transformers' pooling settings travel with the engine.
-  if (const fs::path p = fs::path(model_dir) / io::kModulesFile; fs::exists(p, ec)) {
-    FERRY_ASSIGN_OR_RETURN(const std::string modules, ReadFileToString(p.string()));
-    manifest.files[io::kModulesFile] = modules;
-    for (const std::string& name : io::SentencePoolingFiles(modules)) {
-      const fs::path f = fs::path(model_dir) / name;
-      if (!fs::exists(f, ec)) continue;
-      FERRY_ASSIGN_OR_RETURN(manifest.files[name], ReadFileToString(f.string()));
+  FERRY_ASSIGN_OR_RETURN(const std::optional<std::string> modules, source->File(io::kModulesFile));
+  if (modules) {
+    manifest.files[io::kModulesFile] = *modules;
+    for (const std::string& name : io::SentencePoolingFiles(*modules)) {
+      FERRY_ASSIGN_OR_RETURN(std::optional<std::string> text, source->File(name));
+      if (text) manifest.files[name] = std::move(*text);
     }
   }
   for (const char* name : kBinaryFiles) {
-    const fs::path p = fs::path(model_dir) / name;
-    if (!fs::exists(p, ec)) continue;
-    FERRY_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(p.string()));
+    FERRY_ASSIGN_OR_RETURN(const std::optional<std::string> file, source->File(name));
+    if (!file) continue;
+    const std::string& bytes = *file;
     FERRY_ASSIGN_OR_RETURN(manifest.binary_files[name],
                            add_blob(std::string("file:") + name, bytes.data(), bytes.size()));
   }

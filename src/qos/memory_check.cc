@@ -11,6 +11,7 @@
 #include "io/engine_file.h"
 #include "io/hf_cache.h"
 #include "io/model_config.h"
+#include "io/model_source.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
 #include "sched/kv_budget.h"
@@ -58,13 +59,11 @@ Result<MemoryNeed> EstimateMemory(const VariantPlan& given) {
     build_max_seq = m.build.max_seq_len;
     if (m.build.activations) activations = *m.build.activations;
     need.weights_bytes = static_cast<int64_t>(file->size());
-  } else if (fs::is_directory(plan.path, ec)) {
-    FERRY_ASSIGN_OR_RETURN(config, io::LoadModelConfig(plan.path));
-    int64_t bytes = 0;
-    for (const auto& entry : fs::directory_iterator(plan.path, ec)) {
-      if (entry.path().extension() == ".safetensors") bytes += static_cast<int64_t>(entry.file_size(ec));
-    }
-    if (!config.quantization.method.empty()) {
+  } else if (fs::is_directory(plan.path, ec) || io::ModelSource::IsGguf(plan.path)) {
+    FERRY_ASSIGN_OR_RETURN(std::shared_ptr<io::ModelSource> source, io::ModelSource::Open(plan.path));
+    FERRY_ASSIGN_OR_RETURN(config, source->Config());
+    int64_t bytes = static_cast<int64_t>(source->WeightBytes());
+    if (!config.quantization.method.empty() && !source->is_gguf()) {
       // Pre-quantized weights are unpacked at load: plan for their dequantized size.
       FERRY_ASSIGN_OR_RETURN(std::shared_ptr<io::Checkpoint> checkpoint, io::Checkpoint::Open(plan.path));
       bytes = model::DequantizedBytes(*checkpoint, config);
@@ -72,7 +71,7 @@ Result<MemoryNeed> EstimateMemory(const VariantPlan& given) {
     if (plan.device.is_cuda() && config.torch_dtype == "float32" && DTypeSize(activations) == 2) bytes /= 2;
     need.weights_bytes = bytes;
   } else {
-    return NotFound("variant '" + plan.variant + "': no checkpoint directory or engine file at " + plan.path);
+    return NotFound("variant '" + plan.variant + "': no checkpoint directory, GGUF file or engine file at " + plan.path);
   }
   if (config.family == io::ModelFamily::kDecoder) {
     int max_seq = plan.batching.max_seq_len;

@@ -19,7 +19,7 @@ namespace ferry::qos {
 // What the estimate needs of one variant (serve's ModelConfig, flattened).
 struct VariantPlan {
   std::string variant;
-  std::string path;  // checkpoint directory or engine file
+  std::string path;  // checkpoint directory, GGUF file or engine file
   DeviceSpec device = DeviceSpec::Cpu();
   DType activations = DType::kBF16;        // GPU: a checkpoint's activation dtype
   std::optional<DType> kv_cache_dtype;     // GPU: unset = the activations'

@@ -75,8 +75,9 @@ Status ApplyModelFlag(ServerConfig& config, std::string_view name_eq_path) {
     while (path.size() > 1 && path.back() == '/') path.pop_back();
     const size_t slash = path.rfind('/');
     std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
-    const size_t dot = name.rfind(".ferry");
-    if (dot != std::string::npos && dot + 6 == name.size()) name.resize(dot);
+    for (const std::string_view ext : {".ferry", ".gguf"}) {
+      if (name.size() > ext.size() && name.ends_with(ext)) name.resize(name.size() - ext.size());
+    }
     // A Hub id ORG/REPO[@REVISION] (loaded from the Hugging Face cache) is served as REPO.
     std::error_code ec;
     if (!std::filesystem::exists(path, ec) && io::ParseHubModelId(path).has_value()) {

@@ -181,7 +181,7 @@ std::vector<VersionOnDisk> ListVersions(const std::string& repository, const std
     d.dir = entry.path().string();
     d.load_path = d.dir;
     std::vector<std::string> parts;
-    std::string engine;
+    std::string engine, gguf;
     for (const auto& f : fs::recursive_directory_iterator(entry.path(), ec2)) {
       std::error_code ec3;
       if (!f.is_regular_file(ec3)) continue;
@@ -193,10 +193,19 @@ std::vector<VersionOnDisk> ListVersions(const std::string& repository, const std
           (engine.empty() || f.path().filename() == "model.engine")) {
         engine = f.path().string();
       }
+      if (f.path().parent_path() == entry.path() && f.path().extension() == ".gguf" &&
+          (gguf.empty() || f.path().filename() == "model.gguf")) {
+        gguf = f.path().string();
+      }
     }
     std::sort(parts.begin(), parts.end());
     for (const std::string& p : parts) d.signature += p + "\n";
-    if (!engine.empty()) d.load_path = engine;
+    // An engine file wins; a GGUF file stands in for a checkpoint the folder does not hold.
+    if (!engine.empty()) {
+      d.load_path = engine;
+    } else if (!gguf.empty() && !fs::exists(entry.path() / "config.json", ec2)) {
+      d.load_path = gguf;
+    }
     out.push_back(std::move(d));
   }
   std::sort(out.begin(), out.end(), [](const VersionOnDisk& a, const VersionOnDisk& b) { return a.version < b.version; });

@@ -536,6 +536,33 @@ TEST(CliTest, BuildThenInspectDescribesTheEngine) {
   fs::remove_all(dir);
 }
 
+TEST(CliTest, GgufFileBuildsAndGeneratesLikeItsCheckpoint) {
+  // tests/fixtures/gguf: a GGUF file written by llama.cpp's gguf-py and its safetensors twin.
+  const std::string dir = TempDirectory();
+  const std::string gguf = testing::SourcePath("tests/fixtures/gguf/tiny-llama.gguf");
+  const std::string twin = testing::SourcePath("tests/fixtures/gguf/tiny-llama");
+  const std::string engine = dir + "/tiny.ferry";
+  const RunResult built = RunFerry({"build", "--model", gguf, "-o", engine});
+  ASSERT_EQ(built.exit_code, 0) << built.err;
+  const RunResult inspected = RunFerry({"inspect", engine});
+  ASSERT_EQ(inspected.exit_code, 0) << inspected.err;
+  const nlohmann::json files = nlohmann::json::parse(inspected.out)["embedded_files"];
+  for (const char* name : {"config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+    EXPECT_NE(std::find(files.begin(), files.end(), name), files.end()) << name;
+  }
+  auto generate = [](const std::string& model) {
+    const RunResult r = RunFerry({"generate", "--model", model, "--prompt", "the world", "--max-tokens", "8",
+                                  "--temperature", "0", "--json"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+    return j.is_object() ? j["prompt_token_ids"].dump() + j["token_ids"].dump() : std::string("?");
+  };
+  const std::string want = generate(twin);
+  EXPECT_EQ(generate(gguf), want);
+  EXPECT_EQ(generate(engine), want);
+  fs::remove_all(dir);
+}
+
 TEST(CliBadInputTest, BadDeviceOrPrecisionIsRefusedWhereItIsParsed) {
   const std::string model = testing::FixturePath("models/qwen2-tiny");
   ExpectCleanError(RunFerry({"build", "--model", model, "--device", "tpu", "-o", "/tmp/never.ferry"}),

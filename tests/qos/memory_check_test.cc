@@ -33,6 +33,20 @@ TEST(MemoryCheckTest, EstimatesWeightsAndKvOfACheckpoint) {
   EXPECT_EQ(EstimateMemory(plan).status().code(), StatusCode::kNotFound);
 }
 
+TEST(MemoryCheckTest, EstimatesAGgufFile) {
+  VariantPlan plan;
+  plan.variant = "gguf";
+  plan.path = testing::SourcePath("tests/fixtures/gguf/tiny-llama.gguf");
+  plan.batching.max_num_seqs = 8;
+  plan.batching.max_seq_len = 256;
+  plan.batching.kv_block_tokens = 16;
+  Result<MemoryNeed> n = EstimateMemory(plan);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(n->weights_bytes, static_cast<int64_t>(std::filesystem::file_size(plan.path)));
+  // 8 sequences x 16 blocks of 16 tokens x 2 layers x 2 KV heads x 8 dims x K and V x f32.
+  EXPECT_EQ(n->kv_bytes, int64_t{8} * 16 * 16 * 2 * 2 * 8 * 2 * 4);
+}
+
 TEST(MemoryCheckTest, EncodersNeedNoKv) {
   VariantPlan plan;
   plan.variant = "f32";

@@ -497,18 +497,21 @@ TEST(ServerConfigTest, ApplyModelFlag) {
   }
   EXPECT_EQ(config.models.size(), 3u);
 
-  // vLLM's form, --model PATH: the model is named after the folder (or .ferry file).
+  // vLLM's form, --model PATH: the model is named after the folder (or .ferry / .gguf file).
   ASSERT_TRUE(ApplyModelFlag(config, "/models/Qwen2.5-7B-Instruct/").ok());
   ASSERT_EQ(config.models.size(), 4u);
   EXPECT_EQ(config.models[3].name, "Qwen2.5-7B-Instruct");
   EXPECT_EQ(config.models[3].path, "/models/Qwen2.5-7B-Instruct");
   ASSERT_TRUE(ApplyModelFlag(config, "engines/llama.ferry").ok());
   EXPECT_EQ(config.models[4].name, "llama");
+  ASSERT_TRUE(ApplyModelFlag(config, "gguf/tinyllama-q8_0.gguf").ok());
+  EXPECT_EQ(config.models[5].name, "tinyllama-q8_0");
+  EXPECT_EQ(config.models[5].path, "gguf/tinyllama-q8_0.gguf");
   EXPECT_EQ(ApplyModelFlag(config, "/").code(), StatusCode::kInvalidArgument);
 
   // The name is checked by Validate().
   ASSERT_TRUE(ApplyModelFlag(config, "bad name=p").ok());
-  EXPECT_NE(config.Validate().message().find("models[5].name"), std::string::npos);
+  EXPECT_NE(config.Validate().message().find("models[6].name"), std::string::npos);
 }
 
 // Command-line flags win over the file, and validation sees the result: a file that is

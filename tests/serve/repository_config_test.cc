@@ -94,6 +94,21 @@ TEST(RepositoryConfigTest, OnlyPositiveIntegerDirectoriesAreVersions) {
   fs::remove_all(repo);
 }
 
+TEST(RepositoryConfigTest, AVersionHoldingOnlyAGgufFileLoadsIt) {
+  const fs::path repo = TempRepo("gguf");
+  Write(repo / "m" / "1" / "model.gguf", "GGUF");
+  Write(repo / "m" / "2" / "a.gguf", "GGUF");
+  Write(repo / "m" / "2" / "config.json", "{}");  // a checkpoint beside it is what loads
+  Write(repo / "m" / "3" / "a.gguf", "GGUF");
+  Write(repo / "m" / "3" / "model.engine", "engine bytes");  // an engine file wins
+  const std::vector<VersionOnDisk> v = ListVersions(repo.string(), "m");
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_EQ(v[0].load_path, (repo / "m" / "1" / "model.gguf").string());
+  EXPECT_EQ(v[1].load_path, (repo / "m" / "2").string());
+  EXPECT_EQ(v[2].load_path, (repo / "m" / "3" / "model.engine").string());
+  fs::remove_all(repo);
+}
+
 TEST(RepositoryConfigTest, ServerConfigKeysAndFlag) {
   auto c = ParseServerConfig("auth: {mode: none}\nmodel_repository: /srv/models\nrepository_poll_s: 2.5\n"
                              "host_memory_budget_bytes: 1000000\n");
