@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,5 +31,31 @@ bool HaveJsonSchemaValidator();
 // Validates each instance (JSON text) against its schema with Draft 2020-12 and its format
 // checker; returns "" for a valid one, else the validator's message (or "parse error").
 std::vector<std::string> ValidateJson(const std::vector<std::pair<std::string, std::string>>& schema_and_instance);
+
+// Sets (or, with nullopt, unsets) an environment variable for the test's lifetime.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) {
+      setenv(name, value->c_str(), 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 }  // namespace ferry::testing

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "io/temp_dir.h"
+#include "test_util.h"
 
 namespace ferry::io {
 namespace {
@@ -44,25 +45,7 @@ void MakeRepo(const fs::path& cache) {
   WriteFile(repo / "refs" / "refs" / "pr" / "3", kOld);
 }
 
-// Sets an environment variable for the test's lifetime.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using ferry::testing::ScopedEnv;
 
 TEST(HfCacheTest, ParsesHubIds) {
   auto id = ParseHubModelId("meta-llama/Llama-3.2-1B");

@@ -17,6 +17,7 @@
 #include "io/fake_hub.h"
 #include "io/hf_cache.h"
 #include "io/temp_dir.h"
+#include "test_util.h"
 
 namespace ferry::io {
 namespace {
@@ -30,29 +31,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// Sets (or, with nullopt, unsets) an environment variable for the test's lifetime.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) {
-      setenv(name, value->c_str(), 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using ferry::testing::ScopedEnv;
 
 std::string RandomBytes(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -17,6 +17,7 @@
 #include "io/safetensors.h"
 #include "test_util.h"
 #include "tools/checkpoint_maker.h"
+#include "tools/quantized_checkpoint_test_util.h"
 
 namespace ferry::tools {
 namespace {
@@ -96,39 +97,6 @@ class Fp8CheckpointTest : public ::testing::Test {
     WriteText(dir_ / "fp8" / "config.json", config.dump(2));
   }
 
-  static std::string ReadText(const fs::path& p) {
-    std::ifstream in(p);
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  static void WriteText(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
-
-  // The last row's logits of one prompt.
-  static std::vector<float> Logits(const std::string& dir) {
-    auto e = engine::Engine::Load(dir);
-    EXPECT_TRUE(e.ok()) << e.status().ToString();
-    if (!e.ok()) return {};
-    auto h = testing::DecoderHarness::Create(*e, 1, 64);
-    EXPECT_NE(h, nullptr);
-    if (h == nullptr) return {};
-    std::vector<int32_t> ids;
-    for (int i = 0; i < 20; ++i) ids.push_back((i * 37 + 5) % (*e)->config().vocab_size);
-    auto out = h->Step({{1, ids, 0, false}});
-    EXPECT_TRUE(out.ok()) << out.status().ToString();
-    if (!out.ok()) return {};
-    return std::vector<float>(out->data<float>(), out->data<float>() + out->numel());
-  }
-
-  static void ExpectSame(const std::vector<float>& got, const std::vector<float>& want) {
-    ASSERT_EQ(got.size(), want.size());
-    ASSERT_FALSE(want.empty());
-    double scale = 0, err = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
-      err = std::max(err, static_cast<double>(std::fabs(got[i] - want[i])));
-    }
-    ASSERT_GT(scale, 0.0);
-    EXPECT_LE(err, 1e-5 * scale);
-  }
 
   fs::path dir_;
 };
@@ -139,25 +107,25 @@ TEST_F(Fp8CheckpointTest, CompressedTensorsPerChannelMatchesItsDequantizedWeight
         "weights": {"type": "float", "num_bits": 8, "strategy": "channel", "symmetric": true},
         "input_activations": {"type": "float", "num_bits": 8, "strategy": "token", "dynamic": true}}},
       "ignore": ["lm_head"]})"));
-  ExpectSame(Logits((dir_ / "fp8").string()), Logits((dir_ / "ref").string()));
+  ExpectSameLogits(LastLogits((dir_ / "fp8").string()), LastLogits((dir_ / "ref").string()));
 }
 
 TEST_F(Fp8CheckpointTest, FbgemmPerTensorMatchesAndAnEngineBuiltFromItToo) {
   WriteFp8(ScaleLayout::kPerTensor, json::parse(R"({"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0})"));
-  const std::vector<float> want = Logits((dir_ / "ref").string());
-  ExpectSame(Logits((dir_ / "fp8").string()), want);
+  const std::vector<float> want = LastLogits((dir_ / "ref").string());
+  ExpectSameLogits(LastLogits((dir_ / "fp8").string()), want);
   engine::BuildOptions bo;
   bo.precision = Precision::kFp32;
   bo.tune = false;
   const std::string path = (dir_ / "fp8.ferry").string();
   auto built = engine::BuildEngine((dir_ / "fp8").string(), path, bo);
   ASSERT_TRUE(built.ok()) << built.status().ToString();
-  ExpectSame(Logits(path), want);
+  ExpectSameLogits(LastLogits(path), want);
 }
 
 TEST_F(Fp8CheckpointTest, BlockScalesOfTheFp8MethodMatch) {
   WriteFp8(ScaleLayout::kBlocks, json::parse(R"({"quant_method": "fp8", "weight_block_size": [16, 32]})"));
-  ExpectSame(Logits((dir_ / "fp8").string()), Logits((dir_ / "ref").string()));
+  ExpectSameLogits(LastLogits((dir_ / "fp8").string()), LastLogits((dir_ / "ref").string()));
 }
 
 TEST_F(Fp8CheckpointTest, OtherMethodsAndMissingScalesAreRefusedByName) {

@@ -23,6 +23,7 @@
 #include "model/weights.h"
 #include "test_util.h"
 #include "tools/checkpoint_maker.h"
+#include "tools/quantized_checkpoint_test_util.h"
 
 namespace ferry::tools {
 namespace {
@@ -241,39 +242,6 @@ class PackedIntCheckpointTest : public ::testing::Test {
     WriteText(dir_ / "q" / "config.json", config.dump(2));
   }
 
-  static std::string ReadText(const fs::path& p) {
-    std::ifstream in(p);
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  static void WriteText(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
-
-  // The last row's logits of one prompt.
-  static std::vector<float> Logits(const std::string& path) {
-    auto e = engine::Engine::Load(path);
-    EXPECT_TRUE(e.ok()) << e.status().ToString();
-    if (!e.ok()) return {};
-    auto h = testing::DecoderHarness::Create(*e, 1, 64);
-    EXPECT_NE(h, nullptr);
-    if (h == nullptr) return {};
-    std::vector<int32_t> ids;
-    for (int i = 0; i < 20; ++i) ids.push_back((i * 41 + 3) % (*e)->config().vocab_size);
-    auto out = h->Step({{1, ids, 0, false}});
-    EXPECT_TRUE(out.ok()) << out.status().ToString();
-    if (!out.ok()) return {};
-    return std::vector<float>(out->data<float>(), out->data<float>() + out->numel());
-  }
-
-  static void ExpectSame(const std::vector<float>& got, const std::vector<float>& want) {
-    ASSERT_EQ(got.size(), want.size());
-    ASSERT_FALSE(want.empty());
-    double scale = 0, err = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
-      err = std::max(err, static_cast<double>(std::fabs(got[i] - want[i])));
-    }
-    ASSERT_GT(scale, 0.0);
-    EXPECT_LE(err, 1e-5 * scale);
-  }
 
   // The quantized checkpoint plans for exactly the dequantized checkpoint's bytes.
   void ExpectPlannedBytes() {
@@ -292,7 +260,7 @@ class PackedIntCheckpointTest : public ::testing::Test {
 TEST_F(PackedIntCheckpointTest, GptqSymmetricV1MatchesItsDequantizedWeights) {
   WritePacked({Layout::kGptqV1, 4, 32, false, true},
               json::parse(R"({"quant_method": "gptq", "bits": 4, "group_size": 32, "desc_act": false, "sym": true})"));
-  ExpectSame(Logits((dir_ / "q").string()), Logits((dir_ / "ref").string()));
+  ExpectSameLogits(LastLogits((dir_ / "q").string()), LastLogits((dir_ / "ref").string()));
   ExpectPlannedBytes();
 }
 
@@ -300,21 +268,21 @@ TEST_F(PackedIntCheckpointTest, GptqActOrderV2AsymmetricMatches) {
   WritePacked({Layout::kGptqV2, 4, 32, true, false},
               json::parse(R"({"quant_method": "gptq", "bits": 4, "group_size": 32, "desc_act": true,
                               "sym": false, "checkpoint_format": "gptq_v2"})"));
-  ExpectSame(Logits((dir_ / "q").string()), Logits((dir_ / "ref").string()));
+  ExpectSameLogits(LastLogits((dir_ / "q").string()), LastLogits((dir_ / "ref").string()));
 }
 
 TEST_F(PackedIntCheckpointTest, Gptq8BitPerChannelMatches) {
   WritePacked({Layout::kGptqV1, 8, 0, false, true},
               json::parse(R"({"quant_method": "gptq", "bits": 8, "group_size": -1, "sym": true})"));
-  ExpectSame(Logits((dir_ / "q").string()), Logits((dir_ / "ref").string()));
+  ExpectSameLogits(LastLogits((dir_ / "q").string()), LastLogits((dir_ / "ref").string()));
 }
 
 TEST_F(PackedIntCheckpointTest, AwqMatchesAndAnEngineBuiltFromItToo) {
   WritePacked({Layout::kAwq, 4, 32, false, false},
               json::parse(R"({"quant_method": "awq", "bits": 4, "group_size": 32, "zero_point": true,
                               "version": "gemm", "modules_to_not_convert": null})"));
-  const std::vector<float> want = Logits((dir_ / "ref").string());
-  ExpectSame(Logits((dir_ / "q").string()), want);
+  const std::vector<float> want = LastLogits((dir_ / "ref").string());
+  ExpectSameLogits(LastLogits((dir_ / "q").string()), want);
   ExpectPlannedBytes();
   engine::BuildOptions bo;
   bo.precision = Precision::kFp32;
@@ -322,7 +290,7 @@ TEST_F(PackedIntCheckpointTest, AwqMatchesAndAnEngineBuiltFromItToo) {
   const std::string path = (dir_ / "awq.ferry").string();
   auto built = engine::BuildEngine((dir_ / "q").string(), path, bo);
   ASSERT_TRUE(built.ok()) << built.status().ToString();
-  ExpectSame(Logits(path), want);
+  ExpectSameLogits(LastLogits(path), want);
 }
 
 }  // namespace

@@ -1,0 +1,56 @@
+// Shared by the pre-quantized checkpoint tests (float8, GPTQ, AWQ): each writes a quantized
+// checkpoint and the same weights dequantized, then compares what the model computes on both.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "decoder_test_util.h"
+#include "engine/engine.h"
+
+namespace ferry::tools {
+
+inline std::string ReadText(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+inline void WriteText(const std::filesystem::path& p, const std::string& text) { std::ofstream(p) << text; }
+
+// The last row's logits of one 20-token prompt (ids spread over the vocabulary) on the model
+// at `path` (a checkpoint folder or an engine file).
+inline std::vector<float> LastLogits(const std::string& path) {
+  auto e = engine::Engine::Load(path);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  if (!e.ok()) return {};
+  auto h = testing::DecoderHarness::Create(*e, 1, 64);
+  EXPECT_NE(h, nullptr);
+  if (h == nullptr) return {};
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 20; ++i) ids.push_back((i * 37 + 5) % (*e)->config().vocab_size);
+  auto out = h->Step({{1, ids, 0, false}});
+  EXPECT_TRUE(out.ok()) << out.status().ToString();
+  if (!out.ok()) return {};
+  return std::vector<float>(out->data<float>(), out->data<float>() + out->numel());
+}
+
+// Equal within 1e-5 of the largest logit: the same weights, computed the same way.
+inline void ExpectSameLogits(const std::vector<float>& got, const std::vector<float>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_FALSE(want.empty());
+  double scale = 0, err = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
+    err = std::max(err, static_cast<double>(std::fabs(got[i] - want[i])));
+  }
+  ASSERT_GT(scale, 0.0);
+  EXPECT_LE(err, 1e-5 * scale);
+}
+
+}  // namespace ferry::tools
