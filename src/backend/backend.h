@@ -20,6 +20,7 @@
 #include "core/tensor.h"
 #include "io/engine_fingerprint.h"
 #include "kernels/attention_params.h"
+#include "kernels/int4_groups.h"
 #include "kernels/serialized_linear.h"
 #include "kernels/weight_format.h"
 
@@ -42,6 +43,9 @@ struct LinearWeight {
   WeightFormat format = WeightFormat::kNative;
   Tensor smooth;
   std::shared_ptr<void> packed;
+  // kInt4 only: the 4-bit groups to use as they are (a GPTQ / AWQ checkpoint's grid, `weight`
+  // then undefined); unset, the backend quantizes `weight`. Dropped by PrepareLinear.
+  std::shared_ptr<const kernels::Int4Groups> int4;
   int64_t out = 0;  // set by PrepareLinear / DeserializeLinear
   int64_t in = 0;
   // Largest row count that runs the backend's small-M (decode) kernel; 0: its default,

@@ -29,6 +29,33 @@ Result<const int32_t*> HostIds(const Tensor& t, int64_t n, const char* op, const
   return t.data<const int32_t>();
 }
 
+// int4-wo on the CPU: the groups (the checkpoint's, or `weight` quantized now) expanded back
+// to the f32 matrix they stand for, which the f32 kernels then run. The numbers are the
+// GPU's; there is no 4-bit CPU kernel, so neither memory nor time shrinks.
+Status ExpandInt4(LinearWeight& w) {
+  std::shared_ptr<const kernels::Int4Groups> g = w.int4;
+  if (g == nullptr) {
+    if (!w.weight.defined() || w.weight.rank() != 2) {
+      return InvalidArgument("PrepareLinear: an int4 weight needs [out, in] floats or 4-bit groups");
+    }
+    const Tensor f = w.weight.ToF32();
+    const int64_t group = kernels::DefaultInt4GroupSize(f.dim(1));
+    w.format = WeightFormat::kF32;
+    if (group == 0) {  // no group size fits this width: the layer stays in floating point
+      w.weight = f;
+      return Status::Ok();
+    }
+    FERRY_ASSIGN_OR_RETURN(kernels::Int4Groups q, kernels::QuantizeInt4(f.data<float>(), f.dim(0), f.dim(1), group));
+    g = std::make_shared<const kernels::Int4Groups>(std::move(q));
+  }
+  Tensor f = Tensor::Empty({g->out, g->in}, DType::kF32);
+  kernels::DequantizeInt4(*g, f.data<float>());
+  w.weight = std::move(f);
+  w.format = WeightFormat::kF32;
+  w.int4.reset();
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<Tensor> CpuBackend::Allocate(const Shape& shape, DType dtype) {
@@ -42,6 +69,7 @@ Result<Tensor> CpuBackend::Allocate(const Shape& shape, DType dtype) {
 }
 
 Status CpuBackend::PrepareLinear(LinearWeight& w) {
+  if (w.format == WeightFormat::kInt4) FERRY_RETURN_IF_ERROR(ExpandInt4(w));
   FERRY_ASSIGN_OR_RETURN(std::shared_ptr<cpu::PackedWeight> packed, cpu::PackWeight(w.weight, w.format, w.smooth));
   if (w.bias.defined()) {
     if (w.bias.numel() != packed->n || !w.bias.device().is_cpu()) {
@@ -84,7 +112,9 @@ Status CpuBackend::Linear(const Tensor& x, const LinearWeight& w, Tensor& y) {
   std::shared_ptr<cpu::PackedWeight> temporary;
   if (pw == nullptr || stale) {
     if (!w.weight.defined()) return FailedPrecondition("Linear: the weight is neither prepared nor present");
-    FERRY_ASSIGN_OR_RETURN(temporary, cpu::PackWeight(w.weight, w.format, w.smooth));
+    LinearWeight expanded = w;
+    if (expanded.format == WeightFormat::kInt4) FERRY_RETURN_IF_ERROR(ExpandInt4(expanded));
+    FERRY_ASSIGN_OR_RETURN(temporary, cpu::PackWeight(expanded.weight, expanded.format, expanded.smooth));
     pw = temporary.get();
   }
   if ((w.out != 0 && w.out != pw->n) || (w.in != 0 && w.in != pw->k)) {

@@ -114,7 +114,7 @@ void RegisterBuild(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<BuildCliOptions>();
   CLI::App* sub = app.add_subcommand("build", "Compile a checkpoint into an engine file");
   sub->add_option("--model", o->model, "Checkpoint directory or GGUF file")->required();
-  sub->add_option("--precision", o->precision, "fp32, bf16, fp16, int8-wo, int8 (W8A8), fp8 (CUDA)");
+  sub->add_option("--precision", o->precision, "fp32, bf16, fp16, int8-wo, int8 (W8A8), fp8 (CUDA), int4-wo (groups of 128)");
   sub->add_option("--device", o->device, "cpu, cuda or cuda:N (GPU engines are laid out and tuned on that GPU)");
   sub->add_option("-o,--output", o->output, "Engine file to write")->required();
   sub->add_option("--calibration", o->build.calibration_path, "Calibration text or JSONL (int8)");

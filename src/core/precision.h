@@ -17,9 +17,11 @@ enum class Precision : uint8_t {
   kInt8WeightOnly,  // "int8-wo": int8 weights, float activations
   kInt8,            // W8A8: int8 weights and per-token int8 activations (SmoothQuant calibrated)
   kFp8,             // e4m3 weights and activations; GPUs only (sm_89+)
+  kInt4WeightOnly,  // "int4-wo": 4-bit weights in groups of 128 inputs, float activations (GPTQ /
+                    // AWQ checkpoints keep their own grid); the CPU runs it expanded to f32
 };
 
-// "fp32", "bf16", "fp16", "int8-wo", "int8", "fp8".
+// "fp32", "bf16", "fp16", "int8-wo", "int8", "fp8", "int4-wo".
 std::string_view PrecisionName(Precision precision);
 // The inverse of PrecisionName; InvalidArgument listing the names for anything else.
 Result<Precision> ParsePrecision(std::string_view name);

@@ -124,12 +124,18 @@ Result<std::shared_ptr<Engine>> Engine::Load(const std::string& spec, const Engi
   FERRY_ASSIGN_OR_RETURN(e->backend_, MakeBackend(options));
   if (progress) progress->Phase("weights", weight_bytes);
   auto t0 = SteadyClock::now();
+  // A 4-bit GPTQ / AWQ checkpoint runs on its own grid on a GPU (the int4 weight-only
+  // kernels); elsewhere, and for 8-bit ones, its dequantized weights run as they are.
+  model::LoadOptions load_options;
+  if (e->config_.quantization.packed_int() && e->config_.quantization.bits == 4 && options.device.is_cuda()) {
+    load_options.linear_format = backend::WeightFormat::kInt4;
+  }
   if (e->config_.family == io::ModelFamily::kDecoder) {
-    auto m = model::DecoderModel::Load(e->config_, src, *e->backend_);
+    auto m = model::DecoderModel::Load(e->config_, src, *e->backend_, load_options);
     if (!m.ok()) return m.status().WithContext("loading '" + path + "'");
     e->decoder_ = std::move(m).value();
   } else {
-    auto m = model::EncoderModel::Load(e->config_, src, *e->backend_);
+    auto m = model::EncoderModel::Load(e->config_, src, *e->backend_, load_options);
     if (!m.ok()) return m.status().WithContext("loading '" + path + "'");
     e->encoder_ = std::move(m).value();
   }

@@ -62,6 +62,7 @@ Result<PrecisionPlan> PlanPrecision(Precision p, const DeviceSpec& device) {
       // so fp8 needs no calibration pass.
       if (device.is_cuda()) return PrecisionPlan{backend::WeightFormat::kFp8, DType::kBF16, false};
       return InvalidArgument("precision fp8 runs on GPUs only (sm_89+): build it with --device cuda");
+    case Precision::kInt4WeightOnly: return PrecisionPlan{backend::WeightFormat::kInt4, DType::kBF16, false};
   }
   return InvalidArgument("unknown precision");
 }
@@ -282,7 +283,8 @@ Result<BuildReport> BuildEngine(const std::string& model_spec, const std::string
   if (progress) {
     const uint64_t bytes = source->WeightBytes();
     const bool quantize = plan.format == backend::WeightFormat::kInt8 ||
-                          plan.format == backend::WeightFormat::kInt8W8A8 || plan.format == backend::WeightFormat::kFp8;
+                          plan.format == backend::WeightFormat::kInt8W8A8 || plan.format == backend::WeightFormat::kFp8 ||
+                          plan.format == backend::WeightFormat::kInt4;
     progress->Phase(quantize ? "read and quantize" : "read", bytes);
   }
   std::set<std::string> counted;  // a tied head reads the embedding table again

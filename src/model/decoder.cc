@@ -55,7 +55,7 @@ Result<Tensor> DecoderModel::LoadNorm(const WeightSource& w, const std::string& 
 void DecoderModel::Finish() {
   size_t bytes = 0;
   auto linear_bytes = [](const backend::LinearWeight& w) {
-    // Bytes the kernels stream per step: one byte per int8 weight, else the packed dtype.
+    // Bytes the kernels stream per step: one byte per int8 weight, half for int4, else the packed dtype.
     switch (w.format) {
       case backend::WeightFormat::kInt8:
       case backend::WeightFormat::kInt8W8A8:
@@ -63,6 +63,7 @@ void DecoderModel::Finish() {
       case backend::WeightFormat::kF32: return static_cast<size_t>(w.out_features() * w.in_features() * 4);
       case backend::WeightFormat::kBF16:
       case backend::WeightFormat::kF16: return static_cast<size_t>(w.out_features() * w.in_features() * 2);
+      case backend::WeightFormat::kInt4: return static_cast<size_t>(w.out_features() * w.in_features() / 2);
       case backend::WeightFormat::kNative: break;
     }
     return w.weight.defined() ? w.weight.nbytes() : static_cast<size_t>(w.out_features() * w.in_features() * 4);

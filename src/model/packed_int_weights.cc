@@ -1,6 +1,7 @@
 #include "model/packed_int_weights.h"
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace ferry::model {
@@ -47,64 +48,119 @@ Result<std::vector<int32_t>> RowGroups(const WeightSource& src, const std::strin
   return g;
 }
 
-}  // namespace
+// A layer's packed tensors, checked against each other, and the element accessors of both
+// layouts.
+struct PackedLayer {
+  bool awq = false;
+  int bits = 0;
+  int per = 0;  // values per int32
+  uint32_t mask = 0;
+  int zero_offset = 0;
+  int64_t in = 0, out = 0, groups = 0;
+  Tensor qweight, qzeros, scales;  // scales in f32 [groups, out]
+  std::vector<int32_t> row_group;  // each input row's group
 
-Result<Tensor> DequantizePackedLinear(const WeightSource& src, const std::string& prefix,
-                                      const io::QuantizationConfig& q, DType dtype) {
-  const bool awq = q.method == "awq";
-  const int bits = q.bits;
-  if (bits != 4 && bits != 8) return InvalidArgument("packed weights of " + std::to_string(bits) + " bits");
-  const int per = 32 / bits;
-  const uint32_t mask = (1u << bits) - 1;
-  FERRY_ASSIGN_OR_RETURN(const Tensor qweight, PackedTensor(src, prefix + ".qweight"));
-  FERRY_ASSIGN_OR_RETURN(const Tensor qzeros, PackedTensor(src, prefix + ".qzeros"));
+  int Value(int64_t o, int64_t i) const {
+    const auto* qw = reinterpret_cast<const uint32_t*>(qweight.data<int32_t>());
+    const uint32_t word = awq ? qw[i * (out / per) + o / per] : qw[(i / per) * out + o];
+    const int shift = (awq ? kAwqNibble[o % per] : static_cast<int>(i % per)) * bits;
+    return static_cast<int>((word >> shift) & mask);
+  }
+  int Zero(int64_t g, int64_t o) const {
+    const auto* qz = reinterpret_cast<const uint32_t*>(qzeros.data<int32_t>());
+    const int shift = (awq ? kAwqNibble[o % per] : static_cast<int>(o % per)) * bits;
+    return static_cast<int>((qz[g * (out / per) + o / per] >> shift) & mask) + zero_offset;
+  }
+  float Scale(int64_t g, int64_t o) const { return scales.data<float>()[g * out + o]; }
+};
+
+Result<PackedLayer> ReadPackedLayer(const WeightSource& src, const std::string& prefix,
+                                    const io::QuantizationConfig& q) {
+  PackedLayer l;
+  l.awq = q.method == "awq";
+  l.bits = q.bits;
+  if (l.bits != 4 && l.bits != 8) return InvalidArgument("packed weights of " + std::to_string(l.bits) + " bits");
+  l.per = 32 / l.bits;
+  l.mask = (1u << l.bits) - 1;
+  FERRY_ASSIGN_OR_RETURN(l.qweight, PackedTensor(src, prefix + ".qweight"));
+  FERRY_ASSIGN_OR_RETURN(l.qzeros, PackedTensor(src, prefix + ".qzeros"));
   FERRY_ASSIGN_OR_RETURN(Tensor scales_raw, src.get(prefix + ".scales"));
   if (scales_raw.rank() != 2 ||
       (scales_raw.dtype() != DType::kF16 && scales_raw.dtype() != DType::kBF16 && scales_raw.dtype() != DType::kF32)) {
     return InvalidArgument("tensor '" + prefix + ".scales' must be a 2-D float tensor, got " +
                            std::string(DTypeName(scales_raw.dtype())) + " " + ShapeToString(scales_raw.shape()));
   }
-  const Tensor scales = scales_raw.ToF32();
-  const int64_t in = awq ? qweight.dim(0) : qweight.dim(0) * per;
-  const int64_t out = awq ? qweight.dim(1) * per : qweight.dim(1);
-  const int64_t groups = q.group_size > 0 ? (in + q.group_size - 1) / q.group_size : 1;
+  l.scales = scales_raw.ToF32();
+  const Tensor& qweight = l.qweight;
+  const Tensor& qzeros = l.qzeros;
+  const Tensor& scales = l.scales;
+  const int per = l.per;
+  l.in = l.awq ? qweight.dim(0) : qweight.dim(0) * per;
+  l.out = l.awq ? qweight.dim(1) * per : qweight.dim(1);
+  const int64_t groups = q.group_size > 0 ? (l.in + q.group_size - 1) / q.group_size : 1;
   const auto shapes = [&] {
     return " (qweight " + ShapeToString(qweight.shape()) + ", qzeros " + ShapeToString(qzeros.shape()) + ", scales " +
-           ShapeToString(scales.shape()) + ", " + std::to_string(bits) + " bits, group size " +
+           ShapeToString(scales.shape()) + ", " + std::to_string(l.bits) + " bits, group size " +
            (q.group_size > 0 ? std::to_string(q.group_size) : std::string("-1")) + ")";
   };
   // g_idx may regroup rows (act-order), so its group count is the scales' own.
-  const bool g_idx = !awq && src.has(prefix + ".g_idx");
-  const int64_t scale_groups = g_idx ? scales.dim(0) : groups;
-  if (scales.dim(0) != scale_groups || scales.dim(1) != out || out % per != 0 || qzeros.dim(0) != scale_groups ||
-      qzeros.dim(1) != out / per) {
+  const bool g_idx = !l.awq && src.has(prefix + ".g_idx");
+  l.groups = g_idx ? scales.dim(0) : groups;
+  if (scales.dim(0) != l.groups || scales.dim(1) != l.out || l.out % per != 0 || qzeros.dim(0) != l.groups ||
+      qzeros.dim(1) != l.out / per) {
     return InvalidArgument("layer '" + prefix + "': " + q.method + " tensors of inconsistent shapes" + shapes() +
-                           "; expected " + std::to_string(in) + " inputs, " + std::to_string(out) + " outputs, " +
-                           std::to_string(scale_groups) + " groups");
+                           "; expected " + std::to_string(l.in) + " inputs, " + std::to_string(l.out) + " outputs, " +
+                           std::to_string(l.groups) + " groups");
   }
-  FERRY_ASSIGN_OR_RETURN(const std::vector<int32_t> row_group,
-                         RowGroups(src, prefix, in, q.group_size, scale_groups, !awq));
-  const auto* qw = reinterpret_cast<const uint32_t*>(qweight.data<int32_t>());
-  const auto* qz = reinterpret_cast<const uint32_t*>(qzeros.data<int32_t>());
-  const float* s = scales.data<float>();
-  const int zero_offset = !awq && q.gptq_zeros_minus_one ? 1 : 0;
-  const int64_t zcols = out / per;
-  Tensor w = Tensor::Empty({out, in}, dtype);
-  std::vector<float> row(static_cast<size_t>(in));
-  for (int64_t o = 0; o < out; ++o) {
-    const int shift_o = (awq ? kAwqNibble[o % per] : static_cast<int>(o % per)) * bits;
-    for (int64_t i = 0; i < in; ++i) {
-      const int64_t g = row_group[static_cast<size_t>(i)];
-      const uint32_t word = awq ? qw[i * (out / per) + o / per] : qw[(i / per) * out + o];
-      const int shift_i = awq ? shift_o : static_cast<int>(i % per) * bits;
-      const int value = static_cast<int>((word >> shift_i) & mask);
-      const int zero = static_cast<int>((qz[g * zcols + o / per] >> shift_o) & mask) + zero_offset;
-      row[static_cast<size_t>(i)] = static_cast<float>(value - zero) * s[g * out + o];
+  FERRY_ASSIGN_OR_RETURN(l.row_group, RowGroups(src, prefix, l.in, q.group_size, l.groups, !l.awq));
+  l.zero_offset = !l.awq && q.gptq_zeros_minus_one ? 1 : 0;
+  return l;
+}
+
+}  // namespace
+
+Result<Tensor> DequantizePackedLinear(const WeightSource& src, const std::string& prefix,
+                                      const io::QuantizationConfig& q, DType dtype) {
+  FERRY_ASSIGN_OR_RETURN(const PackedLayer l, ReadPackedLayer(src, prefix, q));
+  Tensor w = Tensor::Empty({l.out, l.in}, dtype);
+  std::vector<float> row(static_cast<size_t>(l.in));
+  for (int64_t o = 0; o < l.out; ++o) {
+    for (int64_t i = 0; i < l.in; ++i) {
+      const int64_t g = l.row_group[static_cast<size_t>(i)];
+      row[static_cast<size_t>(i)] = static_cast<float>(l.Value(o, i) - l.Zero(g, o)) * l.Scale(g, o);
     }
-    ConvertFromF32(dtype, row.data(), static_cast<char*>(w.raw()) + o * in * DTypeSize(dtype),
-                   static_cast<size_t>(in));
+    ConvertFromF32(dtype, row.data(), static_cast<char*>(w.raw()) + o * l.in * DTypeSize(dtype),
+                   static_cast<size_t>(l.in));
   }
   return w;
+}
+
+Result<std::optional<kernels::Int4Groups>> PackedLinearInt4Groups(const WeightSource& src, const std::string& prefix,
+                                                                  const io::QuantizationConfig& q) {
+  if (q.bits != 4) return std::optional<kernels::Int4Groups>();
+  FERRY_ASSIGN_OR_RETURN(const PackedLayer l, ReadPackedLayer(src, prefix, q));
+  const int64_t group_size = l.in / l.groups;
+  // Contiguous groups of a width the GPU kernels take (a multiple of 32), and no regrouping:
+  // an act-order g_idx cannot be written in this form.
+  if (l.in % l.groups != 0 || group_size % 32 != 0) return std::optional<kernels::Int4Groups>();
+  for (int64_t i = 0; i < l.in; ++i) {
+    if (l.row_group[static_cast<size_t>(i)] != i / group_size) return std::optional<kernels::Int4Groups>();
+  }
+  kernels::Int4Groups g;
+  g.out = l.out;
+  g.in = l.in;
+  g.group_size = group_size;
+  g.q.resize(static_cast<size_t>(l.out * l.in));
+  g.scales.resize(static_cast<size_t>(l.out * l.groups));
+  g.zeros.resize(static_cast<size_t>(l.out * l.groups));
+  for (int64_t o = 0; o < l.out; ++o) {
+    for (int64_t gi = 0; gi < l.groups; ++gi) {
+      g.zeros[static_cast<size_t>(o * l.groups + gi)] = static_cast<uint8_t>(l.Zero(gi, o));
+      g.scales[static_cast<size_t>(o * l.groups + gi)] = l.Scale(gi, o);
+    }
+    for (int64_t i = 0; i < l.in; ++i) g.q[static_cast<size_t>(o * l.in + i)] = static_cast<uint8_t>(l.Value(o, i));
+  }
+  return std::optional<kernels::Int4Groups>(std::move(g));
 }
 
 }  // namespace ferry::model

@@ -4,11 +4,13 @@
 // `P.weight` that the checkpoint holds as `P.qweight`.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "core/status.h"
 #include "core/tensor.h"
 #include "io/model_config.h"
+#include "kernels/int4_groups.h"
 #include "model/weights.h"
 
 namespace ferry::model {
@@ -27,6 +29,12 @@ namespace ferry::model {
 // naming the tensors and shapes.
 Result<Tensor> DequantizePackedLinear(const WeightSource& src, const std::string& prefix,
                                       const io::QuantizationConfig& q, DType dtype);
+
+// The layer's 4-bit grid as kernels::Int4Groups (the int4-wo precision keeps it instead of
+// requantizing the dequantized matrix), or nullopt when it has no such form: 8 bits, an
+// act-order g_idx, or groups that are not a multiple of 32 inputs.
+Result<std::optional<kernels::Int4Groups>> PackedLinearInt4Groups(const WeightSource& src, const std::string& prefix,
+                                                                  const io::QuantizationConfig& q);
 
 // AWQ's nibble position of output column j (0..7) within its int32.
 inline constexpr int kAwqNibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};

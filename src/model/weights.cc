@@ -89,6 +89,10 @@ WeightSource DequantizingSource(WeightSource inner, const io::QuantizationConfig
       if (const std::optional<std::string> prefix = packed(name)) return DequantizePackedLinear(inner, *prefix, q, dtype);
       return inner.get(name);
     };
+    out.int4 = [inner, packed, q](const std::string& name) -> Result<std::optional<kernels::Int4Groups>> {
+      if (const std::optional<std::string> prefix = packed(name)) return PackedLinearInt4Groups(inner, *prefix, q);
+      return NotFound("'" + name + "' is not quantized in this checkpoint");
+    };
     return out;
   }
   out.has = inner.has;
@@ -188,7 +192,31 @@ Result<backend::LinearWeight> LoadLinear(const WeightSource& src, backend::Backe
                                          const std::vector<int64_t>& outs, int64_t in) {
   backend::LinearWeight w;
   std::vector<Tensor> parts;
-  for (size_t i = 0; i < weight_names.size(); ++i) {
+  w.format = options.linear_format;
+  if (options.linear_format == backend::WeightFormat::kInt4 && src.int4) {
+    std::vector<kernels::Int4Groups> blocks;
+    for (size_t i = 0; i < weight_names.size(); ++i) {
+      Result<std::optional<kernels::Int4Groups>> found = src.int4(weight_names[i]);
+      if (!found.ok() && found.status().code() == StatusCode::kNotFound) {
+        // A layer the checkpoint's quantizer left in floating point (lm_head, say) stays so.
+        w.format = backend::WeightFormat::kNative;
+        break;
+      }
+      FERRY_ASSIGN_OR_RETURN(std::optional<kernels::Int4Groups> g, std::move(found));
+      if (!g.has_value()) break;  // no exact 4-bit form (act-order, 8 bits): quantized from its floats
+      if (g->out != outs[i] || g->in != in) {
+        return InvalidArgument("tensor '" + weight_names[i] + "': expected shape " + ShapeToString({outs[i], in}) +
+                               ", got " + ShapeToString({g->out, g->in}));
+      }
+      blocks.push_back(std::move(*g));
+    }
+    if (blocks.size() == weight_names.size()) {
+      Result<kernels::Int4Groups> all = kernels::ConcatInt4Rows(blocks);
+      // Blocks of different group sizes are requantized from their floats instead.
+      if (all.ok()) w.int4 = std::make_shared<const kernels::Int4Groups>(std::move(all).value());
+    }
+  }
+  for (size_t i = 0; i < weight_names.size() && w.int4 == nullptr; ++i) {
     FERRY_ASSIGN_OR_RETURN(Tensor t, GetWeight(src, weight_names[i], {outs[i], in}));
     parts.push_back(t);
   }
@@ -200,14 +228,17 @@ Result<backend::LinearWeight> LoadLinear(const WeightSource& src, backend::Backe
     }
     w.bias = biases.size() == 1 ? biases[0] : ConcatVectors(biases);
   }
-  w.format = options.linear_format;
   if (options.smooth != nullptr) {
     auto it = options.smooth->find(key);
     if (it != options.smooth->end()) w.smooth = it->second;
   }
   // The backend fuses the parts where the weight ends up (the host, or straight into the
   // device's rows on a GPU).
-  FERRY_RETURN_IF_ERROR(be.PrepareLinearParts(parts, w).WithContext("preparing '" + key + "'"));
+  if (w.int4 != nullptr) {
+    FERRY_RETURN_IF_ERROR(be.PrepareLinear(w).WithContext("preparing '" + key + "'"));
+  } else {
+    FERRY_RETURN_IF_ERROR(be.PrepareLinearParts(parts, w).WithContext("preparing '" + key + "'"));
+  }
   return w;
 }
 

@@ -20,9 +20,15 @@ using TensorLookup = std::function<Result<Tensor>(const std::string& name)>;
 // True when the named tensor exists.
 using TensorExists = std::function<bool(const std::string& name)>;
 
+// A quantized checkpoint's linear weight as 4-bit groups: the groups when the layer has an
+// exact 4-bit form, nullopt when it is quantized otherwise (8 bits, act-order), NotFound when
+// the checkpoint holds it unquantized.
+using Int4Lookup = std::function<Result<std::optional<kernels::Int4Groups>>(const std::string& name)>;
+
 struct WeightSource {
   TensorLookup get;
   TensorExists has;
+  Int4Lookup int4 = nullptr;  // may be empty: no weight has groups
 };
 
 // How a checkpoint's weights are turned into the kernels' form at load (the engine
@@ -45,8 +51,9 @@ struct LoadOptions {
 //
 // gptq / awq checkpoints hold no `P.weight` for a quantized linear layer P, but P.qweight,
 // P.qzeros, P.scales (and for gptq P.g_idx): `P.weight` is then reported present and comes
-// back as the [out, in] matrix (q - zero) * scale of its group. Layers the quantizer left out
-// (lm_head, modules_to_not_convert) keep their plain weights and pass through.
+// back as the [out, in] matrix (q - zero) * scale of its group; `int4` gives a 4-bit layer's
+// grid itself (model/packed_int_weights.h: PackedLinearInt4Groups). Layers the quantizer left
+// out (lm_head, modules_to_not_convert) keep their plain weights and pass through.
 WeightSource DequantizingSource(WeightSource inner, const io::QuantizationConfig& q, DType dtype);
 // Bytes of the weights a quantized checkpoint holds once DequantizingSource has unpacked them
 // (what a memory check must plan for): e4m3 and packed integer weights at the dequantized
@@ -86,7 +93,10 @@ Result<Tensor> ConcatRows(const std::vector<Tensor>& parts);
 Tensor ConcatVectors(const std::vector<Tensor>& parts);
 
 // Builds a LinearWeight from row blocks [n_i, in] (fused when several; + optional bias
-// parts) in options.linear_format, with the key's smoothing factors, and prepares it.
+// parts) in options.linear_format, with the key's smoothing factors, and prepares it. For
+// kInt4, blocks whose source holds 4-bit groups (GPTQ / AWQ) go to the backend as those
+// groups, unchanged, when every block has them; a layer such a checkpoint holds unquantized
+// keeps its floats (kNative); anything else is quantized by the backend.
 Result<backend::LinearWeight> LoadLinear(const WeightSource& src, backend::Backend& be, const LoadOptions& options,
                                          const std::string& key, const std::vector<std::string>& weight_names,
                                          const std::vector<std::string>& bias_names,

@@ -568,7 +568,7 @@ TEST(CliBadInputTest, BadDeviceOrPrecisionIsRefusedWhereItIsParsed) {
   ExpectCleanError(RunFerry({"build", "--model", model, "--device", "tpu", "-o", "/tmp/never.ferry"}),
                    "device must be cpu, cuda or cuda:N, got 'tpu'");
   ExpectCleanError(RunFerry({"build", "--model", model, "--precision", "int4", "-o", "/tmp/never.ferry"}),
-                   "unknown precision 'int4' (fp32, bf16, fp16, int8-wo, int8, fp8)");
+                   "unknown precision 'int4' (fp32, bf16, fp16, int8-wo, int8, fp8, int4-wo)");
   ExpectCleanError(RunFerry({"build", "--model", model, "--precision", "fp8", "-o", "/tmp/never.ferry"}),
                    "--device cuda");
   ExpectCleanError(RunFerry({"generate", "--model", model, "--prompt-ids", "1", "--device", "cuda:x"}),

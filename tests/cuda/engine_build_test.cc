@@ -65,7 +65,7 @@ TEST(CudaEngineBuildTest, EveryPrecisionBuildsTunesLoadsAndMatchesTheReference) 
   auto gpu = backend::QueryCudaDevice(0);
   ASSERT_TRUE(gpu.ok());
   const std::vector<std::pair<std::string, double>> precisions = {
-      {"fp32", 1e-3}, {"bf16", 4e-2}, {"fp16", 1e-2}, {"int8-wo", 6e-2}, {"int8", 1.5e-1}, {"fp8", 2e-1}};
+      {"fp32", 1e-3}, {"bf16", 4e-2}, {"fp16", 1e-2}, {"int8-wo", 6e-2}, {"int8", 1.5e-1}, {"fp8", 2e-1}, {"int4-wo", 3e-1}};
   for (const auto& [precision, rel] : precisions) {
     SCOPED_TRACE(precision);
     const std::string path = tmp.File(precision + ".ferry");

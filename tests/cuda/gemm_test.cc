@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/int4_groups.h"
 
 namespace ferry::cuda {
 namespace {
@@ -148,7 +149,7 @@ std::vector<int64_t> SampleRows(int64_t m, uint32_t seed) {
 
 // The device side of one (kind, N, K) operand set, rows for the largest M.
 struct DeviceOperands {
-  DeviceBuffer x, w, bias, x_scale, w_scale;
+  DeviceBuffer x, w, bias, x_scale, w_scale, w_zero;
 };
 
 struct OperandSpec {
@@ -159,6 +160,7 @@ struct OperandSpec {
   DType bias_dtype = DType::kF32;
   Fp8Scaling fp8_scaling = Fp8Scaling::kPerTensor;
   uint32_t seed = 1;
+  int64_t group_size = 128;  // int4 weight-only
 };
 
 // Symmetric int8 per row of a [rows, cols] matrix: q = round(v / s), s = amax / 127.
@@ -277,6 +279,20 @@ void MakeOperands(const OperandSpec& s, HostOperands& h, DeviceOperands& d) {
       h.col_scale = ws;
       break;
     }
+    case GemmKind::kInt4WeightOnly: {
+      // The reference multiplies by exactly the matrix the groups stand for.
+      for (float& v : x) v = RoundTo(s.act_dtype, v);
+      Result<::ferry::kernels::Int4Groups> g = ::ferry::kernels::QuantizeInt4(w.data(), s.n, s.k, s.group_size);
+      ASSERT_TRUE(g.ok()) << g.status().ToString();
+      h.w.assign(static_cast<size_t>(s.n * s.k), 0.0f);
+      ::ferry::kernels::DequantizeInt4(*g, h.w.data());
+      d.x = Upload(Encode(s.act_dtype, x));
+      d.w = Upload(::ferry::kernels::PackInt4Rows(*g));
+      d.w_scale = Upload(g->scales);
+      d.w_zero = Upload(g->zeros);
+      h.x = std::move(x);
+      break;
+    }
     case GemmKind::kInt8WeightOnly: {
       for (float& v : x) v = RoundTo(s.act_dtype, v);
       std::vector<int8_t> wq;
@@ -309,6 +325,7 @@ GemmArgs ArgsFor(const DeviceOperands& d, void* y) {
   a.bias = d.bias.get();
   a.x_scale = d.x_scale.as<float>();
   a.w_scale = d.w_scale.as<float>();
+  a.w_zero = static_cast<const uint8_t*>(d.w_zero.get());
   return a;
 }
 
@@ -639,6 +656,78 @@ TEST_F(GemmTest, Int8WeightOnlyBothRoutes) {
   pb.activation = GemmActivation::kGeluTanh;
   pb.bias_dtype = DType::kBF16;
   CheckShapes({GemmKind::kInt8WeightOnly, DType::kBF16, 64, 1000, 1000, true, DType::kBF16}, pb, {1, 64}, 1e-2);
+}
+
+// int4 weight-only: each route forced (small-M kernel, tensor-core kernel with and without
+// split-K, dequantization + cuBLASLt) and the default choice, against the exact product with
+// the dequantized matrix; odd N, bias, GELU and groups of 32 too.
+TEST_F(GemmTest, Int4WeightOnlyEveryRoute) {
+  GemmChoice small, mma, lt;
+  small.route = GemmChoice::Route::kSmallM;
+  mma.route = GemmChoice::Route::kInt4Mma;
+  lt.route = GemmChoice::Route::kCublasLt;  // an unchecked zero algo: Run falls back to the heuristic
+  struct Case {
+    DType act;
+    int64_t n, k, group;
+    bool bias;
+    GemmActivation activation;
+  };
+  for (const Case& c : {Case{DType::kBF16, 2048, 2048, 128, false, GemmActivation::kNone},
+                        Case{DType::kF16, 5632, 2048, 128, false, GemmActivation::kNone},
+                        Case{DType::kBF16, 2048, 8192, 128, false, GemmActivation::kNone},
+                        Case{DType::kBF16, 1000, 1024, 32, true, GemmActivation::kGeluErf},
+                        Case{DType::kF16, 1000, 1024, 1024, true, GemmActivation::kGeluTanh}}) {
+    OperandSpec spec{GemmKind::kInt4WeightOnly, c.act, 513, c.n, c.k, c.bias, DType::kF32};
+    spec.group_size = c.group;
+    HostOperands h;
+    DeviceOperands d;
+    MakeOperands(spec, h, d);
+    ASSERT_FALSE(HasFatalFailure());
+    GemmProblem p;
+    p.kind = GemmKind::kInt4WeightOnly;
+    p.out_dtype = c.act;
+    p.n = c.n;
+    p.k = c.k;
+    p.group_size = c.group;
+    p.has_bias = c.bias;
+    p.bias_dtype = DType::kF32;
+    p.activation = c.activation;
+    for (int64_t m : {1, 3, 8, 16, 33, 64, 200, 513}) {
+      p.m = m;
+      for (const GemmChoice* choice : std::vector<const GemmChoice*>{nullptr, &small, &mma, &lt}) {
+        if (choice == &small && m > 64) continue;
+        CheckResult r;
+        RunAndCheck(*gemm_, p, h, d, stream_, r, choice);
+        ASSERT_FALSE(HasFatalFailure());
+        const std::string how = choice == nullptr ? "default" : choice->ToString().substr(0, 8);
+        std::cout << "  " << std::left << std::setw(58) << Describe(p) << " " << how << " rel_err " << std::scientific
+                  << std::setprecision(2) << r.rel_err << std::defaultfloat << "\n";
+        EXPECT_LT(r.rel_err, 1e-2) << Describe(p) << " " << how;
+        EXPECT_EQ(r.unwritten, 0) << Describe(p) << " " << how;
+      }
+    }
+  }
+}
+
+TEST_F(GemmTest, Int4ProblemsItCannotTakeAreErrors) {
+  GemmProblem p;
+  p.kind = GemmKind::kInt4WeightOnly;
+  p.out_dtype = DType::kF32;
+  p.m = 1;
+  p.n = 64;
+  p.k = 256;
+  p.group_size = 128;
+  EXPECT_EQ(gemm_->CheckProblem(p).code(), StatusCode::kInvalidArgument);  // f32 activations
+  p.out_dtype = DType::kBF16;
+  EXPECT_TRUE(gemm_->CheckProblem(p).ok());
+  p.group_size = 48;
+  EXPECT_EQ(gemm_->CheckProblem(p).code(), StatusCode::kInvalidArgument);
+  p.group_size = 0;
+  EXPECT_EQ(gemm_->CheckProblem(p).code(), StatusCode::kInvalidArgument);
+  auto choice = GemmChoice::FromString("int4_mma");
+  ASSERT_TRUE(choice.ok());
+  EXPECT_EQ(choice->route, GemmChoice::Route::kInt4Mma);
+  EXPECT_EQ(choice->ToString(), "int4_mma");
 }
 
 TEST_F(GemmTest, StridedRowsLeavePaddingAlone) {

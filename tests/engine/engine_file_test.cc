@@ -111,7 +111,7 @@ TEST(EngineFileTest, EncoderRoundTrip) {
 TEST(EngineFileTest, EveryPrecisionWithinTolerance) {
   TempDir tmp;
   const std::vector<std::pair<std::string, double>> precisions = {
-      {"fp32", 1e-3}, {"bf16", 4e-2}, {"fp16", 1e-2}, {"int8-wo", 6e-2}, {"int8", 1.5e-1}};
+      {"fp32", 1e-3}, {"bf16", 4e-2}, {"fp16", 1e-2}, {"int8-wo", 6e-2}, {"int8", 1.5e-1}, {"int4-wo", 3e-1}};
   for (const std::string model : {"llama-tiny", "llama3-tiny"}) {
     const std::vector<int32_t> ids = ReferenceIds(model, 1);
     const std::vector<float> ref = ReferenceLogits(model, 1);
@@ -137,7 +137,7 @@ TEST(EngineFileTest, EveryPrecisionWithinTolerance) {
 TEST(EngineFileTest, NewArchitecturesInEveryPrecision) {
   TempDir tmp;
   const std::vector<std::pair<std::string, double>> precisions = {
-      {"fp32", 1e-3}, {"bf16", 4e-2}, {"fp16", 1e-2}, {"int8-wo", 6e-2}, {"int8", 1.5e-1}};
+      {"fp32", 1e-3}, {"bf16", 4e-2}, {"fp16", 1e-2}, {"int8-wo", 6e-2}, {"int8", 1.5e-1}, {"int4-wo", 3e-1}};
   int found = 0;
   for (const std::string model : {"qwen3-tiny", "gemma2-tiny", "phi3-tiny", "mistral-swa-tiny"}) {
     const std::string dir = testing::SourcePath("tests/fixtures/architectures/" + model);

@@ -17,7 +17,10 @@
 
 #include "decoder_test_util.h"
 #include "engine/engine.h"
+#include "backend/cpu_backend.h"
+#include "backend/cuda_backend.h"
 #include "engine/engine_builder.h"
+#include "kernels/int4_groups.h"
 #include "io/safetensors.h"
 #include "model/packed_int_weights.h"
 #include "model/weights.h"
@@ -291,6 +294,181 @@ TEST_F(PackedIntCheckpointTest, AwqMatchesAndAnEngineBuiltFromItToo) {
   auto built = engine::BuildEngine((dir_ / "q").string(), path, bo);
   ASSERT_TRUE(built.ok()) << built.status().ToString();
   ExpectSameLogits(LastLogits(path), want);
+}
+
+// The int4-wo path keeps a 4-bit checkpoint's own grid: every quantized layer's groups stand
+// for exactly the matrix the dequantizer produces, layers the quantizer left out report
+// NotFound, and grids with no such form (act-order, 8 bits) report nullopt.
+class PackedInt4GroupsTest : public PackedIntCheckpointTest {
+ protected:
+  struct Sources {
+    model::WeightSource q, ref;
+    std::shared_ptr<io::Checkpoint> q_ckpt, ref_ckpt;
+  };
+  Sources Open() {
+    Sources s;
+    auto q = io::Checkpoint::Open((dir_ / "q").string());
+    auto r = io::Checkpoint::Open((dir_ / "ref").string());
+    auto config = io::LoadModelConfig((dir_ / "q").string());
+    EXPECT_TRUE(q.ok() && r.ok() && config.ok());
+    if (!q.ok() || !r.ok() || !config.ok()) return s;
+    s.q_ckpt = std::move(q).value();
+    s.ref_ckpt = std::move(r).value();
+    io::Checkpoint* qc = s.q_ckpt.get();
+    io::Checkpoint* rc = s.ref_ckpt.get();
+    s.q = model::DequantizingSource({[qc](const std::string& n) { return qc->Get(n); },
+                                     [qc](const std::string& n) { return qc->Has(n); }},
+                                    config->quantization, DType::kF32);
+    s.ref = {[rc](const std::string& n) { return rc->Get(n); }, [rc](const std::string& n) { return rc->Has(n); }};
+    return s;
+  }
+};
+
+TEST_F(PackedInt4GroupsTest, GptqAndAwqGroupsExpandToTheDequantizedMatrix) {
+  for (const bool awq : {false, true}) {
+    SCOPED_TRACE(awq ? "awq" : "gptq v1");
+    WritePacked({awq ? Layout::kAwq : Layout::kGptqV1, 4, 32, false, false},
+                awq ? json::parse(R"({"quant_method": "awq", "bits": 4, "group_size": 32, "zero_point": true})")
+                    : json::parse(R"({"quant_method": "gptq", "bits": 4, "group_size": 32, "desc_act": false})"));
+    Sources s = Open();
+    ASSERT_TRUE(s.q.int4);
+    int layers = 0;
+    for (const std::string& name : s.ref_ckpt->Names()) {
+      Result<std::optional<kernels::Int4Groups>> g = s.q.int4(name);
+      if (!(name.starts_with("model.layers.") && name.ends_with("_proj.weight"))) {
+        ASSERT_FALSE(g.ok()) << name;
+        EXPECT_EQ(g.status().code(), StatusCode::kNotFound) << name;
+        continue;
+      }
+      ASSERT_TRUE(g.ok()) << g.status().ToString();
+      ASSERT_TRUE(g->has_value()) << name;
+      const kernels::Int4Groups& groups = **g;
+      EXPECT_EQ(groups.group_size, 32);
+      auto want = s.ref_ckpt->Get(name);
+      ASSERT_TRUE(want.ok());
+      ASSERT_EQ(groups.out, want->dim(0));
+      ASSERT_EQ(groups.in, want->dim(1));
+      std::vector<float> got(static_cast<size_t>(groups.out * groups.in));
+      kernels::DequantizeInt4(groups, got.data());
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want->data<float>()[i]) << name << " " << i;
+      ++layers;
+    }
+    EXPECT_GT(layers, 0);
+    fs::remove_all(dir_ / "q");
+    fs::remove_all(dir_ / "ref");
+  }
+}
+
+TEST_F(PackedInt4GroupsTest, ActOrderAndEightBitHaveNoGroupForm) {
+  WritePacked({Layout::kGptqV2, 4, 32, true, false},
+              json::parse(R"({"quant_method": "gptq", "bits": 4, "group_size": 32, "desc_act": true,
+                              "checkpoint_format": "gptq_v2"})"));
+  Sources s = Open();
+  auto g = s.q.int4("model.layers.0.mlp.down_proj.weight");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_FALSE(g->has_value());
+  fs::remove_all(dir_ / "q");
+  fs::remove_all(dir_ / "ref");
+  WritePacked({Layout::kGptqV1, 8, 0, false, true},
+              json::parse(R"({"quant_method": "gptq", "bits": 8, "group_size": -1, "sym": true})"));
+  s = Open();
+  g = s.q.int4("model.layers.0.mlp.down_proj.weight");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_FALSE(g->has_value());
+}
+
+// LoadLinear in int4-wo takes the groups (fused q/k/v included) and the CPU runs exactly the
+// dequantized matrix; a layer the checkpoint holds in floats stays in floats.
+TEST_F(PackedInt4GroupsTest, Int4LinearsOnTheCpuComputeTheCheckpointsMatrix) {
+  WritePacked({Layout::kGptqV1, 4, 32, false, false},
+              json::parse(R"({"quant_method": "gptq", "bits": 4, "group_size": 32, "desc_act": false})"));
+  Sources s = Open();
+  auto be = backend::MakeCpuBackend();
+  model::LoadOptions int4;
+  int4.linear_format = backend::WeightFormat::kInt4;
+  const std::string p = "model.layers.1.self_attn.";
+  const std::vector<std::string> names = {p + "q_proj.weight", p + "k_proj.weight", p + "v_proj.weight"};
+  std::vector<int64_t> outs;
+  for (const std::string& n : names) outs.push_back(s.ref_ckpt->Get(n)->dim(0));
+  const int64_t in = s.ref_ckpt->Get(names[0])->dim(1);
+  auto got = model::LoadLinear(s.q, *be, int4, "qkv", names, {}, outs, in);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  auto want = model::LoadLinear(s.ref, *be, {}, "qkv", names, {}, outs, in);
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  const int64_t n = std::accumulate(outs.begin(), outs.end(), int64_t{0});
+  Tensor x = Tensor::Empty({3, in}, DType::kF32);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(rng);
+  Tensor y1 = Tensor::Empty({3, n}, DType::kF32), y2 = Tensor::Empty({3, n}, DType::kF32);
+  ASSERT_TRUE(be->Linear(x, *got, y1).ok());
+  ASSERT_TRUE(be->Linear(x, *want, y2).ok());
+  for (int64_t i = 0; i < y1.numel(); ++i) ASSERT_EQ(y1.data<float>()[i], y2.data<float>()[i]) << i;
+  EXPECT_EQ(got->format, backend::WeightFormat::kF32);  // int4 groups, expanded on the CPU
+  // The embedding table, read as a linear, is not quantized in the checkpoint: it keeps its floats.
+  const int64_t hidden = in;
+  auto plain = model::LoadLinear(s.q, *be, int4, "embed_as_linear", {"model.embed_tokens.weight"}, {},
+                                 {s.ref_ckpt->Get("model.embed_tokens.weight")->dim(0)}, hidden);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(plain->format, backend::WeightFormat::kNative);
+}
+
+// An engine built in int4-wo from a float checkpoint quantizes every linear (round to nearest
+// in groups of 128 or the row): its logits move, but stay near the float model's.
+TEST_F(PackedIntCheckpointTest, Int4EngineFromFloatsStaysNearTheFloatModel) {
+  engine::BuildOptions bo;
+  bo.precision = Precision::kInt4WeightOnly;
+  bo.tune = false;
+  const std::string path = (dir_ / "int4.ferry").string();
+  auto built = engine::BuildEngine((dir_ / "src").string(), path, bo);
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  const std::vector<float> want = LastLogits((dir_ / "src").string());
+  const std::vector<float> got = LastLogits(path);
+  ASSERT_EQ(got.size(), want.size());
+  double scale = 0, err = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
+    err = std::max(err, static_cast<double>(std::fabs(got[i] - want[i])));
+  }
+  EXPECT_GT(err, 1e-4 * scale);  // quantized
+  EXPECT_LT(err, 0.25 * scale);  // but still the same model
+}
+
+// On a GPU a 4-bit checkpoint loads onto the int4 kernels (no `ferry build`), and agrees with
+// the CPU's run of its dequantized weights within bf16's tolerance.
+TEST_F(PackedIntCheckpointTest, GptqOnTheGpuRunsTheInt4KernelsAndMatchesTheCpu) {
+  if (!backend::CudaAvailable()) GTEST_SKIP() << "no CUDA device present";
+  WritePacked({Layout::kGptqV1, 4, 32, false, false},
+              json::parse(R"({"quant_method": "gptq", "bits": 4, "group_size": 32, "desc_act": false})"));
+  engine::EngineOptions o;
+  o.device = DeviceSpec::Cuda();
+  o.cuda_activations = DType::kBF16;
+  auto e = engine::Engine::Load((dir_ / "q").string(), o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  int int4_layers = 0, other = 0;
+  model::WeightVisitor count{[](const std::string&, const Tensor&) { return Status::Ok(); },
+                             [&](const std::string& key, const backend::LinearWeight& w) {
+                               (w.format == backend::WeightFormat::kInt4 ? int4_layers : other) += 1;
+                               EXPECT_EQ(w.format == backend::WeightFormat::kInt4, key != "lm_head") << key;
+                               return Status::Ok();
+                             }};
+  ASSERT_TRUE((*e)->decoder()->Visit(count).ok());
+  EXPECT_GT(int4_layers, 0);
+  auto h = testing::DecoderHarness::Create(*e, 1, 64);
+  ASSERT_NE(h, nullptr);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 20; ++i) ids.push_back((i * 37 + 5) % (*e)->config().vocab_size);
+  auto out = h->Step({{1, ids, 0, false}});
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  const std::vector<float> got(out->data<float>(), out->data<float>() + out->numel());
+  const std::vector<float> want = LastLogits((dir_ / "ref").string());
+  ASSERT_EQ(got.size(), want.size());
+  double scale = 0, err = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
+    err = std::max(err, static_cast<double>(std::fabs(got[i] - want[i])));
+  }
+  EXPECT_LE(err, 3e-2 * scale);
 }
 
 }  // namespace

@@ -38,8 +38,12 @@ Status SetUpGemm(CudaContext& ctx, const Tensor& x, const CudaLinear& lin, int64
     a.x_scale = row_scales.data<float>();
   }
   if (lin.kind == cuda::GemmKind::kInt8 || lin.kind == cuda::GemmKind::kFp8 ||
-      lin.kind == cuda::GemmKind::kInt8WeightOnly) {
+      lin.kind == cuda::GemmKind::kInt8WeightOnly || lin.kind == cuda::GemmKind::kInt4WeightOnly) {
     a.w_scale = lin.scales.data<float>();
+  }
+  if (lin.kind == cuda::GemmKind::kInt4WeightOnly) {
+    a.w_zero = lin.zeros.data<uint8_t>();
+    p.group_size = lin.group_size;
   }
   return Status::Ok();
 }

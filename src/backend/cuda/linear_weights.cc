@@ -91,8 +91,90 @@ Tensor ConcatHost(const std::vector<Tensor>& parts, int64_t n, int64_t k) {
 
 }  // namespace
 
+namespace {
+
+// The bias (in the activation dtype for float GEMMs, which cuBLASLt adds; f32 otherwise),
+// then `lin` becomes the weight's packed form.
+Status FinishCudaLinear(WeightLoader& loader, DType activations, int64_t n, int64_t k, std::shared_ptr<CudaLinear> lin,
+                        LinearWeight& w) {
+  if (w.bias.defined()) {
+    const Tensor b = w.bias.ToF32();
+    const bool float_kind = lin->kind == cuda::GemmKind::kBF16 || lin->kind == cuda::GemmKind::kF16 ||
+                            lin->kind == cuda::GemmKind::kF32;
+    const DType bias_dtype = float_kind ? activations : DType::kF32;
+    FERRY_ASSIGN_OR_RETURN(lin->bias, loader.Upload(b, bias_dtype));
+  }
+  w.out = n;
+  w.in = k;
+  w.format = lin->format;
+  w.packed = std::move(lin);
+  w.weight = Tensor();  // the GPU copy is what runs
+  w.smooth = Tensor();
+  w.int4.reset();
+  return Status::Ok();
+}
+
+// kInt4: the groups given, or the weight quantized now, packed and uploaded. A layer the
+// kernels cannot take (no group size fits its width, or f32 activations) is left for the
+// float path (returns false).
+Result<bool> PrepareInt4(CudaContext& ctx, WeightLoader& loader, DType activations, const std::vector<Tensor>& parts,
+                         int64_t n, int64_t k, const LinearWeight& w, CudaLinear& lin) {
+  std::shared_ptr<const kernels::Int4Groups> g = w.int4;
+  if (activations != DType::kBF16 && activations != DType::kF16) {
+    FERRY_LOG_INFO("a [{}, {}] weight stays in {} (int4 GEMMs take bf16 or f16 activations)", n, k,
+                   DTypeName(activations));
+    return false;
+  }
+  if (g == nullptr) {
+    const int64_t group = kernels::DefaultInt4GroupSize(k);
+    if (group == 0) {
+      FERRY_LOG_INFO("a [{}, {}] weight stays in {} (no int4 group size fits {} inputs)", n, k, DTypeName(activations),
+                     k);
+      return false;
+    }
+    const Tensor f = ConcatHost(parts, n, k).ToF32();
+    FERRY_ASSIGN_OR_RETURN(kernels::Int4Groups q, kernels::QuantizeInt4(f.data<float>(), n, k, group));
+    g = std::make_shared<const kernels::Int4Groups>(std::move(q));
+  }
+  if (g->in % 32 != 0 || g->group_size % 32 != 0) {
+    return InvalidArgument("int4 groups of " + std::to_string(g->group_size) + " over " + std::to_string(g->in) +
+                           " inputs: the GPU kernels need multiples of 32");
+  }
+  const std::vector<uint32_t> packed = kernels::PackInt4Rows(*g);
+  const int64_t groups = g->groups();
+  lin.kind = cuda::GemmKind::kInt4WeightOnly;
+  lin.group_size = g->group_size;
+  FERRY_ASSIGN_OR_RETURN(lin.weight, ctx.Allocate({g->out, g->in / 8}, DType::kI32));
+  FERRY_RETURN_IF_ERROR(
+      loader.CopyToDevice(packed.data(), DType::kI32, lin.weight.raw(), DType::kI32, g->out * (g->in / 8)));
+  FERRY_ASSIGN_OR_RETURN(lin.scales, ctx.Allocate({g->out, groups}, DType::kF32));
+  FERRY_RETURN_IF_ERROR(
+      loader.CopyToDevice(g->scales.data(), DType::kF32, lin.scales.raw(), DType::kF32, g->out * groups));
+  FERRY_ASSIGN_OR_RETURN(lin.zeros, ctx.Allocate({g->out, groups}, DType::kU8));
+  FERRY_RETURN_IF_ERROR(loader.CopyToDevice(g->zeros.data(), DType::kU8, lin.zeros.raw(), DType::kU8, g->out * groups));
+  return true;
+}
+
+}  // namespace
+
 Status PrepareCudaLinear(CudaContext& ctx, WeightLoader& loader, const cuda::LtGemm& gemm, DType activations,
                          const std::vector<Tensor>& given_parts, LinearWeight& w) {
+  if (w.int4 != nullptr && w.format == WeightFormat::kInt4 && given_parts.empty() && !w.weight.defined()) {
+    // A GPTQ / AWQ grid, used as it is.
+    auto lin = std::make_shared<CudaLinear>();
+    lin->format = WeightFormat::kInt4;
+    FERRY_ASSIGN_OR_RETURN(const bool prepared, PrepareInt4(ctx, loader, activations, {}, w.int4->out, w.int4->in, w, *lin));
+    if (!prepared) {
+      // Float activations: expand the groups and take the float path below.
+      Tensor f = Tensor::Empty({w.int4->out, w.int4->in}, DType::kF32);
+      kernels::DequantizeInt4(*w.int4, f.data<float>());
+      w.weight = std::move(f);
+      w.format = WeightFormat::kNative;
+      w.int4.reset();
+      return PrepareCudaLinear(ctx, loader, gemm, activations, {}, w);
+    }
+    return FinishCudaLinear(loader, activations, w.int4->out, w.int4->in, std::move(lin), w);
+  }
   std::vector<Tensor> parts = given_parts;
   if (parts.empty()) parts.push_back(w.weight);
   int64_t n = 0;
@@ -126,10 +208,14 @@ Status PrepareCudaLinear(CudaContext& ctx, WeightLoader& loader, const cuda::LtG
       return fits;
     }
   }
+  if (lin->format == WeightFormat::kInt4) {
+    FERRY_ASSIGN_OR_RETURN(const bool prepared, PrepareInt4(ctx, loader, activations, parts, n, k, w, *lin));
+    if (!prepared) lin->format = WeightFormat::kNative;
+  }
   // Quantized formats work on the whole weight in f32 on the host; float ones never do.
   Tensor f;
   if (lin->format != WeightFormat::kNative && lin->format != WeightFormat::kF32 &&
-      lin->format != WeightFormat::kBF16 && lin->format != WeightFormat::kF16) {
+      lin->format != WeightFormat::kBF16 && lin->format != WeightFormat::kF16 && lin->format != WeightFormat::kInt4) {
     f = ConcatHost(parts, n, k).ToF32();
   }
   switch (lin->format) {
@@ -168,6 +254,8 @@ Status PrepareCudaLinear(CudaContext& ctx, WeightLoader& loader, const cuda::LtG
       FERRY_RETURN_IF_ERROR(loader.CopyToDevice(scales.data(), DType::kF32, lin->scales.raw(), DType::kF32, n));
       break;
     }
+    case WeightFormat::kInt4:
+      break;  // PrepareInt4 above
     case WeightFormat::kFp8: {
       lin->kind = cuda::GemmKind::kFp8;
       std::vector<uint8_t> q;
@@ -181,20 +269,7 @@ Status PrepareCudaLinear(CudaContext& ctx, WeightLoader& loader, const cuda::LtG
       break;
     }
   }
-  if (w.bias.defined()) {
-    const Tensor b = w.bias.ToF32();
-    const bool float_kind = lin->kind == cuda::GemmKind::kBF16 || lin->kind == cuda::GemmKind::kF16 ||
-                            lin->kind == cuda::GemmKind::kF32;
-    const DType bias_dtype = float_kind ? activations : DType::kF32;
-    FERRY_ASSIGN_OR_RETURN(lin->bias, loader.Upload(b, bias_dtype));
-  }
-  w.out = n;
-  w.in = k;
-  w.format = lin->format;
-  w.packed = lin;
-  w.weight = Tensor();  // the GPU copy is what runs
-  w.smooth = Tensor();
-  return Status::Ok();
+  return FinishCudaLinear(loader, activations, n, k, std::move(lin), w);
 }
 
 // A CUDA engine's linear: layout JSON plus blobs (weight, scales, smooth, bias) copied to the host.
@@ -216,6 +291,8 @@ Result<SerializedLinear> SerializeCudaLinear(const LinearWeight& w) {
   FERRY_RETURN_IF_ERROR(add("weight", lin->weight));
   FERRY_RETURN_IF_ERROR(add("scales", lin->scales));
   FERRY_RETURN_IF_ERROR(add("smooth", lin->smooth));
+  FERRY_RETURN_IF_ERROR(add("zeros", lin->zeros));
+  if (lin->group_size > 0) layout["group_size"] = lin->group_size;
   FERRY_RETURN_IF_ERROR(add("bias", lin->bias));
   json choices = json::array();
   for (const auto& c : lin->choices) choices.push_back(c ? json(c->ToString()) : json(nullptr));
@@ -239,7 +316,7 @@ Result<LinearWeight> DeserializeCudaLinear(WeightLoader& loader, const Serialize
   const std::string kind = layout.value("kind", "");
   bool known = false;
   for (auto k : {cuda::GemmKind::kF32, cuda::GemmKind::kBF16, cuda::GemmKind::kF16, cuda::GemmKind::kFp8,
-                 cuda::GemmKind::kInt8, cuda::GemmKind::kInt8WeightOnly}) {
+                 cuda::GemmKind::kInt8, cuda::GemmKind::kInt8WeightOnly, cuda::GemmKind::kInt4WeightOnly}) {
     if (kind == cuda::GemmKindName(k)) {
       lin->kind = k;
       known = true;
@@ -255,10 +332,21 @@ Result<LinearWeight> DeserializeCudaLinear(WeightLoader& loader, const Serialize
     if (name == "weight") lin->weight = dev;
     else if (name == "scales") lin->scales = dev;
     else if (name == "smooth") lin->smooth = dev;
+    else if (name == "zeros") lin->zeros = dev;
     else if (name == "bias") lin->bias = dev;
     else return DataLoss("unknown linear blob '" + name + "'");
   }
   if (!lin->weight.defined() || lin->weight.rank() != 2) return DataLoss("linear without a weight blob");
+  const bool int4 = lin->kind == cuda::GemmKind::kInt4WeightOnly;
+  if (int4) {
+    lin->group_size = layout.value("group_size", int64_t{0});
+    const int64_t in = lin->weight.dim(1) * 8;
+    if (lin->group_size <= 0 || in % lin->group_size != 0 || !lin->scales.defined() || !lin->zeros.defined() ||
+        lin->scales.numel() != lin->weight.dim(0) * (in / lin->group_size) ||
+        lin->zeros.numel() != lin->scales.numel()) {
+      return DataLoss("int4 linear with inconsistent group size, scales or zero points");
+    }
+  }
   for (const json& c : layout.value("gemm_choices", json::array())) {
     if (c.is_string()) {
       FERRY_ASSIGN_OR_RETURN(cuda::GemmChoice choice, cuda::GemmChoice::FromString(c.get<std::string>()));
@@ -270,7 +358,7 @@ Result<LinearWeight> DeserializeCudaLinear(WeightLoader& loader, const Serialize
   LinearWeight w;
   w.format = lin->format;
   w.out = lin->weight.dim(0);
-  w.in = lin->weight.dim(1);
+  w.in = int4 ? lin->weight.dim(1) * 8 : lin->weight.dim(1);
   w.packed = lin;
   return w;
 }

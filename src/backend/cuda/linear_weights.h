@@ -16,8 +16,11 @@ namespace ferry::backend {
 // A prepared weight on the GPU (what LinearWeight::packed holds). Immutable after loading,
 // except for the tuned choices, which an engine build sets.
 struct CudaLinear {
-  Tensor weight;       // [out, in] in the GEMM's input dtype (act dtype, int8 or fp8)
-  Tensor scales;       // f32 [out]: int8 / fp8 per-channel scales (undefined otherwise)
+  Tensor weight;       // [out, in] in the GEMM's input dtype (act dtype, int8 or fp8); int4:
+                       // i32 [out, in / 8], eight 4-bit values per word (PackInt4Rows)
+  Tensor scales;       // f32 [out]: int8 / fp8 per-channel scales; int4: f32 [out, groups]
+  Tensor zeros;        // int4: u8 [out, groups] zero points (undefined otherwise)
+  int64_t group_size = 0;  // int4: input columns per group
   Tensor smooth;       // f32 [in]: SmoothQuant factors for W8A8 (undefined: none)
   Tensor bias;         // [out] or undefined: the activation dtype for float kinds (cuBLASLt adds
                        // it in its epilogue), f32 for int8 and fp8 (added by ferry's epilogue)
@@ -27,7 +30,7 @@ struct CudaLinear {
 };
 
 // Converts or quantizes the weight, given as row blocks `parts` [n_i, in] (or w.weight when
-// `parts` is empty), to w.format on the device (a float weight takes the activations'
+// `parts` is empty; or for kInt4 w.int4 when set, taken as it is), to w.format on the device (a float weight takes the activations'
 // dtype; an int8 or fp8 layer whose shape those GEMMs cannot take stays in it). A float
 // weight's parts go to their rows on the device as they are and are converted there; the
 // copies go through `loader` and have arrived after its Finish.

@@ -111,7 +111,8 @@ DType TargetDType(WeightFormat format, DType source) {
     case WeightFormat::kF16: return DType::kF16;
     case WeightFormat::kInt8:
     case WeightFormat::kInt8W8A8: return DType::kI8;
-    case WeightFormat::kFp8: break;  // refused by PackWeight
+    case WeightFormat::kFp8:
+    case WeightFormat::kInt4: break;  // refused by PackWeight (the CPU backend expands int4 first)
   }
   return source;
 }
@@ -138,6 +139,9 @@ Result<std::shared_ptr<PackedWeight>> PackWeight(const Tensor& weight, WeightFor
   }
   if (format == WeightFormat::kFp8) {
     return Unimplemented("fp8 weights run on GPUs only (build the engine with --device cuda)");
+  }
+  if (format == WeightFormat::kInt4) {
+    return InvalidArgument("int4 weights are expanded to f32 before packing (CpuBackend::PrepareLinear)");
   }
   const int64_t n = weight.dim(0), k = weight.dim(1);
   if (n > 0 && k > 0 && weight.raw() == nullptr) return InvalidArgument("linear weight has no data");

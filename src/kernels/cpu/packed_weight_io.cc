@@ -53,7 +53,8 @@ bool DTypeFits(WeightFormat format, DType dtype) {
     case WeightFormat::kF16: return dtype == DType::kF16;
     case WeightFormat::kInt8:
     case WeightFormat::kInt8W8A8: return dtype == DType::kI8;
-    case WeightFormat::kFp8: return false;
+    case WeightFormat::kFp8:
+    case WeightFormat::kInt4: return false;
   }
   return false;
 }

@@ -47,7 +47,8 @@ DType XDType(const GemmProblem& p) {
     case GemmKind::kF16: return DType::kF16;
     case GemmKind::kFp8: return DType::kF8E4M3;
     case GemmKind::kInt8: return DType::kI8;
-    case GemmKind::kInt8WeightOnly: return p.out_dtype;
+    case GemmKind::kInt8WeightOnly:
+    case GemmKind::kInt4WeightOnly: return p.out_dtype;
   }
   return DType::kF32;
 }
@@ -57,6 +58,7 @@ DType WDType(const GemmProblem& p) {
     case GemmKind::kFp8: return DType::kF8E4M3;
     case GemmKind::kInt8:
     case GemmKind::kInt8WeightOnly: return DType::kI8;
+    case GemmKind::kInt4WeightOnly: return DType::kI32;  // eight 4-bit values per word
     default: return XDType(p);
   }
 }
@@ -106,6 +108,7 @@ std::vector<Variant> Variants(const GemmProblem& p, const LtGemmOptions& options
     case GemmKind::kBF16:
     case GemmKind::kF16:
     case GemmKind::kInt8WeightOnly:
+    case GemmKind::kInt4WeightOnly:
       add_fused_then_plain(false);
       break;
     case GemmKind::kFp8:
@@ -217,6 +220,7 @@ size_t LtGemm::PlanKeyHash::operator()(const PlanKey& key) const {
   mix(static_cast<uint64_t>(p.has_bias) | static_cast<uint64_t>(p.bias_dtype) << 8 |
       static_cast<uint64_t>(p.activation) << 16 | static_cast<uint64_t>(p.fp8_scaling) << 24 |
       static_cast<uint64_t>(p.allow_tf32) << 32);
+  mix(static_cast<uint64_t>(p.group_size));
   mix(static_cast<uint64_t>(key.align_x) | static_cast<uint64_t>(key.align_w) << 8 |
       static_cast<uint64_t>(key.align_y) << 16 | static_cast<uint64_t>(key.align_bias) << 24 |
       static_cast<uint64_t>(static_cast<uint8_t>(key.variant)) << 32);
@@ -270,6 +274,14 @@ Status LtGemm::CheckProblem(const GemmProblem& p) const {
     case GemmKind::kInt8WeightOnly:
       if (!IsFloatDType(p.out_dtype)) return bad("int8 weight-only GEMM needs f32, bf16 or f16 activations");
       break;
+    case GemmKind::kInt4WeightOnly:
+      if (p.out_dtype != DType::kBF16 && p.out_dtype != DType::kF16) {
+        return bad("int4 weight-only GEMM needs bf16 or f16 activations");
+      }
+      if (p.group_size <= 0 || p.group_size % 32 != 0 || p.k % p.group_size != 0 || ldx % 8 != 0) {
+        return bad("int4 weight-only GEMM needs a group size that is a multiple of 32 and divides K, and ldx % 8 == 0");
+      }
+      break;
     case GemmKind::kFp8:
       if (cc_major_ * 10 + cc_minor_ < 89) {
         return Unimplemented("fp8 GEMM needs compute capability 8.9 or newer (this device is sm_" +
@@ -306,6 +318,10 @@ size_t LtGemm::ScratchBytes(const GemmProblem& p) {
   switch (p.kind) {
     case GemmKind::kInt8WeightOnly:
       bytes = static_cast<size_t>(p.n) * static_cast<size_t>(p.k) * DTypeSize(p.out_dtype);
+      break;
+    case GemmKind::kInt4WeightOnly:
+      bytes = std::max(static_cast<size_t>(p.n) * static_cast<size_t>(p.k) * DTypeSize(p.out_dtype),
+                       gemm_kernels::Int4MmaScratchBytes(p.m, p.n, p.k));
       break;
     case GemmKind::kInt8:
       if (p.out_dtype != DType::kI32) bytes = static_cast<size_t>(p.m) * static_cast<size_t>(p.n) * 4;
@@ -353,7 +369,8 @@ Status LtGemm::BuildPlan(const GemmProblem& p, const GemmArgs& args, int first_v
   const bool int8 = p.kind == GemmKind::kInt8;
   const int64_t ldx = p.x_stride();
   const int64_t ldy = p.y_stride();
-  const DType a_dtype = p.kind == GemmKind::kInt8WeightOnly ? p.out_dtype : WDType(p);
+  const bool weight_only = p.kind == GemmKind::kInt8WeightOnly || p.kind == GemmKind::kInt4WeightOnly;
+  const DType a_dtype = weight_only ? p.out_dtype : WDType(p);
   const DType b_dtype = XDType(p);
   const cublasComputeType_t compute = int8                                          ? CUBLAS_COMPUTE_32I
                                       : (p.kind == GemmKind::kF32 && p.allow_tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32
@@ -411,7 +428,7 @@ Status LtGemm::BuildPlan(const GemmProblem& p, const GemmArgs& args, int first_v
     LayoutPtr d_owner(d);
 
     // Alignments the algorithm may assume: the scratch buffers are 256-byte aligned.
-    const uint8_t align_a = p.kind == GemmKind::kInt8WeightOnly ? 8 : AlignLog2(args.w);
+    const uint8_t align_a = weight_only ? 8 : AlignLog2(args.w);
     const uint8_t align_b = AlignLog2(args.x);
     const uint8_t align_d = v.acc_scratch ? 8 : AlignLog2(args.y);
 
@@ -445,7 +462,7 @@ Status LtGemm::BuildPlan(const GemmProblem& p, const GemmArgs& args, int first_v
     plan.d = std::move(d_owner);
     plan.variant_index = vi;
     plan.variant = v;
-    plan.dequant_w = p.kind == GemmKind::kInt8WeightOnly;
+    plan.dequant_w = weight_only;
     plan.int_scale = int8;
     plan.lt_scales = p.kind == GemmKind::kFp8 && !v.acc_scratch;
     plan.post_bias = p.has_bias && !v.lt_bias && !v.acc_scratch;
@@ -519,7 +536,12 @@ Status LtGemm::RunPlanned(Plan& plan, const GemmProblem& p, const GemmArgs& args
   *lt_status = CUBLAS_STATUS_SUCCESS;
   const void* a_ptr = args.w;
   void* d_ptr = args.y;
-  if (plan.dequant_w) {
+  if (plan.dequant_w && p.kind == GemmKind::kInt4WeightOnly) {
+    FERRY_RETURN_IF_ERROR(gemm_kernels::DequantizeInt4Rows(static_cast<const uint32_t*>(args.w), p.n, p.k,
+                                                           p.group_size, args.w_scale, args.w_zero, scratch_.get(),
+                                                           p.out_dtype, stream));
+    a_ptr = scratch_.get();
+  } else if (plan.dequant_w) {
     FERRY_RETURN_IF_ERROR(gemm_kernels::DequantizeInt8Rows(static_cast<const int8_t*>(args.w), p.n, p.k, args.w_scale,
                                                            scratch_.get(), p.out_dtype, stream));
     a_ptr = scratch_.get();
@@ -549,8 +571,11 @@ Status LtGemm::RunPlanned(Plan& plan, const GemmProblem& p, const GemmArgs& args
 }
 
 bool LtGemm::UseSmallM(const GemmProblem& p, const GemmArgs& args, const GemmChoice* choice) const {
-  if (p.kind != GemmKind::kInt8WeightOnly) return false;
-  if (!gemm_kernels::SmallMSupported(args.x, p.out_dtype, p.x_stride(), static_cast<const int8_t*>(args.w), p.k)) {
+  if (p.kind == GemmKind::kInt4WeightOnly) {
+    if (!gemm_kernels::Int4Supported(args.x, p.out_dtype, p.x_stride(), args.w, p.k, p.group_size)) return false;
+  } else if (p.kind != GemmKind::kInt8WeightOnly ||
+             !gemm_kernels::SmallMSupported(args.x, p.out_dtype, p.x_stride(), static_cast<const int8_t*>(args.w),
+                                            p.k)) {
     return false;
   }
   if (choice != nullptr) return choice->route == GemmChoice::Route::kSmallM;
@@ -559,9 +584,32 @@ bool LtGemm::UseSmallM(const GemmProblem& p, const GemmArgs& args, const GemmCho
 }
 
 Status LtGemm::RunSmallM(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream) {
+  if (p.kind == GemmKind::kInt4WeightOnly) {
+    return gemm_kernels::Int4SmallM(args.x, p.out_dtype, p.x_stride(), p.m, static_cast<const uint32_t*>(args.w),
+                                    args.w_scale, args.w_zero, p.n, p.k, p.group_size,
+                                    p.has_bias ? args.bias : nullptr, p.bias_dtype, p.activation, args.y,
+                                    p.y_stride(), stream);
+  }
   return gemm_kernels::Int8WeightOnlySmallM(args.x, p.out_dtype, p.x_stride(), p.m, static_cast<const int8_t*>(args.w),
                                             args.w_scale, p.n, p.k, p.has_bias ? args.bias : nullptr, p.bias_dtype,
                                             p.activation, args.y, p.y_stride(), stream);
+}
+
+bool LtGemm::UseInt4Mma(const GemmProblem& p, const GemmArgs& args, const GemmChoice* choice) const {
+  if (p.kind != GemmKind::kInt4WeightOnly ||
+      !gemm_kernels::Int4MmaSupported(args.x, p.out_dtype, p.x_stride(), args.w, p.k, p.group_size)) {
+    return false;
+  }
+  if (choice != nullptr) return choice->route == GemmChoice::Route::kInt4Mma;
+  return p.m <= kInt4MmaMaxMDefault;
+}
+
+Status LtGemm::RunInt4Mma(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream) {
+  FERRY_RETURN_IF_ERROR(EnsureScratch(gemm_kernels::Int4MmaScratchBytes(p.m, p.n, p.k), stream));
+  return gemm_kernels::Int4Mma(args.x, p.out_dtype, p.x_stride(), p.m, static_cast<const uint32_t*>(args.w),
+                               args.w_scale, args.w_zero, p.n, p.k, p.group_size, p.has_bias ? args.bias : nullptr,
+                               p.bias_dtype, p.activation, args.y, p.y_stride(), static_cast<float*>(scratch_.get()),
+                               stream);
 }
 
 Status LtGemm::RunLt(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream, const GemmChoice* choice,
@@ -585,10 +633,12 @@ Status LtGemm::RunLt(const GemmProblem& p, const GemmArgs& args, cudaStream_t st
   if (forced_algo != nullptr) {
     algo = *forced_algo;
     algo_ws = choice != nullptr ? choice->workspace_bytes : 0;
-  } else if (choice != nullptr && choice->route != GemmChoice::Route::kSmallM &&
-             choice->workspace_bytes > workspace_bytes_) {
+  } else if (choice != nullptr && (choice->route == GemmChoice::Route::kSmallM ||
+                                   choice->route == GemmChoice::Route::kInt4Mma)) {
+    ++choice_fallbacks_;  // a kernel choice this problem cannot take (alignment)
+  } else if (choice != nullptr && choice->workspace_bytes > workspace_bytes_) {
     ++choice_fallbacks_;  // tuned with a larger workspace than this LtGemm owns
-  } else if (choice != nullptr && choice->route != GemmChoice::Route::kSmallM) {
+  } else if (choice != nullptr) {
     if (!plan->choice_checked || plan->checked_algo != choice->algo) {
       cublasLtMatmulAlgo_t candidate;
       std::memcpy(candidate.data, choice->algo.data(), sizeof(candidate.data));
@@ -606,8 +656,6 @@ Status LtGemm::RunLt(const GemmProblem& p, const GemmArgs& args, cudaStream_t st
     } else {
       ++choice_fallbacks_;
     }
-  } else if (choice != nullptr) {
-    ++choice_fallbacks_;  // a small-M choice the kernel cannot take (alignment)
   }
 
   cublasStatus_t lt_status = CUBLAS_STATUS_SUCCESS;
@@ -639,6 +687,9 @@ Status CheckArgs(const GemmProblem& p, const GemmArgs& args) {
     return bad("GEMM needs x_scale and w_scale");
   }
   if (p.kind == GemmKind::kInt8WeightOnly && args.w_scale == nullptr) return bad("int8 weight-only GEMM needs w_scale");
+  if (p.kind == GemmKind::kInt4WeightOnly && (args.w_scale == nullptr || args.w_zero == nullptr)) {
+    return bad("int4 weight-only GEMM needs w_scale and w_zero");
+  }
   const size_t x_align = p.kind == GemmKind::kFp8 ? 16 : p.kind == GemmKind::kInt8 ? 4 : DTypeSize(XDType(p));
   const size_t w_align = p.kind == GemmKind::kFp8 ? 16 : p.kind == GemmKind::kInt8 ? 4 : DTypeSize(WDType(p));
   if (!AlignedTo(args.x, x_align) || !AlignedTo(args.w, w_align) || !AlignedTo(args.y, DTypeSize(p.out_dtype)) ||
@@ -655,13 +706,18 @@ Status LtGemm::Run(const GemmProblem& p, const GemmArgs& args, cudaStream_t stre
   FERRY_RETURN_IF_ERROR(CheckProblem(p));
   if (p.m == 0) return Status::Ok();
   FERRY_RETURN_IF_ERROR(CheckArgs(p, args));
-  if (choice != nullptr && choice->route == GemmChoice::Route::kSmallM && p.kind != GemmKind::kInt8WeightOnly) {
+  if (choice != nullptr && choice->route == GemmChoice::Route::kSmallM && p.kind != GemmKind::kInt8WeightOnly &&
+      p.kind != GemmKind::kInt4WeightOnly) {
     return InvalidArgument("small-M GEMM choice for a " + std::string(GemmKindName(p.kind)) + " problem");
+  }
+  if (choice != nullptr && choice->route == GemmChoice::Route::kInt4Mma && p.kind != GemmKind::kInt4WeightOnly) {
+    return InvalidArgument("int4 tensor-core GEMM choice for a " + std::string(GemmKindName(p.kind)) + " problem");
   }
   if (choice != nullptr && choice->route == GemmChoice::Route::kCublasLtAcc && AccVariantIndex(p) < 0) {
     return InvalidArgument("accumulator-route GEMM choice for a problem without one: " + ProblemString(p));
   }
   if (UseSmallM(p, args, choice)) return RunSmallM(p, args, stream);
+  if (UseInt4Mma(p, args, choice)) return RunInt4Mma(p, args, stream);
   return RunLt(p, args, stream, choice, nullptr);
 }
 
@@ -669,6 +725,7 @@ Result<std::string> LtGemm::DescribeRoute(const GemmProblem& p, const GemmArgs& 
   FERRY_RETURN_IF_ERROR(CheckProblem(p));
   FERRY_RETURN_IF_ERROR(CheckArgs(p, args));
   if (UseSmallM(p, args, nullptr)) return std::string("small_m_kernel");
+  if (UseInt4Mma(p, args, nullptr)) return std::string("int4_mma_kernel");
   FERRY_ASSIGN_OR_RETURN(Plan * plan, GetPlan(p, args));
   return plan->description;
 }
@@ -701,6 +758,20 @@ Result<GemmChoice> LtGemm::Tune(const GemmProblem& p, const GemmArgs& args, cuda
     GemmChoice c;
     c.route = GemmChoice::Route::kSmallM;
     candidates.push_back(c);
+  }
+  if (p.kind == GemmKind::kInt4WeightOnly &&
+      gemm_kernels::Int4Supported(args.x, p.out_dtype, p.x_stride(), args.w, p.k, p.group_size)) {
+    if (p.m <= 64) {
+      GemmChoice c;
+      c.route = GemmChoice::Route::kSmallM;
+      candidates.push_back(c);
+    }
+    if (p.m <= 512 && gemm_kernels::Int4MmaSupported(args.x, p.out_dtype, p.x_stride(), args.w, p.k, p.group_size)) {
+      FERRY_RETURN_IF_ERROR(EnsureScratch(gemm_kernels::Int4MmaScratchBytes(p.m, p.n, p.k), tune_stream));
+      GemmChoice c;
+      c.route = GemmChoice::Route::kInt4Mma;
+      candidates.push_back(c);
+    }
   }
   // The heuristic's algorithms for one plan, as candidates of `route`.
   const auto add_candidates = [&](const Plan& pl, GemmChoice::Route route) -> Status {
@@ -750,6 +821,7 @@ Result<GemmChoice> LtGemm::Tune(const GemmProblem& p, const GemmArgs& args, cuda
   FERRY_RETURN_IF_ERROR(events.Init());
   const auto run_candidate = [&](const GemmChoice& c) -> Status {
     if (c.route == GemmChoice::Route::kSmallM) return RunSmallM(p, args, tune_stream);
+    if (c.route == GemmChoice::Route::kInt4Mma) return RunInt4Mma(p, args, tune_stream);
     cublasLtMatmulAlgo_t algo;
     std::memcpy(algo.data, c.algo.data(), sizeof(algo.data));
     return RunLt(p, args, tune_stream, &c, &algo);

@@ -32,6 +32,14 @@
 //                          M=8 21 us either way, where the fused kernel's CUDA-core FMAs, not
 //                          bandwidth, bound it. Hence the default cut at M=8; Tune times both
 //                          routes for M <= 64 and keeps the faster.
+//   kInt4WeightOnly        4-bit weights in groups along K (kernels/int4_groups.h, packed as
+//                          PackInt4Rows: [N, K/8] words), f32 scales and u8 zero points per
+//                          [N, K/group]; activations bf16 or f16. Three routes: the small-M
+//                          kernel (the int8 one's shape, a quarter of bf16's weight bytes);
+//                          ferry's tensor-core kernel (int4_gemm.cu: 4-bit tiles expanded in
+//                          shared memory, WMMA, split-K when the grid would leave SMs idle) for
+//                          mid M; dequantization into scratch + cuBLASLt for large M. Defaults:
+//                          M <= 8, M <= kInt4MmaMaxMDefault, beyond; Tune times all three.
 //
 // Algorithm choice: Run takes cuBLASLt's first heuristic unless given a GemmChoice; Tune
 // times the top heuristics (and, for int8 weight-only, the fused small-M kernel) on the
@@ -66,6 +74,7 @@ enum class GemmKind : uint8_t {
   kFp8,             // e4m3 x e4m3 -> out_dtype (bf16, f16 or f32)
   kInt8,            // int8 x int8 -> out_dtype (bf16, f16, f32; kI32: the raw accumulator)
   kInt8WeightOnly,  // out_dtype (bf16, f16, f32) activations x int8 weights -> out_dtype
+  kInt4WeightOnly,  // out_dtype (bf16, f16) activations x 4-bit grouped weights -> out_dtype
 };
 std::string_view GemmKindName(GemmKind kind);
 
@@ -97,6 +106,8 @@ struct GemmProblem {
   // kInt8WeightOnly without a GemmChoice: row counts up to this run the fused small-M kernel;
   // 0: kInt8WeightOnlySmallMDefault; negative: never.
   int small_m_max = 0;
+  // kInt4WeightOnly: input columns per scale group (a multiple of 32 dividing K).
+  int64_t group_size = 0;
 
   int64_t x_stride() const { return ldx ? ldx : k; }
   int64_t y_stride() const { return ldy ? ldy : n; }
@@ -110,7 +121,9 @@ struct GemmArgs {
   void* y = nullptr;               // [M, ldy] in out_dtype
   const void* bias = nullptr;      // [N] in bias_dtype, when has_bias
   const float* x_scale = nullptr;  // kFp8: [1] or [M]; kInt8: [M]
-  const float* w_scale = nullptr;  // kFp8: [1] or [N]; kInt8, kInt8WeightOnly: [N]
+  const float* w_scale = nullptr;  // kFp8: [1] or [N]; kInt8, kInt8WeightOnly: [N];
+                                   // kInt4WeightOnly: [N, K / group_size]
+  const uint8_t* w_zero = nullptr;  // kInt4WeightOnly: [N, K / group_size]
 };
 
 // One algorithm for one problem, as Tune found it: storable in an engine file.
@@ -121,13 +134,15 @@ struct GemmChoice {
     kCublasLtAcc = 2,  // kFp8 per-row/col only: `algo` on the f32-accumulator route (unit
                        // scales into scratch, then ScaleEpilogue), whose kernels (split-K,
                        // small tiles) can beat the outer-vector ones for small M
+    kInt4Mma = 3,      // kInt4WeightOnly only: ferry's tensor-core kernel
   };
   Route route = Route::kCublasLt;
   std::array<uint64_t, 8> algo{};  // cublasLtMatmulAlgo_t::data, valid for this cuBLASLt version
   uint64_t workspace_bytes = 0;
   float measured_us = 0.0f;  // Tune's median time (informational)
 
-  // "lt:<8 x 16 hex digits>:<workspace bytes>", the same with "lt_acc:", or "small_m".
+  // "lt:<8 x 16 hex digits>:<workspace bytes>", the same with "lt_acc:", "small_m" or
+  // "int4_mma".
   // measured_us is not stored.
   std::string ToString() const;
   static Result<GemmChoice> FromString(std::string_view text);
@@ -142,6 +157,9 @@ int GemmMBucket(int64_t m);
 int64_t GemmBucketTuneM(int bucket);
 
 inline constexpr int kInt8WeightOnlySmallMDefault = 8;
+// kInt4WeightOnly without a choice: the tensor-core kernel up to this M (past the small-M
+// kernel's), dequantization + cuBLASLt beyond.
+inline constexpr int kInt4MmaMaxMDefault = 64;
 
 struct LtGemmOptions {
   size_t workspace_bytes = size_t{32} << 20;
@@ -222,6 +240,8 @@ class LtGemm {
   Status EnsureScratch(size_t bytes, cudaStream_t stream);
   bool UseSmallM(const GemmProblem& p, const GemmArgs& args, const GemmChoice* choice) const;
   Status RunSmallM(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream);
+  bool UseInt4Mma(const GemmProblem& p, const GemmArgs& args, const GemmChoice* choice) const;
+  Status RunInt4Mma(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream);
   Status RunLt(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream, const GemmChoice* choice,
                const cublasLtMatmulAlgo_t* forced_algo);
   // lt_status: cublasLtMatmul's own status (success when it was not reached).
@@ -274,6 +294,26 @@ bool SmallMSupported(const void* x, DType x_dtype, int64_t ldx, const int8_t* w,
 Status Int8WeightOnlySmallM(const void* x, DType x_dtype, int64_t ldx, int64_t m, const int8_t* w,
                             const float* scale, int64_t n, int64_t k, const void* bias, DType bias_dtype,
                             GemmActivation act, void* y, int64_t ldy, cudaStream_t stream);
+
+// int4 weight-only (kernels/cuda/int4_gemm.cu). w: [n, k / 8] words (PackInt4Rows), scale
+// f32 and zero u8 [n, k / group]; x and y bf16 or f16 with row strides ldx, ldy;
+// y = act(x . ((q - zero) * scale)^T + bias). Int4Supported: k and group multiples of 32,
+// group divides k, 16-byte aligned x rows and w.
+bool Int4Supported(const void* x, DType x_dtype, int64_t ldx, const void* w, int64_t k, int64_t group);
+// out[n, k] = (q - zero) * scale in out_dtype (bf16 or f16), dense.
+Status DequantizeInt4Rows(const uint32_t* w, int64_t n, int64_t k, int64_t group, const float* scale,
+                          const uint8_t* zero, void* out, DType out_dtype, cudaStream_t stream);
+// CUDA cores, for M up to 8 per launch (larger M loops).
+Status Int4SmallM(const void* x, DType x_dtype, int64_t ldx, int64_t m, const uint32_t* w, const float* scale,
+                  const uint8_t* zero, int64_t n, int64_t k, int64_t group, const void* bias, DType bias_dtype,
+                  GemmActivation act, void* y, int64_t ldy, cudaStream_t stream);
+// Tensor cores; Int4MmaSupported adds K % 128 == 0 to Int4Supported. Split-K partial sums
+// go to `partials` (Int4MmaScratchBytes of them, f32).
+bool Int4MmaSupported(const void* x, DType x_dtype, int64_t ldx, const void* w, int64_t k, int64_t group);
+size_t Int4MmaScratchBytes(int64_t m, int64_t n, int64_t k);
+Status Int4Mma(const void* x, DType x_dtype, int64_t ldx, int64_t m, const uint32_t* w, const float* scale,
+               const uint8_t* zero, int64_t n, int64_t k, int64_t group, const void* bias, DType bias_dtype,
+               GemmActivation act, void* y, int64_t ldy, float* partials, cudaStream_t stream);
 
 }  // namespace gemm_kernels
 

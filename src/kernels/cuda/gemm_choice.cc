@@ -16,12 +16,14 @@ std::string_view GemmKindName(GemmKind kind) {
     case GemmKind::kFp8: return "fp8";
     case GemmKind::kInt8: return "int8";
     case GemmKind::kInt8WeightOnly: return "int8_weight_only";
+    case GemmKind::kInt4WeightOnly: return "int4_weight_only";
   }
   return "?";
 }
 
 std::string GemmChoice::ToString() const {
   if (route == Route::kSmallM) return "small_m";
+  if (route == Route::kInt4Mma) return "int4_mma";
   static const char kHex[] = "0123456789abcdef";
   std::string s = route == Route::kCublasLtAcc ? "lt_acc:" : "lt:";
   for (uint64_t word : algo) {
@@ -35,6 +37,10 @@ Result<GemmChoice> GemmChoice::FromString(std::string_view text) {
   GemmChoice c;
   if (text == "small_m") {
     c.route = Route::kSmallM;
+    return c;
+  }
+  if (text == "int4_mma") {
+    c.route = Route::kInt4Mma;
     return c;
   }
   const auto bad = [&] { return InvalidArgument("malformed GEMM choice '" + std::string(text) + "'"); };
