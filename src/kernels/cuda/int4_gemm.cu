@@ -4,9 +4,9 @@
 //
 // Three routes (LtGemm picks one, or the engine's tuned choice does):
 //   small M  CUDA cores. Decode is bound by reading the weight, and a 4-bit weight is a
-//            quarter of a bf16 one: each block owns four output rows, each thread takes
-//            32-value (16-byte) chunks of them, expands them in registers, and uses them for
-//            every activation row, which stay in L1/L2.
+//            quarter of a bf16 one: a warp owns four output rows, its lanes take 32-value
+//            (16-byte) chunks of them, expand them in registers, and use them for every
+//            activation row, which stay in L1/L2.
 //   mma      Tensor cores (WMMA, bf16/f16 in, f32 accumulate) for mid M: a block expands a
 //            64 x 128 weight tile into shared memory once and multiplies it with a BM x 128
 //            activation tile; the next tile's global loads are issued before this tile's
@@ -65,8 +65,15 @@ __global__ void DequantizeInt4Kernel(const uint32_t* __restrict__ w, int64_t n, 
 // ---------------------------------------------------------------------------------------
 // Small M.
 
-constexpr int kSmallCols = 4;
-constexpr int kSmallThreads = 128;
+// A warp owns kWarpRows output rows: its lanes take 16-byte chunks (32 values) of them in
+// turn, with kSmallUnroll chunks of every row loaded before any is used (kWarpRows x
+// kSmallUnroll 16-byte loads in flight per lane), expand them in registers and use each
+// activation value, loaded once, for all the warp's rows. Partial sums meet in a warp
+// shuffle: no shared memory, no block-wide barrier.
+constexpr int kSmallWarps = 4;
+constexpr int kWarpRows = 4;
+constexpr int kSmallThreads = 32 * kSmallWarps;
+constexpr int kSmallUnroll = 2;
 constexpr int kSmallRowsPerLaunch = 8;
 
 template <typename T, int kRows>
@@ -74,77 +81,100 @@ __global__ void __launch_bounds__(kSmallThreads)
     Int4SmallMKernel(const T* __restrict__ x, int64_t ldx, const uint32_t* __restrict__ w,
                      const float* __restrict__ scale, const uint8_t* __restrict__ zero, int64_t n, int64_t k,
                      int64_t group, BiasRef<T> bias, GemmActivation act, T* __restrict__ y, int64_t ldy) {
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kSmallCols;
+  const int lane = threadIdx.x & 31;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kSmallWarps + (threadIdx.x >> 5)) * kWarpRows;
+  if (row0 >= n) return;
   const int64_t chunks = k / 32;
   const int64_t groups = k / group;
-  float acc[kSmallCols][kRows];
+  const uint4* w_rows[kWarpRows];
+  const float* s_rows[kWarpRows];
+  const uint8_t* z_rows[kWarpRows];
 #pragma unroll
-  for (int j = 0; j < kSmallCols; ++j) {
+  for (int j = 0; j < kWarpRows; ++j) {
+    const int64_t row = row0 + j < n ? row0 + j : n - 1;  // past the end: computed, not stored
+    w_rows[j] = reinterpret_cast<const uint4*>(w + row * (k / 8));
+    s_rows[j] = scale + row * groups;
+    z_rows[j] = zero + row * groups;
+  }
+  float acc[kWarpRows][kRows];
+#pragma unroll
+  for (int j = 0; j < kWarpRows; ++j) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[j][r] = 0.0f;
   }
-  int64_t rows[kSmallCols];
+  for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kSmallUnroll) {
+    uint4 wv[kSmallUnroll][kWarpRows];
+    float s[kSmallUnroll][kWarpRows], zm[kSmallUnroll][kWarpRows];
 #pragma unroll
-  for (int j = 0; j < kSmallCols; ++j) rows[j] = n0 + j < n ? n0 + j : n - 1;  // past the end: computed, not stored
-  for (int64_t c = threadIdx.x; c < chunks; c += kSmallThreads) {
-    uint4 wv[kSmallCols];
-    float s[kSmallCols], zm[kSmallCols];
+    for (int u = 0; u < kSmallUnroll; ++u) {
+      const int64_t c = c0 + 32 * u;
+      const int64_t g = (c * 32) / group;
 #pragma unroll
-    for (int j = 0; j < kSmallCols; ++j) {
-      wv[j] = __ldg(reinterpret_cast<const uint4*>(w + rows[j] * (k / 8)) + c);
-      const int64_t g = rows[j] * groups + (c * 32) / group;
-      s[j] = __ldg(scale + g);
-      zm[j] = kMagic + static_cast<float>(__ldg(zero + g));
+      for (int j = 0; j < kWarpRows; ++j) {
+        if (c < chunks) {
+          wv[u][j] = __ldg(w_rows[j] + c);
+          s[u][j] = __ldg(s_rows[j] + g);
+          zm[u][j] = kMagic + static_cast<float>(__ldg(z_rows[j] + g));
+        } else {
+          wv[u][j] = make_uint4(0, 0, 0, 0);
+          s[u][j] = 0.0f;
+          zm[u][j] = kMagic;
+        }
+      }
     }
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float wf[kSmallCols][16];
+    for (int u = 0; u < kSmallUnroll; ++u) {
+      const int64_t c = c0 + 32 * u;
+      if (c >= chunks) break;
+      // A chunk lies in one group: sum x * (q - zero) over it exactly as floats, then scale once.
+      float part[kWarpRows][kRows];
 #pragma unroll
-      for (int j = 0; j < kSmallCols; ++j) {
-        const uint32_t lo = half == 0 ? wv[j].x : wv[j].z;
-        const uint32_t hi = half == 0 ? wv[j].y : wv[j].w;
+      for (int j = 0; j < kWarpRows; ++j) {
 #pragma unroll
-        for (int b = 0; b < 8; ++b) {
-          wf[j][b] = Nibble(lo, b, zm[j]) * s[j];
-          wf[j][8 + b] = Nibble(hi, b, zm[j]) * s[j];
+        for (int r = 0; r < kRows; ++r) part[j][r] = 0.0f;
+      }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float wf[kWarpRows][16];
+#pragma unroll
+        for (int j = 0; j < kWarpRows; ++j) {
+          const uint32_t lo = half == 0 ? wv[u][j].x : wv[u][j].z;
+          const uint32_t hi = half == 0 ? wv[u][j].y : wv[u][j].w;
+#pragma unroll
+          for (int b = 0; b < 8; ++b) {
+            wf[j][b] = Nibble(lo, b, zm[u][j]);
+            wf[j][8 + b] = Nibble(hi, b, zm[u][j]);
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          float xv[16];
+          Load16(x + r * ldx + c * 32 + half * 16, xv);
+#pragma unroll
+          for (int j = 0; j < kWarpRows; ++j) {
+#pragma unroll
+            for (int e = 0; e < 16; ++e) part[j][r] = fmaf(xv[e], wf[j][e], part[j][r]);
+          }
         }
       }
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        float xv[16];
-        Load16(x + r * ldx + c * 32 + half * 16, xv);
+      for (int j = 0; j < kWarpRows; ++j) {
 #pragma unroll
-        for (int j = 0; j < kSmallCols; ++j) {
-#pragma unroll
-          for (int e = 0; e < 16; ++e) acc[j][r] = fmaf(xv[e], wf[j][e], acc[j][r]);
-        }
+        for (int r = 0; r < kRows; ++r) acc[j][r] = fmaf(s[u][j], part[j][r], acc[j][r]);
       }
     }
   }
-
-  __shared__ float partial[kSmallThreads / 32][kSmallCols * kRows];
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
 #pragma unroll
-  for (int j = 0; j < kSmallCols; ++j) {
+  for (int j = 0; j < kWarpRows; ++j) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       float v = acc[j][r];
 #pragma unroll
       for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-      if (lane == 0) partial[warp][j * kRows + r] = v;
+      if (lane == j * kRows + r && row0 + j < n) {
+        y[r * ldy + row0 + j] = FromF32<T>(Activate(v + bias.At(row0 + j), act));
+      }
     }
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < kSmallCols * kRows; i += kSmallThreads) {
-    const int j = i / kRows;
-    const int r = i % kRows;
-    const int64_t col = n0 + j;
-    if (col >= n) continue;
-    float sum = 0.0f;
-#pragma unroll
-    for (int wp = 0; wp < kSmallThreads / 32; ++wp) sum += partial[wp][i];
-    y[r * ldy + col] = FromF32<T>(Activate(sum + bias.At(col), act));
   }
 }
 
@@ -153,7 +183,7 @@ Status LaunchSmallM(const void* x, int64_t ldx, int64_t m, const uint32_t* w, co
                     int64_t n, int64_t k, int64_t group, const void* bias, DType bias_dtype, GemmActivation act,
                     void* y, int64_t ldy, cudaStream_t stream) {
   const BiasRef<T> b = MakeBias<T>(bias, bias_dtype);
-  const int64_t blocks = (n + kSmallCols - 1) / kSmallCols;
+  const int64_t blocks = (n + kSmallWarps * kWarpRows - 1) / (kSmallWarps * kWarpRows);
   if (blocks > 0x7fffffff) return InvalidArgument("int4 weight-only GEMM: N too large");
   for (int64_t m0 = 0; m0 < m; m0 += kSmallRowsPerLaunch) {
     const int rows = static_cast<int>(std::min<int64_t>(kSmallRowsPerLaunch, m - m0));
@@ -190,23 +220,27 @@ constexpr int kMmaBK = 128;         // K per tile
 constexpr int kMmaThreads = 128;    // four warps, each owning 16 of the block's columns
 constexpr int kMmaLd = kMmaBK + 8;  // shared row stride in elements: 16-byte aligned rows, banks spread
 constexpr int kMmaCLd = kMmaBN + 4;
-// Split K until the grid has about this many blocks (two waves on a 132-SM H200).
-constexpr int64_t kMmaTargetBlocks = 264;
-constexpr int64_t kMmaMinTilesPerSplit = 4;
+// Split K until the grid has about this many blocks (eight per SM on a 132-SM H200): each
+// block keeps only a tile or two of loads in flight, so the weight streams at the memory's
+// rate only with many blocks. The f32 partials cost traffic, so splits stop where they would
+// exceed a quarter of the weight's bytes (splits * M * N * 4 <= N * K / 8), and every split
+// keeps at least two tiles.
+constexpr int64_t kMmaTargetBlocks = 1024;
+constexpr int64_t kMmaMinTilesPerSplit = 2;
 
 int MmaBlockM(int64_t m) { return m <= 16 ? 16 : m <= 32 ? 32 : 64; }
 
 int64_t MmaSplits(int64_t m, int64_t n, int64_t k) {
   const int64_t tiles = ((n + kMmaBN - 1) / kMmaBN) * ((m + MmaBlockM(m) - 1) / MmaBlockM(m));
   const int64_t k_tiles = k / kMmaBK;
-  const int64_t max_splits = std::max<int64_t>(1, k_tiles / kMmaMinTilesPerSplit);
+  const int64_t max_splits =
+      std::max<int64_t>(1, std::min(k_tiles / kMmaMinTilesPerSplit, k / (32 * std::max<int64_t>(m, 1))));
   int64_t splits = std::clamp<int64_t>((kMmaTargetBlocks + tiles - 1) / tiles, 1, max_splits);
   // Every split gets whole tiles; drop the splits the rounding leaves empty.
   const int64_t per = (k_tiles + splits - 1) / splits;
   return (k_tiles + per - 1) / per;
 }
 
-// Shared memory: the activation and weight tiles, then (reusing them) the f32 output tile.
 template <typename T, int BM>
 constexpr size_t MmaSharedBytes() {
   const size_t tiles = static_cast<size_t>(BM + kMmaBN) * kMmaLd * sizeof(T);
