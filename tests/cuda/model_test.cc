@@ -217,5 +217,25 @@ TEST(CudaDemoModelTest, KjvDecoderOnTheGpuAgreesWithTheCpu) {
   EXPECT_LE(MaxDiff(a.data(), b.data(), a.size()), 3e-2 * MaxAbs(a));
 }
 
+// A GGUF file (written by llama.cpp's own gguf package: F16, Q8_0, BF16 and F32 tensors,
+// interleaved q/k rows, rope_freqs) on the GPU, with f32 activations, against the CPU.
+TEST(CudaGgufTest, GgufFileOnTheGpuAgreesWithTheCpu) {
+  FERRY_SKIP_WITHOUT_GPU();
+  const std::string path = testing::SourcePath("tests/fixtures/gguf/tiny-llama.gguf");
+  auto cpu = engine::Engine::Load(path);
+  auto gpu = engine::Engine::Load(path, Cuda(DType::kF32));
+  ASSERT_TRUE(cpu.ok() && gpu.ok()) << (cpu.ok() ? gpu.status().ToString() : cpu.status().ToString());
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 12; ++i) ids.push_back((i * 29 + 3) % (*cpu)->config().vocab_size);
+  auto rc = testing::DecoderHarness::Create(*cpu, 1, 64);
+  auto rg = testing::DecoderHarness::Create(*gpu, 1, 64, /*graphs=*/true);
+  ASSERT_TRUE(rc != nullptr && rg != nullptr);
+  auto lc = rc->Step({{1, ids, 0, false}});
+  auto lg = rg->Step({{1, ids, 0, false}});
+  ASSERT_TRUE(lc.ok() && lg.ok()) << lg.status().ToString();
+  const std::vector<float> a = ToFloats(*lc), b = ToFloats(*lg);
+  EXPECT_LE(MaxDiff(a.data(), b.data(), a.size()), 1e-4 * MaxAbs(a));
+}
+
 }  // namespace
 }  // namespace ferry
