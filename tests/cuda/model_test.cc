@@ -218,11 +218,12 @@ TEST(CudaDemoModelTest, KjvDecoderOnTheGpuAgreesWithTheCpu) {
 }
 
 // A GGUF file (written by llama.cpp's own gguf package: F16, Q8_0, BF16 and F32 tensors,
-// interleaved q/k rows, rope_freqs) on the GPU, with f32 activations, against the CPU.
+// interleaved q/k rows, rope_freqs; heads of 16) on the GPU, with f32 activations, against
+// its safetensors twin on the CPU.
 TEST(CudaGgufTest, GgufFileOnTheGpuAgreesWithTheCpu) {
   FERRY_SKIP_WITHOUT_GPU();
-  const std::string path = testing::SourcePath("tests/fixtures/gguf/tiny-llama.gguf");
-  auto cpu = engine::Engine::Load(path);
+  const std::string path = testing::SourcePath("tests/fixtures/gguf/tiny-llama-hd16.gguf");
+  auto cpu = engine::Engine::Load(testing::SourcePath("tests/fixtures/gguf/tiny-llama-hd16"));
   auto gpu = engine::Engine::Load(path, Cuda(DType::kF32));
   ASSERT_TRUE(cpu.ok() && gpu.ok()) << (cpu.ok() ? gpu.status().ToString() : cpu.status().ToString());
   std::vector<int32_t> ids;
