@@ -8,7 +8,8 @@
 //            (16-byte) chunks of them, expand them in registers, and use them for every
 //            activation row, which stay in L1/L2.
 //   mma      Tensor cores (WMMA, bf16/f16 in, f32 accumulate) for mid M: a block expands a
-//            64 x 128 weight tile into shared memory once and multiplies it with a BM x 128
+//            64 x 128 weight tile into shared memory once (in 16-bit pairs, the scale rounded
+//            to the activation type) and multiplies it with a BM x 128
 //            activation tile; the next tile's global loads are issued before this tile's
 //            MMAs. When the output tiles alone would leave multiprocessors idle (decode-sized
 //            M), K is split across blocks and a second pass sums the f32 partials.
@@ -34,6 +35,46 @@ __device__ __forceinline__ float Nibble(uint32_t word, int i, float zero_plus_ma
   return __uint_as_float(0x4B000000u | ((word >> (4 * i)) & 0xfu)) - zero_plus_magic;
 }
 constexpr float kMagic = 8388608.0f;  // 2^23
+
+// Eight values of one word expanded to a 16-bit type in pairs, about two instructions a
+// value: (q | magic) read as bf16 is 128 + q (f16: 1024 + q), exact; subtracting magic + zero
+// leaves q - zero exactly; one multiply by the scale (rounded to the type) rounds once.
+// Nibbles 0 and 4 land in one pair, 1 and 5 in the next...; byte permutes put them back in
+// K order. Returns the eight values, K order, as 16 bytes.
+template <typename T>
+struct Pair;
+template <>
+struct Pair<__nv_bfloat16> {
+  using T2 = __nv_bfloat162;
+  static constexpr uint32_t kMagicBits = 0x43004300u;  // 128, 128
+  static constexpr float kMagicValue = 128.0f;
+  static __device__ __forceinline__ T2 Make(float v) { return __float2bfloat162_rn(v); }
+};
+template <>
+struct Pair<__half> {
+  using T2 = __half2;
+  static constexpr uint32_t kMagicBits = 0x64006400u;  // 1024, 1024
+  static constexpr float kMagicValue = 1024.0f;
+  static __device__ __forceinline__ T2 Make(float v) { return __float2half2_rn(v); }
+};
+
+template <typename T>
+__device__ __forceinline__ uint4 Expand8(uint32_t word, typename Pair<T>::T2 magic_zero,
+                                         typename Pair<T>::T2 scale) {
+  using T2 = typename Pair<T>::T2;
+  uint32_t pairs[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    uint32_t bits = ((word >> (4 * i)) & 0x000f000fu) | Pair<T>::kMagicBits;  // nibbles i and i + 4
+    T2 v;
+    memcpy(&v, &bits, sizeof(v));
+    v = __hmul2(__hsub2(v, magic_zero), scale);
+    memcpy(&pairs[i], &v, sizeof(v));
+  }
+  // pairs[i] = (value i, value i + 4): gather the low halves of 0,1 and 2,3, then the high ones.
+  return make_uint4(__byte_perm(pairs[0], pairs[1], 0x5410), __byte_perm(pairs[2], pairs[3], 0x5410),
+                    __byte_perm(pairs[0], pairs[1], 0x7632), __byte_perm(pairs[2], pairs[3], 0x7632));
+}
 
 // ---------------------------------------------------------------------------------------
 // Dequantization: one word (eight values) per thread.
@@ -273,9 +314,10 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int64_t w_global_row = n0 + w_row;
   const bool w_valid = w_global_row < n;
 
+  using T2 = typename Pair<T>::T2;
   uint4 a_regs[kAChunks];
   uint4 w_regs[2];
-  float w_scale[2], w_zm[2];
+  float w_scale[2], w_zm[2];  // the scale, and magic + zero, as floats
   const auto load_tile = [&](int64_t k0) {
 #pragma unroll
     for (int i = 0; i < kAChunks; ++i) {
@@ -291,11 +333,11 @@ __global__ void __launch_bounds__(kMmaThreads)
         w_regs[h] = __ldg(reinterpret_cast<const uint4*>(w + w_global_row * words_per_row + kk / 8));
         const int64_t g = w_global_row * groups + kk / group;
         w_scale[h] = __ldg(scale + g);
-        w_zm[h] = kMagic + static_cast<float>(__ldg(zero + g));
+        w_zm[h] = Pair<T>::kMagicValue + static_cast<float>(__ldg(zero + g));
       } else {
         w_regs[h] = make_uint4(0, 0, 0, 0);
         w_scale[h] = 0.0f;
-        w_zm[h] = kMagic;
+        w_zm[h] = Pair<T>::kMagicValue;
       }
     }
   };
@@ -310,14 +352,12 @@ __global__ void __launch_bounds__(kMmaThreads)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint32_t words[4] = {w_regs[h].x, w_regs[h].y, w_regs[h].z, w_regs[h].w};
+      const T2 magic_zero = Pair<T>::Make(w_zm[h]);
+      const T2 s2 = Pair<T>::Make(w_scale[h]);
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        T v[8];
-#pragma unroll
-        for (int b = 0; b < 8; ++b) v[b] = FromF32<T>(Nibble(words[q], b, w_zm[h]) * w_scale[h]);
-        uint4 bits;
-        memcpy(&bits, v, sizeof(bits));
-        *reinterpret_cast<uint4*>(&sb[w_row * kMmaLd + w_half * 64 + h * 32 + q * 8]) = bits;
+        *reinterpret_cast<uint4*>(&sb[w_row * kMmaLd + w_half * 64 + h * 32 + q * 8]) =
+            Expand8<T>(words[q], magic_zero, s2);
       }
     }
   };
