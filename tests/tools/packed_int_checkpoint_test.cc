@@ -422,16 +422,9 @@ TEST_F(PackedIntCheckpointTest, Int4EngineFromFloatsStaysNearTheFloatModel) {
   const std::string path = (dir_ / "int4.ferry").string();
   auto built = engine::BuildEngine((dir_ / "src").string(), path, bo);
   ASSERT_TRUE(built.ok()) << built.status().ToString();
-  const std::vector<float> want = LastLogits((dir_ / "src").string());
-  const std::vector<float> got = LastLogits(path);
-  ASSERT_EQ(got.size(), want.size());
-  double scale = 0, err = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
-    err = std::max(err, static_cast<double>(std::fabs(got[i] - want[i])));
-  }
-  EXPECT_GT(err, 1e-4 * scale);  // quantized
-  EXPECT_LT(err, 0.25 * scale);  // but still the same model
+  const double err = RelativeMaxError(LastLogits(path), LastLogits((dir_ / "src").string()));
+  EXPECT_GT(err, 1e-4);  // quantized
+  EXPECT_LT(err, 0.25);  // but still the same model
 }
 
 // On a GPU a 4-bit checkpoint loads onto the int4 kernels (no `ferry build`), and agrees with
@@ -461,14 +454,7 @@ TEST_F(PackedIntCheckpointTest, GptqOnTheGpuRunsTheInt4KernelsAndMatchesTheCpu) 
   auto out = h->Step({{1, ids, 0, false}});
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   const std::vector<float> got(out->data<float>(), out->data<float>() + out->numel());
-  const std::vector<float> want = LastLogits((dir_ / "ref").string());
-  ASSERT_EQ(got.size(), want.size());
-  double scale = 0, err = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
-    err = std::max(err, static_cast<double>(std::fabs(got[i] - want[i])));
-  }
-  EXPECT_LE(err, 3e-2 * scale);
+  EXPECT_LE(RelativeMaxError(got, LastLogits((dir_ / "ref").string())), 3e-2);
 }
 
 }  // namespace
