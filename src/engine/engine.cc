@@ -124,11 +124,21 @@ Result<std::shared_ptr<Engine>> Engine::Load(const std::string& spec, const Engi
   FERRY_ASSIGN_OR_RETURN(e->backend_, MakeBackend(options));
   if (progress) progress->Phase("weights", weight_bytes);
   auto t0 = SteadyClock::now();
-  // A 4-bit GPTQ / AWQ checkpoint runs on its own grid on a GPU (the int4 weight-only
-  // kernels); elsewhere, and for 8-bit ones, its dequantized weights run as they are.
+  // A pre-quantized checkpoint keeps its precision on a GPU that has the kernels: 4-bit GPTQ /
+  // AWQ on their own grid (int4 weight-only), float8 as e4m3 weights with per-channel scales
+  // (fp8 GEMMs, compute capability 8.9+). The layers it holds unquantized keep their floats.
+  // Elsewhere, and for 8-bit GPTQ, the dequantized weights run as they are.
   model::LoadOptions load_options;
-  if (e->config_.quantization.packed_int() && e->config_.quantization.bits == 4 && options.device.is_cuda()) {
+  const io::QuantizationConfig& quant = e->config_.quantization;
+  if (options.device.is_cuda() && quant.packed_int() && quant.bits == 4) {
     load_options.linear_format = backend::WeightFormat::kInt4;
+    load_options.keep_unquantized_layers = true;
+  } else if (options.device.is_cuda() && !quant.method.empty() && !quant.packed_int()) {
+    const Result<backend::CudaDeviceInfo> gpu = backend::QueryCudaDevice(options.device.index);
+    if (gpu.ok() && gpu->cc_major * 10 + gpu->cc_minor >= 89) {
+      load_options.linear_format = backend::WeightFormat::kFp8;
+      load_options.keep_unquantized_layers = true;
+    }
   }
   if (e->config_.family == io::ModelFamily::kDecoder) {
     auto m = model::DecoderModel::Load(e->config_, src, *e->backend_, load_options);

@@ -89,6 +89,7 @@ WeightSource DequantizingSource(WeightSource inner, const io::QuantizationConfig
       if (const std::optional<std::string> prefix = packed(name)) return DequantizePackedLinear(inner, *prefix, q, dtype);
       return inner.get(name);
     };
+    out.quantized = [packed](const std::string& name) { return packed(name).has_value(); };
     out.int4 = [inner, packed, q](const std::string& name) -> Result<std::optional<kernels::Int4Groups>> {
       if (const std::optional<std::string> prefix = packed(name)) return PackedLinearInt4Groups(inner, *prefix, q);
       return NotFound("'" + name + "' is not quantized in this checkpoint");
@@ -96,6 +97,10 @@ WeightSource DequantizingSource(WeightSource inner, const io::QuantizationConfig
     return out;
   }
   out.has = inner.has;
+  out.quantized = [inner](const std::string& name) {
+    const Result<Tensor> t = inner.get(name);  // a view: the bytes are not read
+    return t.ok() && t->dtype() == DType::kF8E4M3;
+  };
   out.get = [inner, q, dtype](const std::string& name) -> Result<Tensor> {
     FERRY_ASSIGN_OR_RETURN(Tensor t, inner.get(name));
     if (t.dtype() != DType::kF8E4M3) return t;
@@ -193,7 +198,12 @@ Result<backend::LinearWeight> LoadLinear(const WeightSource& src, backend::Backe
   backend::LinearWeight w;
   std::vector<Tensor> parts;
   w.format = options.linear_format;
-  if (options.linear_format == backend::WeightFormat::kInt4 && src.int4) {
+  if (options.keep_unquantized_layers && src.quantized) {
+    for (const std::string& name : weight_names) {
+      if (!src.quantized(name)) w.format = backend::WeightFormat::kNative;
+    }
+  }
+  if (w.format == backend::WeightFormat::kInt4 && src.int4) {
     std::vector<kernels::Int4Groups> blocks;
     for (size_t i = 0; i < weight_names.size(); ++i) {
       Result<std::optional<kernels::Int4Groups>> found = src.int4(weight_names[i]);

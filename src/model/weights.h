@@ -29,6 +29,9 @@ struct WeightSource {
   TensorLookup get;
   TensorExists has;
   Int4Lookup int4 = nullptr;  // may be empty: no weight has groups
+  // A pre-quantized checkpoint: whether it holds the named weight quantized (e4m3, packed
+  // integers). Empty: nothing is.
+  TensorExists quantized = nullptr;
 };
 
 // How a checkpoint's weights are turned into the kernels' form at load (the engine
@@ -39,6 +42,9 @@ struct LoadOptions {
   std::optional<DType> table_dtype;
   // SmoothQuant factors per linear key (kInt8W8A8); missing keys mean no smoothing.
   const std::map<std::string, Tensor>* smooth = nullptr;
+  // A pre-quantized checkpoint loaded in its own precision: layers it holds unquantized
+  // (WeightSource::quantized says no; lm_head, typically) keep their floats (kNative).
+  bool keep_unquantized_layers = false;
 };
 
 // A float8 checkpoint's weights as plain tensors (io::QuantizationConfig): an e4m3 tensor

@@ -13,6 +13,7 @@
 
 #include "decoder_test_util.h"
 #include "engine/engine.h"
+#include "backend/cuda_backend.h"
 #include "engine/engine_builder.h"
 #include "io/safetensors.h"
 #include "test_util.h"
@@ -108,6 +109,26 @@ TEST_F(Fp8CheckpointTest, CompressedTensorsPerChannelMatchesItsDequantizedWeight
         "input_activations": {"type": "float", "num_bits": 8, "strategy": "token", "dynamic": true}}},
       "ignore": ["lm_head"]})"));
   ExpectSameLogits(LastLogits((dir_ / "fp8").string()), LastLogits((dir_ / "ref").string()));
+}
+
+// On a GPU with fp8 GEMMs (sm_89+) a float8 checkpoint loads as e4m3 weights with
+// per-channel scales (no `ferry build`); the layer it left in floats (lm_head) stays so.
+// Per-channel scales come back exactly; the fp8 activations cost some accuracy.
+TEST_F(Fp8CheckpointTest, OnTheGpuItRunsTheFp8Gemms) {
+  auto gpu = backend::QueryCudaDevice(0);
+  if (!gpu.ok()) GTEST_SKIP() << "no CUDA device present";
+  if (gpu->cc_major * 10 + gpu->cc_minor < 89) GTEST_SKIP() << "no fp8 GEMMs on " << gpu->arch();
+  WriteFp8(ScaleLayout::kPerRow, json::parse(R"({"quant_method": "compressed-tensors", "format": "float-quantized",
+      "config_groups": {"group_0": {"targets": ["Linear"],
+        "weights": {"type": "float", "num_bits": 8, "strategy": "channel", "symmetric": true}}},
+      "ignore": ["lm_head"]})"));
+  std::map<std::string, backend::WeightFormat> formats;
+  const std::vector<float> got = LastLogits((dir_ / "fp8").string(), GpuBf16(), &formats);
+  ASSERT_FALSE(formats.empty());
+  for (const auto& [key, format] : formats) {
+    EXPECT_EQ(format == backend::WeightFormat::kFp8, key != "lm_head") << key;
+  }
+  EXPECT_LE(RelativeMaxError(got, LastLogits((dir_ / "ref").string())), 1e-1);
 }
 
 TEST_F(Fp8CheckpointTest, FbgemmPerTensorMatchesAndAnEngineBuiltFromItToo) {

@@ -8,12 +8,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "decoder_test_util.h"
 #include "engine/engine.h"
+#include "model/decoder.h"
 
 namespace ferry::tools {
 
@@ -25,11 +27,21 @@ inline std::string ReadText(const std::filesystem::path& p) {
 inline void WriteText(const std::filesystem::path& p, const std::string& text) { std::ofstream(p) << text; }
 
 // The last row's logits of one 20-token prompt (ids spread over the vocabulary) on the model
-// at `path` (a checkpoint folder or an engine file).
-inline std::vector<float> LastLogits(const std::string& path) {
-  auto e = engine::Engine::Load(path);
+// at `path` (a checkpoint folder or an engine file), on the CPU or as `options` say; with
+// `formats`, each linear's weight format by key too.
+inline std::vector<float> LastLogits(const std::string& path, const engine::EngineOptions& options = {},
+                                     std::map<std::string, backend::WeightFormat>* formats = nullptr) {
+  auto e = engine::Engine::Load(path, options);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   if (!e.ok()) return {};
+  if (formats != nullptr && (*e)->decoder() != nullptr) {
+    model::WeightVisitor visit{[](const std::string&, const Tensor&) { return Status::Ok(); },
+                               [formats](const std::string& key, const backend::LinearWeight& w) {
+                                 (*formats)[key] = w.format;
+                                 return Status::Ok();
+                               }};
+    EXPECT_TRUE((*e)->decoder()->Visit(visit).ok());
+  }
   auto h = testing::DecoderHarness::Create(*e, 1, 64);
   EXPECT_NE(h, nullptr);
   if (h == nullptr) return {};
@@ -43,6 +55,14 @@ inline std::vector<float> LastLogits(const std::string& path) {
 
 // The largest |got - want| over the largest |want| (infinity when the sizes differ or want is
 // empty or all zero).
+// bf16 activations on the first GPU.
+inline engine::EngineOptions GpuBf16() {
+  engine::EngineOptions o;
+  o.device = DeviceSpec::Cuda();
+  o.cuda_activations = DType::kBF16;
+  return o;
+}
+
 inline double RelativeMaxError(const std::vector<float>& got, const std::vector<float>& want) {
   if (got.size() != want.size() || want.empty()) return std::numeric_limits<double>::infinity();
   double scale = 0, err = 0;
