@@ -34,6 +34,9 @@ Status BenchDecoder(const std::shared_ptr<engine::Engine>& model, const ModelBen
   co.batching.max_queue_requests = std::max(max_batch, 1);
   co.batching.max_queue_tokens = static_cast<int64_t>(co.batching.max_num_batched_tokens) + 1;
   co.step_graphs = o.step_graphs;
+  // Every prefill is computed: with prefix caching on, each repeat would find the previous
+  // one's blocks cached and time a near-empty step.
+  co.batching.enable_prefix_caching = false;
   FERRY_ASSIGN_OR_RETURN(auto core, sched::EngineCore::Create("bench", model, co));
   r.weight_gb = static_cast<double>(model->decoder()->weight_bytes()) / 1e9;
   // Greedy decoding as the server runs it: on a GPU the token is picked there and only its id
@@ -51,9 +54,9 @@ Status BenchDecoder(const std::shared_ptr<engine::Engine>& model, const ModelBen
   };
 
   // Prefill: one prompt of prompt_len tokens in one step (median of N; the first run warms).
-  const std::vector<int32_t> prompt = RandomIds(o.prompt_len, vocab, 1);
   std::vector<double> prefill_rates;
   for (int rep = 0; rep < o.repeats + 1; ++rep) {
+    const std::vector<int32_t> prompt = RandomIds(o.prompt_len, vocab, 1 + static_cast<uint32_t>(rep));
     core->Add(next_handle++, sched::FixedLengthGreedy("bench", prompt, 1));
     const auto t0 = Clock::now();
     FERRY_RETURN_IF_ERROR(step());
