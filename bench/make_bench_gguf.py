@@ -15,7 +15,6 @@ import argparse
 import os
 import sys
 import time
-import types
 
 import numpy as np
 
@@ -32,17 +31,7 @@ def main():
     parser.add_argument("--type", choices=["f16", "q8_0"], default="f16")
     parser.add_argument("--gguf-py", required=True)
     args = parser.parse_args()
-    sys.path.insert(0, args.gguf_py)
-    # gguf's vocab helpers import sentencepiece at module level; the writer never uses it.
-    if "sentencepiece" not in sys.modules:
-        try:
-            import sentencepiece  # noqa: F401
-        except ImportError:
-            stub = types.ModuleType("sentencepiece")
-            stub.SentencePieceProcessor = object
-            sys.modules["sentencepiece"] = stub
-    import gguf
-    from gguf import quants
+    gguf, quants = fx.import_gguf(args.gguf_py)
 
     fx.HEAD_DIM = HEAD_DIM  # rope_divisors() reads it
     rng = np.random.default_rng(20261202)

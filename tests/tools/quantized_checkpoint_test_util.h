@@ -55,6 +55,13 @@ inline std::vector<float> LastLogits(const std::string& path, const engine::Engi
 
 // The largest |got - want| over the largest |want| (infinity when the sizes differ or want is
 // empty or all zero).
+// Every linear in `format` except lm_head, which the checkpoints here leave unquantized.
+inline void ExpectQuantizedExceptHead(const std::map<std::string, backend::WeightFormat>& formats,
+                                      backend::WeightFormat format) {
+  ASSERT_FALSE(formats.empty());
+  for (const auto& [key, f] : formats) EXPECT_EQ(f == format, key != "lm_head") << key;
+}
+
 // bf16 activations on the first GPU.
 inline engine::EngineOptions GpuBf16() {
   engine::EngineOptions o;
