@@ -92,7 +92,7 @@ WeightSource DequantizingSource(WeightSource inner, const io::QuantizationConfig
     out.quantized = [packed](const std::string& name) { return packed(name).has_value(); };
     out.int4 = [inner, packed, q](const std::string& name) -> Result<std::optional<kernels::Int4Groups>> {
       if (const std::optional<std::string> prefix = packed(name)) return PackedLinearInt4Groups(inner, *prefix, q);
-      return NotFound("'" + name + "' is not quantized in this checkpoint");
+      return std::optional<kernels::Int4Groups>();
     };
     return out;
   }
@@ -206,14 +206,8 @@ Result<backend::LinearWeight> LoadLinear(const WeightSource& src, backend::Backe
   if (w.format == backend::WeightFormat::kInt4 && src.int4) {
     std::vector<kernels::Int4Groups> blocks;
     for (size_t i = 0; i < weight_names.size(); ++i) {
-      Result<std::optional<kernels::Int4Groups>> found = src.int4(weight_names[i]);
-      if (!found.ok() && found.status().code() == StatusCode::kNotFound) {
-        // A layer the checkpoint's quantizer left in floating point (lm_head, say) stays so.
-        w.format = backend::WeightFormat::kNative;
-        break;
-      }
-      FERRY_ASSIGN_OR_RETURN(std::optional<kernels::Int4Groups> g, std::move(found));
-      if (!g.has_value()) break;  // no exact 4-bit form (act-order, 8 bits): quantized from its floats
+      FERRY_ASSIGN_OR_RETURN(std::optional<kernels::Int4Groups> g, src.int4(weight_names[i]));
+      if (!g.has_value()) break;  // no exact 4-bit form (unquantized, act-order, 8 bits): quantized from floats
       if (g->out != outs[i] || g->in != in) {
         return InvalidArgument("tensor '" + weight_names[i] + "': expected shape " + ShapeToString({outs[i], in}) +
                                ", got " + ShapeToString({g->out, g->in}));

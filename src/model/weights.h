@@ -21,8 +21,7 @@ using TensorLookup = std::function<Result<Tensor>(const std::string& name)>;
 using TensorExists = std::function<bool(const std::string& name)>;
 
 // A quantized checkpoint's linear weight as 4-bit groups: the groups when the layer has an
-// exact 4-bit form, nullopt when it is quantized otherwise (8 bits, act-order), NotFound when
-// the checkpoint holds it unquantized.
+// exact 4-bit form, nullopt otherwise (unquantized, 8 bits, act-order).
 using Int4Lookup = std::function<Result<std::optional<kernels::Int4Groups>>(const std::string& name)>;
 
 struct WeightSource {
@@ -101,8 +100,8 @@ Tensor ConcatVectors(const std::vector<Tensor>& parts);
 // Builds a LinearWeight from row blocks [n_i, in] (fused when several; + optional bias
 // parts) in options.linear_format, with the key's smoothing factors, and prepares it. For
 // kInt4, blocks whose source holds 4-bit groups (GPTQ / AWQ) go to the backend as those
-// groups, unchanged, when every block has them; a layer such a checkpoint holds unquantized
-// keeps its floats (kNative); anything else is quantized by the backend.
+// groups, unchanged, when every block has them; anything else is quantized by the backend,
+// unless options.keep_unquantized_layers keeps a layer the checkpoint holds in floats so.
 Result<backend::LinearWeight> LoadLinear(const WeightSource& src, backend::Backend& be, const LoadOptions& options,
                                          const std::string& key, const std::vector<std::string>& weight_names,
                                          const std::vector<std::string>& bias_names,

@@ -89,10 +89,6 @@ Tensor ConcatHost(const std::vector<Tensor>& parts, int64_t n, int64_t k) {
   return out;
 }
 
-}  // namespace
-
-namespace {
-
 // The bias (in the activation dtype for float GEMMs, which cuBLASLt adds; f32 otherwise),
 // then `lin` becomes the weight's packed form.
 Status FinishCudaLinear(WeightLoader& loader, DType activations, int64_t n, int64_t k, std::shared_ptr<CudaLinear> lin,
@@ -163,7 +159,8 @@ Status PrepareCudaLinear(CudaContext& ctx, WeightLoader& loader, const cuda::LtG
     // A GPTQ / AWQ grid, used as it is.
     auto lin = std::make_shared<CudaLinear>();
     lin->format = WeightFormat::kInt4;
-    FERRY_ASSIGN_OR_RETURN(const bool prepared, PrepareInt4(ctx, loader, activations, {}, w.int4->out, w.int4->in, w, *lin));
+    FERRY_ASSIGN_OR_RETURN(const bool prepared,
+                           PrepareInt4(ctx, loader, activations, {}, w.int4->out, w.int4->in, w, *lin));
     if (!prepared) {
       // Float activations: expand the groups and take the float path below.
       Tensor f = Tensor::Empty({w.int4->out, w.int4->in}, DType::kF32);
