@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ferry needs to build and test, when any are missing.
+#   scripts/install_deps.sh [fuzz]   fuzz: also clang 14 with libFuzzer and its runtimes (make fuzz)
 set -euo pipefail
 pkgs=(cmake ninja-build ccache g++ pkg-config make
       libdnnl-dev libboost-dev nlohmann-json3-dev libsentencepiece-dev sentencepiece libpcre2-dev
@@ -15,6 +16,8 @@ command -v curl >/dev/null 2>&1 || pkgs+=(curl)
 pkgs+=(python3-matplotlib)
 # The structured-output tests validate answers with Python's jsonschema, independently of ferry.
 pkgs+=(python3-jsonschema)
+# The fuzz preset: clang 14, libFuzzer and the sanitizer runtimes, LLVM's OpenMP, the symbolizer.
+[[ ${1:-} == fuzz ]] && pkgs+=(clang-14 libclang-rt-14-dev libomp-14-dev llvm-14)
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done

@@ -8,6 +8,14 @@ namespace ferry::backend {
 
 // The ops only some architectures need: a backend without them says so instead of running
 // a model wrongly.
+Status Backend::GeluLinear(Tensor& x, const LinearWeight& w, Tensor& y) {
+  FERRY_RETURN_IF_ERROR(Gelu(x));
+  return Linear(x, w, y);
+}
+Status Backend::GatedLinear(const Tensor& gate_up, bool gelu_tanh, Tensor& mlp, const LinearWeight& w, Tensor& y) {
+  FERRY_RETURN_IF_ERROR(gelu_tanh ? GeluTanhMul(gate_up, mlp) : SiluMul(gate_up, mlp));
+  return Linear(mlp, w, y);
+}
 Status Backend::GeluTanhMul(const Tensor&, Tensor&) { return Unimplemented(Name() + " backend has no GeluTanhMul"); }
 Status Backend::GeluMul(const Tensor&, Tensor&) { return Unimplemented(Name() + " backend has no GeluMul"); }
 Status Backend::Scale(Tensor&, float) { return Unimplemented(Name() + " backend has no Scale"); }

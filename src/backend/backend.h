@@ -141,6 +141,14 @@ class Backend {
   virtual Result<LinearWeight> DeserializeLinear(const SerializedLinear& s) = 0;
   // y[M, N] = x[M, K] · W[N, K]^T (+ bias).
   virtual Status Linear(const Tensor& x, const LinearWeight& w, Tensor& y) = 0;
+  // y = GELU(x) · W^T (+ bias), exact GELU; x may be left holding GELU(x) or unchanged.
+  // Backends that quantize activations fold the GELU into the quantization pass; the
+  // default runs Gelu then Linear.
+  virtual Status GeluLinear(Tensor& x, const LinearWeight& w, Tensor& y);
+  // y = (act(gate) * up) · W^T (+ bias) for gate_up = [gate | up] ([M, 2I]); act is SiLU or,
+  // with gelu_tanh, the tanh GELU. mlp ([M, I]) is scratch, left holding act(gate) * up or
+  // unchanged. The default runs SiluMul (GeluTanhMul) then Linear.
+  virtual Status GatedLinear(const Tensor& gate_up, bool gelu_tanh, Tensor& mlp, const LinearWeight& w, Tensor& y);
   // Engine builds: times this prepared weight's kernel choices on the device for each
   // row-count bucket the backend distinguishes and keeps the fastest in the weight, where
   // SerializeLinear stores them (the engine's tuned choices). Weights of one shape and

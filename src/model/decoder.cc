@@ -365,8 +365,13 @@ Result<Tensor> DecoderModel::Forward(const backend::StepTensors& in, std::vector
     }
     FERRY_RETURN_IF_ERROR(be.AddRmsNorm(x, delta, L.mlp_norm, c.rms_norm_eps, h));
     FERRY_RETURN_IF_ERROR(RunLinear(static_cast<int>(l), "gate_up", h, L.gate_up, gate_up));
-    FERRY_RETURN_IF_ERROR(gelu ? be.GeluTanhMul(gate_up, mlp) : be.SiluMul(gate_up, mlp));
-    FERRY_RETURN_IF_ERROR(RunLinear(static_cast<int>(l), "down", mlp, L.down, delta));
+    if (observer_) {
+      // Calibration observes the down projection's input, act(gate) * up.
+      FERRY_RETURN_IF_ERROR(gelu ? be.GeluTanhMul(gate_up, mlp) : be.SiluMul(gate_up, mlp));
+      FERRY_RETURN_IF_ERROR(RunLinear(static_cast<int>(l), "down", mlp, L.down, delta));
+    } else {
+      FERRY_RETURN_IF_ERROR(be.GatedLinear(gate_up, gelu, mlp, L.down, delta));
+    }
     if (c.gemma_norms) {
       FERRY_RETURN_IF_ERROR(be.RmsNorm(delta, L.post_mlp_norm, c.rms_norm_eps, post));
       std::swap(delta, post);

@@ -1039,7 +1039,9 @@ TEST(GemmChoiceTest, Buckets) {
   EXPECT_EQ(GemmMBucket(65), 6);
   EXPECT_EQ(GemmMBucket(512), 8);
   EXPECT_EQ(GemmMBucket(513), 9);
-  EXPECT_EQ(GemmMBucket(100000), kGemmMBuckets - 1);
+  EXPECT_EQ(GemmMBucket(kGemmMaxTunedM), kGemmMBuckets - 1);
+  EXPECT_EQ(GemmMBucket(kGemmMaxTunedM + 1), kGemmMBuckets);  // untuned: the heuristic
+  EXPECT_EQ(GemmMBucket(100000), kGemmMBuckets);
   for (int b = 0; b < kGemmMBuckets; ++b) EXPECT_EQ(GemmMBucket(GemmBucketTuneM(b)), b);
 }
 

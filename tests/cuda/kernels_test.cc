@@ -662,6 +662,90 @@ TEST(CudaKernels, QuantizeRowsFp8MatchesHostReference) {
   }
 }
 
+// The GELU prologue is the Gelu kernel (in f32) followed by the plain quantization, bit for
+// bit: the fused pass never rounds GELU(x) to the activation dtype.
+TEST(CudaKernels, QuantizeRowsWithGeluPrologueIsGeluThenQuantize) {
+  FERRY_SKIP_WITHOUT_GPU();
+  // Rows held in registers (one or several vectors a thread) and rows read twice (20480
+  // columns: more than four 16-byte vectors a thread; 100 and 37: the scalar kernel).
+  const std::vector<RowShape> shapes = {{1, 3072}, {3, 14336}, {2, 20480}, {5, 100}, {9, 37}};
+  uint64_t seed = 1400;
+  for (DType act : ActDTypes()) {
+    for (const RowShape& s : shapes) {
+      const std::string what = Label("QuantizeRows+GELU", act, ShapeText(s.rows, s.cols));
+      const size_t n = static_cast<size_t>(s.rows * s.cols);
+      const std::vector<float> x = RoundTo(act, RandomFloats(n, ++seed, -6.0f, 6.0f));
+      const std::vector<float> smooth = RandomFloats(static_cast<size_t>(s.cols), ++seed, 0.25f, 4.0f);
+      DeviceBuffer dx = UploadAs(act, x), dsmooth = Upload(smooth);
+      DeviceBuffer dref = Upload(x);  // f32 copy, GELU in place
+      FERRY_ASSERT_OK(Gelu(dref.get(), static_cast<int64_t>(n), DType::kF32, nullptr));
+      const size_t scale_bytes = static_cast<size_t>(s.rows) * 4;
+      DeviceBuffer q8 = PoisonedBuffer(n), q8_ref = PoisonedBuffer(n);
+      DeviceBuffer s8 = PoisonedBuffer(scale_bytes), s8_ref = PoisonedBuffer(scale_bytes);
+      FERRY_ASSERT_OK(QuantizeRowsInt8(dx.get(), s.rows, s.cols, dsmooth.as<float>(), q8.as<int8_t>(), s8.as<float>(),
+                                       act, nullptr, QuantPrologue::kGeluErf));
+      FERRY_ASSERT_OK(QuantizeRowsInt8(dref.get(), s.rows, s.cols, dsmooth.as<float>(), q8_ref.as<int8_t>(),
+                                       s8_ref.as<float>(), DType::kF32, nullptr));
+      DeviceBuffer qf = PoisonedBuffer(n), qf_ref = PoisonedBuffer(n);
+      DeviceBuffer sf = PoisonedBuffer(scale_bytes), sf_ref = PoisonedBuffer(scale_bytes);
+      FERRY_ASSERT_OK(QuantizeRowsFp8(dx.get(), s.rows, s.cols, qf.get(), sf.as<float>(), act, nullptr,
+                                      QuantPrologue::kGeluErf));
+      FERRY_ASSERT_OK(QuantizeRowsFp8(dref.get(), s.rows, s.cols, qf_ref.get(), sf_ref.as<float>(), DType::kF32, nullptr));
+      FERRY_ASSERT_SYNC();
+      EXPECT_EQ(Download<int8_t>(q8, n), Download<int8_t>(q8_ref, n)) << what;
+      EXPECT_EQ(Download<float>(s8, static_cast<size_t>(s.rows)), Download<float>(s8_ref, static_cast<size_t>(s.rows)))
+          << what;
+      EXPECT_EQ(Download<uint8_t>(qf, n), Download<uint8_t>(qf_ref, n)) << what;
+      EXPECT_EQ(Download<float>(sf, static_cast<size_t>(s.rows)), Download<float>(sf_ref, static_cast<size_t>(s.rows)))
+          << what;
+    }
+  }
+}
+
+// The gated prologues are SiluMul (GeluTanhMul) in f32 followed by the plain quantization,
+// bit for bit; the rows read are [gate | up], twice the quantized width.
+TEST(CudaKernels, QuantizeRowsWithGatedProloguesAreGatingThenQuantize) {
+  FERRY_SKIP_WITHOUT_GPU();
+  const std::vector<RowShape> shapes = {{1, 2048}, {6, 96}, {3, 40}};
+  uint64_t seed = 1500;
+  for (DType act : ActDTypes()) {
+    for (const RowShape& s : shapes) {
+      for (bool gelu_tanh : {false, true}) {
+        const std::string what =
+            Label(gelu_tanh ? "QuantizeRows+GeluTanhMul" : "QuantizeRows+SiluMul", act, ShapeText(s.rows, s.cols));
+        const size_t n = static_cast<size_t>(s.rows * s.cols);
+        const std::vector<float> x = RoundTo(act, RandomFloats(2 * n, ++seed, -6.0f, 6.0f));
+        DeviceBuffer dx = UploadAs(act, x), dx32 = Upload(x);
+        DeviceBuffer dref = PoisonedBuffer(n * 4);
+        FERRY_ASSERT_OK(gelu_tanh ? GeluTanhMul(dx32.get(), s.rows, s.cols, dref.get(), DType::kF32, nullptr)
+                                  : SiluMul(dx32.get(), s.rows, s.cols, dref.get(), DType::kF32, nullptr));
+        const QuantPrologue pro = gelu_tanh ? QuantPrologue::kGeluTanhMul : QuantPrologue::kSiluMul;
+        const size_t scale_bytes = static_cast<size_t>(s.rows) * 4;
+        DeviceBuffer q8 = PoisonedBuffer(n), q8_ref = PoisonedBuffer(n);
+        DeviceBuffer s8 = PoisonedBuffer(scale_bytes), s8_ref = PoisonedBuffer(scale_bytes);
+        FERRY_ASSERT_OK(QuantizeRowsInt8(dx.get(), s.rows, s.cols, nullptr, q8.as<int8_t>(), s8.as<float>(), act,
+                                         nullptr, pro));
+        FERRY_ASSERT_OK(QuantizeRowsInt8(dref.get(), s.rows, s.cols, nullptr, q8_ref.as<int8_t>(), s8_ref.as<float>(),
+                                         DType::kF32, nullptr));
+        DeviceBuffer qf = PoisonedBuffer(n), qf_ref = PoisonedBuffer(n);
+        DeviceBuffer sf = PoisonedBuffer(scale_bytes), sf_ref = PoisonedBuffer(scale_bytes);
+        FERRY_ASSERT_OK(QuantizeRowsFp8(dx.get(), s.rows, s.cols, qf.get(), sf.as<float>(), act, nullptr, pro));
+        FERRY_ASSERT_OK(
+            QuantizeRowsFp8(dref.get(), s.rows, s.cols, qf_ref.get(), sf_ref.as<float>(), DType::kF32, nullptr));
+        FERRY_ASSERT_SYNC();
+        EXPECT_EQ(Download<int8_t>(q8, n), Download<int8_t>(q8_ref, n)) << what;
+        EXPECT_EQ(Download<float>(s8, static_cast<size_t>(s.rows)),
+                  Download<float>(s8_ref, static_cast<size_t>(s.rows)))
+            << what;
+        EXPECT_EQ(Download<uint8_t>(qf, n), Download<uint8_t>(qf_ref, n)) << what;
+        EXPECT_EQ(Download<float>(sf, static_cast<size_t>(s.rows)),
+                  Download<float>(sf_ref, static_cast<size_t>(s.rows)))
+            << what;
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- sampling
 
 struct SampleBatch {

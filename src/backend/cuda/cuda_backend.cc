@@ -105,6 +105,15 @@ class CudaBackend final : public Backend {
     FERRY_RETURN_IF_ERROR(EnsureLoaded());
     return RunLinear(*ctx_, *gemm_, x, w, y);
   }
+  Status GeluLinear(Tensor& x, const LinearWeight& w, Tensor& y) override {
+    FERRY_RETURN_IF_ERROR(EnsureLoaded());
+    return RunGeluLinear(*ctx_, *gemm_, x, w, y);
+  }
+  Status GatedLinear(const Tensor& gate_up, bool gelu_tanh, Tensor& mlp, const LinearWeight& w, Tensor& y) override {
+    FERRY_RETURN_IF_ERROR(EnsureLoaded());
+    if (QuantizesActivations(w)) return RunGatedLinear(*ctx_, *gemm_, gate_up, gelu_tanh, w, y);
+    return Backend::GatedLinear(gate_up, gelu_tanh, mlp, w, y);
+  }
   Result<std::string> TuneLinear(LinearWeight& w) override {
     FERRY_RETURN_IF_ERROR(EnsureLoaded());
     return tuner_.Tune(w);

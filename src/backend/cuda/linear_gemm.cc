@@ -7,8 +7,9 @@
 namespace ferry::backend {
 
 Status SetUpGemm(CudaContext& ctx, const Tensor& x, const CudaLinear& lin, int64_t n, Tensor& y, cuda::GemmProblem& p,
-                 cuda::GemmArgs& a, Tensor& q, Tensor& row_scales) {
-  const int64_t m = x.dim(0), k = x.dim(1);
+                 cuda::GemmArgs& a, Tensor& q, Tensor& row_scales, cuda::QuantPrologue prologue) {
+  const bool gated = prologue == cuda::QuantPrologue::kSiluMul || prologue == cuda::QuantPrologue::kGeluTanhMul;
+  const int64_t m = x.dim(0), k = gated ? x.dim(1) / 2 : x.dim(1);
   p.kind = lin.kind;
   p.out_dtype = y.dtype();
   p.m = m;
@@ -27,11 +28,11 @@ Status SetUpGemm(CudaContext& ctx, const Tensor& x, const CudaLinear& lin, int64
       FERRY_ASSIGN_OR_RETURN(q, ctx.Allocate({m, k}, DType::kI8));
       FERRY_RETURN_IF_ERROR(
           cuda::QuantizeRowsInt8(x.raw(), m, k, lin.smooth.defined() ? lin.smooth.data<float>() : nullptr,
-                                 q.data<int8_t>(), row_scales.data<float>(), x.dtype(), ctx.stream()));
+                                 q.data<int8_t>(), row_scales.data<float>(), x.dtype(), ctx.stream(), prologue));
     } else {
       FERRY_ASSIGN_OR_RETURN(q, ctx.Allocate({m, k}, DType::kF8E4M3));
       FERRY_RETURN_IF_ERROR(
-          cuda::QuantizeRowsFp8(x.raw(), m, k, q.raw(), row_scales.data<float>(), x.dtype(), ctx.stream()));
+          cuda::QuantizeRowsFp8(x.raw(), m, k, q.raw(), row_scales.data<float>(), x.dtype(), ctx.stream(), prologue));
       p.fp8_scaling = cuda::Fp8Scaling::kPerRowCol;
     }
     a.x = q.raw();
@@ -48,11 +49,15 @@ Status SetUpGemm(CudaContext& ctx, const Tensor& x, const CudaLinear& lin, int64
   return Status::Ok();
 }
 
-Status RunLinear(CudaContext& ctx, cuda::LtGemm& gemm, const Tensor& x, const LinearWeight& w, Tensor& y) {
+namespace {
+
+Status RunPrepared(CudaContext& ctx, cuda::LtGemm& gemm, const Tensor& x, const LinearWeight& w, Tensor& y,
+                   cuda::QuantPrologue prologue) {
   const auto* lin = static_cast<const CudaLinear*>(w.packed.get());
   if (lin == nullptr) return FailedPrecondition("Linear: weight was not prepared for the CUDA backend");
+  const bool gated = prologue == cuda::QuantPrologue::kSiluMul || prologue == cuda::QuantPrologue::kGeluTanhMul;
   const int64_t m = x.dim(0), n = w.out_features(), k = w.in_features();
-  if (x.dim(1) != k || y.dim(0) != m || y.dim(1) != n) {
+  if (x.dim(1) != (gated ? 2 * k : k) || y.dim(0) != m || y.dim(1) != n) {
     return InvalidArgument("Linear: shapes x " + x.DebugString() + ", y " + y.DebugString() + " do not fit [" +
                            std::to_string(n) + ", " + std::to_string(k) + "]");
   }
@@ -60,13 +65,37 @@ Status RunLinear(CudaContext& ctx, cuda::LtGemm& gemm, const Tensor& x, const Li
   cuda::GemmProblem p;
   cuda::GemmArgs a;
   Tensor q, row_scales;
-  FERRY_RETURN_IF_ERROR(SetUpGemm(ctx, x, *lin, n, y, p, a, q, row_scales));
+  FERRY_RETURN_IF_ERROR(SetUpGemm(ctx, x, *lin, n, y, p, a, q, row_scales, prologue));
   p.small_m_max = w.small_m_max;
   const cuda::GemmChoice* choice = nullptr;
   const int bucket = cuda::GemmMBucket(m);
   if (bucket < static_cast<int>(lin->choices.size()) && lin->choices[bucket].has_value())
     choice = &*lin->choices[bucket];
   return gemm.Run(p, a, ctx.stream(), choice);
+}
+
+}  // namespace
+
+Status RunLinear(CudaContext& ctx, cuda::LtGemm& gemm, const Tensor& x, const LinearWeight& w, Tensor& y) {
+  return RunPrepared(ctx, gemm, x, w, y, cuda::QuantPrologue::kNone);
+}
+
+bool QuantizesActivations(const LinearWeight& w) {
+  const auto* lin = static_cast<const CudaLinear*>(w.packed.get());
+  return lin != nullptr && (lin->kind == cuda::GemmKind::kInt8 || lin->kind == cuda::GemmKind::kFp8);
+}
+
+Status RunGatedLinear(CudaContext& ctx, cuda::LtGemm& gemm, const Tensor& gate_up, bool gelu_tanh,
+                      const LinearWeight& w, Tensor& y) {
+  if (!QuantizesActivations(w)) return FailedPrecondition("GatedLinear: the weight does not quantize activations");
+  return RunPrepared(ctx, gemm, gate_up, w, y,
+                     gelu_tanh ? cuda::QuantPrologue::kGeluTanhMul : cuda::QuantPrologue::kSiluMul);
+}
+
+Status RunGeluLinear(CudaContext& ctx, cuda::LtGemm& gemm, Tensor& x, const LinearWeight& w, Tensor& y) {
+  if (QuantizesActivations(w)) return RunPrepared(ctx, gemm, x, w, y, cuda::QuantPrologue::kGeluErf);
+  FERRY_RETURN_IF_ERROR(cuda::Gelu(x.raw(), x.numel(), x.dtype(), ctx.stream()));
+  return RunPrepared(ctx, gemm, x, w, y, cuda::QuantPrologue::kNone);
 }
 
 }  // namespace ferry::backend

@@ -6,14 +6,27 @@
 #include "backend/cuda/context.h"
 #include "backend/cuda/linear_weights.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kernels.h"
 
 namespace ferry::backend {
 
 // The GEMM of y = x · W^T: problem, pointers and (W8A8, fp8) the activations quantized per
-// token into q and row_scales, which must live until the GEMM has run.
+// token into q and row_scales, which must live until the GEMM has run. `prologue` is applied
+// to x by the quantization pass (kinds that quantize x only).
 Status SetUpGemm(CudaContext& ctx, const Tensor& x, const CudaLinear& lin, int64_t n, Tensor& y, cuda::GemmProblem& p,
-                 cuda::GemmArgs& a, Tensor& q, Tensor& row_scales);
+                 cuda::GemmArgs& a, Tensor& q, Tensor& row_scales,
+                 cuda::QuantPrologue prologue = cuda::QuantPrologue::kNone);
 // y[M, N] = x[M, K] · W[N, K]^T (+ bias), enqueued on the context's stream.
 Status RunLinear(CudaContext& ctx, cuda::LtGemm& gemm, const Tensor& x, const LinearWeight& w, Tensor& y);
+// y = GELU(x) · W^T (+ bias): for W8A8 and fp8 weights the GELU is part of the activation
+// quantization pass and x is left as it is; otherwise GELU runs in place on x first.
+Status RunGeluLinear(CudaContext& ctx, cuda::LtGemm& gemm, Tensor& x, const LinearWeight& w, Tensor& y);
+// Whether the weight's GEMM quantizes its activations per token (W8A8, fp8), the kinds whose
+// quantization pass takes a prologue.
+bool QuantizesActivations(const LinearWeight& w);
+// y = (act(gate) * up) · W^T (+ bias), gate_up [M, 2K], for weights that QuantizesActivations:
+// the gating is part of the quantization pass.
+Status RunGatedLinear(CudaContext& ctx, cuda::LtGemm& gemm, const Tensor& gate_up, bool gelu_tanh,
+                      const LinearWeight& w, Tensor& y);
 
 }  // namespace ferry::backend

@@ -66,6 +66,21 @@ __device__ __forceinline__ float GeluErf(float x) {
   return 0.5f * x * (x >= 0.0f ? 2.0f - erfc_z : erfc_z);
 }
 
+// transformers' gelu_pytorch_tanh, 0.5 x (1 + tanh(z)), as x / (1 + e^-2z) (no cancellation
+// in the negative tail).
+__device__ __forceinline__ float GeluTanh(float x) {
+  return x / (1.0f + expf(-2.0f * 0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+// The gate's activation of a gated MLP: out = act(gate) * up (SwiGLU, GeGLU).
+enum GatedAct { kGatedSilu, kGatedGeluTanh, kGatedGelu };
+template <int kAct>
+__device__ __forceinline__ float GatedActivation(float x) {
+  if constexpr (kAct == kGatedGeluTanh) return GeluTanh(x);
+  if constexpr (kAct == kGatedGelu) return GeluErf(x);
+  return x / (1.0f + expf(-x));  // SiLU
+}
+
 // ---- vector access ----
 
 // N elements of T moved as one aligned access (16 bytes for the usual N = 16 / sizeof(T)).

@@ -128,10 +128,17 @@ template <typename T, typename KvT, int HD>
 Status LaunchDecode(const Params& p, cudaStream_t stream) {
   using C = attention_detail::FlashConfig<T, HD, 1, 4, kDecodeKeyTile>;
   const dim3 grid(p.splits, p.num_kv_heads * RowTiles(p.group), p.num_seqs);
-  FERRY_RETURN_IF_ERROR(
-      (attention_detail::LaunchWithSmem<
-          attention_detail::FlashAttentionKernel<T, KvT, HD, 1, 4, kDecodeKeyTile, Mode::kDecode>>(
-          grid, dim3(C::kThreads), C::kSmemBytes, stream, p)));
+  if (p.softcap > 0.0f) {
+    FERRY_RETURN_IF_ERROR(
+        (attention_detail::LaunchWithSmem<
+            attention_detail::FlashAttentionKernel<T, KvT, HD, 1, 4, kDecodeKeyTile, Mode::kDecode, true>>(
+            grid, dim3(C::kThreads), C::kSmemBytes, stream, p)));
+  } else {
+    FERRY_RETURN_IF_ERROR(
+        (attention_detail::LaunchWithSmem<
+            attention_detail::FlashAttentionKernel<T, KvT, HD, 1, 4, kDecodeKeyTile, Mode::kDecode, false>>(
+            grid, dim3(C::kThreads), C::kSmemBytes, stream, p)));
+  }
   if (p.splits > 1) {
     attention_detail::CombineSplitsKernel<T, HD><<<dim3(p.num_heads, p.num_seqs), dim3(HD), 0, stream>>>(p);
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();

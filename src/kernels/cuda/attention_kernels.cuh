@@ -40,7 +40,12 @@ struct FlashConfig {
   static_assert(kThreads % kChunksPerRow == 0 && kStageKeys % kRowStep == 0, "loads split evenly");
 };
 
-template <typename T, typename KvT, int HD, int WM, int WK, int KT, Mode kMode>
+//
+// kSoftcap: scores go through softcap * tanh(score / softcap) (p.softcap > 0). A template
+// parameter, not a test per score: with the test inside the unrolled score loop the compiler
+// kept a branch (and the tanh's division) per element, which tripled the instructions per
+// tensor-core op of the prefill kernel.
+template <typename T, typename KvT, int HD, int WM, int WK, int KT, Mode kMode, bool kSoftcap>
 __global__ void __launch_bounds__(128, (kMode != Mode::kDecode && HD <= 64) ? 4 : 1) FlashAttentionKernel(const Params p) {
   using C = FlashConfig<T, HD, WM, WK, KT>;
   constexpr bool kFp8 = std::is_same_v<KvT, Fp8>;
@@ -254,33 +259,48 @@ __global__ void __launch_bounds__(128, (kMode != Mode::kDecode && HD <= 64) ? 4 
       const bool mask = key0 + KT > k_end || key0 + KT - 1 > warp_lim_min ||
                         (p.window > 0 && key0 <= warp_lim_max - p.window) ||
                         (p.window_right > 0 && key0 + KT - 1 >= first_pos + row0 / p.group + p.window_right);
-      float mx[2] = {-INFINITY, -INFINITY};
+      // Scores in the log2 domain are s * sc: soft-capped ones are computed there (sc = 1);
+      // plain ones are scaled inside the exponent's FFMA below, which saves a multiply per
+      // score (max is taken on the raw scores: sc > 0 keeps their order).
+      float sc = p.scale_log2;
+      if constexpr (kSoftcap) {
+        sc = 1.0f;
+        const float in = p.scale / p.softcap;
+        const float out = p.softcap * 1.4426950408889634f;
 #pragma unroll
-      for (int j = 0; j < KT / 8; ++j) {
+        for (int j = 0; j < KT / 8; ++j) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float v = p.softcap > 0.0f ? p.softcap * 1.4426950408889634f * tanhf(s[j][e] * p.scale / p.softcap)
-                                     : s[j][e] * p.scale_log2;
-          if (mask) {
+          for (int e = 0; e < 4; ++e) s[j][e] = out * tanhf(s[j][e] * in);
+        }
+      }
+      if (mask) {
+#pragma unroll
+        for (int j = 0; j < KT / 8; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
             const int key = key0 + 8 * j + 2 * t4 + (e & 1);
             const int ps = pos[e >> 1];
             if (key >= k_end || key > lim[e >> 1] || (p.window > 0 && key <= ps - p.window) ||
                 (p.window_right > 0 && key >= ps + p.window_right)) {
-              v = -INFINITY;
+              s[j][e] = -INFINITY;
             }
           }
-          s[j][e] = v;
-          mx[e >> 1] = fmaxf(mx[e >> 1], v);
         }
+      }
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < KT / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
       }
       float base[2];
 #pragma unroll
       for (int x = 0; x < 2; ++x) {
         mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 1));
         mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 2));
-        const float m_new = fmaxf(m[x], mx[x]);
+        const float m_new = fmaxf(m[x], mx[x] * sc);
         base[x] = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet: keep exp2 finite
-        const float alpha = exp2f(m[x] - base[x]);
+        const float alpha = FastExp2(m[x] - base[x]);
         m[x] = m_new;
         l[x] *= alpha;
 #pragma unroll
@@ -293,7 +313,7 @@ __global__ void __launch_bounds__(128, (kMode != Mode::kDecode && HD <= 64) ? 4 
       for (int j = 0; j < KT / 8; ++j) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float pv = exp2f(s[j][e] - base[e >> 1]);
+          const float pv = FastExp2(fmaf(s[j][e], sc, -base[e >> 1]));
           s[j][e] = pv;
           l[e >> 1] += pv;
         }
@@ -317,12 +337,32 @@ __global__ void __launch_bounds__(128, (kMode != Mode::kDecode && HD <= 64) ? 4 
     if constexpr (!kFp8) __syncthreads();  // the next issue overwrites this round's stage
   }
 
-  // ---- Merge the warps' partial results through shared memory (aliases the pipeline).
 #pragma unroll
   for (int x = 0; x < 2; ++x) {
     l[x] += __shfl_xor_sync(0xffffffffu, l[x], 1);
     l[x] += __shfl_xor_sync(0xffffffffu, l[x], 2);
   }
+  // ---- One warp per row group (prefill, dense): each warp holds whole rows, written
+  // straight from the accumulators, two columns per store.
+  if constexpr (WK == 1 && kMode != Mode::kDecode) {
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+      const int r = wm * 16 + g + 8 * x;
+      if (r >= rows) continue;
+      const float inv = l[x] > 0.0f ? 1.0f / l[x] : 0.0f;
+      const int pr = row0 + r;
+      const int64_t token = q_base + pr / p.group;
+      const int head = kv_head * p.group + pr % p.group;
+      T* dst = static_cast<T*>(p.out) + token * p.out_stride + static_cast<int64_t>(head) * HD + 2 * t4;
+#pragma unroll
+      for (int n = 0; n < HD / 8; ++n) {
+        *reinterpret_cast<uint32_t*>(dst + 8 * n) = PackPair<T>(o[n][2 * x] * inv, o[n][2 * x + 1] * inv);
+      }
+    }
+    return;
+  }
+  // ---- Otherwise merge the warps' partial results through shared memory (aliases the
+  // pipeline).
   __syncthreads();
   {
     float* co = comb_o + warp * 16 * C::kOutLd;

@@ -42,12 +42,6 @@ struct SoftCapOp {
   __device__ float operator()(float x, float) const { return cap * tanhf(x / cap); }
 };
 
-// transformers' gelu_pytorch_tanh, 0.5 x (1 + tanh(z)), as x / (1 + e^-2z) (no cancellation
-// in the negative tail).
-__device__ __forceinline__ float GeluTanh(float x) {
-  return x / (1.0f + expf(-2.0f * 0.7978845608028654f * (x + 0.044715f * x * x * x)));
-}
-
 // x[i] = op(x[i], y[i]) over n elements: V-wide vectors, then the n % V tail.
 template <typename T, int V, typename Op>
 __global__ void MapKernel(T* x, const T* y, int64_t n, Op op) {
@@ -96,8 +90,6 @@ Status LaunchMap(const char* what, void* x, const void* y, int64_t n, DType act,
   });
 }
 
-enum GatedAct { kGatedSilu, kGatedGeluTanh, kGatedGelu };
-
 // out[r, j] = act(gate_up[r, j]) * gate_up[r, inter + j] (act: SiLU, GELU-tanh or exact
 // GELU); V divides inter.
 template <typename T, int V, int kAct = kGatedSilu>
@@ -113,13 +105,7 @@ __global__ void SiluMulKernel(const T* gate_up, int64_t rows, int64_t inter, T* 
       LoadF32<T, V>(g + j * V, a);
       LoadF32<T, V>(u + j * V, b);
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const float x = a[k];
-        const float act = kAct == kGatedGeluTanh ? GeluTanh(x)
-                          : kAct == kGatedGelu   ? GeluErf(x)
-                                                 : x / (1.0f + expf(-x));
-        a[k] = act * b[k];
-      }
+      for (int k = 0; k < V; ++k) a[k] = GatedActivation<kAct>(a[k]) * b[k];
       StoreF32<T, V>(o + j * V, a);
     }
   }

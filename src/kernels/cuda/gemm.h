@@ -149,11 +149,18 @@ struct GemmChoice {
 };
 
 // M buckets for tuned choices: 1 | 2-4 | 5-8 | 9-16 | 17-32 | 33-64 | 65-128 | 129-256 |
-// 257-512 | 513+. Decode batches live in the small buckets, where the best cuBLASLt tile
-// (and split-K) changes with every doubling; past 512 rows the large tiles win throughout.
+// 257-512 | 513-4096. Decode batches live in the small buckets, where the best cuBLASLt
+// tile (and split-K) changes with every doubling; past 512 rows the large tiles win
+// throughout. Past kGemmMaxTunedM rows (encoder batches of long windows, long prefill
+// chunks) GemmMBucket answers kGemmMBuckets, a bucket with no tuned choice: Run takes the
+// heuristic (for fp8 per-row/col the outer-vector route first). A choice timed at 2048 rows
+// does not carry that far: there the fp8 f32-accumulator route won, whose extra pass over
+// the output grows with M, and at 16,384 rows (bert-base, 32 windows of 512) it cost a fifth
+// of the forward pass.
 inline constexpr int kGemmMBuckets = 10;
+inline constexpr int64_t kGemmMaxTunedM = 4096;
 int GemmMBucket(int64_t m);
-// The M to tune a bucket at: its largest row count (2048 for the open last bucket).
+// The M to tune a bucket at: its largest row count (2048 for the last tuned bucket).
 int64_t GemmBucketTuneM(int bucket);
 
 inline constexpr int kInt8WeightOnlySmallMDefault = 8;

@@ -77,7 +77,8 @@ int GemmMBucket(int64_t m) {
   if (m <= 128) return 6;
   if (m <= 256) return 7;
   if (m <= 512) return 8;
-  return 9;
+  if (m <= kGemmMaxTunedM) return 9;
+  return kGemmMBuckets;
 }
 
 int64_t GemmBucketTuneM(int bucket) {

@@ -96,14 +96,19 @@ Status DispatchScaleEpilogueOut(const void* acc, int64_t m, int64_t n, const flo
 // ---------------------------------------------------------------------------------------
 // Bias + activation in place
 
-template <typename Out>
+// kVec columns per thread: 16-byte loads and stores when the rows allow them.
+template <typename Out, int kVec>
 __global__ void BiasActivationKernel(Out* __restrict__ y, int64_t m, int64_t n, int64_t ldy, BiasRef<Out> bias,
                                      GemmActivation act) {
   for (int64_t row = blockIdx.y; row < m; row += gridDim.y) {
-    for (int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; col < n;
-         col += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    for (int64_t col = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) * kVec; col < n;
+         col += static_cast<int64_t>(gridDim.x) * blockDim.x * kVec) {
       Out* p = y + row * ldy + col;
-      *p = FromF32<Out>(Activate(ToF32(*p) + bias.At(col), act));
+      float v[kVec];
+      kernels_internal::LoadF32<Out, kVec>(p, v);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) v[i] = Activate(v[i] + bias.At(col + i), act);
+      kernels_internal::StoreF32<Out, kVec>(p, v);
     }
   }
 }
@@ -111,8 +116,14 @@ __global__ void BiasActivationKernel(Out* __restrict__ y, int64_t m, int64_t n, 
 template <typename Out>
 Status LaunchBiasActivation(void* y, int64_t m, int64_t n, int64_t ldy, const void* bias, DType bias_dtype,
                             GemmActivation act, cudaStream_t stream) {
-  BiasActivationKernel<Out><<<Grid2d(m, n), kThreads, 0, stream>>>(static_cast<Out*>(y), m, n, ldy,
-                                                                   MakeBias<Out>(bias, bias_dtype), act);
+  constexpr int kVec = kernels_internal::kVec16<Out>;
+  auto* out = static_cast<Out*>(y);
+  const BiasRef<Out> b = MakeBias<Out>(bias, bias_dtype);
+  if (n % kVec == 0 && ldy % kVec == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0) {
+    BiasActivationKernel<Out, kVec><<<Grid2d(m, n / kVec), kThreads, 0, stream>>>(out, m, n, ldy, b, act);
+  } else {
+    BiasActivationKernel<Out, 1><<<Grid2d(m, n), kThreads, 0, stream>>>(out, m, n, ldy, b, act);
+  }
   FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
   return Status::Ok();
 }

@@ -121,16 +121,25 @@ Status ReduceRows(const void* x, int64_t cols, const int32_t* begin, const int32
 // even, saturated to +-448, NaN stays NaN), as core/dtype.h converts on the host.
 Status Convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, cudaStream_t stream);
 
+// What the quantization kernels apply to each value before quantizing it.
+enum class QuantPrologue : uint8_t {
+  kNone,
+  kGeluErf,      // the exact GELU, in f32 (the input is the pre-activation)
+  kSiluMul,      // x is [rows, 2 * cols] = [gate | up]; x' = silu(gate) * up (SiluMul's math)
+  kGeluTanhMul,  // the same with the tanh GELU (GeluTanhMul's math)
+};
+
 // Per-row symmetric int8 quantization, bit-identical to the CPU W8A8 path: x' = x / smooth
 // (smooth null: x' = x), amax = max |x'|, q = round_half_even(x' * (127 / amax)) clamped to
 // [-127, 127], row_scales[r] = amax / 127 (an all-zero row: q = 0, scale 0). q [rows, cols].
+// With a prologue, x' = prologue(x) / smooth (the gated ones read rows of 2 * cols).
 Status QuantizeRowsInt8(const void* x, int64_t rows, int64_t cols, const float* smooth, int8_t* q, float* row_scales,
-                        DType act, cudaStream_t stream);
+                        DType act, cudaStream_t stream, QuantPrologue prologue = QuantPrologue::kNone);
 
 // Per-row fp8 quantization: amax = max |x|, q = e4m3(x * (448 / amax)) (nearest even,
 // saturated), row_scales[r] = amax / 448 (an all-zero row: q = 0, scale 0). q [rows, cols].
 Status QuantizeRowsFp8(const void* x, int64_t rows, int64_t cols, void* q, float* row_scales, DType act,
-                       cudaStream_t stream);
+                       cudaStream_t stream, QuantPrologue prologue = QuantPrologue::kNone);
 
 // One row's sampling settings (engine::SamplingParams with the seed resolved). The draw is
 // a pure function of (seed, counter, logits): the same request samples the same tokens

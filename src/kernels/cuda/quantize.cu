@@ -1,6 +1,9 @@
 // Dynamic per-row activation quantization for the int8 (W8A8) and fp8 GEMMs: one block per
 // row finds max |x| with a block reduction, then writes the quantized row and its scale.
 // The second pass reads the row again (from L1/L2) rather than holding it in registers.
+// A prologue is applied to each value first, in f32 (never rounded to the activation
+// dtype): the exact GELU between a BERT layer's two FFN GEMMs, or a gated MLP's act(gate) *
+// up, becomes part of the quantization of the next GEMM's input, one pass instead of two.
 #include <string>
 #include <type_traits>
 
@@ -15,10 +18,21 @@ using namespace kernels_internal;  // NOLINT(google-build-using-namespace)
 
 constexpr int kMaxThreads = 512;
 
-// x' = x (kInt8: divided by smooth when given) for vector j.
-template <typename T, int V>
-__device__ __forceinline__ void LoadScaled(const T* row, const float* smooth, int64_t j, float (&a)[V]) {
+// x' = prologue(x) (kInt8: divided by smooth when given) for vector j of a row. For the
+// gated prologues the row is [gate | up], 2 * cols wide, and x' = act(gate) * up.
+template <typename T, int V, QuantPrologue kPro>
+__device__ __forceinline__ void LoadScaled(const T* row, int64_t cols, const float* smooth, int64_t j, float (&a)[V]) {
   LoadF32<T, V>(row + j * V, a);
+  if constexpr (kPro == QuantPrologue::kGeluErf) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) a[k] = GeluErf(a[k]);
+  } else if constexpr (kPro != QuantPrologue::kNone) {
+    constexpr int kAct = kPro == QuantPrologue::kSiluMul ? kGatedSilu : kGatedGeluTanh;
+    float u[V];
+    LoadF32<T, V>(row + cols + j * V, u);
+#pragma unroll
+    for (int k = 0; k < V; ++k) a[k] = GatedActivation<kAct>(a[k]) * u[k];
+  }
   if (smooth != nullptr) {
     float s[V];
     LoadF32<float, V>(smooth + j * V, s);
@@ -28,45 +42,113 @@ __device__ __forceinline__ void LoadScaled(const T* row, const float* smooth, in
 }
 
 // Q is int8_t (symmetric, +-127) or __nv_fp8_e4m3 (+-448). V divides cols.
-template <typename T, typename Q, int V>
+template <typename Q, int V>
+__device__ __forceinline__ void StoreQuantized(Q* dst, const float (&a)[V], float inv) {
+  Vec<Q, V> out;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    if constexpr (std::is_same_v<Q, int8_t>) {
+      out.v[k] = static_cast<int8_t>(fminf(fmaxf(rintf(a[k] * inv), -127.0f), 127.0f));
+    } else {
+      out.v[k] = FromF32<__nv_fp8_e4m3>(a[k] * inv);
+    }
+  }
+  *reinterpret_cast<Vec<Q, V>*>(dst) = out;
+}
+
+// kHeld > 0: each thread keeps its (at most kHeld) vectors of the row in registers between
+// the max and the write, so the row is read, and the prologue computed, once. kHeld = 0:
+// rows too wide for that are read twice (the second time from L1/L2).
+template <typename T, typename Q, int V, QuantPrologue kPro, int kHeld>
 __global__ void QuantizeRowsKernel(const T* x, int64_t rows, int64_t cols, const float* smooth, Q* q, float* scales) {
-  constexpr bool kInt8 = std::is_same_v<Q, int8_t>;
-  constexpr float kMax = kInt8 ? 127.0f : 448.0f;
+  constexpr float kMax = std::is_same_v<Q, int8_t> ? 127.0f : 448.0f;
+  constexpr bool kGated = kPro == QuantPrologue::kSiluMul || kPro == QuantPrologue::kGeluTanhMul;
   __shared__ float scratch[32];
   const int64_t nvec = cols / V;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T* row = x + r * cols;
+    const T* row = x + r * (kGated ? 2 * cols : cols);
+    Q* qrow = q + r * cols;
     float amax = 0.0f;
-    for (int64_t j = threadIdx.x; j < nvec; j += blockDim.x) {
-      float a[V];
-      LoadScaled<T, V>(row, smooth, j, a);
+    if constexpr (kHeld > 0) {
+      float held[kHeld][V];
 #pragma unroll
-      for (int k = 0; k < V; ++k) amax = fmaxf(amax, fabsf(a[k]));
-    }
-    amax = BlockMax(amax, scratch);
-    // As the CPU: scale = amax / max, and the reciprocal taken once (0 for an all-zero row).
-    const float inv = amax > 0.0f ? kMax / amax : 0.0f;
-    for (int64_t j = threadIdx.x; j < nvec; j += blockDim.x) {
-      float a[V];
-      LoadScaled<T, V>(row, smooth, j, a);
-      Vec<Q, V> out;
+      for (int h = 0; h < kHeld; ++h) {
+        const int64_t j = threadIdx.x + static_cast<int64_t>(h) * blockDim.x;
+        if (j < nvec) {
+          LoadScaled<T, V, kPro>(row, cols, smooth, j, held[h]);
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        if constexpr (kInt8) {
-          out.v[k] = static_cast<int8_t>(fminf(fmaxf(rintf(a[k] * inv), -127.0f), 127.0f));
-        } else {
-          out.v[k] = FromF32<__nv_fp8_e4m3>(a[k] * inv);
+          for (int k = 0; k < V; ++k) amax = fmaxf(amax, fabsf(held[h][k]));
         }
       }
-      *reinterpret_cast<Vec<Q, V>*>(q + r * cols + j * V) = out;
+      amax = BlockMax(amax, scratch);
+      // As the CPU: scale = amax / max, and the reciprocal taken once (0 for an all-zero row).
+      const float inv = amax > 0.0f ? kMax / amax : 0.0f;
+#pragma unroll
+      for (int h = 0; h < kHeld; ++h) {
+        const int64_t j = threadIdx.x + static_cast<int64_t>(h) * blockDim.x;
+        if (j < nvec) StoreQuantized<Q, V>(qrow + j * V, held[h], inv);
+      }
+    } else {
+      for (int64_t j = threadIdx.x; j < nvec; j += blockDim.x) {
+        float a[V];
+        LoadScaled<T, V, kPro>(row, cols, smooth, j, a);
+#pragma unroll
+        for (int k = 0; k < V; ++k) amax = fmaxf(amax, fabsf(a[k]));
+      }
+      amax = BlockMax(amax, scratch);
+      const float inv = amax > 0.0f ? kMax / amax : 0.0f;
+      for (int64_t j = threadIdx.x; j < nvec; j += blockDim.x) {
+        float a[V];
+        LoadScaled<T, V, kPro>(row, cols, smooth, j, a);
+        StoreQuantized<Q, V>(qrow + j * V, a, inv);
+      }
     }
     if (threadIdx.x == 0) scales[r] = amax / kMax;
   }
 }
 
+template <typename T, typename Q, int V, QuantPrologue kPro>
+void LaunchRowsWith(const T* x, int64_t rows, int64_t cols, const float* smooth, Q* q, float* row_scales,
+                    cudaStream_t stream) {
+  const int blocks = static_cast<int>(rows < (1 << 20) ? rows : (1 << 20));
+  const int64_t nvec = cols / V;
+  const int threads = RowThreads(nvec, kMaxThreads);
+  const int64_t per_thread = (nvec + threads - 1) / threads;
+  if constexpr (V > 1) {
+    if (per_thread <= 1) {
+      QuantizeRowsKernel<T, Q, V, kPro, 1><<<blocks, threads, 0, stream>>>(x, rows, cols, smooth, q, row_scales);
+      return;
+    }
+    if (per_thread <= 4) {
+      QuantizeRowsKernel<T, Q, V, kPro, 4><<<blocks, threads, 0, stream>>>(x, rows, cols, smooth, q, row_scales);
+      return;
+    }
+  }
+  QuantizeRowsKernel<T, Q, V, kPro, 0><<<blocks, threads, 0, stream>>>(x, rows, cols, smooth, q, row_scales);
+}
+
+template <typename T, typename Q, int V>
+void LaunchRows(const T* x, int64_t rows, int64_t cols, const float* smooth, Q* q, float* row_scales,
+                QuantPrologue prologue, cudaStream_t stream) {
+  switch (prologue) {
+    case QuantPrologue::kNone:
+      LaunchRowsWith<T, Q, V, QuantPrologue::kNone>(x, rows, cols, smooth, q, row_scales, stream);
+      break;
+    case QuantPrologue::kGeluErf:
+      LaunchRowsWith<T, Q, V, QuantPrologue::kGeluErf>(x, rows, cols, smooth, q, row_scales, stream);
+      break;
+    case QuantPrologue::kSiluMul:
+      LaunchRowsWith<T, Q, V, QuantPrologue::kSiluMul>(x, rows, cols, smooth, q, row_scales, stream);
+      break;
+    case QuantPrologue::kGeluTanhMul:
+      LaunchRowsWith<T, Q, V, QuantPrologue::kGeluTanhMul>(x, rows, cols, smooth, q, row_scales, stream);
+      break;
+  }
+}
+
 template <typename Q>
 Status LaunchQuantize(const char* what, const void* x, int64_t rows, int64_t cols, const float* smooth, Q* q,
-                      float* row_scales, DType act, cudaStream_t stream) {
+                      float* row_scales, DType act, QuantPrologue prologue, cudaStream_t stream) {
   if (rows < 0 || cols <= 0) return InvalidArgument(std::string(what) + ": need rows >= 0 and cols > 0");
   if (rows == 0) return Status::Ok();
   if (x == nullptr || q == nullptr || row_scales == nullptr) return InvalidArgument(std::string(what) + ": null pointer");
@@ -74,15 +156,12 @@ Status LaunchQuantize(const char* what, const void* x, int64_t rows, int64_t col
     using T = decltype(tag);
     constexpr int V = kVec16<T>;
     const T* xt = static_cast<const T*>(x);
-    const int blocks = static_cast<int>(rows < (1 << 20) ? rows : (1 << 20));
     const bool vec = cols % V == 0 && Aligned(x, 16) && Aligned(q, V * sizeof(Q)) &&
                      (smooth == nullptr || Aligned(smooth, V * sizeof(float)));
     if (vec) {
-      QuantizeRowsKernel<T, Q, V><<<blocks, RowThreads(cols / V, kMaxThreads), 0, stream>>>(xt, rows, cols, smooth, q,
-                                                                                           row_scales);
+      LaunchRows<T, Q, V>(xt, rows, cols, smooth, q, row_scales, prologue, stream);
     } else {
-      QuantizeRowsKernel<T, Q, 1><<<blocks, RowThreads(cols, kMaxThreads), 0, stream>>>(xt, rows, cols, smooth, q,
-                                                                                       row_scales);
+      LaunchRows<T, Q, 1>(xt, rows, cols, smooth, q, row_scales, prologue, stream);
     }
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
     return Status::Ok();
@@ -92,14 +171,14 @@ Status LaunchQuantize(const char* what, const void* x, int64_t rows, int64_t col
 }  // namespace
 
 Status QuantizeRowsInt8(const void* x, int64_t rows, int64_t cols, const float* smooth, int8_t* q, float* row_scales,
-                        DType act, cudaStream_t stream) {
-  return LaunchQuantize<int8_t>("QuantizeRowsInt8", x, rows, cols, smooth, q, row_scales, act, stream);
+                        DType act, cudaStream_t stream, QuantPrologue prologue) {
+  return LaunchQuantize<int8_t>("QuantizeRowsInt8", x, rows, cols, smooth, q, row_scales, act, prologue, stream);
 }
 
 Status QuantizeRowsFp8(const void* x, int64_t rows, int64_t cols, void* q, float* row_scales, DType act,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, QuantPrologue prologue) {
   return LaunchQuantize<__nv_fp8_e4m3>("QuantizeRowsFp8", x, rows, cols, nullptr, static_cast<__nv_fp8_e4m3*>(q),
-                                       row_scales, act, stream);
+                                       row_scales, act, prologue, stream);
 }
 
 }  // namespace ferry::cuda
