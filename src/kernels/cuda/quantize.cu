@@ -130,19 +130,15 @@ void LaunchRowsWith(const T* x, int64_t rows, int64_t cols, const float* smooth,
 template <typename T, typename Q, int V>
 void LaunchRows(const T* x, int64_t rows, int64_t cols, const float* smooth, Q* q, float* row_scales,
                 QuantPrologue prologue, cudaStream_t stream) {
+  const auto launch = [&](auto pro) {
+    LaunchRowsWith<T, Q, V, decltype(pro)::value>(x, rows, cols, smooth, q, row_scales, stream);
+  };
+  using P = QuantPrologue;
   switch (prologue) {
-    case QuantPrologue::kNone:
-      LaunchRowsWith<T, Q, V, QuantPrologue::kNone>(x, rows, cols, smooth, q, row_scales, stream);
-      break;
-    case QuantPrologue::kGeluErf:
-      LaunchRowsWith<T, Q, V, QuantPrologue::kGeluErf>(x, rows, cols, smooth, q, row_scales, stream);
-      break;
-    case QuantPrologue::kSiluMul:
-      LaunchRowsWith<T, Q, V, QuantPrologue::kSiluMul>(x, rows, cols, smooth, q, row_scales, stream);
-      break;
-    case QuantPrologue::kGeluTanhMul:
-      LaunchRowsWith<T, Q, V, QuantPrologue::kGeluTanhMul>(x, rows, cols, smooth, q, row_scales, stream);
-      break;
+    case P::kNone: return launch(std::integral_constant<P, P::kNone>{});
+    case P::kGeluErf: return launch(std::integral_constant<P, P::kGeluErf>{});
+    case P::kSiluMul: return launch(std::integral_constant<P, P::kSiluMul>{});
+    case P::kGeluTanhMul: return launch(std::integral_constant<P, P::kGeluTanhMul>{});
   }
 }
 
