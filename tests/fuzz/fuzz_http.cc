@@ -9,8 +9,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "fuzz_server.h"
 
@@ -42,6 +47,51 @@ bool DrainUntilClosed(int fd, int ms, std::string* out) {
   }
 }
 
+// The status codes of the responses in `reply`, read as a sequence of HTTP/1.x messages:
+// each status line, then its body skipped by Content-Length or chunked framing. Scanning
+// stops at bytes that do not start a message (a body that runs to the close, or a
+// HEAD response's absent body), so text inside a body, such as a header value an error
+// message quotes back, is never taken for a status line.
+std::vector<int> StatusCodes(const std::string& reply) {
+  std::vector<int> codes;
+  size_t pos = 0;
+  auto lower = [](std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  while (pos + 12 <= reply.size() && reply.compare(pos, 7, "HTTP/1.") == 0 && reply[pos + 8] == ' ') {
+    const std::string digits = reply.substr(pos + 9, 3);
+    if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) break;
+    const int code = std::stoi(digits);
+    codes.push_back(code);
+    const size_t end = reply.find("\r\n\r\n", pos);
+    if (end == std::string::npos) break;
+    const std::string head = lower(reply.substr(pos, end - pos));
+    pos = end + 4;
+    if (code < 200 || code == 204 || code == 304) continue;  // no body
+    const size_t cl = head.find("\r\ncontent-length:");
+    if (cl != std::string::npos) {
+      pos += std::strtoull(head.c_str() + cl + 17, nullptr, 10);
+      continue;
+    }
+    if (head.find("\r\ntransfer-encoding: chunked") == std::string::npos) break;
+    for (;;) {  // chunks, then the empty trailer
+      const size_t line_end = reply.find("\r\n", pos);
+      if (line_end == std::string::npos) return codes;
+      const unsigned long long n = std::strtoull(reply.c_str() + pos, nullptr, 16);
+      pos = line_end + 2;
+      if (n == 0) {
+        const size_t trailer_end = reply.find("\r\n", pos);
+        if (trailer_end == std::string::npos) return codes;
+        pos = trailer_end + 2;
+        break;
+      }
+      pos += n + 2;
+    }
+  }
+  return codes;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -66,6 +116,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   close(fd);
   if (!reply.empty()) FUZZ_CHECK(reply.rfind("HTTP/1.", 0) == 0);
   // A 500 is never the answer to bytes from a client.
-  FUZZ_CHECK(reply.find("HTTP/1.1 500") == std::string::npos);
+  for (const int code : StatusCodes(reply)) FUZZ_CHECK(code != 500);
   return 0;
 }

@@ -40,7 +40,6 @@ struct FlashConfig {
   static_assert(kThreads % kChunksPerRow == 0 && kStageKeys % kRowStep == 0, "loads split evenly");
 };
 
-//
 // kSoftcap: scores go through softcap * tanh(score / softcap) (p.softcap > 0). A template
 // parameter, not a test per score: with the test inside the unrolled score loop the compiler
 // kept a branch (and the tanh's division) per element, which tripled the instructions per
