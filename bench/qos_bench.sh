@@ -23,7 +23,11 @@
 # top, bottom, qos, then qos, bottom, top, for a shared machine; gpu 1), TOP=engine
 # (gpu: build and serve a bf16 engine as the top variant; by default the bf16 checkpoint
 # is served, which keeps one call under 9 minutes), INACTIVE_STEP_MS (the QoS group's
-# qos.inactive_step_ms: auto, off or milliseconds; default auto).
+# qos.inactive_step_ms: auto, off or milliseconds; default auto), STEP_TURNS (its
+# qos.step_turns: auto, on or off; default auto), BOTTOM_SEQS (the bottom
+# variant's max_num_seqs wherever it is served, static-bottom and the group; default: the
+# ladder's, 256 on the GPU), CAPACITY (req/s: skip the capacity run and use this), CONFIGS (a subset of
+# "static-top static-bottom qos" to run; then no quality comparison and no report).
 # Run from the repository root.
 set -euo pipefail
 mode=$1
@@ -106,6 +110,8 @@ run_ladder() {
   local common="    device: $device
     threads: $threads
     batching: $batching"
+  local bottom_seqs=${BOTTOM_SEQS:-$seqs}
+  local bottom_batching="{max_num_seqs: $bottom_seqs, max_num_batched_tokens: $budget, max_seq_len: $((input + output + 16)), max_queue_requests: 100000, max_queue_tokens: 100000000}"
   write_config "$out/$tag-static-top.yaml" "$g_ttft" "$g_tpot" "$s_ttft" "$s_tpot" "$top" \
     "  - name: m
     path: $top_path
@@ -115,26 +121,31 @@ $common"
   write_config "$out/$tag-static-bottom.yaml" "$g_ttft" "$g_tpot" "$s_ttft" "$s_tpot" "$top" \
     "  - name: m
     path: $bottom_path
-$common"
+${common/$batching/$bottom_batching}"
   sed -i "s/, min_variant: $top//" "$out/$tag-static-bottom.yaml"
   write_config "$out/$tag-qos.yaml" "$g_ttft" "$g_tpot" "$s_ttft" "$s_tpot" "$top" \
     "  - name: m
 $common
-    qos: {window_s: $window, min_dwell_s: $dwell, slo: {ttft_ms: $s_ttft, tpot_ms: $s_tpot}, inactive_step_ms: ${INACTIVE_STEP_MS:-auto}}
+    qos: {window_s: $window, min_dwell_s: $dwell, slo: {ttft_ms: $s_ttft, tpot_ms: $s_tpot}, inactive_step_ms: ${INACTIVE_STEP_MS:-auto}, step_turns: ${STEP_TURNS:-auto}}
     variants:
       - {name: $top, path: $top_path}
-      - {name: $bottom, path: $bottom_path}"
+      - {name: $bottom, path: $bottom_path, batching: $bottom_batching}"
 
   local lengths=(--input-len "$input" --output-len "$output")
-  # Capacity of the top variant alone: a closed loop of twice its batch.
-  say "$tag: measuring the capacity of $top"
-  start_server "$out/$tag-static-top.yaml" "$out/$tag-capacity-server.log"
-  "$ferry" bench serve --url "$url" --model m --api-key sk-silver --no-progress "${lengths[@]}" \
-    --max-concurrency $((2 * seqs)) --num-prompts $((8 * seqs)) --warmup "$seqs" --seed 7 \
-    --json "$out/$tag-capacity.json" >"$out/$tag-capacity.txt"
-  stop_server
   local capacity rate burst
-  capacity=$(python3 -c "import json; print(json.load(open('$out/$tag-capacity.json'))['request_throughput'])")
+  if [[ -n ${CAPACITY:-} ]]; then
+    capacity=$CAPACITY
+    say "$tag: capacity of $top given: $capacity req/s"
+  else
+    # Capacity of the top variant alone: a closed loop of twice its batch.
+    say "$tag: measuring the capacity of $top"
+    start_server "$out/$tag-static-top.yaml" "$out/$tag-capacity-server.log"
+    "$ferry" bench serve --url "$url" --model m --api-key sk-silver --no-progress "${lengths[@]}" \
+      --max-concurrency $((2 * seqs)) --num-prompts $((8 * seqs)) --warmup "$seqs" --seed 7 \
+      --json "$out/$tag-capacity.json" >"$out/$tag-capacity.txt"
+    stop_server
+    capacity=$(python3 -c "import json; print(json.load(open('$out/$tag-capacity.json'))['request_throughput'])")
+  fi
   rate=$(python3 -c "print(round($capacity * $rate_factor, 3))")
   burst=$(python3 -c "print(round(3 * $rate, 3))")
   local schedule="$phase:$rate,$phase:$burst,$phase:$rate"
@@ -150,6 +161,7 @@ $common
   for item in "${order[@]}"; do
     config=${item%%:*}
     round=${item##*:}
+    [[ " ${CONFIGS:-static-top static-bottom qos} " == *" $config "* ]] || continue
     name=$config
     ((round > 1)) && name=$config-r$round
     say "$tag: $config (round $round; load average $(cut -d' ' -f1-3 /proc/loadavg))"
@@ -179,6 +191,10 @@ $common
     stop_server
   done
 
+  if [[ -n ${CONFIGS:-} ]]; then
+    say "$tag: only $CONFIGS run (CONFIGS); no quality comparison or report"
+    return 0
+  fi
   say "$tag: quality of $bottom against $top"
   local eval_device=()
   [[ $device != cpu ]] && eval_device=(--device "$device")
@@ -255,6 +271,10 @@ case $mode in
       mv "$scratch/llama-3-8b-fp8.ferry.tmp" "$scratch/llama-3-8b-fp8.ferry"
     fi
     nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv || true
+    # The fp8 variant takes twice the top's batch: while the two share the GPU (gold's floor on
+    # bf16, the rest on fp8) each fp8 step costs more, and 128 sequences leave the burst queued
+    # (79 % of static-bottom's goodput in bench/results/qos-h200/run3-*); 256 serve it.
+    BOTTOM_SEQS=${BOTTOM_SEQS:-256}
     top_kind=checkpoint
     [[ ${TOP:-checkpoint} == engine ]] && top_kind=engine
     run_ladder 8b "llama-3-8b shape on one H200: bf16 $top_kind over fp8 engine" cuda \

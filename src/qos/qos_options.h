@@ -69,6 +69,10 @@ inline constexpr double kAutoPaceFraction = 0.5;
 inline constexpr double kPaceProjectedShare = 0.75;
 inline constexpr double kMaxInactiveStepMs = 10000;
 
+// qos.step_turns: whether the decoder variants of a group that share one device take turns
+// step by step (sched::StepTurns). kAuto: on for GPUs, off on the CPU.
+enum class StepTurnsMode { kAuto, kOn, kOff };
+
 struct QosOptions {
   double window_s = 10;          // sliding window of every signal
   double downgrade_above = 0.85;  // move one rung down when the pressure exceeds this
@@ -82,6 +86,7 @@ struct QosOptions {
   std::vector<Signal> signals = {Signal::kQueueWait, Signal::kTtft, Signal::kTpot, Signal::kKvUsage};
   SloTargets slo;                           // the group's default targets
   InactivePacing inactive_step;             // pacing of the variants not active
+  StepTurnsMode step_turns = StepTurnsMode::kAuto;
   RollbackOptions rollback;
   std::map<std::string, TierRule> tiers;    // per-tier rules of this group (over the global ones)
 

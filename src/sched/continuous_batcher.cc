@@ -175,7 +175,14 @@ BatcherSnapshot ContinuousBatcher::Snapshot() const {
   s.step_pacing_us = step_pacing_us_.load();
   s.paced_waits = paced_waits_.load();
   s.paced_seconds = static_cast<double>(paced_us_.load()) * 1e-6;
+  s.turn_waits = turn_waits_.load();
+  s.turn_wait_seconds = static_cast<double>(turn_wait_us_.load()) * 1e-6;
   return s;
+}
+
+void ContinuousBatcher::SetStepTurns(std::shared_ptr<StepTurns> turns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  turns_ = std::move(turns);
 }
 
 void ContinuousBatcher::Loop() {
@@ -189,10 +196,12 @@ void ContinuousBatcher::Loop() {
     Publish();
     bool stopping;
     Clock::time_point deadline;
+    std::shared_ptr<StepTurns> turns;
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping = stop_;
       deadline = stop_deadline_;
+      turns = turns_;
     }
     if (stopping && (core_.empty() || Clock::now() >= deadline)) {
       TakeInbox();  // a request submitted just before Stop is cancelled with the rest
@@ -214,7 +223,18 @@ void ContinuousBatcher::Loop() {
       continue;
     }
     const Clock::time_point step_start = Clock::now();
-    const bool stepped = core_.Step(events_);
+    bool stepped;
+    if (turns != nullptr) {
+      std::chrono::microseconds waited{0};
+      const StepTurns::Turn turn = turns->Take(waited);
+      if (waited.count() > 0) {
+        turn_waits_ += 1;
+        turn_wait_us_ += waited.count();
+      }
+      stepped = core_.Step(events_);
+    } else {
+      stepped = core_.Step(events_);
+    }
     Deliver(events_);
     Publish();
     if (stepped) {

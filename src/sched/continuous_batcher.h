@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "sched/engine_core.h"
+#include "sched/step_turns.h"
 
 namespace ferry::sched {
 
@@ -31,6 +32,8 @@ struct BatcherSnapshot {
   int64_t step_pacing_us = 0;  // SetStepPacing's interval; 0 = off
   uint64_t paced_waits = 0;    // waits the pacing made between steps (counted as each starts)
   double paced_seconds = 0;    // the total length of those that ended
+  uint64_t turn_waits = 0;     // steps that waited for their turn on a shared device (SetStepTurns)
+  double turn_wait_seconds = 0;  // the total of those waits
 };
 
 // Thread-safe: Submit/Cancel/Snapshot from any thread; the loop owns the core (its KV cache
@@ -75,6 +78,9 @@ class ContinuousBatcher {
   // paced wait at once; with anything waiting the loop runs flat out. Takes effect at once
   // (a shorter interval ends a wait early). Any thread.
   void SetStepPacing(std::chrono::microseconds min_interval);
+  // Steps take turns with the other loops holding `turns` (nullptr: none, the default), so
+  // that models sharing one device step one at a time. Any thread; from the next step.
+  void SetStepTurns(std::shared_ptr<StepTurns> turns);
   std::chrono::microseconds step_pacing() const { return std::chrono::microseconds(step_pacing_us_.load()); }
 
   BatcherSnapshot Snapshot() const;
@@ -139,6 +145,9 @@ class ContinuousBatcher {
   std::atomic<int64_t> step_pacing_us_{0};
   std::atomic<uint64_t> paced_waits_{0};
   std::atomic<int64_t> paced_us_{0};
+  std::shared_ptr<StepTurns> turns_;  // GUARDED_BY(mu_); the loop copies it before each step
+  std::atomic<uint64_t> turn_waits_{0};
+  std::atomic<int64_t> turn_wait_us_{0};
   LoadState published_;  // owned by the loop: the last state the observer saw
   // Admission rate (requests/s leaving the queue), smoothed over windows in which requests
   // were waiting; written by the loop.

@@ -107,7 +107,7 @@ Status ParseQos(const YAML::Node& node, const std::string& path, qos::QosOptions
                          MapReader::Open(node, path,
                                          {"window_s", "downgrade_above", "upgrade_below", "min_dwell_s", "tick_ms",
                                           "min_samples", "project_upgrade", "signals", "slo", "inactive_step_ms",
-                                          "rollback", "tiers"}));
+                                          "step_turns", "rollback", "tiers"}));
   FERRY_RETURN_IF_ERROR(m.Number("window_s", out.window_s));
   FERRY_RETURN_IF_ERROR(m.Number("downgrade_above", out.downgrade_above));
   FERRY_RETURN_IF_ERROR(m.Number("upgrade_below", out.upgrade_below));
@@ -128,6 +128,18 @@ Status ParseQos(const YAML::Node& node, const std::string& path, qos::QosOptions
   if (const YAML::Node* slo = m.Find("slo")) FERRY_RETURN_IF_ERROR(ParseSlo(*slo, m.Path("slo"), out.slo));
   if (const YAML::Node* pace = m.Find("inactive_step_ms")) {
     FERRY_RETURN_IF_ERROR(ParseInactivePacing(*pace, m.Path("inactive_step_ms"), out.inactive_step));
+  }
+  if (const YAML::Node* turns = m.Find("step_turns")) {
+    FERRY_ASSIGN_OR_RETURN(const std::string mode, ReadString(*turns, m.Path("step_turns")));
+    if (mode == "auto") {
+      out.step_turns = qos::StepTurnsMode::kAuto;
+    } else if (mode == "on" || mode == "true") {
+      out.step_turns = qos::StepTurnsMode::kOn;
+    } else if (mode == "off" || mode == "false") {
+      out.step_turns = qos::StepTurnsMode::kOff;
+    } else {
+      return ErrorAt(*turns, m.Path("step_turns"), "must be auto, on or off, got '" + mode + "'");
+    }
   }
   if (const YAML::Node* rb = m.Find("rollback")) FERRY_RETURN_IF_ERROR(ParseRollback(*rb, m.Path("rollback"), out.rollback));
   if (const YAML::Node* tiers = m.Find("tiers")) {

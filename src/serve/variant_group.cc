@@ -183,6 +183,7 @@ Result<std::unique_ptr<VariantGroup>> VariantGroup::Create(const ServerConfig& s
     }
     g->paced_seconds_.assign(g->variants_.size(), 0.0);
     g->paced_waits_.assign(g->variants_.size(), 0);
+    g->ShareDevices();
   }
   g->PublishGauges();
   g->ApplyPacing();
@@ -195,6 +196,29 @@ Result<std::unique_ptr<VariantGroup>> VariantGroup::Create(const ServerConfig& s
 }
 
 VariantGroup::~VariantGroup() { Stop(0); }
+
+void VariantGroup::ShareDevices() {
+  step_turns_.assign(variants_.size(), false);
+  if (config_.qos.step_turns == qos::StepTurnsMode::kOff) return;
+  std::map<std::string, std::vector<int>> by_device;
+  for (int i = 0; i < size(); ++i) {
+    const DeviceSpec& d = config_.variants[static_cast<size_t>(i)].model.device;
+    if (config_.qos.step_turns == qos::StepTurnsMode::kAuto && d.is_cpu()) continue;
+    by_device[d.ToString()].push_back(i);
+  }
+  for (const auto& [device, members] : by_device) {
+    if (members.size() < 2) continue;
+    auto turns = std::make_shared<sched::StepTurns>();
+    std::string names;
+    for (int i : members) {
+      variant(i).decoder()->SetStepTurns(turns);
+      step_turns_[static_cast<size_t>(i)] = true;
+      names += (names.empty() ? "" : ", ") + config_.variants[static_cast<size_t>(i)].name;
+    }
+    FERRY_LOG_INFO("model '{}': variants {} share {} and take turns step by step (qos.step_turns)", config_.name,
+                   names, device);
+  }
+}
 
 Status VariantGroup::CheckMemory() const {
   std::vector<qos::MemoryNeed> needs;
@@ -671,6 +695,9 @@ json VariantGroup::QosJson() const {
       v["step_pacing_ms"] = static_cast<double>(b.step_pacing_us) / 1000.0;
       v["paced_waits"] = b.paced_waits;
       v["paced_seconds"] = b.paced_seconds;
+      v["step_turns"] = static_cast<bool>(step_turns_[static_cast<size_t>(i)]);
+      v["turn_waits"] = b.turn_waits;
+      v["turn_wait_seconds"] = b.turn_wait_seconds;
     }
     const CanaryResult& c = canary_results_[static_cast<size_t>(i)];
     if (c.unix_ms != 0) {

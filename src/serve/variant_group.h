@@ -104,6 +104,9 @@ class VariantGroup {
   // pace for the others (tier-floor traffic, sequences draining after a switch). Logs and
   // records each change; publishes the pacing gauges and paced-wait counters.
   void ApplyPacing();
+  // qos.step_turns: the decoder variants on one device (GPUs only under auto) take turns
+  // step by step (sched::StepTurns).
+  void ShareDevices();
   // The TPOT targets set in the config: the group's slo.tpot_ms and every tier's own.
   std::vector<double> TpotTargetsMs() const;
   void OnEncoderItem(int variant, const EncoderItemReport& r);
@@ -135,6 +138,7 @@ class VariantGroup {
   std::mutex pacing_mu_;         // ApplyPacing runs on the ticker and admin threads
   std::vector<double> paced_seconds_;  // GUARDED_BY(pacing_mu_): per variant, last published
   std::vector<uint64_t> paced_waits_;  // GUARDED_BY(pacing_mu_)
+  std::vector<bool> step_turns_;       // per variant: takes turns on its device (set at Create)
   std::thread ticker_;
   std::thread canary_;
 };

@@ -168,6 +168,27 @@ TEST(QosConfigTest, InactiveStepMsIsAutoOffOrMilliseconds) {
   }
 }
 
+TEST(QosConfigTest, StepTurnsIsAutoOnOrOff) {
+  using Mode = qos::StepTurnsMode;
+  Result<ServerConfig> c = ParseServerConfig(kGroup);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->models[0].qos.step_turns, Mode::kAuto);  // the default
+  const std::string head = "auth: {mode: none}\ntiers: {gold: 1}\nmodels:\n  - name: m\n"
+                           "    variants:\n      - {name: a, path: /a}\n      - {name: b, path: /b}\n";
+  for (const auto& [text, mode] : {std::pair{"auto", Mode::kAuto}, std::pair{"on", Mode::kOn},
+                                   std::pair{"off", Mode::kOff}, std::pair{"true", Mode::kOn},
+                                   std::pair{"false", Mode::kOff}}) {
+    Result<ServerConfig> r = ParseServerConfig(head + "    qos: {step_turns: " + text + "}\n");
+    ASSERT_TRUE(r.ok()) << text << ": " << r.status().ToString();
+    EXPECT_EQ(r->models[0].qos.step_turns, mode) << text;
+  }
+  Result<ServerConfig> bad = ParseServerConfig(head + "    qos: {step_turns: sometimes}\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("models[0].qos.step_turns: must be auto, on or off, got 'sometimes'"),
+            std::string::npos)
+      << bad.status().ToString();
+}
+
 TEST(QosConfigTest, TheExampleConfigParses) {
   Result<ServerConfig> c = LoadServerConfig(std::string(FERRY_SOURCE_DIR) + "/configs/qos.yaml");
   ASSERT_TRUE(c.ok()) << c.status().ToString();

@@ -539,6 +539,49 @@ TEST(QosPacingTest, OffOrNoTpotTargetLeavesEveryVariantUnpaced) {
   }
 }
 
+// qos.step_turns: auto leaves CPU variants to share the cores as they do; on makes the two
+// decoder variants take turns step by step, and /admin/qos shows it. Both serve requests
+// while they take turns (gold on its floor, silver on the pinned bottom).
+TEST(QosStepTurnsTest, AutoIsOffOnTheCpuAndOnMakesTheVariantsTakeTurns) {
+  const std::string root = ferry::testing::SourcePath("");
+  for (const std::string turns : {"auto", "on"}) {
+    std::unique_ptr<Server> server = StartServer(
+        kHead +
+        "models:\n"
+        "  - name: kjv\n    threads: 1\n    batching: {max_num_seqs: 2, max_num_batched_tokens: 64, max_seq_len: 64}\n"
+        "    qos: {project_upgrade: false, inactive_step_ms: off, step_turns: " + turns + "}\n"
+        "    variants:\n"
+        "      - {name: bf16, path: " + root + "/models/demo/kjv-decoder}\n"
+        "      - {name: lite, path: " + root + "/models/demo/kjv-decoder}\n"
+        "log: {level: error, request_log: false}\n");
+    ASSERT_NE(server, nullptr) << turns;
+    const int port = server->port();
+    HttpReply pin = PostJson(port, "/admin/qos/kjv", {{"pin", "lite"}}, kAdmin);
+    ASSERT_EQ(pin.status, 200) << pin.body;
+    const bool on = turns == "on";
+    EXPECT_EQ(pin.Json()["variants"][0]["step_turns"], on) << turns;
+    EXPECT_EQ(pin.Json()["variants"][1]["step_turns"], on) << turns;
+    json body = Completion("In the beginning", 24);
+    body["ignore_eos"] = true;
+    std::vector<std::thread> clients;
+    std::vector<HttpReply> replies(6);
+    for (size_t i = 0; i < replies.size(); ++i) {
+      clients.emplace_back([&, i] { replies[i] = PostJson(port, "/v1/completions", body, i % 2 == 0 ? kGold : kSilver); });
+    }
+    for (std::thread& t : clients) t.join();
+    for (size_t i = 0; i < replies.size(); ++i) {
+      ASSERT_EQ(replies[i].status, 200) << turns << " " << replies[i].body;
+      EXPECT_EQ(replies[i].headers["x-ferry-variant"], i % 2 == 0 ? "bf16" : "lite") << turns;
+      EXPECT_EQ(replies[i].Json()["usage"]["completion_tokens"], 24) << turns;
+    }
+    const json qos = testing::Http(port, "GET", "/admin/qos/kjv", "", kAdmin).Json();
+    if (!on) {
+      EXPECT_EQ(qos["variants"][0]["turn_waits"], 0) << qos["variants"][0].dump();
+      EXPECT_EQ(qos["variants"][1]["turn_waits"], 0) << qos["variants"][1].dump();
+    }
+  }
+}
+
 TEST(QosMemoryTest, AGroupThatCannotFitIsRefusedNamingTheSizes) {
   const std::string root = ferry::testing::SourcePath("");
   // 100,000 sequences of 512 tokens: a KV cache of hundreds of GiB per variant.
