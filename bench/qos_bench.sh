@@ -27,7 +27,8 @@
 # qos.step_turns: auto, on or off; default auto), BOTTOM_SEQS (the bottom
 # variant's max_num_seqs wherever it is served, static-bottom and the group; default: the
 # ladder's, 256 on the GPU), CAPACITY (req/s: skip the capacity run and use this), CONFIGS (a subset of
-# "static-top static-bottom qos" to run; then no quality comparison and no report).
+# "static-top static-bottom qos" to run; then no quality comparison and no report),
+# CPU_LADDERS (cpu: "demo 1b" by default; the 1b ladder needs LLAMA_1B_CHECKPOINT).
 # Run from the repository root.
 set -euo pipefail
 mode=$1
@@ -232,12 +233,14 @@ case $mode in
     export GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-1000}
     phase=${PHASE_S:-60}
     rounds=${ROUNDS:-2}
-    say "building the demo decoder's int8 engine"
-    "$ferry" build --model models/demo/kjv-decoder --precision int8 -o "$out/kjv-int8.ferry" >/dev/null
-    run_ladder demo "kjv-decoder on 2 CPU cores: bf16 checkpoint over int8 (W8A8) engine" cpu \
-      bf16 "$(realpath models/demo/kjv-decoder)" int8 "$out/kjv-int8.ferry" 64 64 "$phase" 16 512 \
-      300 50 1500 100 10 30 0
-    if [[ -n $extra ]]; then
+    if [[ " ${CPU_LADDERS:-demo 1b} " == *" demo "* ]]; then
+      say "building the demo decoder's int8 engine"
+      "$ferry" build --model models/demo/kjv-decoder --precision int8 -o "$out/kjv-int8.ferry" >/dev/null
+      run_ladder demo "kjv-decoder on 2 CPU cores: bf16 checkpoint over int8 (W8A8) engine" cpu \
+        bf16 "$(realpath models/demo/kjv-decoder)" int8 "$out/kjv-int8.ferry" 64 64 "$phase" 16 512 \
+        300 50 1500 100 10 30 0
+    fi
+    if [[ -n $extra && " ${CPU_LADDERS:-demo 1b} " == *" 1b "* ]]; then
       say "building the llama-3.2-1b shape's int8 engine"
       "$ferry" build --model "$extra" --precision int8 --calibration-tokens 1024 -o "$out/llama-1b-int8.ferry" >/dev/null
       run_ladder 1b "llama-3.2-1b shape on 2 CPU cores: bf16 checkpoint over int8 (W8A8) engine" cpu \
