@@ -47,9 +47,12 @@ Result<uint64_t> ContinuousBatcher::Enqueue(GenerationRequest& request, bool che
       return ResourceExhausted("the queue of model '" + name() + "' is full (" + std::to_string(queued_tokens_) +
                                " prompt tokens waiting)");
     }
-    if (check_limits && options_.max_queue_time_ms > 0 && queued_requests_ > 0) {
+    // Only the requests the scheduler runs first count: a higher tier jumps the queue of a
+    // lower one, so a backlog of lower-priority requests does not refuse it.
+    const int ahead = QueuedAtOrAboveLocked(request.priority);
+    if (check_limits && options_.max_queue_time_ms > 0 && ahead > 0) {
       const double rate = admit_rate_.load();
-      const double wait_ms = rate > 0 ? 1000.0 * (queued_requests_ + 1) / rate : 0;
+      const double wait_ms = rate > 0 ? 1000.0 * (ahead + 1) / rate : 0;
       if (wait_ms > options_.admit_wait_fraction * static_cast<double>(options_.max_queue_time_ms)) {
         return ResourceExhausted("the queue of model '" + name() + "' would hold this request about " +
                                  std::to_string(static_cast<int64_t>(wait_ms / 1000 + 0.5)) +
@@ -143,6 +146,18 @@ void ContinuousBatcher::Stop(std::chrono::milliseconds timeout) {
   }
   cv_.notify_one();
   if (thread_.joinable()) thread_.join();
+}
+
+int ContinuousBatcher::QueuedAtOrAboveLocked(int64_t priority) const {
+  int n = 0;
+  for (const auto& [p, count] : queued_by_priority_) {
+    if (p > priority) break;
+    n += count;
+  }
+  for (const Arrival& a : inbox_) {
+    if (a.request.priority <= priority) ++n;
+  }
+  return n;
 }
 
 int64_t ContinuousBatcher::EstimatedWaitMs() const {
@@ -383,11 +398,13 @@ void ContinuousBatcher::Publish() {
   free_blocks_ = core_.cache().num_free_blocks();
   steps_ = core_.steps();
   preemptions_ = core_.preemptions();
+  std::map<int64_t, int> waiting_by_priority = core_.WaitingByPriority();
   std::lock_guard<std::mutex> lock(mu_);
   int64_t inbox_tokens = 0;
   for (const Arrival& a : inbox_) inbox_tokens += static_cast<int64_t>(a.request.prompt.size());
   queued_requests_ = static_cast<int>(inbox_.size()) + core_.waiting();
   queued_tokens_ = inbox_tokens + core_.waiting_tokens();
+  queued_by_priority_ = std::move(waiting_by_priority);
 }
 
 }  // namespace ferry::sched

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -114,6 +115,9 @@ class ContinuousBatcher {
   void Deliver(std::vector<GenerationEvent>& events);
   void ReportProgress(const GenerationEvent& event, Clock::time_point now);
   void Publish();
+  // Queued requests (the inbox and the core's waiting ones) that run no later than a new
+  // request of `priority`. Needs mu_.
+  int QueuedAtOrAboveLocked(int64_t priority) const;
 
   EngineCore& core_;
   const ContinuousBatchingOptions options_;
@@ -126,6 +130,7 @@ class ContinuousBatcher {
   std::deque<std::function<void()>> tasks_;     // GUARDED_BY(mu_): run by the loop between steps
   int64_t queued_tokens_ = 0;                   // GUARDED_BY(mu_): inbox + waiting prompt tokens
   int queued_requests_ = 0;                     // GUARDED_BY(mu_): inbox + waiting requests
+  std::map<int64_t, int> queued_by_priority_;   // GUARDED_BY(mu_): the core's waiting requests by priority (as of the last Publish)
   bool accepting_ = false;                      // GUARDED_BY(mu_)
   bool stop_ = false;                           // GUARDED_BY(mu_)
   Clock::time_point stop_deadline_;             // GUARDED_BY(mu_)

@@ -604,4 +604,13 @@ Result<std::vector<GenerationEvent>> GenerateAll(EngineCore& core, std::vector<G
   return merged;
 }
 
+std::map<int64_t, int> EngineCore::WaitingByPriority() const {
+  std::map<int64_t, int> counts;
+  for (uint64_t handle : waiting_) {
+    auto it = seqs_.find(handle);
+    if (it != seqs_.end()) counts[it->second->req.priority] += 1;
+  }
+  return counts;
+}
+
 }  // namespace ferry::sched

@@ -7,6 +7,7 @@
 
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -129,6 +130,8 @@ class EngineCore {
   int running() const { return static_cast<int>(running_.size()); }
   int waiting() const { return static_cast<int>(waiting_.size()); }
   int64_t waiting_tokens() const { return waiting_tokens_; }
+  // The waiting requests by priority (lower runs first).
+  std::map<int64_t, int> WaitingByPriority() const;
   uint64_t steps() const { return steps_; }
   uint64_t admitted() const { return admitted_; }  // requests that left the queue for their first step
   uint64_t preemptions() const { return preemptions_; }

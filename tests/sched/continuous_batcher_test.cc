@@ -551,6 +551,55 @@ TEST_F(ContinuousBatcherTest, QueueTimeLimitAndEstimatedWaitShedLoad) {
   b.Stop(std::chrono::seconds(5));
 }
 
+// Admission by estimated wait counts only the requests that run first: once a backlog of
+// low-priority requests refuses the next one, a high-priority request (which the scheduler
+// runs ahead of that backlog) is still admitted, and finishes.
+TEST_F(ContinuousBatcherTest, EstimatedWaitCountsOnlyTheRequestsThatRunFirst) {
+  auto runner = MakeRunner(1, 256);
+  EngineCoreOptions o;
+  o.batching.max_num_seqs = 1;
+  o.batching.max_num_batched_tokens = 64;
+  o.batching.max_seq_len = 256;
+  o.batching.max_queue_time_ms = 400;
+  auto core = EngineCore::Create("kjv", engine_, o);
+  ASSERT_TRUE(core.ok());
+  ContinuousBatcher b(**core);
+  b.SetStepFunction([&](const std::vector<engine::SeqStep>& s) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    return (*core)->executor().Step(s);
+  });
+  ASSERT_TRUE(b.Start().ok());
+  const auto p = Prompts(1)[0];
+  std::vector<Collector> low(60);
+  bool refused = false;
+  size_t submitted = 0;
+  for (; submitted < low.size() && !refused; ++submitted) {
+    GenerationRequest r = Greedy(p, 30, low[submitted]);
+    r.ignore_eos = true;
+    r.priority = 2;
+    auto h = b.Submit(std::move(r));
+    if (!h.ok()) {
+      EXPECT_EQ(h.status().code(), StatusCode::kResourceExhausted) << h.status().ToString();
+      if (h.status().message().find("would hold this request") != std::string::npos) refused = true;
+      low[submitted].finished = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(refused) << "the low-priority backlog never refused a request";
+  Collector high;
+  GenerationRequest r = Greedy(p, 4, high);
+  r.ignore_eos = true;
+  r.priority = 1;
+  auto h = b.Submit(std::move(r));
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_TRUE(high.Wait());
+  EXPECT_TRUE(high.error.ok()) << high.error.ToString();
+  EXPECT_EQ(high.tokens.size(), 4u);
+  for (size_t i = submitted; i < low.size(); ++i) low[i].finished = true;
+  b.Stop(std::chrono::seconds(0));
+  for (auto& c : low) ASSERT_TRUE(c.Wait());
+}
+
 }  // namespace
 }  // namespace ferry::sched
 

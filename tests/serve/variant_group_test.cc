@@ -516,19 +516,23 @@ TEST(QosPacingTest, TheVariantsNotSteeredToArePacedAndTheActiveOneIsNot) {
             std::string::npos);
 }
 
+// A group "kjv" of two copies of the demo decoder (bf16, lite), two sequences each, with
+// `threads` threads and `qos_keys` added to its qos block (projection off).
+std::unique_ptr<Server> StartDemoPair(int threads, const std::string& qos_keys) {
+  const std::string root = ferry::testing::SourcePath("");
+  return StartServer(kHead + "models:\n  - name: kjv\n    threads: " + std::to_string(threads) +
+                     "\n    batching: {max_num_seqs: 2, max_num_batched_tokens: 64, max_seq_len: 64}\n"
+                     "    qos: {project_upgrade: false, " + qos_keys + "}\n"
+                     "    variants:\n"
+                     "      - {name: bf16, path: " + root + "/models/demo/kjv-decoder}\n"
+                     "      - {name: lite, path: " + root + "/models/demo/kjv-decoder}\n"
+                     "log: {level: error, request_log: false}\n");
+}
+
 // qos.inactive_step_ms: off, and auto without any TPOT target, leave every variant unpaced.
 TEST(QosPacingTest, OffOrNoTpotTargetLeavesEveryVariantUnpaced) {
-  const std::string root = ferry::testing::SourcePath("");
   for (const std::string qos_keys : {"inactive_step_ms: off, slo: {tpot_ms: 100}", "slo: {ttft_ms: 500}"}) {
-    std::unique_ptr<Server> server = StartServer(
-        kHead +
-        "models:\n"
-        "  - name: kjv\n    threads: 2\n    batching: {max_num_seqs: 2, max_num_batched_tokens: 64, max_seq_len: 64}\n"
-        "    qos: {project_upgrade: false, " + qos_keys + "}\n"
-        "    variants:\n"
-        "      - {name: bf16, path: " + root + "/models/demo/kjv-decoder}\n"
-        "      - {name: lite, path: " + root + "/models/demo/kjv-decoder}\n"
-        "log: {level: error, request_log: false}\n");
+    std::unique_ptr<Server> server = StartDemoPair(2, qos_keys);
     ASSERT_NE(server, nullptr) << qos_keys;
     const int port = server->port();
     HttpReply pin = PostJson(port, "/admin/qos/kjv", {{"pin", "lite"}}, kAdmin);
@@ -543,17 +547,8 @@ TEST(QosPacingTest, OffOrNoTpotTargetLeavesEveryVariantUnpaced) {
 // decoder variants take turns step by step, and /admin/qos shows it. Both serve requests
 // while they take turns (gold on its floor, silver on the pinned bottom).
 TEST(QosStepTurnsTest, AutoIsOffOnTheCpuAndOnMakesTheVariantsTakeTurns) {
-  const std::string root = ferry::testing::SourcePath("");
   for (const std::string turns : {"auto", "on"}) {
-    std::unique_ptr<Server> server = StartServer(
-        kHead +
-        "models:\n"
-        "  - name: kjv\n    threads: 1\n    batching: {max_num_seqs: 2, max_num_batched_tokens: 64, max_seq_len: 64}\n"
-        "    qos: {project_upgrade: false, inactive_step_ms: off, step_turns: " + turns + "}\n"
-        "    variants:\n"
-        "      - {name: bf16, path: " + root + "/models/demo/kjv-decoder}\n"
-        "      - {name: lite, path: " + root + "/models/demo/kjv-decoder}\n"
-        "log: {level: error, request_log: false}\n");
+    std::unique_ptr<Server> server = StartDemoPair(1, "inactive_step_ms: off, step_turns: " + turns);
     ASSERT_NE(server, nullptr) << turns;
     const int port = server->port();
     HttpReply pin = PostJson(port, "/admin/qos/kjv", {{"pin", "lite"}}, kAdmin);
