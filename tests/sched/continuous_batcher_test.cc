@@ -495,26 +495,34 @@ TEST_F(ContinuousBatcherTest, StopFinishesInFlightWork) {
   }
 }
 
-// Overload: with one sequence at a time and long generations, requests queue up. Those
-// that would wait longer than max_queue_time_ms are refused at Submit once the admission
-// rate is known, or when their wait runs out; every request admitted runs to completion, and
-// none starts after waiting much longer than the limit.
-TEST_F(ContinuousBatcherTest, QueueTimeLimitAndEstimatedWaitShedLoad) {
-  auto runner = MakeRunner(1, 256);
+// One sequence at a time, a 400 ms queue-time limit.
+EngineCoreOptions OneAtATimeWithQueueLimit() {
   EngineCoreOptions o;
   o.batching.max_num_seqs = 1;
   o.batching.max_num_batched_tokens = 64;
   o.batching.max_seq_len = 256;
   o.batching.max_queue_time_ms = 400;
-  auto core = EngineCore::Create("kjv", engine_, o);
+  return o;
+}
+
+// Each step takes at least 3 ms, so that one request (30 tokens) takes 90 ms or more
+// whatever the machine: arrivals every 20 ms are then several times what it can serve.
+void SlowSteps(ContinuousBatcher& b, EngineCore& core) {
+  b.SetStepFunction([&core](const std::vector<engine::SeqStep>& s) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    return core.executor().Step(s);
+  });
+}
+
+// Overload: with one sequence at a time and long generations, requests queue up. Those
+// that would wait longer than max_queue_time_ms are refused at Submit once the admission
+// rate is known, or when their wait runs out; every request admitted runs to completion, and
+// none starts after waiting much longer than the limit.
+TEST_F(ContinuousBatcherTest, QueueTimeLimitAndEstimatedWaitShedLoad) {
+  auto core = EngineCore::Create("kjv", engine_, OneAtATimeWithQueueLimit());
   ASSERT_TRUE(core.ok());
   ContinuousBatcher b(**core);
-  // Each step takes at least 3 ms, so that one request (30 tokens) takes 90 ms or more
-  // whatever the machine: arrivals every 20 ms are then several times what it can serve.
-  b.SetStepFunction([&](const std::vector<engine::SeqStep>& s) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(3));
-    return (*core)->executor().Step(s);
-  });
+  SlowSteps(b, **core);
   ASSERT_TRUE(b.Start().ok());
   const auto p = Prompts(1)[0];
   std::vector<Collector> cs(40);
@@ -555,19 +563,10 @@ TEST_F(ContinuousBatcherTest, QueueTimeLimitAndEstimatedWaitShedLoad) {
 // low-priority requests refuses the next one, a high-priority request (which the scheduler
 // runs ahead of that backlog) is still admitted, and finishes.
 TEST_F(ContinuousBatcherTest, EstimatedWaitCountsOnlyTheRequestsThatRunFirst) {
-  auto runner = MakeRunner(1, 256);
-  EngineCoreOptions o;
-  o.batching.max_num_seqs = 1;
-  o.batching.max_num_batched_tokens = 64;
-  o.batching.max_seq_len = 256;
-  o.batching.max_queue_time_ms = 400;
-  auto core = EngineCore::Create("kjv", engine_, o);
+  auto core = EngineCore::Create("kjv", engine_, OneAtATimeWithQueueLimit());
   ASSERT_TRUE(core.ok());
   ContinuousBatcher b(**core);
-  b.SetStepFunction([&](const std::vector<engine::SeqStep>& s) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(3));
-    return (*core)->executor().Step(s);
-  });
+  SlowSteps(b, **core);
   ASSERT_TRUE(b.Start().ok());
   const auto p = Prompts(1)[0];
   std::vector<Collector> low(60);
