@@ -49,8 +49,10 @@ Result<uint64_t> ContinuousBatcher::Enqueue(GenerationRequest& request, bool che
     }
     // Only the requests the scheduler runs first count: a higher tier jumps the queue of a
     // lower one, so a backlog of lower-priority requests does not refuse it.
-    const int ahead = QueuedAtOrAboveLocked(request.priority);
-    if (check_limits && options_.max_queue_time_ms > 0 && ahead > 0) {
+    const int ahead = check_limits && options_.max_queue_time_ms > 0 && queued_requests_ > 0
+                          ? QueuedAtOrAboveLocked(request.priority)
+                          : 0;
+    if (ahead > 0) {
       const double rate = admit_rate_.load();
       const double wait_ms = rate > 0 ? 1000.0 * (ahead + 1) / rate : 0;
       if (wait_ms > options_.admit_wait_fraction * static_cast<double>(options_.max_queue_time_ms)) {
@@ -64,6 +66,7 @@ Result<uint64_t> ContinuousBatcher::Enqueue(GenerationRequest& request, bool che
     queued_requests_ += 1;
     queued_tokens_ += prompt_len;
     live_.insert(handle);
+    inbox_by_priority_[request.priority] += 1;
     inbox_.push_back(Arrival{handle, std::move(request)});
   }
   cv_.notify_one();
@@ -150,12 +153,11 @@ void ContinuousBatcher::Stop(std::chrono::milliseconds timeout) {
 
 int ContinuousBatcher::QueuedAtOrAboveLocked(int64_t priority) const {
   int n = 0;
-  for (const auto& [p, count] : queued_by_priority_) {
-    if (p > priority) break;
-    n += count;
-  }
-  for (const Arrival& a : inbox_) {
-    if (a.request.priority <= priority) ++n;
+  for (const auto* counts : {&queued_by_priority_, &inbox_by_priority_}) {
+    for (const auto& [p, count] : *counts) {
+      if (p > priority) break;
+      n += count;
+    }
   }
   return n;
 }
@@ -294,6 +296,7 @@ void ContinuousBatcher::TakeInbox() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     arrivals.swap(inbox_);
+    inbox_by_priority_.clear();
     cancels.swap(cancels_);
   }
   for (Arrival& a : arrivals) {
@@ -398,7 +401,9 @@ void ContinuousBatcher::Publish() {
   free_blocks_ = core_.cache().num_free_blocks();
   steps_ = core_.steps();
   preemptions_ = core_.preemptions();
-  std::map<int64_t, int> waiting_by_priority = core_.WaitingByPriority();
+  // Only admission by estimated wait reads it (Enqueue).
+  std::map<int64_t, int> waiting_by_priority;
+  if (options_.max_queue_time_ms > 0) waiting_by_priority = core_.WaitingByPriority();
   std::lock_guard<std::mutex> lock(mu_);
   int64_t inbox_tokens = 0;
   for (const Arrival& a : inbox_) inbox_tokens += static_cast<int64_t>(a.request.prompt.size());

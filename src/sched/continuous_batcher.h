@@ -131,6 +131,7 @@ class ContinuousBatcher {
   int64_t queued_tokens_ = 0;                   // GUARDED_BY(mu_): inbox + waiting prompt tokens
   int queued_requests_ = 0;                     // GUARDED_BY(mu_): inbox + waiting requests
   std::map<int64_t, int> queued_by_priority_;   // GUARDED_BY(mu_): the core's waiting requests by priority (as of the last Publish)
+  std::map<int64_t, int> inbox_by_priority_;    // GUARDED_BY(mu_): the inbox's requests by priority
   bool accepting_ = false;                      // GUARDED_BY(mu_)
   bool stop_ = false;                           // GUARDED_BY(mu_)
   Clock::time_point stop_deadline_;             // GUARDED_BY(mu_)
