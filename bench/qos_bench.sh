@@ -28,7 +28,8 @@
 # variant's max_num_seqs wherever it is served, static-bottom and the group; default: the
 # ladder's, 256 on the GPU), CAPACITY (req/s: skip the capacity run and use this), CONFIGS (a subset of
 # "static-top static-bottom qos" to run; then no quality comparison and no report),
-# CPU_LADDERS (cpu: "demo 1b" by default; the 1b ladder needs LLAMA_1B_CHECKPOINT).
+# CPU_LADDERS (cpu: "demo 1b" by default; the 1b ladder needs LLAMA_1B_CHECKPOINT),
+# TOP_THREADS / BOTTOM_THREADS (the QoS group's variants' `threads`; default: the model's).
 # Run from the repository root.
 set -euo pipefail
 mode=$1
@@ -129,8 +130,8 @@ ${common/$batching/$bottom_batching}"
 $common
     qos: {window_s: $window, min_dwell_s: $dwell, slo: {ttft_ms: $s_ttft, tpot_ms: $s_tpot}, inactive_step_ms: ${INACTIVE_STEP_MS:-auto}, step_turns: ${STEP_TURNS:-auto}}
     variants:
-      - {name: $top, path: $top_path}
-      - {name: $bottom, path: $bottom_path, batching: $bottom_batching}"
+      - {name: $top, path: $top_path${TOP_THREADS:+, threads: $TOP_THREADS}}
+      - {name: $bottom, path: $bottom_path, batching: $bottom_batching${BOTTOM_THREADS:+, threads: $BOTTOM_THREADS}}"
 
   local lengths=(--input-len "$input" --output-len "$output")
   local capacity rate burst

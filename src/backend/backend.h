@@ -113,6 +113,13 @@ class Backend {
   virtual DType activation_dtype() const { return DType::kF32; }
   // The dtype of the paged KV cache the engine allocates for this backend.
   virtual DType kv_cache_dtype() const { return DType::kF32; }
+  // Applies this backend's compute-thread count to the calling thread. Models call it at the
+  // start of every forward pass: on the CPU the count is OpenMP's per-thread setting, which a
+  // scheduler thread does not inherit from the thread that loaded the engine. Nothing on a GPU.
+  virtual void BindComputeThreads() {}
+  // CPU: the compute threads of the forward passes that start after the call, on any thread
+  // (a QoS group's core split); 0: the engine's own `threads`. Nothing on a GPU.
+  virtual void SetThreads(int threads) { (void)threads; }
 
   // Called once per weight at load: converts/quantizes to w.format and packs.
   virtual Status PrepareLinear(LinearWeight& w) = 0;

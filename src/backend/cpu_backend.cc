@@ -3,6 +3,7 @@
 #include <new>
 #include <string>
 
+#include "core/thread_pool.h"
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/embedding.h"
@@ -204,6 +205,11 @@ Result<Tensor> CpuBackend::ToHost(const Tensor& t) {
       // Integer tensors (token ids) are returned as they are, contiguous.
       return t.is_contiguous() ? t : t.Clone();
   }
+}
+
+void CpuBackend::BindComputeThreads() {
+  const int n = threads();
+  if (n > 0 && ComputeThreads() != n) SetComputeThreads(n);
 }
 
 std::unique_ptr<Backend> MakeCpuBackend(CpuBackendOptions options) {

@@ -2,6 +2,7 @@
 // weight panels, attention, norms, RoPE, activations) on the OpenMP compute threads.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -16,6 +17,7 @@ namespace ferry::backend {
 
 struct CpuBackendOptions {
   kernels::cpu::LinearConfig linear;
+  int threads = 0;  // compute threads of every forward pass (BindComputeThreads); 0: the process default
 };
 
 // Thread-safe: its only state is TuneLinear's record of timed shapes, under a mutex. Each
@@ -28,6 +30,13 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::Cpu(); }
   std::string Name() const override { return "cpu"; }
   Result<Tensor> Allocate(const Shape& shape, DType dtype) override;
+  // Sets the calling thread's compute threads to the backend's count (options.threads, or
+  // what SetThreads set last), when one is set; each forward pass calls it as it starts.
+  void BindComputeThreads() override;
+  void SetThreads(int threads) override {
+    threads_.store(threads > 0 ? threads : options_.threads, std::memory_order_relaxed);
+  }
+  int threads() const { return threads_.load(std::memory_order_relaxed); }
 
   // Converts / quantizes the weight to w.format and packs it into column panels for the
   // GEMV/GEMM kernels (kernels/cpu/packed_weight.h); a bf16/f16 bias becomes f32. w.weight
@@ -82,6 +91,7 @@ class CpuBackend final : public Backend {
   using TuneKey = std::tuple<int, int64_t, int64_t>;
 
   CpuBackendOptions options_;
+  std::atomic<int> threads_{options_.threads};
   std::mutex tune_mu_;
   std::map<TuneKey, int> tuned_;  // GUARDED_BY(tune_mu_)
 };

@@ -10,11 +10,13 @@
 namespace ferry {
 
 void SetComputeThreads(int n) {
-  if (n <= 0) n = omp_get_num_procs();
+  if (n <= 0) n = AvailableCores();
   omp_set_num_threads(n);
 }
 
 int ComputeThreads() { return omp_get_max_threads(); }
+
+int AvailableCores() { return omp_get_num_procs(); }
 
 #if defined(__SANITIZE_THREAD__)
 // Under ThreadSanitizer, ParallelFor forks and joins on plain threads synchronized by a mutex:

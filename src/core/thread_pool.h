@@ -18,6 +18,8 @@ namespace ferry {
 // Sets the number of compute threads for kernels (and oneDNN). 0 = all cores.
 void SetComputeThreads(int n);
 int ComputeThreads();
+// The cores this process may run on (what SetComputeThreads(0) uses).
+int AvailableCores();
 
 // Calls fn(begin, end) over [0, n) split into contiguous ranges, one per thread; ranges are
 // multiples of `grain` except the last. Runs inline when n is small or inside a parallel region.

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <set>
 
+#include "backend/cpu_backend.h"
 #include "backend/cuda_backend.h"
 #include "core/mapped_file.h"
 #include "core/progress.h"
@@ -49,7 +50,11 @@ Result<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizerFrom(const io::ModelS
 }  // namespace
 
 Result<std::unique_ptr<backend::Backend>> MakeBackend(const EngineOptions& options) {
-  if (options.device.is_cpu()) return backend::MakeCpuBackend();
+  if (options.device.is_cpu()) {
+    backend::CpuBackendOptions co;
+    co.threads = options.threads;
+    return backend::MakeCpuBackend(co);
+  }
   backend::CudaBackendOptions co;
   co.device = options.device.index;
   co.activations = options.cuda_activations;

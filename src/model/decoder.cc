@@ -304,6 +304,7 @@ Status DecoderModel::Forward(const DecoderBatch& batch, std::vector<backend::KvL
 
 Result<Tensor> DecoderModel::Forward(const backend::StepTensors& in, std::vector<backend::KvLayer>& kv) {
   backend::Backend& be = backend_;
+  be.BindComputeThreads();
   const io::ModelConfig& c = config_;
   const int64_t T = in.token_ids.numel();
   if (kv.size() != layers_.size()) return InvalidArgument("KV cache has the wrong number of layers");

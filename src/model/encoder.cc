@@ -178,6 +178,7 @@ Status EncoderModel::RunLinear(int layer, const char* name, const Tensor& x, con
 }
 
 Status EncoderModel::Forward(const EncoderBatch& batch, EncoderOutput& out) {
+  backend_.BindComputeThreads();
   if (modern()) return ForwardModernBert(batch, out);
   backend::Backend& be = backend_;
   const io::ModelConfig& c = config_;

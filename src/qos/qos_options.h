@@ -69,9 +69,11 @@ inline constexpr double kAutoPaceFraction = 0.5;
 inline constexpr double kPaceProjectedShare = 0.75;
 inline constexpr double kMaxInactiveStepMs = 10000;
 
+// A setting that is auto, on or off.
+enum class AutoSwitch { kAuto, kOn, kOff };
 // qos.step_turns: whether the decoder variants of a group that share one device take turns
 // step by step (sched::StepTurns). kAuto: on for GPUs, off on the CPU.
-enum class StepTurnsMode { kAuto, kOn, kOff };
+using StepTurnsMode = AutoSwitch;
 
 struct QosOptions {
   double window_s = 10;          // sliding window of every signal
@@ -87,6 +89,10 @@ struct QosOptions {
   SloTargets slo;                           // the group's default targets
   InactivePacing inactive_step;             // pacing of the variants not active
   StepTurnsMode step_turns = StepTurnsMode::kAuto;
+  // qos.share_cores: whether the decoder variants of a group on the CPU split its cores while
+  // more than one has work (sched::CoreShare). kAuto: on for the CPU variants that do not take
+  // step turns; kOn is the same (a GPU has no cores to split).
+  AutoSwitch share_cores = AutoSwitch::kAuto;
   RollbackOptions rollback;
   std::map<std::string, TierRule> tiers;    // per-tier rules of this group (over the global ones)
 

@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "core/logging.h"
+#include "engine/engine.h"
 
 namespace ferry::sched {
 
@@ -194,12 +195,19 @@ BatcherSnapshot ContinuousBatcher::Snapshot() const {
   s.paced_seconds = static_cast<double>(paced_us_.load()) * 1e-6;
   s.turn_waits = turn_waits_.load();
   s.turn_wait_seconds = static_cast<double>(turn_wait_us_.load()) * 1e-6;
+  s.compute_threads = share_threads_.load(std::memory_order_relaxed);
   return s;
 }
 
 void ContinuousBatcher::SetStepTurns(std::shared_ptr<StepTurns> turns) {
   std::lock_guard<std::mutex> lock(mu_);
   turns_ = std::move(turns);
+}
+
+void ContinuousBatcher::SetCoreShare(std::shared_ptr<CoreShare> share) {
+  std::lock_guard<std::mutex> lock(mu_);
+  share_member_ = share != nullptr ? share->Join() : -1;
+  share_ = std::move(share);
 }
 
 void ContinuousBatcher::Loop() {
@@ -214,11 +222,15 @@ void ContinuousBatcher::Loop() {
     bool stopping;
     Clock::time_point deadline;
     std::shared_ptr<StepTurns> turns;
+    std::shared_ptr<CoreShare> share;
+    int member = -1;
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping = stop_;
       deadline = stop_deadline_;
       turns = turns_;
+      share = share_;
+      member = share_member_;
     }
     if (stopping && (core_.empty() || Clock::now() >= deadline)) {
       TakeInbox();  // a request submitted just before Stop is cancelled with the rest
@@ -231,13 +243,22 @@ void ContinuousBatcher::Loop() {
       }
       Deliver(events_);
       Publish();
+      if (share != nullptr) share->Idle(member);
       return;
     }
     if (core_.empty()) {
+      if (share != nullptr) share->Idle(member);
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(100),
                    [this] { return stop_ || !inbox_.empty() || !cancels_.empty() || !tasks_.empty(); });
       continue;
+    }
+    if (share != nullptr) {
+      const int threads = share->Busy(member);
+      if (threads != share_threads_.load(std::memory_order_relaxed)) {
+        core_.engine().backend().SetThreads(threads);
+        share_threads_.store(threads, std::memory_order_relaxed);
+      }
     }
     const Clock::time_point step_start = Clock::now();
     bool stepped;

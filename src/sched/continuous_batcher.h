@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "sched/engine_core.h"
+#include "sched/core_share.h"
 #include "sched/step_turns.h"
 
 namespace ferry::sched {
@@ -34,6 +35,7 @@ struct BatcherSnapshot {
   uint64_t paced_waits = 0;    // waits the pacing made between steps (counted as each starts)
   double paced_seconds = 0;    // the total length of those that ended
   uint64_t turn_waits = 0;     // steps that waited for their turn on a shared device (SetStepTurns)
+  int compute_threads = 0;     // under a core share (SetCoreShare): its last step's threads; 0 = none
   double turn_wait_seconds = 0;  // the total of those waits
 };
 
@@ -82,6 +84,10 @@ class ContinuousBatcher {
   // Steps take turns with the other loops holding `turns` (nullptr: none, the default), so
   // that models sharing one device step one at a time. Any thread; from the next step.
   void SetStepTurns(std::shared_ptr<StepTurns> turns);
+  // Steps run on this loop's share of the cores held by `share` (nullptr: none, the default):
+  // the loop is a member while it has work and sets its engine's compute threads to the
+  // share before each step. Call before the first request.
+  void SetCoreShare(std::shared_ptr<CoreShare> share);
   std::chrono::microseconds step_pacing() const { return std::chrono::microseconds(step_pacing_us_.load()); }
 
   BatcherSnapshot Snapshot() const;
@@ -153,6 +159,9 @@ class ContinuousBatcher {
   std::atomic<int64_t> paced_us_{0};
   std::shared_ptr<StepTurns> turns_;  // GUARDED_BY(mu_); the loop copies it before each step
   std::atomic<uint64_t> turn_waits_{0};
+  std::shared_ptr<CoreShare> share_;  // GUARDED_BY(mu_); the loop copies it before each step
+  int share_member_ = -1;             // GUARDED_BY(mu_)
+  std::atomic<int> share_threads_{0};  // written by the loop: the threads it last set
   std::atomic<int64_t> turn_wait_us_{0};
   LoadState published_;  // owned by the loop: the last state the observer saw
   // Admission rate (requests/s leaving the queue), smoothed over windows in which requests

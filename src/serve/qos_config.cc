@@ -56,6 +56,20 @@ Status ParseInactivePacing(const YAML::Node& node, const std::string& path, qos:
   return Status::Ok();
 }
 
+Status ParseAutoSwitch(const YAML::Node& node, const std::string& path, qos::AutoSwitch& out) {
+  FERRY_ASSIGN_OR_RETURN(const std::string mode, ReadString(node, path));
+  if (mode == "auto") {
+    out = qos::AutoSwitch::kAuto;
+  } else if (mode == "on" || mode == "true") {
+    out = qos::AutoSwitch::kOn;
+  } else if (mode == "off" || mode == "false") {
+    out = qos::AutoSwitch::kOff;
+  } else {
+    return ErrorAt(node, path, "must be auto, on or off, got '" + mode + "'");
+  }
+  return Status::Ok();
+}
+
 Status ParseRollback(const YAML::Node& node, const std::string& path, qos::RollbackOptions& out) {
   FERRY_ASSIGN_OR_RETURN(const MapReader m,
                          MapReader::Open(node, path,
@@ -107,7 +121,7 @@ Status ParseQos(const YAML::Node& node, const std::string& path, qos::QosOptions
                          MapReader::Open(node, path,
                                          {"window_s", "downgrade_above", "upgrade_below", "min_dwell_s", "tick_ms",
                                           "min_samples", "project_upgrade", "signals", "slo", "inactive_step_ms",
-                                          "step_turns", "rollback", "tiers"}));
+                                          "step_turns", "share_cores", "rollback", "tiers"}));
   FERRY_RETURN_IF_ERROR(m.Number("window_s", out.window_s));
   FERRY_RETURN_IF_ERROR(m.Number("downgrade_above", out.downgrade_above));
   FERRY_RETURN_IF_ERROR(m.Number("upgrade_below", out.upgrade_below));
@@ -130,16 +144,10 @@ Status ParseQos(const YAML::Node& node, const std::string& path, qos::QosOptions
     FERRY_RETURN_IF_ERROR(ParseInactivePacing(*pace, m.Path("inactive_step_ms"), out.inactive_step));
   }
   if (const YAML::Node* turns = m.Find("step_turns")) {
-    FERRY_ASSIGN_OR_RETURN(const std::string mode, ReadString(*turns, m.Path("step_turns")));
-    if (mode == "auto") {
-      out.step_turns = qos::StepTurnsMode::kAuto;
-    } else if (mode == "on" || mode == "true") {
-      out.step_turns = qos::StepTurnsMode::kOn;
-    } else if (mode == "off" || mode == "false") {
-      out.step_turns = qos::StepTurnsMode::kOff;
-    } else {
-      return ErrorAt(*turns, m.Path("step_turns"), "must be auto, on or off, got '" + mode + "'");
-    }
+    FERRY_RETURN_IF_ERROR(ParseAutoSwitch(*turns, m.Path("step_turns"), out.step_turns));
+  }
+  if (const YAML::Node* share = m.Find("share_cores")) {
+    FERRY_RETURN_IF_ERROR(ParseAutoSwitch(*share, m.Path("share_cores"), out.share_cores));
   }
   if (const YAML::Node* rb = m.Find("rollback")) FERRY_RETURN_IF_ERROR(ParseRollback(*rb, m.Path("rollback"), out.rollback));
   if (const YAML::Node* tiers = m.Find("tiers")) {

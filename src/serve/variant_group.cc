@@ -8,6 +8,7 @@
 #include <map>
 
 #include "core/logging.h"
+#include "core/thread_pool.h"
 #include "qos/canary.h"
 #include "qos/memory_check.h"
 #include "serve/qos_config.h"
@@ -184,6 +185,7 @@ Result<std::unique_ptr<VariantGroup>> VariantGroup::Create(const ServerConfig& s
     g->paced_seconds_.assign(g->variants_.size(), 0.0);
     g->paced_waits_.assign(g->variants_.size(), 0);
     g->ShareDevices();
+    g->ShareCores();
   }
   g->PublishGauges();
   g->ApplyPacing();
@@ -218,6 +220,29 @@ void VariantGroup::ShareDevices() {
     FERRY_LOG_INFO("model '{}': variants {} share {} and take turns step by step (qos.step_turns)", config_.name,
                    names, device);
   }
+}
+
+void VariantGroup::ShareCores() {
+  share_cores_.assign(variants_.size(), false);
+  if (config_.qos.share_cores == qos::AutoSwitch::kOff) return;
+  std::vector<int> members;
+  int cores = 0;
+  for (int i = 0; i < size(); ++i) {
+    const ModelConfig& m = config_.variants[static_cast<size_t>(i)].model;
+    if (!m.device.is_cpu() || step_turns_[static_cast<size_t>(i)]) continue;
+    members.push_back(i);
+    cores = std::max(cores, m.threads > 0 ? m.threads : AvailableCores());
+  }
+  if (members.size() < 2) return;
+  auto share = std::make_shared<sched::CoreShare>(cores);
+  std::string names;
+  for (int i : members) {
+    variant(i).decoder()->SetCoreShare(share);
+    share_cores_[static_cast<size_t>(i)] = true;
+    names += (names.empty() ? "" : ", ") + config_.variants[static_cast<size_t>(i)].name;
+  }
+  FERRY_LOG_INFO("model '{}': variants {} split {} CPU cores while more than one has work (qos.share_cores)",
+                 config_.name, names, cores);
 }
 
 Status VariantGroup::CheckMemory() const {
@@ -698,6 +723,8 @@ json VariantGroup::QosJson() const {
       v["step_turns"] = static_cast<bool>(step_turns_[static_cast<size_t>(i)]);
       v["turn_waits"] = b.turn_waits;
       v["turn_wait_seconds"] = b.turn_wait_seconds;
+      v["share_cores"] = static_cast<bool>(share_cores_[static_cast<size_t>(i)]);
+      v["compute_threads"] = b.compute_threads;
     }
     const CanaryResult& c = canary_results_[static_cast<size_t>(i)];
     if (c.unix_ms != 0) {

@@ -107,6 +107,9 @@ class VariantGroup {
   // qos.step_turns: the decoder variants on one device (GPUs only under auto) take turns
   // step by step (sched::StepTurns).
   void ShareDevices();
+  // qos.share_cores: the decoder variants on the CPU that do not take step turns split its
+  // cores while more than one has work (sched::CoreShare). After ShareDevices.
+  void ShareCores();
   // The TPOT targets set in the config: the group's slo.tpot_ms and every tier's own.
   std::vector<double> TpotTargetsMs() const;
   void OnEncoderItem(int variant, const EncoderItemReport& r);
@@ -139,6 +142,7 @@ class VariantGroup {
   std::vector<double> paced_seconds_;  // GUARDED_BY(pacing_mu_): per variant, last published
   std::vector<uint64_t> paced_waits_;  // GUARDED_BY(pacing_mu_)
   std::vector<bool> step_turns_;       // per variant: takes turns on its device (set at Create)
+  std::vector<bool> share_cores_;      // per variant: splits the CPU's cores (set at Create)
   std::thread ticker_;
   std::thread canary_;
 };

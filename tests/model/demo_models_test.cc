@@ -5,10 +5,12 @@
 
 #include <cmath>
 #include <fstream>
+#include <thread>
 
 #include "engine/engine.h"
 #include "decoder_test_util.h"
 #include "chunk/offline.h"
+#include "core/thread_pool.h"
 #include "engine/encoder_runner.h"
 #include "io/safetensors.h"
 #include "test_util.h"
@@ -125,6 +127,33 @@ TEST_F(DemoModelsTest, TaggerTokenLogitsAndEntitiesMatchPyTorch) {
       EXPECT_NEAR(entities->entities[i].score, want[i]["score"].get<double>(), 1e-4) << key;
     }
   }
+}
+
+// A model's `threads` applies on whatever thread runs it: OpenMP's thread count is a per-thread
+// setting that a scheduler thread does not inherit from the thread that loaded the engine.
+TEST(DemoModelThreadsTest, ThreadsApplyOnTheThreadThatRunsTheModel) {
+  engine::EngineOptions o;
+  o.threads = 1;
+  auto e = engine::Engine::Load(testing::SourcePath("models/demo/kjv-decoder"), o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  SetComputeThreads(0);  // the loading thread back to all cores
+  auto runner = testing::DecoderHarness::Create(*e, 2, 64);
+  ASSERT_NE(runner, nullptr);
+  const std::vector<int32_t> prompt = {1, 2, 3, 4};
+  int before = -1, after = -1;
+  Status step;
+  std::thread t([&] {
+    before = ComputeThreads();  // the process default
+    step = runner->Step({{1, prompt, 0, false}}).status();
+    after = ComputeThreads();
+  });
+  t.join();
+  ASSERT_TRUE(step.ok()) << step.ToString();
+  if (before > 1) {
+    EXPECT_NE(before, 1);
+  }
+  EXPECT_EQ(after, 1);
+  EXPECT_EQ(ComputeThreads(), before) << "the count is the running thread's own";
 }
 
 }  // namespace

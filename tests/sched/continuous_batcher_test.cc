@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "decoder_test_util.h"
 #include "test_util.h"
@@ -757,6 +758,45 @@ TEST_F(ContinuousBatcherTest, StepPacingSpacesTheStepsOfRunningSequences) {
   EXPECT_LE(snap.paced_waits, 4u);
   EXPECT_GT(snap.paced_seconds, 0.0);
   b.Stop(1s);
+}
+
+// Under a core share the loop runs each step on its share of the cores: all of them while it
+// is the only member with work, half while another member has work too.
+TEST_F(ContinuousBatcherTest, CoreShareSetsTheComputeThreadsOfEachStep) {
+  auto runner = MakeRunner(2, 128);
+  auto batcher = MakeBatcher(*runner, 2, 64);
+  ContinuousBatcher& b = *batcher;
+  auto share = std::make_shared<CoreShare>(4);
+  b.SetCoreShare(share);
+  const int other = share->Join();
+  std::mutex mu;
+  std::vector<int> threads;  // GUARDED_BY(mu): the compute threads each step ran on
+  b.SetStepFunction([&](const std::vector<engine::SeqStep>& s) {
+    auto out = runner->executor().Step(s);  // the model binds the engine's threads as it starts
+    std::lock_guard<std::mutex> lock(mu);
+    threads.push_back(ComputeThreads());
+    return out;
+  });
+  ASSERT_TRUE(b.Start().ok());
+  const auto run = [&] {
+    Collector c;
+    GenerationRequest r = Greedy(Prompts(1)[0], 4, c);
+    r.ignore_eos = true;
+    EXPECT_TRUE(b.Submit(std::move(r)).ok());
+    EXPECT_TRUE(c.Wait());
+    std::lock_guard<std::mutex> lock(mu);
+    std::vector<int> seen;
+    seen.swap(threads);
+    return seen;
+  };
+  EXPECT_EQ(run(), std::vector<int>(4, 4));  // alone: every core
+  share->Busy(other);
+  EXPECT_EQ(run(), std::vector<int>(4, 2));  // another member has work
+  EXPECT_EQ(b.Snapshot().compute_threads, 2);
+  share->Idle(other);
+  EXPECT_EQ(run(), std::vector<int>(4, 4));
+  b.Stop(1s);
+  engine_->backend().SetThreads(0);  // the shared test engine back to its own count
 }
 
 // An arrival during a paced wait is stepped at once (its time to first token is not paced);

@@ -189,6 +189,22 @@ TEST(QosConfigTest, StepTurnsIsAutoOnOrOff) {
       << bad.status().ToString();
 }
 
+TEST(QosConfigTest, ShareCoresIsAutoOnOrOff) {
+  Result<ServerConfig> c = ParseServerConfig(kGroup);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->models[0].qos.share_cores, qos::AutoSwitch::kAuto);  // the default
+  const std::string head = "auth: {mode: none}\nmodels:\n  - name: m\n"
+                           "    variants:\n      - {name: a, path: /a}\n      - {name: b, path: /b}\n";
+  Result<ServerConfig> off = ParseServerConfig(head + "    qos: {share_cores: off}\n");
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_EQ(off->models[0].qos.share_cores, qos::AutoSwitch::kOff);
+  Result<ServerConfig> bad = ParseServerConfig(head + "    qos: {share_cores: 3}\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("models[0].qos.share_cores: must be auto, on or off, got '3'"),
+            std::string::npos)
+      << bad.status().ToString();
+}
+
 TEST(QosConfigTest, TheExampleConfigParses) {
   Result<ServerConfig> c = LoadServerConfig(std::string(FERRY_SOURCE_DIR) + "/configs/qos.yaml");
   ASSERT_TRUE(c.ok()) << c.status().ToString();

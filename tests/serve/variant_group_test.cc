@@ -556,6 +556,9 @@ TEST(QosStepTurnsTest, AutoIsOffOnTheCpuAndOnMakesTheVariantsTakeTurns) {
     const bool on = turns == "on";
     EXPECT_EQ(pin.Json()["variants"][0]["step_turns"], on) << turns;
     EXPECT_EQ(pin.Json()["variants"][1]["step_turns"], on) << turns;
+    // Variants that take turns use every core for each step; the others split the cores.
+    EXPECT_EQ(pin.Json()["variants"][0]["share_cores"], !on) << turns;
+    EXPECT_EQ(pin.Json()["variants"][1]["share_cores"], !on) << turns;
     json body = Completion("In the beginning", 24);
     body["ignore_eos"] = true;
     std::vector<std::thread> clients;
@@ -573,6 +576,43 @@ TEST(QosStepTurnsTest, AutoIsOffOnTheCpuAndOnMakesTheVariantsTakeTurns) {
     if (!on) {
       EXPECT_EQ(qos["variants"][0]["turn_waits"], 0) << qos["variants"][0].dump();
       EXPECT_EQ(qos["variants"][1]["turn_waits"], 0) << qos["variants"][1].dump();
+    }
+  }
+}
+
+// qos.share_cores (auto: on for CPU variants): while both variants have work each steps on
+// half of the group's cores (threads: 4); off leaves every variant on its own threads.
+TEST(QosShareCoresTest, CpuVariantsSplitTheCoresWhileBothHaveWork) {
+  for (const std::string share : {"auto", "off"}) {
+    std::unique_ptr<Server> server = StartDemoPair(4, "inactive_step_ms: off, share_cores: " + share);
+    ASSERT_NE(server, nullptr) << share;
+    const int port = server->port();
+    HttpReply pin = PostJson(port, "/admin/qos/kjv", {{"pin", "lite"}}, kAdmin);
+    ASSERT_EQ(pin.status, 200) << pin.body;
+    const bool on = share == "auto";
+    json body = Completion("In the beginning", 32);
+    body["ignore_eos"] = true;
+    std::vector<std::thread> clients;
+    std::vector<HttpReply> replies(4);
+    for (size_t i = 0; i < replies.size(); ++i) {
+      clients.emplace_back([&, i] { replies[i] = PostJson(port, "/v1/completions", body, i % 2 == 0 ? kGold : kSilver); });
+    }
+    for (std::thread& t : clients) t.join();
+    for (size_t i = 0; i < replies.size(); ++i) {
+      ASSERT_EQ(replies[i].status, 200) << share << " " << replies[i].body;
+      EXPECT_EQ(replies[i].headers["x-ferry-variant"], i % 2 == 0 ? "bf16" : "lite") << share;
+    }
+    const json qos = testing::Http(port, "GET", "/admin/qos/kjv", "", kAdmin).Json();
+    for (int v = 0; v < 2; ++v) {
+      const json& variant = qos["variants"][v];
+      EXPECT_EQ(variant["share_cores"], on) << variant.dump();
+      if (on) {
+        // Its last step ran on half the cores (the other variant still had work) or on all.
+        const int threads = variant["compute_threads"].get<int>();
+        EXPECT_TRUE(threads == 2 || threads == 4) << variant.dump();
+      } else {
+        EXPECT_EQ(variant["compute_threads"], 0) << variant.dump();
+      }
     }
   }
 }
