@@ -204,9 +204,9 @@ void ContinuousBatcher::SetStepTurns(std::shared_ptr<StepTurns> turns) {
   turns_ = std::move(turns);
 }
 
-void ContinuousBatcher::SetCoreShare(std::shared_ptr<CoreShare> share) {
+void ContinuousBatcher::SetCoreShare(std::shared_ptr<CoreShare> share, int max_threads) {
   std::lock_guard<std::mutex> lock(mu_);
-  share_member_ = share != nullptr ? share->Join() : -1;
+  share_member_ = share != nullptr ? share->Join(max_threads) : -1;
   share_ = std::move(share);
 }
 

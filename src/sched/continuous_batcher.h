@@ -84,10 +84,11 @@ class ContinuousBatcher {
   // Steps take turns with the other loops holding `turns` (nullptr: none, the default), so
   // that models sharing one device step one at a time. Any thread; from the next step.
   void SetStepTurns(std::shared_ptr<StepTurns> turns);
-  // Steps run on this loop's share of the cores held by `share` (nullptr: none, the default):
-  // the loop is a member while it has work and sets its engine's compute threads to the
-  // share before each step. Call before the first request.
-  void SetCoreShare(std::shared_ptr<CoreShare> share);
+  // Steps run on this loop's share of the cores held by `share` (nullptr: none, the default),
+  // at most `max_threads` (0: no cap of its own): the loop is a member while it has work and
+  // sets its engine's compute threads to the share before each step. Call before the first
+  // request.
+  void SetCoreShare(std::shared_ptr<CoreShare> share, int max_threads = 0);
   std::chrono::microseconds step_pacing() const { return std::chrono::microseconds(step_pacing_us_.load()); }
 
   BatcherSnapshot Snapshot() const;

@@ -6,9 +6,10 @@ namespace ferry::sched {
 
 CoreShare::CoreShare(int cores) : cores_(std::max(1, cores)) {}
 
-int CoreShare::Join() {
+int CoreShare::Join(int max_threads) {
   std::lock_guard<std::mutex> lock(mu_);
   busy_.push_back(false);
+  caps_.push_back(std::max(0, max_threads));
   return static_cast<int>(busy_.size()) - 1;
 }
 
@@ -22,7 +23,9 @@ int CoreShare::Busy(int member) {
     ++busy;
   }
   const int base = cores_ / busy, extra = cores_ % busy;
-  return std::max(1, base + (rank < extra ? 1 : 0));
+  const int share = std::max(1, base + (rank < extra ? 1 : 0));
+  const int cap = caps_[static_cast<size_t>(member)];
+  return cap > 0 ? std::min(share, cap) : share;
 }
 
 void CoreShare::Idle(int member) {

@@ -237,7 +237,7 @@ void VariantGroup::ShareCores() {
   auto share = std::make_shared<sched::CoreShare>(cores);
   std::string names;
   for (int i : members) {
-    variant(i).decoder()->SetCoreShare(share);
+    variant(i).decoder()->SetCoreShare(share, config_.variants[static_cast<size_t>(i)].model.threads);
     share_cores_[static_cast<size_t>(i)] = true;
     names += (names.empty() ? "" : ", ") + config_.variants[static_cast<size_t>(i)].name;
   }

@@ -29,5 +29,15 @@ TEST(CoreShareTest, EveryMemberGetsAThreadWhenThereAreMoreMembersThanCores) {
   EXPECT_EQ(CoreShare(0).cores(), 1);  // never fewer than one core
 }
 
+TEST(CoreShareTest, AMemberNeverGetsMoreThanItsOwnCap) {
+  CoreShare share(8);
+  const int a = share.Join(2), b = share.Join();
+  EXPECT_EQ(share.Busy(a), 2);  // alone, but capped
+  EXPECT_EQ(share.Busy(b), 4);
+  EXPECT_EQ(share.Busy(a), 2);
+  share.Idle(a);
+  EXPECT_EQ(share.Busy(b), 8);
+}
+
 }  // namespace
 }  // namespace ferry::sched

@@ -543,6 +543,25 @@ TEST(QosPacingTest, OffOrNoTpotTargetLeavesEveryVariantUnpaced) {
   }
 }
 
+// Sends `n` completions of `tokens` tokens at once to a demo pair pinned to 'lite',
+// alternately as gold and silver: each is a 200 with all its tokens, from the variant its
+// tier routes to (gold on its floor, bf16; silver on the pinned lite).
+void ServeGoldAndSilver(int port, size_t n, int tokens, const std::string& label) {
+  json body = Completion("In the beginning", tokens);
+  body["ignore_eos"] = true;
+  std::vector<std::thread> clients;
+  std::vector<HttpReply> replies(n);
+  for (size_t i = 0; i < n; ++i) {
+    clients.emplace_back([&, i] { replies[i] = PostJson(port, "/v1/completions", body, i % 2 == 0 ? kGold : kSilver); });
+  }
+  for (std::thread& t : clients) t.join();
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(replies[i].status, 200) << label << " " << replies[i].body;
+    EXPECT_EQ(replies[i].headers["x-ferry-variant"], i % 2 == 0 ? "bf16" : "lite") << label;
+    EXPECT_EQ(replies[i].Json()["usage"]["completion_tokens"], tokens) << label;
+  }
+}
+
 // qos.step_turns: auto leaves CPU variants to share the cores as they do; on makes the two
 // decoder variants take turns step by step, and /admin/qos shows it. Both serve requests
 // while they take turns (gold on its floor, silver on the pinned bottom).
@@ -559,19 +578,7 @@ TEST(QosStepTurnsTest, AutoIsOffOnTheCpuAndOnMakesTheVariantsTakeTurns) {
     // Variants that take turns use every core for each step; the others split the cores.
     EXPECT_EQ(pin.Json()["variants"][0]["share_cores"], !on) << turns;
     EXPECT_EQ(pin.Json()["variants"][1]["share_cores"], !on) << turns;
-    json body = Completion("In the beginning", 24);
-    body["ignore_eos"] = true;
-    std::vector<std::thread> clients;
-    std::vector<HttpReply> replies(6);
-    for (size_t i = 0; i < replies.size(); ++i) {
-      clients.emplace_back([&, i] { replies[i] = PostJson(port, "/v1/completions", body, i % 2 == 0 ? kGold : kSilver); });
-    }
-    for (std::thread& t : clients) t.join();
-    for (size_t i = 0; i < replies.size(); ++i) {
-      ASSERT_EQ(replies[i].status, 200) << turns << " " << replies[i].body;
-      EXPECT_EQ(replies[i].headers["x-ferry-variant"], i % 2 == 0 ? "bf16" : "lite") << turns;
-      EXPECT_EQ(replies[i].Json()["usage"]["completion_tokens"], 24) << turns;
-    }
+    ServeGoldAndSilver(port, 6, 24, turns);
     const json qos = testing::Http(port, "GET", "/admin/qos/kjv", "", kAdmin).Json();
     if (!on) {
       EXPECT_EQ(qos["variants"][0]["turn_waits"], 0) << qos["variants"][0].dump();
@@ -590,18 +597,7 @@ TEST(QosShareCoresTest, CpuVariantsSplitTheCoresWhileBothHaveWork) {
     HttpReply pin = PostJson(port, "/admin/qos/kjv", {{"pin", "lite"}}, kAdmin);
     ASSERT_EQ(pin.status, 200) << pin.body;
     const bool on = share == "auto";
-    json body = Completion("In the beginning", 32);
-    body["ignore_eos"] = true;
-    std::vector<std::thread> clients;
-    std::vector<HttpReply> replies(4);
-    for (size_t i = 0; i < replies.size(); ++i) {
-      clients.emplace_back([&, i] { replies[i] = PostJson(port, "/v1/completions", body, i % 2 == 0 ? kGold : kSilver); });
-    }
-    for (std::thread& t : clients) t.join();
-    for (size_t i = 0; i < replies.size(); ++i) {
-      ASSERT_EQ(replies[i].status, 200) << share << " " << replies[i].body;
-      EXPECT_EQ(replies[i].headers["x-ferry-variant"], i % 2 == 0 ? "bf16" : "lite") << share;
-    }
+    ServeGoldAndSilver(port, 4, 32, share);
     const json qos = testing::Http(port, "GET", "/admin/qos/kjv", "", kAdmin).Json();
     for (int v = 0; v < 2; ++v) {
       const json& variant = qos["variants"][v];
