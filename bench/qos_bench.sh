@@ -24,7 +24,8 @@
 # (gpu: build and serve a bf16 engine as the top variant; by default the bf16 checkpoint
 # is served, which keeps one call under 9 minutes), INACTIVE_STEP_MS (the QoS group's
 # qos.inactive_step_ms: auto, off or milliseconds; default auto), STEP_TURNS (its
-# qos.step_turns: auto, on or off; default auto), BOTTOM_SEQS (the bottom
+# qos.step_turns: auto, on or off; default auto), SHARE_CORES (its qos.share_cores: auto, on
+# or off; default auto), BOTTOM_SEQS (the bottom
 # variant's max_num_seqs wherever it is served, static-bottom and the group; default: the
 # ladder's, 256 on the GPU), CAPACITY (req/s: skip the capacity run and use this), CONFIGS (a subset of
 # "static-top static-bottom qos" to run; then no quality comparison and no report),
@@ -128,7 +129,7 @@ ${common/$batching/$bottom_batching}"
   write_config "$out/$tag-qos.yaml" "$g_ttft" "$g_tpot" "$s_ttft" "$s_tpot" "$top" \
     "  - name: m
 $common
-    qos: {window_s: $window, min_dwell_s: $dwell, slo: {ttft_ms: $s_ttft, tpot_ms: $s_tpot}, inactive_step_ms: ${INACTIVE_STEP_MS:-auto}, step_turns: ${STEP_TURNS:-auto}}
+    qos: {window_s: $window, min_dwell_s: $dwell, slo: {ttft_ms: $s_ttft, tpot_ms: $s_tpot}, inactive_step_ms: ${INACTIVE_STEP_MS:-auto}, step_turns: ${STEP_TURNS:-auto}, share_cores: ${SHARE_CORES:-auto}}
     variants:
       - {name: $top, path: $top_path${TOP_THREADS:+, threads: $TOP_THREADS}}
       - {name: $bottom, path: $bottom_path, batching: $bottom_batching${BOTTOM_THREADS:+, threads: $BOTTOM_THREADS}}"
