@@ -118,7 +118,7 @@ void RegisterBuild(CLI::App& app, int& exit_code) {
   sub->add_option("--device", o->device, "cpu, cuda or cuda:N (GPU engines are laid out and tuned on that GPU)");
   sub->add_option("-o,--output", o->output, "Engine file to write")->required();
   sub->add_option("--calibration", o->build.calibration_path, "Calibration text or JSONL (int8)");
-  sub->add_option("--calibration-tokens", o->build.calibration_tokens, "Tokens of calibration text to run");
+  sub->add_option("--calibration-tokens", o->build.calibration_tokens, "Tokens of calibration text to run (int8; default 2048)");
   sub->add_option("--max-seq-len", o->build.max_seq_len, "Longest sequence the engine is prepared for");
   sub->add_option("--max-batch-tokens", o->build.max_batch_tokens, "Tokens per step the engine is prepared for");
   sub->add_option("--threads", o->build.threads, "Compute threads (0 = all cores)");

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/allocator.h"
+#include "core/thread_pool.h"
 
 namespace ferry {
 
@@ -109,7 +110,13 @@ Tensor Tensor::Clone() const {
 Tensor Tensor::ToF32() const {
   Tensor src = is_contiguous() ? *this : Clone();
   Tensor t = Empty(shape_, DType::kF32);
-  ConvertToF32(dtype_, src.data_, t.data<float>(), static_cast<size_t>(numel()));
+  // Large weights convert on every core (engine builds convert billions of values).
+  const size_t elem = DTypeSize(dtype_);
+  const auto* from = static_cast<const uint8_t*>(src.data_);
+  float* to = t.data<float>();
+  ParallelFor(numel(), int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+    ConvertToF32(dtype_, from + static_cast<size_t>(begin) * elem, to + begin, static_cast<size_t>(end - begin));
+  });
   return t;
 }
 

@@ -116,10 +116,36 @@ struct ActivationStats {
     std::vector<float>& m = absmax[key];
     if (m.empty()) m.assign(cols, 0.0f);
     const float* p = x.data<float>();
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) m[c] = std::max(m[c], std::fabs(p[r * cols + c]));
+    // Columns split across the cores; each thread walks every row of its own columns.
+    ParallelFor(cols, 64, [&](int64_t c0, int64_t c1) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* row = p + r * cols;
+        for (int64_t c = c0; c < c1; ++c) m[c] = std::max(m[c], std::fabs(row[c]));
+      }
+    });
   }
 };
+
+// Per-column max |w| of a [n, k] weight in any float dtype, without a float copy of it:
+// rows split across the cores, each converting one row at a time into its own buffer.
+std::vector<float> ColumnAbsMax(const Tensor& weight) {
+  const Tensor w = weight.is_contiguous() ? weight : weight.Clone();
+  const int64_t n = w.dim(0), k = w.dim(1);
+  const size_t row_bytes = static_cast<size_t>(k) * DTypeSize(w.dtype());
+  const auto* base = static_cast<const uint8_t*>(w.raw());
+  std::mutex mu;
+  std::vector<float> out(k, 0.0f);
+  ParallelFor(n, 16, [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(k), local(k, 0.0f);
+    for (int64_t r = r0; r < r1; ++r) {
+      ConvertToF32(w.dtype(), base + r * row_bytes, row.data(), k);
+      for (int64_t c = 0; c < k; ++c) local[c] = std::max(local[c], std::fabs(row[c]));
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    for (int64_t c = 0; c < k; ++c) out[c] = std::max(out[c], local[c]);
+  });
+  return out;
+}
 
 Result<io::CalibrationInfo> Calibrate(const std::string& model_dir, const BuildOptions& o, int max_seq_len,
                                       std::map<std::string, Tensor>& smooth) {
@@ -163,7 +189,10 @@ Result<io::CalibrationInfo> Calibrate(const std::string& model_dir, const BuildO
       if (tokens >= o.calibration_tokens) break;
       FERRY_ASSIGN_OR_RETURN(tokenizer::Encoding enc, encode(d, false));
       std::vector<int32_t>& ids = enc.ids;
-      if (static_cast<int>(ids.size()) > max_seq_len) ids.resize(max_seq_len);
+      // The budget is exact: the last document is cut where the budget ends.
+      const int64_t room = std::min<int64_t>(max_seq_len, o.calibration_tokens - tokens);
+      if (static_cast<int64_t>(ids.size()) > room) ids.resize(room);
+      if (ids.empty()) continue;
       FERRY_RETURN_IF_ERROR(cache->Reserve(1, static_cast<int32_t>(ids.size())));
       SeqStep step;
       step.seq_id = 1;
@@ -176,11 +205,12 @@ Result<io::CalibrationInfo> Calibrate(const std::string& model_dir, const BuildO
     fp32->decoder()->SetLinearInputObserver(nullptr);
   } else {
     fp32->encoder()->SetLinearInputObserver(observer);
-    const int limit = fp32->config().max_position_embeddings;
     for (const std::string& d : docs) {
       if (tokens >= o.calibration_tokens) break;
       FERRY_ASSIGN_OR_RETURN(tokenizer::Encoding enc, encode(d, true));
-      if (static_cast<int>(enc.ids.size()) > limit) {
+      const int64_t limit =
+          std::min<int64_t>(fp32->config().max_position_embeddings, o.calibration_tokens - tokens);
+      if (static_cast<int64_t>(enc.ids.size()) > limit) {
         enc.ids.resize(limit);
         enc.type_ids.resize(limit);
       }
@@ -200,11 +230,8 @@ Result<io::CalibrationInfo> Calibrate(const std::string& model_dir, const BuildO
         auto it = stats.absmax.find(key);
         if (it == stats.absmax.end()) return Status::Ok();
         if (!w.weight.defined()) return Internal("calibration model dropped the weight of '" + key + "'");
-        Tensor wf = w.weight.ToF32();
-        const int64_t n = wf.dim(0), k = wf.dim(1);
-        std::vector<float> wmax(k, 0.0f);
-        for (int64_t r = 0; r < n; ++r)
-          for (int64_t c = 0; c < k; ++c) wmax[c] = std::max(wmax[c], std::fabs(wf.data<float>()[r * k + c]));
+        const int64_t k = w.weight.dim(1);
+        const std::vector<float> wmax = ColumnAbsMax(w.weight);
         Tensor s = Tensor::Empty({k}, DType::kF32);
         for (int64_t c = 0; c < k; ++c) {
           const float a = std::max(it->second[c], 1e-5f), b = std::max(wmax[c], 1e-5f);
@@ -276,6 +303,9 @@ Result<BuildReport> BuildEngine(const std::string& model_spec, const std::string
   std::map<std::string, Tensor> smooth;
   Progress* progress = o.progress;
   if (plan.calibrate) {
+    if (o.calibration_tokens < 1) {
+      return InvalidArgument("calibration tokens must be at least 1 (got " + std::to_string(o.calibration_tokens) + ")");
+    }
     if (progress) progress->Phase("calibrate", 0);
     FERRY_ASSIGN_OR_RETURN(report.calibration, Calibrate(model_dir, o, max_seq_len, smooth));
   }

@@ -54,14 +54,16 @@ Result<Int4Groups> QuantizeInt4(const float* w, int64_t out, int64_t in, int64_t
 
 void DequantizeInt4(const Int4Groups& g, float* w) {
   const int64_t groups = g.groups();
-  for (int64_t o = 0; o < g.out; ++o) {
-    for (int64_t i = 0; i < g.in; ++i) {
-      const size_t s = static_cast<size_t>(o * groups + i / g.group_size);
-      w[o * g.in + i] =
-          static_cast<float>(static_cast<int>(g.q[static_cast<size_t>(o * g.in + i)]) - static_cast<int>(g.zeros[s])) *
-          g.scales[s];
+  ParallelFor(g.out, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o) {
+      for (int64_t i = 0; i < g.in; ++i) {
+        const size_t s = static_cast<size_t>(o * groups + i / g.group_size);
+        w[o * g.in + i] = static_cast<float>(static_cast<int>(g.q[static_cast<size_t>(o * g.in + i)]) -
+                                             static_cast<int>(g.zeros[s])) *
+                          g.scales[s];
+      }
     }
-  }
+  });
 }
 
 Result<Int4Groups> ConcatInt4Rows(const std::vector<Int4Groups>& parts) {

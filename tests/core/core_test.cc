@@ -116,6 +116,26 @@ TEST(DTypeTest, BulkConversionsMatchScalar) {
   EXPECT_EQ(*ParseDType("BF16"), DType::kBF16);
 }
 
+// ToF32 of a large tensor converts in ranges on several threads; every element must land
+// where the one-thread conversion puts it, including the ragged last range.
+TEST(TensorTest, LargeToF32EqualsTheElementwiseConversion) {
+  SetComputeThreads(2);
+  for (const DType dtype : {DType::kBF16, DType::kF16, DType::kF8E4M3}) {
+    const int64_t rows = 3, cols = (int64_t{1} << 16) + 37;  // not a multiple of the range size
+    Tensor t = Tensor::Empty({rows, cols}, dtype);
+    std::vector<float> values(static_cast<size_t>(rows * cols));
+    for (size_t i = 0; i < values.size(); ++i) values[i] = std::sin(0.001f * static_cast<float>(i)) * 100.0f;
+    ConvertFromF32(dtype, values.data(), t.raw(), values.size());
+    const Tensor f = t.ToF32();
+    ASSERT_EQ(f.dtype(), DType::kF32);
+    ASSERT_EQ(f.shape(), t.shape());
+    std::vector<float> expected(values.size());
+    ConvertToF32(dtype, t.raw(), expected.data(), expected.size());
+    EXPECT_EQ(std::memcmp(f.data<float>(), expected.data(), expected.size() * sizeof(float)), 0) << DTypeName(dtype);
+  }
+  SetComputeThreads(0);
+}
+
 TEST(TensorTest, ShapesViewsAndClone) {
   Tensor t = Tensor::Zeros({4, 3}, DType::kF32);
   EXPECT_EQ(t.numel(), 12);

@@ -168,6 +168,26 @@ TEST(EngineFileTest, NewArchitecturesInEveryPrecision) {
   if (found == 0) GTEST_SKIP() << "tests/fixtures/architectures is not there yet (tools/fixtures/architectures.py)";
 }
 
+// int8 calibration runs exactly its token budget: the built-in text has far more, so the
+// last document is cut where the budget ends. A budget below one token is refused.
+TEST(EngineFileTest, CalibrationRunsExactlyItsTokenBudget) {
+  TempDir tmp;
+  engine::BuildOptions bo = Untuned();
+  bo.precision = Precision::kInt8;
+  bo.calibration_tokens = 300;
+  auto built = engine::BuildEngine(testing::FixturePath("models/llama3-tiny"), tmp.File("a.ferry"), bo);
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  ASSERT_TRUE(built->calibration.has_value());
+  EXPECT_EQ(built->calibration->tokens, 300);
+  EXPECT_GE(built->calibration->documents, 1);
+  EXPECT_GT(built->calibration->layers, 0);
+  bo.calibration_tokens = 0;
+  auto refused = engine::BuildEngine(testing::FixturePath("models/llama3-tiny"), tmp.File("b.ferry"), bo);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("calibration tokens"), std::string::npos) << refused.status().ToString();
+  EXPECT_FALSE(fs::exists(tmp.File("b.ferry")));
+}
+
 TEST(EngineFileTest, Fp8IsRefusedOnTheCpuAndUnknownPrecisionsToo) {
   TempDir tmp;
   engine::BuildOptions bo = Untuned();
