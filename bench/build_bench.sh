@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# CPU engine builds: wall time and peak memory of `ferry build` for every CPU precision of a
-# llama-3.2-1b-shape checkpoint, and what the int8 calibration budget buys in quality.
+# Engine builds: wall time and peak memory of `ferry build` for every precision of a
+# llama-3.2-1b-shape checkpoint (or any checkpoint given) on the CPU or a GPU, and what the
+# int8 calibration budget buys in quality.
 #
 # 1. Builds: each precision built ROUNDS times, interleaved with BASELINE (another ferry
 #    binary, optional) when it is given; medians of the wall time (GNU time) and of the peak
@@ -13,21 +14,27 @@
 #
 # usage: bench/build_bench.sh FERRY OUT_DIR [CHECKPOINT]
 #   CHECKPOINT: a llama-3.2-1b-shape checkpoint; default: a random-weight one made in OUT_DIR.
-#   PRECISIONS="fp32 bf16 fp16 int8-wo int8 int4-wo" ROUNDS=1 BASELINE= THREADS=0 (all cores)
+#   DEVICE=cpu (or cuda: GPU engines, laid out and tuned on the GPU)
+#   PRECISIONS="fp32 bf16 fp16 int8-wo int8 int4-wo" (cuda: "bf16 fp8 int8 int8-wo int4-wo")
+#   ROUNDS=1 BASELINE= THREADS=0 (all cores; the CPU side of a GPU build: calibration)
 #   CAL_TOKENS="512 1024 2048 4096 8192 16384" (empty: skip part 2)
 # Run from the repository root on an otherwise idle machine.
 set -euo pipefail
 ferry=$(realpath "$1")
 out=$(realpath -m "$2")
 ckpt=${3:-}
-precisions=${PRECISIONS:-fp32 bf16 fp16 int8-wo int8 int4-wo}
+device=${DEVICE:-cpu}
+if [ "$device" = cpu ]; then
+  precisions=${PRECISIONS:-fp32 bf16 fp16 int8-wo int8 int4-wo}
+else
+  precisions=${PRECISIONS:-bf16 fp8 int8 int8-wo int4-wo}
+fi
 rounds=${ROUNDS:-1}
 baseline=${BASELINE:+$(realpath "$BASELINE")}
 threads=${THREADS:-0}
 cal_tokens=${CAL_TOKENS-512 1024 2048 4096 8192 16384}
 mkdir -p "$out"
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
-command -v /usr/bin/time >/dev/null || { echo "needs GNU time (/usr/bin/time)" >&2; exit 1; }
 command -v script >/dev/null || { echo "needs script (bsdutils)" >&2; exit 1; }
 
 if [ -z "$ckpt" ]; then
@@ -44,7 +51,11 @@ ckpt=$(realpath "$ckpt")
 one_build() {  # binary precision tag
   local bin=$1 p=$2 tag=$3 engine="$out/scratch.engine"
   rm -f "$engine"
-  script -qec "/usr/bin/time -f 'TIME %e %M' $bin build --model $ckpt --precision $p --threads $threads -o $engine" \
+  # Wall time and the child's peak RSS (KiB), printed on the terminal after the build.
+  script -qec "python3 -c 'import resource, subprocess, sys, time
+t = time.time(); rc = subprocess.call(sys.argv[1:])
+print(\"TIME %.2f %d\" % (time.time() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)); sys.exit(rc)' \
+    $bin build --model $ckpt --device $device --precision $p --threads $threads -o $engine" \
     "$out/build-$tag-$p.tty" >/dev/null
   local tm phases
   tm=$(tr '\r' '\n' <"$out/build-$tag-$p.tty" | grep -a '^TIME ' | tail -1 | awk '{print $2, $3}')
@@ -57,7 +68,7 @@ one_build() {  # binary precision tag
 }
 
 {
-  echo "# ferry build, $(basename "$ckpt") ($(nproc) cores), $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "# ferry build --device $device, $(basename "$ckpt") ($(nproc) cores), $(date -u +%Y-%m-%dT%H:%MZ)"
   echo "# new: $ferry${baseline:+   baseline: $baseline}   rounds: $rounds"
   printf "%-8s %-5s %8s %10s  %s\n" precision round seconds peak_MB phases
 } >"$out/builds.txt"
