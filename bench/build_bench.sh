@@ -35,7 +35,11 @@ threads=${THREADS:-0}
 cal_tokens=${CAL_TOKENS-512 1024 2048 4096 8192 16384}
 mkdir -p "$out"
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
-command -v script >/dev/null || { echo "needs script (bsdutils)" >&2; exit 1; }
+# `script` gives the build a terminal, so it draws its progress bar (the phase times below);
+# without it the builds run plainly and the phases column is empty.
+run_tty() {  # command log
+  if command -v script >/dev/null; then script -qec "$1" "$2" >/dev/null; else sh -c "$1" >"$2" 2>&1; fi
+}
 
 if [ -z "$ckpt" ]; then
   ckpt="$out/llama-1b"
@@ -52,11 +56,11 @@ one_build() {  # binary precision tag
   local bin=$1 p=$2 tag=$3 engine="$out/scratch.engine"
   rm -f "$engine"
   # Wall time and the child's peak RSS (KiB), printed on the terminal after the build.
-  script -qec "python3 -c 'import resource, subprocess, sys, time
+  run_tty "python3 -c 'import resource, subprocess, sys, time
 t = time.time(); rc = subprocess.call(sys.argv[1:])
 print(\"TIME %.2f %d\" % (time.time() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)); sys.exit(rc)' \
     $bin build --model $ckpt --device $device --precision $p --threads $threads -o $engine" \
-    "$out/build-$tag-$p.tty" >/dev/null
+    "$out/build-$tag-$p.tty"
   local tm phases
   tm=$(tr '\r' '\n' <"$out/build-$tag-$p.tty" | grep -a '^TIME ' | tail -1 | awk '{print $2, $3}')
   phases=$(tr '\r' '\n' <"$out/build-$tag-$p.tty" | sed 's/\x1b\[K//g' | grep -a '^building ' |
