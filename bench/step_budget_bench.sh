@@ -10,6 +10,7 @@
 #   MODEL: an engine file or checkpoint; default: a random-weight llama-3.2-1b-shape checkpoint
 #   made in OUT_DIR/scratch and built to PRECISION (default int8-wo) there.
 #   SLOTS=8 CLIENTS=16 BUDGET=512 INPUT=128 OUTPUT=64 PROMPTS=48 ROUNDS=2 THREADS=(nproc)
+#   MODES="off auto": max_step_ms values; "auto@F" sets batching.max_step_factor F with auto
 # Run from the repository root. Client and server share the machine's cores.
 set -euo pipefail
 ferry=$(realpath "$1")
@@ -18,6 +19,7 @@ model=${3:-}
 slots=${SLOTS:-8}; clients=${CLIENTS:-16}; budget=${BUDGET:-512}
 input=${INPUT:-128}; output=${OUTPUT:-64}; prompts=${PROMPTS:-48}; rounds=${ROUNDS:-2}
 threads=${THREADS:-$(nproc)}
+modes=${MODES:-off auto}
 port=${PORT:-8397}
 url="http://127.0.0.1:$port"
 mkdir -p "$out"
@@ -44,7 +46,9 @@ model=$(realpath "$model")
 server_pid=
 stop_server() { [ -n "$server_pid" ] && { kill -TERM "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null || true; }; server_pid=; }
 trap stop_server EXIT
-start_server() {  # mode
+start_server() {  # mode: off | auto | N | auto@F
+  local ms=${1%@*} factor=2.5
+  [[ $1 == *@* ]] && factor=${1#*@}
   cat >"$out/$1.yaml" <<YAML
 listener: {host: 127.0.0.1, port: $port}
 auth: {mode: none}
@@ -52,7 +56,7 @@ models:
   - name: m
     path: $model
     threads: $threads
-    batching: {max_num_seqs: $slots, max_num_batched_tokens: $budget, max_step_ms: $1, max_queue_requests: 4096, max_queue_tokens: 4194304, max_queue_time_ms: 0}
+    batching: {max_num_seqs: $slots, max_num_batched_tokens: $budget, max_step_ms: $ms, max_step_factor: $factor, max_queue_requests: 4096, max_queue_tokens: 4194304, max_queue_time_ms: 0}
 log: {level: warn, request_log: false}
 YAML
   "$ferry" serve --config "$out/$1.yaml" --no-request-log >"$out/server-$1.log" 2>&1 &
@@ -66,7 +70,7 @@ YAML
 }
 
 for round in $(seq 1 "$rounds"); do
-  for mode in off auto; do
+  for mode in $modes; do
     log "round $round: max_step_ms $mode"
     start_server "$mode"
     "$ferry" bench serve --url "$url" --model m --num-prompts "$prompts" --max-concurrency "$clients" \
@@ -78,11 +82,11 @@ for round in $(seq 1 "$rounds"); do
   done
 done
 
-python3 - "$out" "$rounds" <<'PY'
+python3 - "$out" "$rounds" $modes <<'PY'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 rows = {}
-for mode in ("off", "auto"):
+for mode in sys.argv[3:]:
     runs = [json.load(open(f"{out}/{mode}-{r}.json")) for r in range(1, rounds + 1)]
     med = lambda f: statistics.median(f(j) for j in runs)
     rows[mode] = {
@@ -95,8 +99,11 @@ print(f"{'max_step_ms':<12}{'ITL p50':>10}{'ITL p99':>10}{'p99/p50':>9}{'TTFT p5
 for mode, r in rows.items():
     print(f"{mode:<12}{r['itl_p50']:>10.0f}{r['itl_p99']:>10.0f}{r['itl_ratio']:>9.2f}{r['ttft_p50']:>10.0f}"
           f"{r['ttft_p99']:>10.0f}{r['tpot_p50']:>10.0f}{r['out_tok_s']:>11.2f}{r['failed']:>8}")
-a, o = rows["auto"], rows["off"]
-print(f"auto / off: ITL p99 {a['itl_p99'] / o['itl_p99']:.2f}x, throughput {a['out_tok_s'] / o['out_tok_s']:.3f}x, "
-      f"TTFT p50 {a['ttft_p50'] / o['ttft_p50']:.2f}x (medians of {rounds} rounds; ms)")
+o = rows.get("off")
+for mode, a in rows.items():
+    if o is None or mode == "off":
+        continue
+    print(f"{mode} / off: ITL p99 {a['itl_p99'] / o['itl_p99']:.2f}x, throughput {a['out_tok_s'] / o['out_tok_s']:.3f}x, "
+          f"TTFT p50 {a['ttft_p50'] / o['ttft_p50']:.2f}x (medians of {rounds} rounds; ms)")
 json.dump(rows, open(f"{out}/summary.json", "w"), indent=1)
 PY

@@ -13,6 +13,9 @@ Status ContinuousBatchingOptions::Validate() const {
                            ") so every running sequence can decode each step");
   }
   if (max_step_ms < -1) return InvalidArgument("max_step_ms must be auto, off (0) or a positive number of milliseconds");
+  if (!(max_step_factor >= 1.0 && max_step_factor <= 1000.0)) {
+    return InvalidArgument("max_step_factor must be in [1, 1000], got " + std::to_string(max_step_factor));
+  }
   if (max_seq_len < 0) return InvalidArgument("max_seq_len must be >= 0");
   if (kv_block_tokens <= 0 || kv_block_tokens > 1024) return InvalidArgument("kv_block_tokens must be in [1, 1024]");
   if (max_queue_requests <= 0) return InvalidArgument("max_queue_requests must be positive");

@@ -18,6 +18,9 @@ struct ContinuousBatchingOptions {
   // Step-time target while sequences decode (step_time_model.h): -1 auto (2.5x a decode-only
   // step, learned online), 0 off (always max_num_batched_tokens), N: N milliseconds.
   int max_step_ms = -1;
+  // The auto target's multiple of a decode-only step (>= 1): higher trades decode latency
+  // for prefill throughput.
+  double max_step_factor = 2.5;
   int max_seq_len = 0;                // prompt + generated; 0: the model's context (<= 4096)
   int kv_block_tokens = 16;
   int max_queue_requests = 256;       // waiting requests before 429

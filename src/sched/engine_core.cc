@@ -243,6 +243,7 @@ bool EngineCore::Step(std::vector<GenerationEvent>& out) {
   StepBudgetInput budget;
   budget.max_num_batched_tokens = options_.max_num_batched_tokens;
   budget.max_step_ms = options_.max_step_ms;
+  budget.auto_factor = options_.max_step_factor;
   budget.block_tokens = in.block_tokens;
   budget.prefill_pending = !waiting_.empty();
   for (uint64_t h : running_) {

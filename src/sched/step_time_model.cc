@@ -60,7 +60,7 @@ int StepTokenBudget(const StepTimeModel& model, const StepBudgetInput& in) {
   if (!model.calibrated() || !(per_token > 0)) return probe;
   const double decode_only = model.Predict(in.decodes);
   const double target =
-      in.max_step_ms == kMaxStepAuto ? kAutoStepFactor * decode_only : in.max_step_ms / 1000.0;
+      in.max_step_ms == kMaxStepAuto ? in.auto_factor * decode_only : in.max_step_ms / 1000.0;
   const double extra = (target - decode_only) / per_token;
   if (!(extra > 0)) return floor;
   const double budget = in.decodes + std::floor(extra);

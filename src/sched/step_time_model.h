@@ -46,6 +46,7 @@ class StepTimeModel {
 struct StepBudgetInput {
   int max_num_batched_tokens = 512;
   int max_step_ms = kMaxStepAuto;
+  double auto_factor = kAutoStepFactor;  // the auto target: this many decode-only steps
   int decodes = 0;
   bool prefill_pending = false;
   int block_tokens = 16;

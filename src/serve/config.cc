@@ -113,7 +113,7 @@ Status ParseContinuousBatching(const YAML::Node& node, const std::string& path,
                                          {"max_num_seqs", "max_num_batched_tokens", "max_seq_len", "kv_block_tokens",
                                           "max_queue_requests", "max_queue_tokens", "default_timeout_ms",
                                           "enable_prefix_caching", "max_queue_time_ms", "admit_wait_fraction",
-                                          "max_step_ms"}));
+                                          "max_step_ms", "max_step_factor"}));
   FERRY_RETURN_IF_ERROR(m.Int("max_num_seqs", out.max_num_seqs));
   if (const YAML::Node* step = m.Find("max_step_ms")) {
     // auto | off | milliseconds
@@ -138,6 +138,7 @@ Status ParseContinuousBatching(const YAML::Node& node, const std::string& path,
   FERRY_RETURN_IF_ERROR(m.Bool("enable_prefix_caching", out.enable_prefix_caching));
   FERRY_RETURN_IF_ERROR(m.Int("max_queue_time_ms", out.max_queue_time_ms));
   FERRY_RETURN_IF_ERROR(m.Number("admit_wait_fraction", out.admit_wait_fraction));
+  FERRY_RETURN_IF_ERROR(m.Number("max_step_factor", out.max_step_factor));
   return Status::Ok();
 }
 

@@ -77,7 +77,11 @@ TEST(StepTokenBudgetTest, AutoAllowsTwoAndAHalfDecodeStepsAndMillisecondsAreATar
   in.prefill_pending = true;
   // Decodes alone: 0.2 + 8 * 0.008 = 0.264 s; the target 2.5x = 0.66 s leaves 0.396 s = 49 tokens.
   EXPECT_EQ(StepTokenBudget(m, in), 8 + 49);
-  in.max_step_ms = 1000;  // (1 - 0.264) / 0.008 = 92 tokens
+  in.auto_factor = 3.0;  // 0.792 s leaves 0.528 s = 66 tokens
+  EXPECT_EQ(StepTokenBudget(m, in), 8 + 66);
+  in.auto_factor = 1.0;  // the decodes alone: prefills still get a block per step
+  EXPECT_EQ(StepTokenBudget(m, in), 8 + 16);
+  in.max_step_ms = 1000;  // (1 - 0.264) / 0.008 = 92 tokens; the factor is for auto only
   EXPECT_EQ(StepTokenBudget(m, in), 8 + 92);
   in.max_step_ms = 100000;  // never above max_num_batched_tokens
   EXPECT_EQ(StepTokenBudget(m, in), 512);

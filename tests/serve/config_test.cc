@@ -146,6 +146,7 @@ models:
       max_queue_tokens: 5000
       default_timeout_ms: 9000
       admit_wait_fraction: 0.5
+      max_step_factor: 3.5
     dynamic_batching:
       max_batch_size: 16
       max_queue_delay_us: 100
@@ -206,6 +207,7 @@ log:
   EXPECT_EQ(m.batching.max_queue_tokens, 5000);
   EXPECT_EQ(m.batching.default_timeout_ms, 9000);
   EXPECT_DOUBLE_EQ(m.batching.admit_wait_fraction, 0.5);
+  EXPECT_DOUBLE_EQ(m.batching.max_step_factor, 3.5);
   const sched::DynamicBatchingOptions& d = m.dynamic_batching;
   EXPECT_EQ(d.max_batch_size, 16);
   EXPECT_EQ(d.max_queue_delay_us, 100);
@@ -359,6 +361,8 @@ const BadConfig kBadConfigs[] = {
      "models[0].batching: max_num_seqs must be positive"},
     {"admission fraction above one", "auth: {mode: none}\nmodels: [{name: m, path: p, batching: {admit_wait_fraction: 1.5}}]\n",
      "models[0].batching: admit_wait_fraction must be in (0, 1], got 1.5"},
+    {"step factor below one", "auth: {mode: none}\nmodels: [{name: m, path: p, batching: {max_step_factor: 0.5}}]\n",
+     "models[0].batching: max_step_factor must be in [1, 1000], got 0.5"},
     {"negative queue timeout",
      "auth: {mode: none}\nmodels: [{name: m, path: p, dynamic_batching: {priority_queue_policy: "
      "{1: {timeout_us: -1}}}}]\n",
