@@ -41,12 +41,22 @@ fuzz:
 fuzz-ci:
 	$(MAKE) fuzz FUZZ_SECONDS=60
 
-# The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer.
+# The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer. Every process writes
+# its reports to build/asan/sanitizer-reports/, the ferry binaries that process tests start
+# included, and any report fails the run even when its test passed. ASAN_CTEST_ARGS narrows
+# the run (e.g. ASAN_CTEST_ARGS="-R ValueTest").
+ASAN_REPORTS := $(CURDIR)/build/asan/sanitizer-reports
+ASAN_CTEST_ARGS ?=
 test-asan: deps
 	@cmake --preset asan $(CMAKE_ARGS) >/dev/null
 	@cmake --build build/asan -j $(JOBS)
-	cd build/asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-	  ctest --output-on-failure -j $(JOBS) -LE "slow|gpu" --timeout 1800
+	@rm -rf $(ASAN_REPORTS) && mkdir -p $(ASAN_REPORTS)
+	cd build/asan || exit 1; rc=0; \
+	  ASAN_OPTIONS=detect_leaks=1:log_path=$(ASAN_REPORTS)/asan \
+	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:log_path=$(ASAN_REPORTS)/ubsan \
+	  ctest --output-on-failure -j $(JOBS) -LE "slow|gpu" --timeout 1800 $(ASAN_CTEST_ARGS) || rc=$$?; \
+	  if [ -n "$$(ls $(ASAN_REPORTS))" ]; then cat $(ASAN_REPORTS)/*; \
+	    echo "sanitizer reports in $(ASAN_REPORTS)"; rc=1; fi; exit $$rc
 
 # The scheduler and server tests under ThreadSanitizer.
 test-tsan: deps

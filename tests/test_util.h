@@ -12,6 +12,20 @@
 
 namespace ferry::testing {
 
+// Whether this build runs under AddressSanitizer, whose shadow memory and quarantine of
+// freed blocks (256 MiB by default) count in a process's RSS.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kAddressSanitizer = true;
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+
 // Absolute path of a file or folder under ../shared/fixtures.
 std::string FixturePath(const std::string& relative);
 // Absolute path under the project source tree.

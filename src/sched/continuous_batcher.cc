@@ -224,6 +224,7 @@ void ContinuousBatcher::Loop() {
     std::shared_ptr<StepTurns> turns;
     std::shared_ptr<CoreShare> share;
     int member = -1;
+    bool arrived = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping = stop_;
@@ -231,9 +232,13 @@ void ContinuousBatcher::Loop() {
       turns = turns_;
       share = share_;
       member = share_member_;
+      arrived = !inbox_.empty();
     }
-    if (stopping && (core_.empty() || Clock::now() >= deadline)) {
-      TakeInbox();  // a request submitted just before Stop is cancelled with the rest
+    // A request accepted before Stop may still be in the inbox (submitted after this
+    // iteration took it, just before Stop): it runs within the grace period like the rest,
+    // rather than being cut because the core happened to be empty.
+    if (stopping && ((core_.empty() && !arrived) || Clock::now() >= deadline)) {
+      TakeInbox();  // past the deadline, what is still in the inbox is cancelled with the rest
       RunTasks();
       // Cut short by the server, not by its client: an error, so that a stream ends with an
       // error event rather than looking complete.

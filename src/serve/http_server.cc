@@ -155,6 +155,10 @@ void HttpServer::Start() {
   impl_->accepting = true;
   impl_->Accept();
   const int n = std::max(1, impl_->options.io_threads);
+  // spdlog builds its logger registry on first use. Build it here, before the I/O threads
+  // log: built by one of them while another reads it, the construction's synchronization
+  // is inside libspdlog, where ThreadSanitizer does not see it, and it reports a race.
+  (void)spdlog::default_logger_raw();
   for (int i = 0; i < n; ++i) {
     impl_->threads.emplace_back([this, i] {
       const std::string name = "http:" + std::to_string(i);

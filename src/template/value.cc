@@ -85,6 +85,45 @@ Value Value::Tuple(std::vector<Value> items) {
   return v;
 }
 
+void Value::MoveOutSoleItems(std::vector<Value>& pending) {
+  if (auto* list = std::get_if<std::shared_ptr<const ListData>>(&data_); list != nullptr && list->use_count() == 1) {
+    auto& items = const_cast<ListData&>(**list).items;  // sole owner: nobody else can see it
+    for (Value& item : items) pending.push_back(std::move(item));
+    items.clear();
+  } else if (auto* dict = std::get_if<std::shared_ptr<const DictData>>(&data_);
+             dict != nullptr && dict->use_count() == 1) {
+    auto& d = const_cast<DictData&>(**dict);
+    for (auto& [key, value] : d.items_) {
+      pending.push_back(std::move(key));
+      pending.push_back(std::move(value));
+    }
+    d.items_.clear();
+    d.by_string_.clear();
+  }
+}
+
+void Value::ReleaseNested(std::vector<Value>& items) {
+  if (items.empty()) return;
+  std::vector<Value> pending = std::move(items);
+  items.clear();
+  while (!pending.empty()) {
+    Value v = std::move(pending.back());
+    pending.pop_back();
+    v.MoveOutSoleItems(pending);
+    // v's list or dict, if it dies here, is empty by now: its destructor does not recurse.
+  }
+}
+
+DictData::~DictData() {
+  std::vector<Value> values;
+  values.reserve(2 * items_.size());
+  for (auto& [key, value] : items_) {
+    values.push_back(std::move(key));
+    values.push_back(std::move(value));
+  }
+  Value::ReleaseNested(values);
+}
+
 Value Value::Dict(DictData dict) {
   Value v;
   v.kind_ = Kind::kDict;

@@ -35,6 +35,12 @@ struct RenderError {
 // An insertion-ordered mapping. String keys are indexed; others are compared as Python does.
 class DictData {
  public:
+  DictData() = default;
+  DictData(const DictData&) = default;
+  DictData(DictData&&) = default;
+  DictData& operator=(const DictData&) = default;
+  DictData& operator=(DictData&&) = default;
+  ~DictData();  // frees nested values without recursion (Value::ReleaseNested)
   const Value* Find(const Value& key) const;
   const Value* Find(std::string_view key) const;
   // Inserts, or replaces the value of an equal key in place (its position is kept).
@@ -44,6 +50,7 @@ class DictData {
   const std::vector<std::pair<Value, Value>>& items() const { return items_; }
 
  private:
+  friend class Value;
   std::vector<std::pair<Value, Value>> items_;
   std::unordered_map<std::string, size_t> by_string_;
 };
@@ -129,9 +136,17 @@ class Value {
   std::string TypeName() const;
 
  private:
+  friend class DictData;
   struct ListData {
     std::vector<Value> items;
+    ~ListData() { ReleaseNested(items); }
   };
+  // Frees `items` without recursion: a list or dict that dies with its holder has its own
+  // items moved onto an explicit stack first, so a value nested 100,000 deep (which a
+  // template can build) is freed in a loop instead of overflowing the stack.
+  static void ReleaseNested(std::vector<Value>& items);
+  // Moves this value's items onto `pending` when it is the only owner of its list or dict.
+  void MoveOutSoleItems(std::vector<Value>& pending);
   Kind kind_ = Kind::kUndefined;
   std::variant<std::monostate, bool, int64_t, double, std::shared_ptr<const std::string>,
                std::shared_ptr<const ListData>, std::shared_ptr<const DictData>, std::shared_ptr<jinja::Object>,

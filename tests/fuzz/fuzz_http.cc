@@ -11,9 +11,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -21,14 +24,27 @@
 
 namespace {
 
+// Each input is one connection, and the client half-closes first, so most connections leave
+// a TIME_WAIT entry on the client's side for a minute. At several hundred inputs a second one
+// source address runs out of ephemeral ports (about 28,000) within the minute, and connect()
+// fails with EADDRNOTAVAIL. Every 127.0.0.0/8 address is loopback, so the client binds each
+// connection to the next address of 127.1.0.0/16 and each address keeps its own ports.
 int Connect(int port) {
+  static uint32_t next_source = 0;
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   FUZZ_CHECK(fd >= 0);
+  sockaddr_in source{};
+  source.sin_family = AF_INET;
+  source.sin_addr.s_addr = htonl((127u << 24) | (1u << 16) | (1 + next_source++ % 65534));
+  FUZZ_CHECK(bind(fd, reinterpret_cast<sockaddr*>(&source), sizeof(source)) == 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  FUZZ_CHECK(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);  // the server is up
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    std::fprintf(stderr, "connect to the server: %s\n", std::strerror(errno));
+    FUZZ_CHECK(false);  // the server is up
+  }
   return fd;
 }
 

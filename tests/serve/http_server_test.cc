@@ -14,6 +14,7 @@
 #include <fstream>
 #include <condition_variable>
 #include <mutex>
+#include <memory>
 #include <thread>
 
 #include "test_client.h"
@@ -263,12 +264,19 @@ TEST_F(HttpServerTest, ExpectContinueIsAnswered) {
 }
 
 TEST_F(HttpServerTest, AThrowInAConnectionHandlerCostsOnlyThatConnection) {
-  std::atomic<bool> fail_reads{false};
-  std::atomic<bool> fail_accepts{false};
+  // The hook outlives this body (the fixture shuts the server down after it, and the
+  // acceptor's last, aborted accept still calls it), so its flags are shared, not locals.
+  struct Faults {
+    std::atomic<bool> reads{false};
+    std::atomic<bool> accepts{false};
+  };
+  const auto faults = std::make_shared<Faults>();
+  std::atomic<bool>& fail_reads = faults->reads;
+  std::atomic<bool>& fail_accepts = faults->accepts;
   HttpServerOptions o;
-  o.fault_injection = [&](const char* point) {
-    if (std::string(point) == "read" && fail_reads.load()) throw std::runtime_error("injected read fault");
-    if (std::string(point) == "accept" && fail_accepts.exchange(false)) throw std::length_error("injected");
+  o.fault_injection = [faults](const char* point) {
+    if (std::string(point) == "read" && faults->reads.load()) throw std::runtime_error("injected read fault");
+    if (std::string(point) == "accept" && faults->accepts.exchange(false)) throw std::length_error("injected");
   };
   Start(o);
   {

@@ -35,6 +35,26 @@ TEST(ValueTest, DeeplyNestedValuesFailInsteadOfOverflowingTheStack) {
   EXPECT_THROW(Equals(v, v), RenderError);
 }
 
+// Freeing such a value must not recurse either: lists and dicts nested 200,000 deep, and a
+// shared inner value that outlives its holders.
+TEST(ValueTest, DeeplyNestedValuesAreFreedWithoutRecursion) {
+  Value list = Value::List({});
+  for (int i = 0; i < 200000; ++i) list = Value::List({list, Value(i)});
+  Value dict = Value::None();
+  for (int i = 0; i < 200000; ++i) {
+    DictData d;
+    d.Set(Value("next"), dict);
+    d.Set(Value("list"), Value::List({dict}));
+    dict = Value::Dict(std::move(d));
+  }
+  Value kept = list.AsList()[0].AsList()[0];  // shared: survives the release of its holders
+  list = Value();
+  dict = Value();
+  ASSERT_TRUE(kept.is_list());
+  EXPECT_EQ(kept.AsList()[1].AsInt(), 199997);
+  kept = Value();
+}
+
 TEST(ValueTest, DictKeepsInsertionOrderAndReplacesInPlace) {
   DictData d;
   d.Set(Value("b"), Value(1));
