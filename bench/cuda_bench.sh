@@ -12,7 +12,16 @@
 #
 # usage: bench/cuda_bench.sh FERRY OUT_DIR [SCRATCH_DIR]
 #   MODELS="1b 8b bert"  VARIANTS="bf16 int8-wo int8 fp8"  BERT_VARIANTS="fp16 int8"
+#   ENGINE_MODELS="1b": the decoder shapes that also get engine variants ("1b 8b": both)
+#   BATCHES=1,8,64: decode batch sizes
 #   ENGINES_ONLY=1: decoders run only their engine variants (to split the work over calls)
+#   KEEP_ENGINES=1: engine files stay in SCRATCH_DIR (with their build time), and a later
+#     run reuses them; BUILD_ONLY=1 builds them and measures nothing (the 8b engines take
+#     minutes: build in one call, measure in the next)
+#   BASELINE=FERRY2: every engine variant is measured with this binary too, right after
+#     FERRY, on the same engine file (tagged "binary": "baseline"); for before/after runs
+#   KV_DTYPES="fp8": every engine variant is measured again with each of these KV cache
+#     dtypes (--kv-cache-dtype), as variant "engine-P+kv-D"
 set -euo pipefail
 ferry=$1
 out=$2
@@ -20,6 +29,9 @@ scratch=${3:-/tmp/ferry-cuda-bench}
 models=${MODELS:-1b 8b bert}
 variants=${VARIANTS:-bf16 int8-wo int8 fp8}
 bert_variants=${BERT_VARIANTS:-fp16 int8}
+engine_models=${ENGINE_MODELS:-1b}
+batches=${BATCHES:-1,8,64}
+baseline=${BASELINE:-}
 mkdir -p "$out" "$scratch"
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -28,13 +40,18 @@ tag() {
   python3 -c "import json,sys; r=json.load(sys.stdin)[0]; r.update(json.loads(sys.argv[1])); print(json.dumps(r))" "$1"
 }
 
-# Builds a GPU engine of precision $2 from checkpoint $1 into $3, recording the build time.
+# Builds a GPU engine of precision $2 from checkpoint $1 into $3 and prints the build time
+# (kept beside the engine in $3.build_s; with KEEP_ENGINES an existing engine is reused).
 build_engine() {
   local t0 t1
+  if [[ -n ${KEEP_ENGINES:-} && -f $3 && -f $3.build_s ]]; then
+    cat "$3.build_s"
+    return
+  fi
   t0=$(date +%s.%N)
-  "$ferry" build --model "$1" --device cuda --precision "$2" --calibration-tokens 2048 -o "$3" >/dev/null
+  timeout 900 "$ferry" build --model "$1" --device cuda --precision "$2" --calibration-tokens 2048 -o "$3" >/dev/null
   t1=$(date +%s.%N)
-  python3 -c "print(round($t1 - $t0, 1))"
+  python3 -c "print(round($t1 - $t0, 1))" | tee "$3.build_s"
 }
 
 python3 "$here/torch_baseline.py" none --limits-only > "$out/limits.json"
@@ -66,7 +83,7 @@ for m in $models; do
       | tee -a "$out/torch.jsonl"
     continue
   fi
-  decode=(--batch 1,8,64 --decode-context 512 --decode-steps 32 --repeats 5 --threads 1 --json)
+  decode=(--batch "$batches" --decode-context 512 --decode-steps 32 --repeats 5 --threads 1 --json)
   engines_only=${ENGINES_ONLY:-}
   [[ -n $engines_only ]] || for len in 512 2048; do
     "$ferry" bench model --model "$ckpt" --device cuda --prompt-len "$len" "${decode[@]}" \
@@ -77,13 +94,23 @@ for m in $models; do
   [[ -n $engines_only ]] || python3 "$here/torch_baseline.py" "$ckpt" --prompt-lens 512,2048 --batches 1,8,64 --context 512 \
     | python3 -c "import json,sys; r=json.load(sys.stdin); r.update(model='$preset'); print(json.dumps(r))" \
     | tee -a "$out/torch.jsonl"
-  if [[ $m == 1b ]]; then
+  if [[ " $engine_models " == *" $m "* ]]; then
     for prec in $variants; do
       engine="$scratch/$preset-$prec.ferry"
       secs=$(build_engine "$ckpt" "$prec" "$engine")
+      echo "[$(date +%T)] $preset $prec engine: built in $secs s" >&2
+      [[ -n ${BUILD_ONLY:-} ]] && continue
       "$ferry" bench model --model "$engine" --device cuda --prompt-len 2048 "${decode[@]}" \
         | tag "{\"model\": \"$preset\", \"variant\": \"engine-$prec\", \"build_s\": $secs}" | tee -a "$out/ferry.jsonl"
-      rm -f "$engine"
+      [[ -z $baseline ]] || "$baseline" bench model --model "$engine" --device cuda --prompt-len 2048 "${decode[@]}" \
+        | tag "{\"model\": \"$preset\", \"variant\": \"engine-$prec\", \"binary\": \"baseline\"}" \
+        | tee -a "$out/ferry.jsonl"
+      for kv in ${KV_DTYPES:-}; do
+        "$ferry" bench model --model "$engine" --device cuda --prompt-len 2048 --kv-cache-dtype "$kv" "${decode[@]}" \
+          | tag "{\"model\": \"$preset\", \"variant\": \"engine-$prec+kv-$kv\", \"build_s\": $secs}" \
+          | tee -a "$out/ferry.jsonl"
+      done
+      [[ -n ${KEEP_ENGINES:-} ]] || rm -f "$engine" "$engine.build_s"
     done
   fi
 done

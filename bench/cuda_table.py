@@ -21,12 +21,19 @@ CONTEXT = 512
 
 
 def load(path):
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """JSON lines (or one JSON object per file); [] when the file is not there."""
+    if not path.exists():
+        return []
+    text = path.read_text().strip()
+    if text.startswith("{") and "\n{" not in text:
+        return [json.loads(text)]
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def main():
     d = Path(sys.argv[1])
-    ferry, torch_runs, limits = load(d / "ferry.jsonl"), load(d / "torch.jsonl"), load(d / "limits.jsonl")
+    ferry, torch_runs = load(d / "ferry.jsonl"), load(d / "torch.jsonl")
+    limits = load(d / "limits.jsonl") + load(d / "limits.json")
     all_limits = limits + [t for t in torch_runs if "d2d_copy_gb_s" in t]
     bw = max(x["d2d_copy_gb_s"] for x in all_limits) * 1e9
     peak = max(x["bf16_matmul_tflops"] for x in all_limits) * 1e12
@@ -66,16 +73,28 @@ def main():
             tps = r["prefill_tokens_per_s"]
             print(f"| {model} | {prompt} | {tps:,.0f} | {t['prefill'][str(prompt)]:,.0f} | "
                   f"{tps / t['prefill'][str(prompt)]:.2f}x | {tps * shape['flops'] / peak:.0%} |")
-    print("\n| llama-3.2-1b engine | build s | decode b1 / b8 / b64 tok/s | vs bf16 engine | prefill 2048 tok/s |")
-    print("|---|---|---|---|---|")
-    base = pick("llama-3.2-1b", "engine-bf16")
-    for r in ferry:
-        if r["model"] != "llama-3.2-1b" or not r["variant"].startswith("engine-"):
+    for model in SHAPES:
+        engines = [r for r in ferry if r["model"] == model and r["variant"].startswith("engine-")]
+        if not engines:
             continue
-        tps = [x["tokens_per_s"] for x in r["decode"]]
-        rel = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(r["decode"], base["decode"])] if base else []
-        print(f"| {r['variant'][7:]} | {r['build_s']} | {' / '.join(f'{x:,.0f}' for x in tps)} | "
-              f"{' / '.join(f'{x:.2f}x' for x in rel)} | {r['prefill_tokens_per_s']:,.0f} |")
+        base = next((r for r in engines if r["variant"] == "engine-bf16" and "binary" not in r), None)
+        batches = " / ".join(f"b{x['batch']}" for x in engines[0]["decode"])
+        print(f"\n| {model} engine | binary | build s | decode {batches} tok/s | vs bf16 engine | "
+              "prefill 2048 tok/s | vs baseline binary |")
+        print("|---|---|---|---|---|---|---|")
+        for r in engines:
+            tps = [x["tokens_per_s"] for x in r["decode"]]
+            rel = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(r["decode"], base["decode"])] if base else []
+            other = None
+            if "binary" not in r:
+                other = next((x for x in engines if x["variant"] == r["variant"] and x.get("binary") == "baseline"), None)
+            vs = ""
+            if other:
+                vs = " / ".join(f"{a['tokens_per_s'] / b['tokens_per_s']:.2f}x" for a, b in zip(r["decode"], other["decode"]))
+                vs += f"; prefill {r['prefill_tokens_per_s'] / other['prefill_tokens_per_s']:.2f}x"
+            print(f"| {r['variant'][7:]} | {r.get('binary', 'this')} | {r.get('build_s', '')} | "
+                  f"{' / '.join(f'{x:,.0f}' for x in tps)} | {' / '.join(f'{x:.2f}x' for x in rel)} | "
+                  f"{r['prefill_tokens_per_s']:,.0f} | {vs} |")
     enc = next((x["encoder"] for x in torch_runs if x.get("model") == "bert-base"), None)
     if enc:
         print("\n| bert-base 32 x 128 | sequences/s | vs torch.compile | vs HF eager |")

@@ -16,6 +16,11 @@ Status Backend::GatedLinear(const Tensor& gate_up, bool gelu_tanh, Tensor& mlp, 
   FERRY_RETURN_IF_ERROR(gelu_tanh ? GeluTanhMul(gate_up, mlp) : SiluMul(gate_up, mlp));
   return Linear(mlp, w, y);
 }
+Status Backend::NormLinear(Tensor& residual, const Tensor* delta, const Tensor& gamma, float eps, Tensor& h,
+                           const LinearWeight& w, Tensor& y) {
+  FERRY_RETURN_IF_ERROR(delta != nullptr ? AddRmsNorm(residual, *delta, gamma, eps, h) : RmsNorm(residual, gamma, eps, h));
+  return Linear(h, w, y);
+}
 Status Backend::GeluTanhMul(const Tensor&, Tensor&) { return Unimplemented(Name() + " backend has no GeluTanhMul"); }
 Status Backend::GeluMul(const Tensor&, Tensor&) { return Unimplemented(Name() + " backend has no GeluMul"); }
 Status Backend::Scale(Tensor&, float) { return Unimplemented(Name() + " backend has no Scale"); }

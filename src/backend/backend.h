@@ -156,6 +156,12 @@ class Backend {
   // with gelu_tanh, the tanh GELU. mlp ([M, I]) is scratch, left holding act(gate) * up or
   // unchanged. The default runs SiluMul (GeluTanhMul) then Linear.
   virtual Status GatedLinear(const Tensor& gate_up, bool gelu_tanh, Tensor& mlp, const LinearWeight& w, Tensor& y);
+  // residual += delta (delta null: residual is left as it is); h = RmsNorm(residual);
+  // y = h · W^T (+ bias). The norm in front of a linear: backends that quantize activations
+  // compute it in the quantization pass and may leave h unwritten, so callers use h only as
+  // this linear's input. The default runs RmsNorm (AddRmsNorm) then Linear.
+  virtual Status NormLinear(Tensor& residual, const Tensor* delta, const Tensor& gamma, float eps, Tensor& h,
+                            const LinearWeight& w, Tensor& y);
   // Engine builds: times this prepared weight's kernel choices on the device for each
   // row-count bucket the backend distinguishes and keeps the fastest in the weight, where
   // SerializeLinear stores them (the engine's tuned choices). Weights of one shape and

@@ -241,6 +241,18 @@ Status DecoderModel::RunLinear(int layer, const char* name, const Tensor& x, con
   return backend_.Linear(x, w, y);
 }
 
+Status DecoderModel::NormLinear(int layer, const char* name, Tensor& x, const Tensor* delta, const Tensor& gamma,
+                                Tensor& h, const backend::LinearWeight& w, Tensor& y) {
+  const float eps = config_.rms_norm_eps;
+  if (observer_) {
+    // Calibration observes the linear's input, so the norm is written out.
+    FERRY_RETURN_IF_ERROR(delta != nullptr ? backend_.AddRmsNorm(x, *delta, gamma, eps, h)
+                                           : backend_.RmsNorm(x, gamma, eps, h));
+    return RunLinear(layer, name, h, w, y);
+  }
+  return backend_.NormLinear(x, delta, gamma, eps, h, w, y);
+}
+
 backend::StepInputs DecoderBatch::inputs(int block_tokens) const {
   backend::StepInputs in;
   in.token_ids = token_ids;
@@ -344,12 +356,7 @@ Result<Tensor> DecoderModel::Forward(const backend::StepTensors& in, std::vector
   if (embed_scale_ != 1.0f) FERRY_RETURN_IF_ERROR(be.Scale(x, embed_scale_));
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
-    if (l == 0) {
-      FERRY_RETURN_IF_ERROR(be.RmsNorm(x, L.attn_norm, c.rms_norm_eps, h));
-    } else {
-      FERRY_RETURN_IF_ERROR(be.AddRmsNorm(x, delta, L.attn_norm, c.rms_norm_eps, h));
-    }
-    FERRY_RETURN_IF_ERROR(RunLinear(static_cast<int>(l), "qkv", h, L.qkv, qkv));
+    FERRY_RETURN_IF_ERROR(NormLinear(static_cast<int>(l), "qkv", x, l == 0 ? nullptr : &delta, L.attn_norm, h, L.qkv, qkv));
     if (c.qk_norm) {
       FERRY_RETURN_IF_ERROR(be.HeadRmsNorm(qkv, 0, c.num_heads, static_cast<int>(hd), L.q_norm, c.rms_norm_eps));
       FERRY_RETURN_IF_ERROR(
@@ -364,8 +371,7 @@ Result<Tensor> DecoderModel::Forward(const backend::StepTensors& in, std::vector
       FERRY_RETURN_IF_ERROR(be.RmsNorm(delta, L.post_attn_norm, c.rms_norm_eps, post));
       std::swap(delta, post);
     }
-    FERRY_RETURN_IF_ERROR(be.AddRmsNorm(x, delta, L.mlp_norm, c.rms_norm_eps, h));
-    FERRY_RETURN_IF_ERROR(RunLinear(static_cast<int>(l), "gate_up", h, L.gate_up, gate_up));
+    FERRY_RETURN_IF_ERROR(NormLinear(static_cast<int>(l), "gate_up", x, &delta, L.mlp_norm, h, L.gate_up, gate_up));
     if (observer_) {
       // Calibration observes the down projection's input, act(gate) * up.
       FERRY_RETURN_IF_ERROR(gelu ? be.GeluTanhMul(gate_up, mlp) : be.SiluMul(gate_up, mlp));

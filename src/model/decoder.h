@@ -84,6 +84,10 @@ class DecoderModel {
   void Finish();
   // Linear layer `name` of `layer` (-1: outside the layers), reported to the observer.
   Status RunLinear(int layer, const char* name, const Tensor& x, const backend::LinearWeight& w, Tensor& y);
+  // x += delta (delta null: x as it is); y = RmsNorm(x) · W^T through Backend::NormLinear, h
+  // its scratch (left unwritten when the backend fuses the norm into the quantization).
+  Status NormLinear(int layer, const char* name, Tensor& x, const Tensor* delta, const Tensor& gamma, Tensor& h,
+                    const backend::LinearWeight& w, Tensor& y);
 
   io::ModelConfig config_;
   backend::Backend& backend_;

@@ -871,12 +871,16 @@ TEST(CudaAttentionTiming, DISABLED_Llama3Shape) {
     DType kv;
   };
   // The fp8 rows read the same random bytes as e4m3 (values are irrelevant to the timing).
-  const TimedShape shapes[] = {{1, 1, 512, DType::kBF16},     {8, 1, 512, DType::kBF16},
-                               {64, 1, 512, DType::kBF16},    {256, 1, 512, DType::kBF16},
-                               {1, 1, 4096, DType::kBF16},    {64, 1, 2048, DType::kBF16},
-                               {64, 1, 512, DType::kF8E4M3},  {64, 1, 2048, DType::kF8E4M3},
-                               {1, 2048, 2048, DType::kBF16}, {4, 512, 512, DType::kBF16},
-                               {1, 2048, 2048, DType::kF8E4M3}};
+  const TimedShape shapes[] = {{1, 1, 512, DType::kBF16},       {8, 1, 512, DType::kBF16},
+                               {32, 1, 512, DType::kBF16},      {64, 1, 512, DType::kBF16},
+                               {128, 1, 512, DType::kBF16},     {256, 1, 512, DType::kBF16},
+                               {1, 1, 4096, DType::kBF16},      {64, 1, 2048, DType::kBF16},
+                               {1, 1, 512, DType::kF8E4M3},     {8, 1, 512, DType::kF8E4M3},
+                               {32, 1, 512, DType::kF8E4M3},    {64, 1, 512, DType::kF8E4M3},
+                               {128, 1, 512, DType::kF8E4M3},   {256, 1, 512, DType::kF8E4M3},
+                               {1, 1, 4096, DType::kF8E4M3},    {64, 1, 2048, DType::kF8E4M3},
+                               {1, 2048, 2048, DType::kBF16},   {4, 512, 512, DType::kBF16},
+                               {1, 2048, 2048, DType::kF8E4M3}, {4, 512, 512, DType::kF8E4M3}};
   std::printf("\n%-34s %10s %12s %12s\n", "shape (bf16 act, 32/8 heads, d128)", "median us", "KV GB/s", "TFLOP/s");
   for (const TimedShape& sh : shapes) {
     const int blocks_per_seq = (sh.context + kBlock - 1) / kBlock;

@@ -746,6 +746,89 @@ TEST(CudaKernels, QuantizeRowsWithGatedProloguesAreGatingThenQuantize) {
   }
 }
 
+// The norm in front of a W8A8 / fp8 GEMM fused with its activation quantization: the
+// residual is updated exactly as AddRmsNorm updates it, and each quantized value is within
+// one rounding step of the host's norm (the f32 sum of squares is reduced in another order
+// than the host's, so not bit for bit). Rows that do not fit in registers are refused.
+TEST(CudaKernels, RmsNormQuantizeIsTheNormThenTheQuantization) {
+  FERRY_SKIP_WITHOUT_GPU();
+  const std::vector<RowShape> shapes = {{1, 4096}, {5, 2048}, {3, 64}, {2, 16384}, {2, 20480}, {3, 37}};
+  const float eps = 1e-5f;
+  uint64_t seed = 1600;
+  for (DType act : ActDTypes()) {
+    const size_t es = DTypeSize(act);
+    for (const RowShape& s : shapes) {
+      for (bool with_delta : {false, true}) {
+        for (DType qd : {DType::kI8, DType::kF8E4M3}) {
+          const bool int8 = qd == DType::kI8;
+          const std::string what = Label("RmsNormQuantize", act,
+                                         ShapeText(s.rows, s.cols) + (with_delta ? " +delta" : "") +
+                                             (int8 ? " int8+smooth" : " fp8"));
+          const size_t n = static_cast<size_t>(s.rows * s.cols);
+          std::vector<float> x = RoundTo(act, RandomFloats(n, ++seed, -3.0f, 3.0f));
+          std::vector<float> d = RoundTo(act, RandomFloats(n, ++seed, -3.0f, 3.0f));
+          if (s.rows > 1) {  // an all-zero row: scale 0, q 0
+            std::fill(x.begin() + s.cols, x.begin() + 2 * s.cols, 0.0f);
+            std::fill(d.begin() + s.cols, d.begin() + 2 * s.cols, 0.0f);
+          }
+          const std::vector<float> gamma = RandomFloats(static_cast<size_t>(s.cols), ++seed, 0.5f, 1.5f);
+          const std::vector<float> smooth = RandomFloats(static_cast<size_t>(s.cols), ++seed, 0.25f, 4.0f);
+          DeviceBuffer dres = UploadAs(act, x), dres_ref = UploadAs(act, x), dd = UploadAs(act, d);
+          DeviceBuffer dg = Upload(gamma), dsm = Upload(smooth), dh = PoisonedBuffer(n * es);
+          DeviceBuffer dq = PoisonedBuffer(n), dsc = PoisonedBuffer(static_cast<size_t>(s.rows) * 4);
+          const void* delta = with_delta ? dd.get() : nullptr;
+          const float* sm = int8 ? dsm.as<float>() : nullptr;
+          const bool fits = (s.cols * es) % 16 == 0 && s.cols * es <= 32768;
+          ASSERT_EQ(RmsNormQuantizeFits(dres.get(), delta, dg.as<float>(), sm, s.cols, act), fits) << what;
+          const Status st = RmsNormQuantize(dres.get(), delta, dg.as<float>(), eps, s.rows, s.cols, sm, dq.get(), qd,
+                                            dsc.as<float>(), act, nullptr);
+          if (!fits) {
+            EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << what;
+            continue;
+          }
+          FERRY_ASSERT_OK(st);
+          if (with_delta) {
+            FERRY_ASSERT_OK(
+                AddRmsNorm(dres_ref.get(), dd.get(), dg.as<float>(), eps, s.rows, s.cols, dh.get(), act, nullptr));
+          }
+          FERRY_ASSERT_SYNC();
+          EXPECT_EQ(Download<uint8_t>(dres, n * es), Download<uint8_t>(dres_ref, n * es)) << what;
+          const std::vector<uint8_t> q = Download<uint8_t>(dq, n);
+          const std::vector<float> scales = Download<float>(dsc, static_cast<size_t>(s.rows));
+          const double qmax = int8 ? 127.0 : 448.0;
+          for (int64_t r = 0; r < s.rows; ++r) {
+            std::vector<double> y(static_cast<size_t>(s.cols));
+            double ss = 0.0;
+            for (int64_t i = 0; i < s.cols; ++i) {
+              const size_t at = static_cast<size_t>(r * s.cols + i);
+              y[i] = static_cast<double>(static_cast<float>(x[at] + (with_delta ? d[at] : 0.0f)));
+              ss += y[i] * y[i];
+            }
+            const double rs = 1.0 / std::sqrt(ss / static_cast<double>(s.cols) + eps);
+            double amax = 0.0;
+            for (int64_t i = 0; i < s.cols; ++i) {
+              y[i] = y[i] * rs * gamma[i] / (int8 ? smooth[i] : 1.0);
+              amax = std::max(amax, std::fabs(y[i]));
+            }
+            EXPECT_NEAR(scales[r], amax / qmax, 1e-5 * amax / qmax + 1e-30) << what << " row " << r;
+            int bad = 0;
+            for (int64_t i = 0; i < s.cols && bad < 3; ++i) {
+              const uint8_t b = q[static_cast<size_t>(r * s.cols + i)];
+              const double got = int8 ? static_cast<double>(static_cast<int8_t>(b)) : F8E4M3ToF32(b);
+              const double want = amax > 0.0 ? y[i] * qmax / amax : 0.0;
+              const double tol = int8 ? 0.501 : std::max(std::fabs(want) * 0.0635, 0.002);
+              if (std::fabs(got - want) > tol) {
+                ++bad;
+                ADD_FAILURE() << what << " row " << r << " col " << i << ": got " << got << ", want " << want;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- sampling
 
 struct SampleBatch {

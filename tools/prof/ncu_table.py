@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Per-kernel time table from an `ncu --csv --metrics gpu__time_duration.sum` log.
 
-usage: ncu_table.py NCU_CSV [TOP] [LAST_N_KERNELS]
+usage: ncu_table.py NCU_CSV [TOP] [LAST_N_KERNELS | step]
+("step": the kernels of the last decode step, after the second-to-last sampling kernel.)
 Groups kernels by their demangled name (template arguments cut), sums the measured time,
 and prints count, total, mean and share, largest first.
 """
@@ -22,7 +23,7 @@ def short(name):
 def main():
     path = sys.argv[1]
     top = int(sys.argv[2]) if len(sys.argv) > 2 else 25
-    last = int(sys.argv[3]) if len(sys.argv) > 3 else 0  # only the last N kernels (0: all)
+    last = sys.argv[3] if len(sys.argv) > 3 else "0"  # only the last N kernels (0: all), or "step"
     rows = []
     with open(path, newline="") as f:
         lines = [l for l in f if l.startswith('"')]
@@ -33,8 +34,15 @@ def main():
         unit = r.get("Metric Unit", "ns")
         scale = {"ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "nsecond": 1e-3}.get(unit, 1e-3)
         rows.append((short(r["Kernel Name"]), v * scale))
-    if last:
-        rows = rows[-last:]
+    if last == "step":
+        samples = [i for i, (k, _) in enumerate(rows) if "SampleKernel" in k]
+        gaps = [b - a for a, b in zip(samples, samples[1:])]
+        if gaps:
+            # One sampling launch per step, or a pair (then the gaps alternate short, long).
+            period = gaps[-1] + gaps[-2] if len(gaps) >= 2 and min(gaps[-2:]) < 10 else gaps[-1]
+            rows = rows[samples[-1] + 1 - period:samples[-1] + 1]
+    elif int(last):
+        rows = rows[-int(last):]
     agg = defaultdict(lambda: [0, 0.0])
     for k, us in rows:
         agg[k][0] += 1

@@ -114,6 +114,15 @@ class CudaBackend final : public Backend {
     if (QuantizesActivations(w)) return RunGatedLinear(*ctx_, *gemm_, gate_up, gelu_tanh, w, y);
     return Backend::GatedLinear(gate_up, gelu_tanh, mlp, w, y);
   }
+  Status NormLinear(Tensor& residual, const Tensor* delta, const Tensor& gamma, float eps, Tensor& h,
+                    const LinearWeight& w, Tensor& y) override {
+    FERRY_RETURN_IF_ERROR(EnsureLoaded());
+    FERRY_ASSIGN_OR_RETURN(const Tensor* g, resident_.GetF32(gamma));
+    if (FusesNormLinear(residual, delta, g->data<float>(), w)) {
+      return RunNormLinear(*ctx_, *gemm_, residual, delta, g->data<float>(), eps, w, y);
+    }
+    return Backend::NormLinear(residual, delta, gamma, eps, h, w, y);
+  }
   Result<std::string> TuneLinear(LinearWeight& w) override {
     FERRY_RETURN_IF_ERROR(EnsureLoaded());
     return tuner_.Tune(w);

@@ -7,7 +7,8 @@
 namespace ferry::backend {
 
 Status SetUpGemm(CudaContext& ctx, const Tensor& x, const CudaLinear& lin, int64_t n, Tensor& y, cuda::GemmProblem& p,
-                 cuda::GemmArgs& a, Tensor& q, Tensor& row_scales, cuda::QuantPrologue prologue) {
+                 cuda::GemmArgs& a, Tensor& q, Tensor& row_scales, cuda::QuantPrologue prologue,
+                 const NormInput* norm) {
   const bool gated = prologue == cuda::QuantPrologue::kSiluMul || prologue == cuda::QuantPrologue::kGeluTanhMul;
   const int64_t m = x.dim(0), k = gated ? x.dim(1) / 2 : x.dim(1);
   p.kind = lin.kind;
@@ -23,18 +24,24 @@ Status SetUpGemm(CudaContext& ctx, const Tensor& x, const CudaLinear& lin, int64
   a.bias = p.has_bias ? lin.bias.raw() : nullptr;
   if (lin.kind == cuda::GemmKind::kInt8 || lin.kind == cuda::GemmKind::kFp8) {
     // Per-token dynamic activation quantization.
+    const bool int8 = lin.kind == cuda::GemmKind::kInt8;
+    const float* smooth = int8 && lin.smooth.defined() ? lin.smooth.data<float>() : nullptr;
     FERRY_ASSIGN_OR_RETURN(row_scales, ctx.Allocate({m}, DType::kF32));
-    if (lin.kind == cuda::GemmKind::kInt8) {
-      FERRY_ASSIGN_OR_RETURN(q, ctx.Allocate({m, k}, DType::kI8));
-      FERRY_RETURN_IF_ERROR(
-          cuda::QuantizeRowsInt8(x.raw(), m, k, lin.smooth.defined() ? lin.smooth.data<float>() : nullptr,
-                                 q.data<int8_t>(), row_scales.data<float>(), x.dtype(), ctx.stream(), prologue));
+    FERRY_ASSIGN_OR_RETURN(q, ctx.Allocate({m, k}, int8 ? DType::kI8 : DType::kF8E4M3));
+    if (norm != nullptr) {
+      if (prologue != cuda::QuantPrologue::kNone) return InvalidArgument("SetUpGemm: a norm input takes no prologue");
+      FERRY_RETURN_IF_ERROR(cuda::RmsNormQuantize(norm->residual->raw(),
+                                                  norm->delta != nullptr ? norm->delta->raw() : nullptr, norm->gamma,
+                                                  norm->eps, m, k, smooth, q.raw(), q.dtype(),
+                                                  row_scales.data<float>(), x.dtype(), ctx.stream()));
+    } else if (int8) {
+      FERRY_RETURN_IF_ERROR(cuda::QuantizeRowsInt8(x.raw(), m, k, smooth, q.data<int8_t>(), row_scales.data<float>(),
+                                                   x.dtype(), ctx.stream(), prologue));
     } else {
-      FERRY_ASSIGN_OR_RETURN(q, ctx.Allocate({m, k}, DType::kF8E4M3));
       FERRY_RETURN_IF_ERROR(
           cuda::QuantizeRowsFp8(x.raw(), m, k, q.raw(), row_scales.data<float>(), x.dtype(), ctx.stream(), prologue));
-      p.fp8_scaling = cuda::Fp8Scaling::kPerRowCol;
     }
+    if (!int8) p.fp8_scaling = cuda::Fp8Scaling::kPerRowCol;
     a.x = q.raw();
     a.x_scale = row_scales.data<float>();
   }
@@ -52,7 +59,7 @@ Status SetUpGemm(CudaContext& ctx, const Tensor& x, const CudaLinear& lin, int64
 namespace {
 
 Status RunPrepared(CudaContext& ctx, cuda::LtGemm& gemm, const Tensor& x, const LinearWeight& w, Tensor& y,
-                   cuda::QuantPrologue prologue) {
+                   cuda::QuantPrologue prologue, const NormInput* norm = nullptr) {
   const auto* lin = static_cast<const CudaLinear*>(w.packed.get());
   if (lin == nullptr) return FailedPrecondition("Linear: weight was not prepared for the CUDA backend");
   const bool gated = prologue == cuda::QuantPrologue::kSiluMul || prologue == cuda::QuantPrologue::kGeluTanhMul;
@@ -65,7 +72,7 @@ Status RunPrepared(CudaContext& ctx, cuda::LtGemm& gemm, const Tensor& x, const 
   cuda::GemmProblem p;
   cuda::GemmArgs a;
   Tensor q, row_scales;
-  FERRY_RETURN_IF_ERROR(SetUpGemm(ctx, x, *lin, n, y, p, a, q, row_scales, prologue));
+  FERRY_RETURN_IF_ERROR(SetUpGemm(ctx, x, *lin, n, y, p, a, q, row_scales, prologue, norm));
   p.small_m_max = w.small_m_max;
   const cuda::GemmChoice* choice = nullptr;
   const int bucket = cuda::GemmMBucket(m);
@@ -90,6 +97,23 @@ Status RunGatedLinear(CudaContext& ctx, cuda::LtGemm& gemm, const Tensor& gate_u
   if (!QuantizesActivations(w)) return FailedPrecondition("GatedLinear: the weight does not quantize activations");
   return RunPrepared(ctx, gemm, gate_up, w, y,
                      gelu_tanh ? cuda::QuantPrologue::kGeluTanhMul : cuda::QuantPrologue::kSiluMul);
+}
+
+bool FusesNormLinear(const Tensor& residual, const Tensor* delta, const float* gamma, const LinearWeight& w) {
+  if (!QuantizesActivations(w) || residual.rank() != 2 || (delta != nullptr && delta->shape() != residual.shape())) {
+    return false;
+  }
+  const auto* lin = static_cast<const CudaLinear*>(w.packed.get());
+  const float* smooth = lin->kind == cuda::GemmKind::kInt8 && lin->smooth.defined() ? lin->smooth.data<float>() : nullptr;
+  return cuda::RmsNormQuantizeFits(residual.raw(), delta != nullptr ? delta->raw() : nullptr, gamma, smooth,
+                                   residual.dim(1), residual.dtype());
+}
+
+Status RunNormLinear(CudaContext& ctx, cuda::LtGemm& gemm, Tensor& residual, const Tensor* delta, const float* gamma,
+                     float eps, const LinearWeight& w, Tensor& y) {
+  if (!FusesNormLinear(residual, delta, gamma, w)) return FailedPrecondition("NormLinear: the norm cannot be fused here");
+  const NormInput norm{&residual, delta, gamma, eps};
+  return RunPrepared(ctx, gemm, residual, w, y, cuda::QuantPrologue::kNone, &norm);
 }
 
 Status RunGeluLinear(CudaContext& ctx, cuda::LtGemm& gemm, Tensor& x, const LinearWeight& w, Tensor& y) {

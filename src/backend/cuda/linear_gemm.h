@@ -10,17 +10,35 @@
 
 namespace ferry::backend {
 
+// The RMSNorm that produces a linear's input when the quantization pass computes it
+// (cuda::RmsNormQuantize): the input is RmsNorm(residual (+= delta when delta is set)).
+struct NormInput {
+  Tensor* residual = nullptr;
+  const Tensor* delta = nullptr;
+  const float* gamma = nullptr;  // f32, on the device
+  float eps = 0.0f;
+};
+
 // The GEMM of y = x · W^T: problem, pointers and (W8A8, fp8) the activations quantized per
 // token into q and row_scales, which must live until the GEMM has run. `prologue` is applied
-// to x by the quantization pass (kinds that quantize x only).
+// to x by the quantization pass (kinds that quantize x only). With `norm`, x is norm's
+// residual and the quantization pass computes the norm first (no prologue then).
 Status SetUpGemm(CudaContext& ctx, const Tensor& x, const CudaLinear& lin, int64_t n, Tensor& y, cuda::GemmProblem& p,
                  cuda::GemmArgs& a, Tensor& q, Tensor& row_scales,
-                 cuda::QuantPrologue prologue = cuda::QuantPrologue::kNone);
+                 cuda::QuantPrologue prologue = cuda::QuantPrologue::kNone, const NormInput* norm = nullptr);
 // y[M, N] = x[M, K] · W[N, K]^T (+ bias), enqueued on the context's stream.
 Status RunLinear(CudaContext& ctx, cuda::LtGemm& gemm, const Tensor& x, const LinearWeight& w, Tensor& y);
 // y = GELU(x) · W^T (+ bias): for W8A8 and fp8 weights the GELU is part of the activation
 // quantization pass and x is left as it is; otherwise GELU runs in place on x first.
 Status RunGeluLinear(CudaContext& ctx, cuda::LtGemm& gemm, Tensor& x, const LinearWeight& w, Tensor& y);
+// Whether the weight quantizes its activations and RmsNorm(residual (+ delta)) fits the
+// fused norm-and-quantization pass (cuda::RmsNormQuantizeFits). gamma: f32 on the device.
+bool FusesNormLinear(const Tensor& residual, const Tensor* delta, const float* gamma, const LinearWeight& w);
+// residual += delta (delta null: left as it is); y = RmsNorm(residual) · W^T (+ bias), the
+// norm computed by the weight's activation quantization pass, so the normalized row is
+// never stored. Only where FusesNormLinear; FailedPrecondition otherwise.
+Status RunNormLinear(CudaContext& ctx, cuda::LtGemm& gemm, Tensor& residual, const Tensor* delta, const float* gamma,
+                     float eps, const LinearWeight& w, Tensor& y);
 // Whether the weight's GEMM quantizes its activations per token (W8A8, fp8), the kinds whose
 // quantization pass takes a prologue.
 bool QuantizesActivations(const LinearWeight& w);

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "core/dtype.h"
 #include "core/status.h"
@@ -102,6 +103,24 @@ __device__ __forceinline__ void StoreF32(T* p, const float (&in)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) a.v[i] = FromF32<T>(in[i]);
   *reinterpret_cast<Vec<T, N>*>(p) = a;
+}
+
+// One vector of a row quantized with the reciprocal scale `inv`: Q is int8_t (symmetric,
+// round half to even, clamped to +-127) or __nv_fp8_e4m3 (nearest even, saturated to +-448).
+template <typename Q>
+inline constexpr float kQuantMax = std::is_same_v<Q, int8_t> ? 127.0f : 448.0f;
+template <typename Q, int V>
+__device__ __forceinline__ void StoreQuantized(Q* dst, const float (&a)[V], float inv) {
+  Vec<Q, V> out;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    if constexpr (std::is_same_v<Q, int8_t>) {
+      out.v[k] = static_cast<int8_t>(fminf(fmaxf(rintf(a[k] * inv), -127.0f), 127.0f));
+    } else {
+      out.v[k] = FromF32<__nv_fp8_e4m3>(a[k] * inv);
+    }
+  }
+  *reinterpret_cast<Vec<Q, V>*>(dst) = out;
 }
 
 // Elements per 16-byte access.

@@ -26,8 +26,21 @@ constexpr int kDecodeKeyTile = 16;
 constexpr int kDecodeStageKeys = 4 * kDecodeKeyTile;
 // At most this many splits per sequence, each at least one pipeline stage long.
 constexpr int kMaxSplits = 32;
-// Decode CTAs resident per multiprocessor (shared memory allows 3 at head_dim 128).
+// Decode CTAs resident per multiprocessor (shared memory and the kernel's launch bounds allow
+// 3 at head_dim 128, with a 16-bit or an fp8 cache; checked below).
 constexpr int kDecodeCtasPerSm = 3;
+
+template <typename T, typename KvT, int HD>
+using DecodeConfig = attention_detail::FlashConfig<T, KvT, HD, 1, 4, kDecodeKeyTile>;
+
+// Whether kDecodeCtasPerSm CTAs of config C fit a multiprocessor's shared memory (228 KB on
+// sm_90, of which the system reserves 1 KB per CTA).
+template <typename C>
+constexpr bool FitsDecodeCtas() {
+  return kDecodeCtasPerSm * (C::kSmemBytes + 1024) <= 228 * 1024;
+}
+static_assert(FitsDecodeCtas<DecodeConfig<Bf16, Bf16, 128>>() && FitsDecodeCtas<DecodeConfig<Bf16, Fp8, 128>>(),
+              "the split plan assumes kDecodeCtasPerSm resident decode CTAs");
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -126,7 +139,7 @@ bool UseTensorCores(DType act, DType kv) {
 
 template <typename T, typename KvT, int HD>
 Status LaunchDecode(const Params& p, cudaStream_t stream) {
-  using C = attention_detail::FlashConfig<T, HD, 1, 4, kDecodeKeyTile>;
+  using C = DecodeConfig<T, KvT, HD>;
   const dim3 grid(p.splits, p.num_kv_heads * RowTiles(p.group), p.num_seqs);
   if (p.softcap > 0.0f) {
     FERRY_RETURN_IF_ERROR(

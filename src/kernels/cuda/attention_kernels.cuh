@@ -15,12 +15,26 @@ namespace ferry::cuda::attention_detail {
 // read once for all the heads that share it. The 4 warps are arranged WM x WK: WM groups of
 // 16 rows, each with WK warps that take alternate key tiles of KT keys (WK = 1 for prefill,
 // where many rows share a tile; WK = 4 for decode, where 16 rows are all there is and the
-// keys must be spread over the warps instead). K/V tiles stream through shared memory in two
-// stages (cp.async for 16-bit caches; register-staged loads widened from e4m3 for fp8). At
-// the end the warps' (max, sum, output) are merged through shared memory, and either the
-// normalized output or, for a split decode row, a partial result is written.
-template <typename T, int HD, int WM, int WK, int KT>
+// keys must be spread over the warps instead). 16-bit K/V tiles stream through shared memory
+// by cp.async in two stages. An fp8 cache's e4m3 bytes arrive by cp.async too, in a ring of
+// kFp8RingStages stages, and each stage is widened into one 16-bit tile just before its
+// round; the tile is single, so an fp8 CTA needs about as much shared memory as a 16-bit one
+// and as many fit per multiprocessor. At the end the warps' (max, sum, output) are merged
+// through shared memory, and either the normalized output or, for a split decode row, a
+// partial result is written.
+//
+// The decode kernel is bound by the latency of its rounds, not by bytes: an fp8 cache, half
+// the bytes, took about the time of a bf16 one (H200, llama-3-8b heads, 512 tokens of context,
+// the CudaAttentionTiming shapes). What moves it is resident CTAs: a 4-stage ring (two CTAs a
+// multiprocessor) measured 24 / 46 / 87 / 168 us at batch 32 / 64 / 128 / 256, a 2-stage ring
+// at three CTAs 31 / 51 / 77 / 139 us, against 35 / 57 / 85 / 160 us for a bf16 cache. The
+// 2-stage ring is the one built, for the large batches that serving runs.
+inline constexpr int kFp8RingStages = 2;
+
+template <typename T, typename KvT, int HD, int WM, int WK, int KT>
 struct FlashConfig {
+  static constexpr bool kFp8 = std::is_same_v<KvT, Fp8>;
+  static constexpr int kRawStages = kFp8RingStages;
   static constexpr int kWarps = WM * WK;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kRows = 16 * WM;
@@ -32,9 +46,17 @@ struct FlashConfig {
   static constexpr int kOutLd = HD + 4;
   static constexpr size_t kQBytes = static_cast<size_t>(kRows) * kLd * sizeof(T);
   static constexpr size_t kTileBytes = static_cast<size_t>(kStageKeys) * kLd * sizeof(T);
-  static constexpr size_t kPipeBytes = 4 * kTileBytes;  // 2 stages x (K, V)
+  static constexpr size_t kPipeBytes = (kFp8 ? 2 : 4) * kTileBytes;  // (K, V) x 2 stages, or 1 for fp8
+  // fp8: 16-byte chunks (16 keys' worth of one row's e4m3 bytes) per matrix and stage, and
+  // the ring [kRawStages][K, V][kStageKeys][HD] behind the tiles.
+  static constexpr int kRawChunksPerRow = HD / 16;
+  static constexpr int kRawChunks = kStageKeys * kRawChunksPerRow;
+  static constexpr int kRawPerThread = (kRawChunks + kThreads - 1) / kThreads;
+  static constexpr size_t kRawStageBytes = static_cast<size_t>(kStageKeys) * HD;  // one matrix
+  static constexpr size_t kRawBytes = kFp8 ? kRawStages * 2 * kRawStageBytes : 0;
   static constexpr size_t kCombineBytes = (static_cast<size_t>(kWarps) * 16 * kOutLd + 2 * kWarps * 16) * 4;
-  static constexpr size_t kSmemBytes = kQBytes + (kPipeBytes > kCombineBytes ? kPipeBytes : kCombineBytes);
+  static constexpr size_t kSmemBytes =
+      kQBytes + (kPipeBytes + kRawBytes > kCombineBytes ? kPipeBytes + kRawBytes : kCombineBytes);
   static_assert(kWarps == 4, "the kernel is written for 4 warps");
   static_assert(KT % 16 == 0 && HD % 16 == 0, "tiles are whole mma steps");
   static_assert(kThreads % kChunksPerRow == 0 && kStageKeys % kRowStep == 0, "loads split evenly");
@@ -44,15 +66,21 @@ struct FlashConfig {
 // parameter, not a test per score: with the test inside the unrolled score loop the compiler
 // kept a branch (and the tanh's division) per element, which tripled the instructions per
 // tensor-core op of the prefill kernel.
+//
+// Resident CTAs: decode asks for three per multiprocessor (registers capped at 168 a thread;
+// head_dim 128 needs 166 with an fp8 cache, 153 with bf16, without spills), which shared
+// memory also allows at head_dim 128; prefill at head_dim <= 64 asks for four.
 template <typename T, typename KvT, int HD, int WM, int WK, int KT, Mode kMode, bool kSoftcap>
-__global__ void __launch_bounds__(128, (kMode != Mode::kDecode && HD <= 64) ? 4 : 1) FlashAttentionKernel(const Params p) {
-  using C = FlashConfig<T, HD, WM, WK, KT>;
-  constexpr bool kFp8 = std::is_same_v<KvT, Fp8>;
+__global__ void __launch_bounds__(128, (kMode != Mode::kDecode && HD <= 64) ? 4 : kMode == Mode::kDecode ? 3 : 1)
+    FlashAttentionKernel(const Params p) {
+  using C = FlashConfig<T, KvT, HD, WM, WK, KT>;
+  constexpr bool kFp8 = C::kFp8;
   static_assert(kFp8 || std::is_same_v<KvT, T>, "16-bit K/V must be of the compute type");
 
   extern __shared__ __align__(16) unsigned char smem[];
   T* q_s = reinterpret_cast<T*>(smem);
   T* pipe = reinterpret_cast<T*>(smem + C::kQBytes);  // [stage][K, V][kStageKeys][kLd]
+  [[maybe_unused]] unsigned char* raw = smem + C::kQBytes + C::kPipeBytes;  // fp8 ring
   float* comb_o = reinterpret_cast<float*>(smem + C::kQBytes);
   float* comb_m = comb_o + C::kWarps * 16 * C::kOutLd;
   float* comb_l = comb_m + C::kWarps * 16;
@@ -168,43 +196,70 @@ __global__ void __launch_bounds__(128, (kMode != Mode::kDecode && HD <= 64) ? 4 
   const KvT* k_src = static_cast<const KvT*>(p.k);
   const KvT* v_src = static_cast<const KvT*>(p.v);
   const int32_t* table = kMode == Mode::kDense ? nullptr : p.block_tables + static_cast<int64_t>(seq) * p.max_blocks;
-  [[maybe_unused]] uint2 k_reg[kFp8 ? C::kChunks : 1];
-  [[maybe_unused]] uint2 v_reg[kFp8 ? C::kChunks : 1];
+  const int ntiles = (k_end - k_begin + KT - 1) / KT;
+  const int rounds_total = (ntiles + WK - 1) / WK;
 
   auto stage_k = [&](int stage) { return pipe + (2 * stage) * C::kStageKeys * C::kLd; };
   auto stage_v = [&](int stage) { return pipe + (2 * stage + 1) * C::kStageKeys * C::kLd; };
 
-  // Starts the loads of round `round` (keys k_begin + round * kStageKeys ...).
+  // 16-bit caches: starts the loads of round `round` (keys k_begin + round * kStageKeys ...)
+  // straight into its stage.
   auto issue = [&](int round) {
     const int key0 = k_begin + round * C::kStageKeys;
+    const int stage = round & 1;
 #pragma unroll
     for (int n = 0; n < C::kChunks; ++n) {
       const int j = row_first + n * C::kRowStep;
       const int key = key0 + j;
       const bool valid = key < k_end;
       const int64_t off = valid ? KeyOffset<kMode, HD>(p, table, q_base, kv_head, key) + col * 8 : 0;
-      if constexpr (kFp8) {
-        k_reg[n] = valid ? *reinterpret_cast<const uint2*>(k_src + off) : make_uint2(0, 0);
-        v_reg[n] = valid ? *reinterpret_cast<const uint2*>(v_src + off) : make_uint2(0, 0);
-      } else {
-        const int stage = round & 1;
-        CpAsync16(stage_k(stage) + j * C::kLd + col * 8, k_src + off, valid);
-        CpAsync16(stage_v(stage) + j * C::kLd + col * 8, v_src + off, valid);
-      }
+      CpAsync16(stage_k(stage) + j * C::kLd + col * 8, k_src + off, valid);
+      CpAsync16(stage_v(stage) + j * C::kLd + col * 8, v_src + off, valid);
     }
-    if constexpr (!kFp8) CpAsyncCommit();
+    CpAsyncCommit();
   };
-  // fp8 only: widens the registers of round `round` into its stage.
-  auto land = [&](int round) {
-    if constexpr (kFp8) {
-      const int stage = round & 1;
+  // fp8: the ring slot of round `round`, its K then its V bytes. Thread tid owns chunks
+  // tid, tid + kThreads, ... of each matrix, both when it loads them and when it widens them,
+  // so a cp.async wait of its own is all the ring needs (no barrier).
+  auto raw_k = [&](int round) { return raw + (round % C::kRawStages) * 2 * C::kRawStageBytes; };
+  auto for_raw_chunks = [&](auto&& f) {
 #pragma unroll
-      for (int n = 0; n < C::kChunks; ++n) {
-        const int j = row_first + n * C::kRowStep;
-        *reinterpret_cast<uint4*>(stage_k(stage) + j * C::kLd + col * 8) = Fp8x8ToPairs<T>(k_reg[n]);
-        *reinterpret_cast<uint4*>(stage_v(stage) + j * C::kLd + col * 8) = Fp8x8ToPairs<T>(v_reg[n]);
+    for (int n = 0; n < C::kRawPerThread; ++n) {
+      const int idx = tid + n * C::kThreads;
+      if (C::kRawChunks % C::kThreads == 0 || idx < C::kRawChunks) {
+        f(idx, idx / C::kRawChunksPerRow, idx % C::kRawChunksPerRow);
       }
     }
+  };
+  // fp8: starts the loads of round `round` into its ring slot (an empty group past the end,
+  // so every round commits exactly one).
+  auto issue_raw = [&](int round) {
+    if (round < rounds_total) {
+      const int key0 = k_begin + round * C::kStageKeys;
+      unsigned char* rk = raw_k(round);
+      for_raw_chunks([&](int idx, int j, int c) {
+        const int key = key0 + j;
+        const bool valid = key < k_end;
+        const int64_t off = valid ? KeyOffset<kMode, HD>(p, table, q_base, kv_head, key) + c * 16 : 0;
+        CpAsync16(rk + idx * 16, k_src + off, valid);
+        CpAsync16(rk + C::kRawStageBytes + idx * 16, v_src + off, valid);
+      });
+    }
+    CpAsyncCommit();
+  };
+  // fp8: widens round `round`'s ring slot into the tile (16 e4m3 -> two 16-byte chunks).
+  auto widen = [&](int round) {
+    const unsigned char* rk = raw_k(round);
+    for_raw_chunks([&](int idx, int j, int c) {
+      const uint4 kb = *reinterpret_cast<const uint4*>(rk + idx * 16);
+      const uint4 vb = *reinterpret_cast<const uint4*>(rk + C::kRawStageBytes + idx * 16);
+      T* dk = stage_k(0) + j * C::kLd + c * 16;
+      T* dv = stage_v(0) + j * C::kLd + c * 16;
+      *reinterpret_cast<uint4*>(dk) = Fp8x8ToPairs<T>(make_uint2(kb.x, kb.y));
+      *reinterpret_cast<uint4*>(dk + 8) = Fp8x8ToPairs<T>(make_uint2(kb.z, kb.w));
+      *reinterpret_cast<uint4*>(dv) = Fp8x8ToPairs<T>(make_uint2(vb.x, vb.y));
+      *reinterpret_cast<uint4*>(dv + 8) = Fp8x8ToPairs<T>(make_uint2(vb.z, vb.w));
+    });
   };
 
   float o[HD / 8][4];
@@ -213,16 +268,21 @@ __global__ void __launch_bounds__(128, (kMode != Mode::kDecode && HD <= 64) ? 4 
   float m[2] = {-INFINITY, -INFINITY};
   float l[2] = {0.0f, 0.0f};
 
-  const int ntiles = (k_end - k_begin + KT - 1) / KT;
-  const int rounds = (ntiles + WK - 1) / WK;
-  if (rounds > 0) {
+  if constexpr (kFp8) {
+#pragma unroll
+    for (int r = 0; r + 1 < C::kRawStages; ++r) issue_raw(r);
+  } else if (rounds_total > 0) {
     issue(0);
-    land(0);
   }
-  for (int round = 0; round < rounds; ++round) {
-    const bool more = round + 1 < rounds;
-    if (more) issue(round + 1);
-    if constexpr (!kFp8) {
+  for (int round = 0; round < rounds_total; ++round) {
+    const bool more = round + 1 < rounds_total;
+    if constexpr (kFp8) {
+      issue_raw(round + C::kRawStages - 1);
+      CpAsyncWait<C::kRawStages - 1>();  // this thread's chunks of `round` have landed
+      if (round > 0) __syncthreads();     // every warp is done with the previous round's tile
+      widen(round);
+    } else {
+      if (more) issue(round + 1);
       if (more) {
         CpAsyncWait<1>();
       } else {
@@ -234,8 +294,9 @@ __global__ void __launch_bounds__(128, (kMode != Mode::kDecode && HD <= 64) ? 4 
     const int tile = round * WK + kg;
     const int key0 = k_begin + tile * KT;
     if (tile < ntiles && key0 <= warp_lim_max) {
-      const T* ks = stage_k(round & 1) + kg * KT * C::kLd;
-      const T* vs = stage_v(round & 1) + kg * KT * C::kLd;
+      const int stage = kFp8 ? 0 : round & 1;
+      const T* ks = stage_k(stage) + kg * KT * C::kLd;
+      const T* vs = stage_v(stage) + kg * KT * C::kLd;
       // S = Q K^T
       float s[KT / 8][4];
 #pragma unroll
@@ -332,7 +393,6 @@ __global__ void __launch_bounds__(128, (kMode != Mode::kDecode && HD <= 64) ? 4 
         }
       }
     }
-    if (more) land(round + 1);
     if constexpr (!kFp8) __syncthreads();  // the next issue overwrites this round's stage
   }
 

@@ -27,7 +27,7 @@ Result<unsigned> TileBound(int num_tokens, int group, int num_seqs) {
 // on bert-base's 512-token windows (H200), so one shape serves every caller.
 template <typename T, typename KvT, int HD, Mode kMode>
 Status LaunchPrefillKernel(const Params& p, int num_tokens, cudaStream_t stream) {
-  using C = FlashConfig<T, HD, 4, 1, kPrefillKeyTile>;
+  using C = FlashConfig<T, KvT, HD, 4, 1, kPrefillKeyTile>;
   static_assert(C::kRows == kPrefillRows);
   FERRY_ASSIGN_OR_RETURN(const unsigned tiles, TileBound(num_tokens, p.group, p.num_seqs));
   const dim3 grid(tiles, p.num_kv_heads);

@@ -38,6 +38,18 @@ Status RmsNorm(const void* x, const float* gamma, float eps, int64_t rows, int64
 Status AddRmsNorm(void* residual, const void* delta, const float* gamma, float eps, int64_t rows, int64_t cols,
                   void* out, DType act, cudaStream_t stream);
 
+// The norm in front of a W8A8 or fp8 GEMM and that GEMM's activation quantization, in one
+// pass: residual += delta (delta null: residual is only read), y = RmsNorm(the f32 sum), and
+// y quantized per row as QuantizeRowsInt8 (x' = y / smooth) or QuantizeRowsFp8 (smooth null)
+// do, from the f32 y rather than y rounded to `act`. q [rows, cols] of q_dtype (kI8 or
+// kF8E4M3), row_scales [rows]. Only for rows that RmsNormQuantizeFits (held in registers:
+// up to 16,384 bf16 columns, 16-byte aligned); FailedPrecondition otherwise.
+bool RmsNormQuantizeFits(const void* residual, const void* delta, const float* gamma, const float* smooth,
+                         int64_t cols, DType act);
+Status RmsNormQuantize(void* residual, const void* delta, const float* gamma, float eps, int64_t rows, int64_t cols,
+                       const float* smooth, void* q, DType q_dtype, float* row_scales, DType act,
+                       cudaStream_t stream);
+
 // out = LayerNorm(x (+ delta when delta is not null)) * gamma + beta over each row, with the
 // CPU's shifted two-pass mean and variance. out may alias x or delta.
 Status LayerNorm(const void* x, const void* delta, const float* gamma, const float* beta, float eps, int64_t rows,

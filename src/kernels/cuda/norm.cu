@@ -177,6 +177,66 @@ __device__ __forceinline__ void LoadSum(const T* x, const T* delta, int64_t j, f
   }
 }
 
+// residual += delta (delta null: residual is only read); y = RMSNorm(the f32 sum) * gamma
+// (/ smooth), then y quantized per row as QuantizeRowsInt8 / QuantizeRowsFp8 do, from the
+// f32 y (never rounded to T): the norm and the next GEMM's activation quantization in one
+// pass. Rows are held in registers (kIters > 0) between the three steps.
+template <typename T, typename Q, int V, int kIters>
+__global__ void __launch_bounds__(kMaxThreads)
+    RmsNormQuantizeKernel(T* residual, const T* delta, const float* gamma, float eps, int64_t rows, int64_t cols,
+                          const float* smooth, Q* q, float* row_scales) {
+  static_assert(kIters > 0, "rows are held in registers");
+  constexpr float kMax = kQuantMax<Q>;
+  __shared__ float scratch[32];
+  const int64_t nvec = cols / V;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    T* res = residual + r * cols;
+    const T* d = delta != nullptr ? delta + r * cols : nullptr;
+    float v[kIters][V];
+    float ss = 0.0f;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int64_t j = threadIdx.x + static_cast<int64_t>(it) * blockDim.x;
+      if (j < nvec) {
+        LoadSum<T, V>(res, d, j, v[it]);
+        if (d != nullptr) StoreF32<T, V>(res + j * V, v[it]);
+#pragma unroll
+        for (int k = 0; k < V; ++k) ss += v[it][k] * v[it][k];
+      }
+    }
+    ss = BlockSum(ss, scratch);
+    const float scale = 1.0f / sqrtf(ss / static_cast<float>(cols) + eps);
+    float amax = 0.0f;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int64_t j = threadIdx.x + static_cast<int64_t>(it) * blockDim.x;
+      if (j < nvec) {
+        float g[V];
+        LoadParams<V>(gamma, j, g);
+#pragma unroll
+        for (int k = 0; k < V; ++k) v[it][k] = v[it][k] * scale * g[k];
+        if (smooth != nullptr) {
+          float sm[V];
+          LoadParams<V>(smooth, j, sm);
+#pragma unroll
+          for (int k = 0; k < V; ++k) v[it][k] = v[it][k] / sm[k];
+        }
+#pragma unroll
+        for (int k = 0; k < V; ++k) amax = fmaxf(amax, fabsf(v[it][k]));
+      }
+    }
+    amax = BlockMax(amax, scratch);
+    const float inv = amax > 0.0f ? kMax / amax : 0.0f;
+    Q* qrow = q + r * cols;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int64_t j = threadIdx.x + static_cast<int64_t>(it) * blockDim.x;
+      if (j < nvec) StoreQuantized<Q, V>(qrow + j * V, v[it], inv);
+    }
+    if (threadIdx.x == 0) row_scales[r] = amax / kMax;
+  }
+}
+
 // LayerNorm of x (+ delta). As on the CPU: the mean sums x - x[0] (exact to f32 rounding
 // even on a large offset) and the variance sums centred squares (no E[x^2] - E[x]^2).
 template <typename T, int V, int kIters>
@@ -376,6 +436,64 @@ Status AddRmsNorm(void* residual, const void* delta, const float* gamma, float e
       AddRmsNormKernel<T, decltype(v)::value, decltype(iters)::value><<<RowBlocks(rows), plan.threads, 0, stream>>>(
           static_cast<T*>(residual), static_cast<const T*>(delta), gamma, eps, rows, cols, static_cast<T*>(out));
     });
+    FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
+    return Status::Ok();
+  });
+}
+
+bool RmsNormQuantizeFits(const void* residual, const void* delta, const float* gamma, const float* smooth,
+                         int64_t cols, DType act) {
+  bool fits = false;
+  (void)DispatchAct(act, "RmsNormQuantize", [&](auto tag) -> Status {
+    using T = decltype(tag);
+    const bool aligned = Aligned(residual, 16) && (delta == nullptr || Aligned(delta, 16)) && Aligned(gamma, 16) &&
+                         (smooth == nullptr || Aligned(smooth, 16));
+    const RowPlan plan = PlanRows(cols, kVec16<T>, aligned);
+    fits = cols > 0 && plan.vectorized && plan.iters > 0;
+    return Status::Ok();
+  });
+  return fits;
+}
+
+Status RmsNormQuantize(void* residual, const void* delta, const float* gamma, float eps, int64_t rows, int64_t cols,
+                       const float* smooth, void* q, DType q_dtype, float* row_scales, DType act,
+                       cudaStream_t stream) {
+  FERRY_RETURN_IF_ERROR(CheckRowArgs("RmsNormQuantize", rows, cols));
+  if (rows == 0) return Status::Ok();
+  if (residual == nullptr || gamma == nullptr || q == nullptr || row_scales == nullptr) {
+    return InvalidArgument("RmsNormQuantize: null pointer");
+  }
+  if (q_dtype != DType::kI8 && q_dtype != DType::kF8E4M3) {
+    return InvalidArgument("RmsNormQuantize: quantizes to int8 or fp8 e4m3, not " + std::string(DTypeName(q_dtype)));
+  }
+  if (q_dtype == DType::kF8E4M3 && smooth != nullptr) return InvalidArgument("RmsNormQuantize: fp8 takes no smooth");
+  if (!RmsNormQuantizeFits(residual, delta, gamma, smooth, cols, act)) {
+    return FailedPrecondition("RmsNormQuantize: rows of " + std::to_string(cols) +
+                              " columns do not fit in registers (or are not 16-byte aligned); use RmsNorm or "
+                              "AddRmsNorm, then the quantization");
+  }
+  return DispatchAct(act, "RmsNormQuantize", [&](auto tag) -> Status {
+    using T = decltype(tag);
+    constexpr int V = kVec16<T>;
+    const RowPlan plan = PlanRows(cols, V, true);
+    const auto launch = [&](auto qtag, auto iters) {
+      using Q = decltype(qtag);
+      RmsNormQuantizeKernel<T, Q, V, decltype(iters)::value><<<RowBlocks(rows), plan.threads, 0, stream>>>(
+          static_cast<T*>(residual), static_cast<const T*>(delta), gamma, eps, rows, cols, smooth,
+          static_cast<Q*>(q), row_scales);
+    };
+    const auto with_iters = [&](auto qtag) {
+      if (plan.iters == 1) {
+        launch(qtag, std::integral_constant<int, 1>{});
+      } else {
+        launch(qtag, std::integral_constant<int, kMaxIters>{});
+      }
+    };
+    if (q_dtype == DType::kI8) {
+      with_iters(int8_t{});
+    } else {
+      with_iters(__nv_fp8_e4m3{});
+    }
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
     return Status::Ok();
   });

@@ -41,27 +41,12 @@ __device__ __forceinline__ void LoadScaled(const T* row, int64_t cols, const flo
   }
 }
 
-// Q is int8_t (symmetric, +-127) or __nv_fp8_e4m3 (+-448). V divides cols.
-template <typename Q, int V>
-__device__ __forceinline__ void StoreQuantized(Q* dst, const float (&a)[V], float inv) {
-  Vec<Q, V> out;
-#pragma unroll
-  for (int k = 0; k < V; ++k) {
-    if constexpr (std::is_same_v<Q, int8_t>) {
-      out.v[k] = static_cast<int8_t>(fminf(fmaxf(rintf(a[k] * inv), -127.0f), 127.0f));
-    } else {
-      out.v[k] = FromF32<__nv_fp8_e4m3>(a[k] * inv);
-    }
-  }
-  *reinterpret_cast<Vec<Q, V>*>(dst) = out;
-}
-
 // kHeld > 0: each thread keeps its (at most kHeld) vectors of the row in registers between
 // the max and the write, so the row is read, and the prologue computed, once. kHeld = 0:
 // rows too wide for that are read twice (the second time from L1/L2).
 template <typename T, typename Q, int V, QuantPrologue kPro, int kHeld>
 __global__ void QuantizeRowsKernel(const T* x, int64_t rows, int64_t cols, const float* smooth, Q* q, float* scales) {
-  constexpr float kMax = std::is_same_v<Q, int8_t> ? 127.0f : 448.0f;
+  constexpr float kMax = kQuantMax<Q>;
   constexpr bool kGated = kPro == QuantPrologue::kSiluMul || kPro == QuantPrologue::kGeluTanhMul;
   __shared__ float scratch[32];
   const int64_t nvec = cols / V;
