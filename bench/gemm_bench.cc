@@ -280,6 +280,17 @@ void BM_MemoryRead(benchmark::State& state) {
                                               benchmark::Counter::kIs1000);
 }
 
+// W8A8 on one integer kernel (AVX2 or VNNI), whatever the default.
+void BM_FerryW8A8On(benchmark::State& state, int64_t m, int64_t n, int64_t k, cpu::Int8Kernel kernel) {
+  const cpu::Int8Kernel saved = cpu::ActiveInt8Kernel();
+  if (!cpu::SetActiveInt8Kernel(kernel)) {
+    state.SkipWithError("this CPU cannot run the kernel");
+    return;
+  }
+  BM_FerryLinear(state, m, n, k, WeightFormat::kInt8W8A8);
+  cpu::SetActiveInt8Kernel(saved);
+}
+
 // With --benchmark_repetitions, the "_max" aggregate's counters are the best rate seen: on a
 // machine shared with other work that is the closest to what the kernel can do.
 double Max(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); }
@@ -309,6 +320,10 @@ void RegisterAll() {
     for (const auto& [format, name] : formats) {
       for (int64_t m : ms) Register("BM_Ferry_" + name + shape(m), BM_FerryLinear, m, n, k, format);
     }
+    if (cpu::Int8KernelSupported(cpu::Int8Kernel::kVnni)) {
+      // The default is VNNI here: the AVX2 kernel beside it.
+      for (int64_t m : ms) Register("BM_Ferry_w8a8_avx2" + shape(m), BM_FerryW8A8On, m, n, k, cpu::Int8Kernel::kAvx2);
+    }
     for (int64_t m : ms) Register("BM_oneDNN_f32" + shape(m), BM_OnednnF32, m, n, k);
     for (int64_t m : ms) Register("BM_oneDNN_w8a8" + shape(m), BM_OnednnInt8, m, n, k);
   }
@@ -328,6 +343,7 @@ int main(int argc, char** argv) {
   int n = static_cast<int>(args.size());
   benchmark::AddCustomContext("load_average_at_start", LoadAverage());
   benchmark::AddCustomContext("onednn_f32_impl", cpu::OnednnF32MatmulImpl());
+  benchmark::AddCustomContext("int8_kernel", std::string(cpu::Int8KernelName(cpu::ActiveInt8Kernel())));
   benchmark::AddCustomContext("onednn_fast_bf16", cpu::OnednnHasFastBf16Matmul() ? "yes" : "no");
   benchmark::AddCustomContext("onednn_s8_impl", cpu::OnednnInt8MatmulImpl());
   benchmark::AddCustomContext("onednn_s8_exact_at_extremes", OnednnInt8Exact());

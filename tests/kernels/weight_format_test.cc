@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "core/thread_pool.h"
 #include "kernel_test_util.h"
+#include "kernels/cpu/int8_gemm.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/packed_weight.h"
 #include "linear_reference.h"
@@ -67,13 +68,27 @@ void CheckAllPaths(backend::Backend& be, const Tensor& x, const LinearWeight& w,
   ExpectClose(y, ref, tol, what + " (backend)");
   const kernels::cpu::PackedWeight* pw = kernels::cpu::AsPackedWeight(w.packed);
   ASSERT_NE(pw, nullptr);
-  for (int64_t gemv_max_rows : {int64_t{0}, int64_t{1} << 30}) {
-    kernels::cpu::LinearConfig config;
-    config.gemv_max_rows = gemv_max_rows;
-    y = Poisoned({m, n});
-    ASSERT_TRUE(kernels::cpu::Linear(x, *pw, w.bias, y, config).ok()) << what;
-    ExpectClose(y, ref, tol, what + (gemv_max_rows == 0 ? " (forced gemm)" : " (forced gemv)"));
+  // W8A8: each integer kernel this CPU runs (AVX2, VNNI).
+  std::vector<kernels::cpu::Int8Kernel> int8_kernels = {kernels::cpu::ActiveInt8Kernel()};
+  if (w.format == WeightFormat::kInt8W8A8) {
+    int8_kernels.clear();
+    for (auto kernel : {kernels::cpu::Int8Kernel::kAvx2, kernels::cpu::Int8Kernel::kVnni}) {
+      if (kernels::cpu::Int8KernelSupported(kernel)) int8_kernels.push_back(kernel);
+    }
   }
+  const kernels::cpu::Int8Kernel saved = kernels::cpu::ActiveInt8Kernel();
+  for (kernels::cpu::Int8Kernel kernel : int8_kernels) {
+    ASSERT_TRUE(kernels::cpu::SetActiveInt8Kernel(kernel));
+    const std::string how = what + " " + std::string(kernels::cpu::Int8KernelName(kernel));
+    for (int64_t gemv_max_rows : {int64_t{0}, int64_t{1} << 30}) {
+      kernels::cpu::LinearConfig config;
+      config.gemv_max_rows = gemv_max_rows;
+      y = Poisoned({m, n});
+      ASSERT_TRUE(kernels::cpu::Linear(x, *pw, w.bias, y, config).ok()) << how;
+      ExpectClose(y, ref, tol, how + (gemv_max_rows == 0 ? " (forced gemm)" : " (forced gemv)"));
+    }
+  }
+  kernels::cpu::SetActiveInt8Kernel(saved);
 }
 
 // (format, checkpoint dtype, bias, smooth factors)
@@ -266,6 +281,32 @@ TEST(WeightFormatTest, Int8ResultsDoNotDependOnThreadCount) {
     }
   }
   SetComputeThreads(saved);
+}
+
+// The AVX2 and VNNI kernels compute the same exact int32 sums, so the same bytes, on both
+// paths and across K ranges (the prefill GEMM splits K; decode streams it whole).
+TEST(WeightFormatTest, Int8KernelsAgreeBitForBit) {
+  if (!kernels::cpu::Int8KernelSupported(kernels::cpu::Int8Kernel::kVnni)) GTEST_SKIP() << "no AVX-512 VNNI";
+  std::mt19937 rng(15);
+  auto be = backend::MakeCpuBackend();
+  const kernels::cpu::Int8Kernel saved = kernels::cpu::ActiveInt8Kernel();
+  for (const Case& c : {Case{1, 40, 4100}, Case{4, 48, 2048}, Case{5, 33, 1001}, Case{300, 50, 1000},
+                        Case{64, 130, 8193}}) {
+    LinearWeight w;
+    w.weight = RandomTensor({c.n, c.k}, rng);
+    w.format = WeightFormat::kInt8W8A8;
+    w.bias = RandomTensor({c.n}, rng);
+    ASSERT_TRUE(be->PrepareLinear(w).ok());
+    const Tensor x = RandomTensor({c.m, c.k}, rng);
+    Tensor y_avx2 = Poisoned({c.m, c.n}), y_vnni = Poisoned({c.m, c.n});
+    ASSERT_TRUE(kernels::cpu::SetActiveInt8Kernel(kernels::cpu::Int8Kernel::kAvx2));
+    ASSERT_TRUE(be->Linear(x, w, y_avx2).ok());
+    ASSERT_TRUE(kernels::cpu::SetActiveInt8Kernel(kernels::cpu::Int8Kernel::kVnni));
+    ASSERT_TRUE(be->Linear(x, w, y_vnni).ok());
+    EXPECT_EQ(0, std::memcmp(y_avx2.raw(), y_vnni.raw(), y_avx2.nbytes()))
+        << "m=" << c.m << " n=" << c.n << " k=" << c.k;
+  }
+  kernels::cpu::SetActiveInt8Kernel(saved);
 }
 
 TEST(WeightFormatTest, RejectsWhatCannotBeQuantized) {

@@ -1,24 +1,38 @@
 // W8A8 linear: y[M, N] = dequant(quant(x / smooth) · Wq^T) (+ bias) over a PackedWeight in
-// PanelLayout::kQuads, for AVX2 without VNNI.
+// PanelLayout::kQuads: AVX2 (vpmaddubsw), or VNNI (vpdpbusd) where the CPU has AVX-512 VNNI.
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "kernels/cpu/packed_weight.h"
 
 namespace ferry::kernels::cpu {
 
-// Bytes of quantized activations per row and stored k (the value and its magnitude).
+// Bytes of quantized activations per row and stored k (the value, then |value| for the
+// AVX2 kernel or value + 128 as an unsigned byte for the VNNI one).
 inline constexpr int kActivationBytesPerK = 2;
+
+// The integer kernels. Both give the same exact int32 sums, so the same results bit for
+// bit. The VNNI one runs where the CPU has AVX-512 VNNI (and VL), unless the environment
+// says FERRY_INT8_KERNEL=avx2 at start-up.
+enum class Int8Kernel { kAvx2, kVnni };
+bool Int8KernelSupported(Int8Kernel kernel);
+Int8Kernel ActiveInt8Kernel();
+// Switches the kernel for later calls (tests and benchmarks compare the two); false when this
+// CPU cannot run it.
+bool SetActiveInt8Kernel(Int8Kernel kernel);
+std::string_view Int8KernelName(Int8Kernel kernel);
 
 // Quantizes rows [0, m) of x to int8 with a per-row dynamic scale, in the tile layout the
 // W8A8 kernels read. Each row: x' = x / smooth (smooth null: x' = x), amax = max |x'|,
 // q = round_half_even(x' * (127 / amax)) in f32 (|q| <= 127), row_scale = amax / 127 (q = 0
 // and scale 0 for an all-zero row). Tiles hold `tile_rows` rows; for k-quad j of row r of
 // tile t, the 8 bytes at t*k_stored*tile_rows*2 + (j*tile_rows + r)*8 are q[4j..4j+3] then
-// |q[4j..4j+3]|: two 32-bit broadcasts feed vpsignb and vpmaddubsw. The K padding is zero.
+// their second halves for `kernel`: |q| (two 32-bit broadcasts feed vpsignb and vpmaddubsw)
+// or q + 128 as u8 (one broadcast feeds vpdpbusd). The K padding is zero.
 void QuantizeActivations(const float* x, int64_t lda, int64_t m, int64_t k, int64_t k_stored, const float* smooth,
-                         int tile_rows, int8_t* q, float* row_scale);
+                         int tile_rows, int8_t* q, float* row_scale, Int8Kernel kernel = ActiveInt8Kernel());
 
 // y = (acc * row_scale[m] * col_scale[n]) + bias[n], acc the exact int32 dot product of the
 // quantized row and column. Rows up to `gemv_max_rows` stream the weights once (decode);
