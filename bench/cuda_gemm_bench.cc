@@ -10,7 +10,8 @@
 // the small-M kernel, the tensor-core kernel and dequantization + cuBLASLt), then the L
 // layers' 4 L GEMMs are captured in one CUDA graph and replayed; the median of 15 replays,
 // divided by L, is the time of one layer's linears. The int4 routes are also timed one by one
-// (forced choices), so the table shows where each wins.
+// (forced choices), so the table shows where each wins; bf16 is also timed with cuBLASLt's
+// heuristic and with ferry's dense small-M kernel (M <= 8) on every shape.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -240,16 +241,20 @@ int main(int argc, char** argv) {
   std::string json = "[";
   std::printf(
       "\n| M | bf16 tuned (us/layer) | int4 tuned (us/layer) | bf16 / int4 | int4 small-M | int4 mma | int4 "
-      "dequant+cuBLASLt | int4 routes chosen (qkv, o, gate_up, down) |\n|---|---|---|---|---|---|---|---|\n");
+      "dequant+cuBLASLt | int4 routes chosen (qkv, o, gate_up, down) | bf16 cuBLASLt heuristic | bf16 small-M | "
+      "bf16 routes chosen |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::fflush(stdout);
   for (int64_t m : ms) {
     std::vector<GemmChoice> tuned_b(std::size(kShapes)), tuned_i(std::size(kShapes));
     std::vector<const GemmChoice*> cb, ci;
-    std::string routes;
+    std::string routes, routes_b;
     for (size_t si = 0; si < std::size(kShapes); ++si) {
-      auto b = gemm.Tune(Problem(false, m, kShapes[si]), Args(bf16[si][0], x, y), stream);
+      ferry::cuda::TuneOptions bf16_options;
+      bf16_options.dense_small_m = true;
+      auto b = gemm.Tune(Problem(false, m, kShapes[si]), Args(bf16[si][0], x, y), stream, bf16_options);
       CHECK_OK(b);
       tuned_b[si] = *b;
+      routes_b += std::string(si ? ", " : "") + (b->route == GemmChoice::Route::kSmallM ? "small_m" : "lt");
       auto q = gemm.Tune(Problem(true, m, kShapes[si]), Args(int4[si][0], x, y), stream);
       CHECK_OK(q);
       tuned_i[si] = *q;
@@ -278,21 +283,29 @@ int main(int argc, char** argv) {
       lt_choices.push_back(&lt_tuned[si]);
     }
     const double t_lt = TimeLayers(gemm, stream, true, m, int4, lt_choices, x, y);
+    // bf16: cuBLASLt's heuristic (no choice) against the dense small-M kernel, every shape.
+    const double t_b_lt = TimeLayers(gemm, stream, false, m, bf16, {nullptr, nullptr, nullptr, nullptr}, x, y);
+    double t_b_small = -1;
+    if (m <= ferry::cuda::kDenseSmallMMaxM) {
+      t_b_small = TimeLayers(gemm, stream, false, m, bf16, {&small, &small, &small, &small}, x, y);
+    }
     auto cell = [](double v) {
       char buf[32];
       if (v < 0) return std::string("-");
       std::snprintf(buf, sizeof(buf), "%.1f", v);
       return std::string(buf);
     };
-    std::printf("| %lld | %.1f | %.1f | %.2fx | %s | %s | %s | %s |\n", static_cast<long long>(m), t_b, t_i, t_b / t_i,
-                cell(t_small).c_str(), cell(t_mma).c_str(), cell(t_lt).c_str(), routes.c_str());
+    std::printf("| %lld | %.1f | %.1f | %.2fx | %s | %s | %s | %s | %.1f | %s | %s |\n", static_cast<long long>(m), t_b,
+                t_i, t_b / t_i, cell(t_small).c_str(), cell(t_mma).c_str(), cell(t_lt).c_str(), routes.c_str(), t_b_lt,
+                cell(t_b_small).c_str(), routes_b.c_str());
     std::fflush(stdout);
     char buf[512];
     std::snprintf(buf, sizeof(buf),
                   "%s{\"m\": %lld, \"bf16_us\": %.2f, \"int4_us\": %.2f, \"int4_small_m_us\": %.2f, "
-                  "\"int4_mma_us\": %.2f, \"int4_dequant_us\": %.2f, \"int4_routes\": \"%s\"}",
+                  "\"int4_mma_us\": %.2f, \"int4_dequant_us\": %.2f, \"int4_routes\": \"%s\", "
+                  "\"bf16_heuristic_us\": %.2f, \"bf16_small_m_us\": %.2f, \"bf16_routes\": \"%s\"}",
                   json.size() > 1 ? ", " : "", static_cast<long long>(m), t_b, t_i, t_small, t_mma, t_lt,
-                  routes.c_str());
+                  routes.c_str(), t_b_lt, t_b_small, routes_b.c_str());
     json += buf;
   }
   json += "]\n";

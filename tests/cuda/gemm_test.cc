@@ -658,6 +658,90 @@ TEST_F(GemmTest, Int8WeightOnlyBothRoutes) {
   CheckShapes({GemmKind::kInt8WeightOnly, DType::kBF16, 64, 1000, 1000, true, DType::kBF16}, pb, {1, 64}, 1e-2);
 }
 
+// Dense bf16 / f16 weights on the small-M kernel (a split-K GEMV), forced by small_m_max
+// (two launches past 8 rows) and by a kSmallM choice, bias and activations included; without
+// either, dense problems stay on cuBLASLt.
+TEST_F(GemmTest, DenseSmallMKernelMatchesReference) {
+  GemmChoice small;
+  small.route = GemmChoice::Route::kSmallM;
+  struct Case {
+    int64_t n, k;
+    bool bias;
+    DType bias_dtype;
+    GemmActivation activation;
+  };
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    const GemmKind kind = dt == DType::kBF16 ? GemmKind::kBF16 : GemmKind::kF16;
+    for (const Case& c : {Case{2048, 2048, false, DType::kF32, GemmActivation::kNone},
+                          Case{5632, 2048, false, DType::kF32, GemmActivation::kNone},
+                          Case{2048, 8192, false, DType::kF32, GemmActivation::kNone},
+                          Case{1000, 1024, true, DType::kF32, GemmActivation::kGeluErf},
+                          Case{1001, 1024, true, dt, GemmActivation::kGeluTanh}}) {
+      HostOperands h;
+      DeviceOperands d;
+      MakeOperands({kind, dt, 16, c.n, c.k, c.bias, c.bias_dtype}, h, d);
+      ASSERT_FALSE(HasFatalFailure());
+      GemmProblem p = FloatProblem(kind, dt);
+      p.n = c.n;
+      p.k = c.k;
+      p.has_bias = c.bias;
+      p.bias_dtype = c.bias_dtype;
+      p.activation = c.activation;
+      for (int64_t m : {1, 3, 8, 13, 16}) {
+        p.m = m;
+        for (int how = 0; how < 3; ++how) {
+          GemmProblem q = p;
+          if (how == 1) q.small_m_max = 16;
+          const GemmChoice* choice = how == 2 ? &small : nullptr;
+          CheckResult r;
+          RunAndCheck(*gemm_, q, h, d, stream_, r, choice);
+          ASSERT_FALSE(HasFatalFailure());
+          EXPECT_LT(r.rel_err, 1e-2) << Describe(q) << " how " << how;
+          EXPECT_EQ(r.unwritten, 0) << Describe(q) << " how " << how;
+          if (how == 1) {
+            EXPECT_EQ(r.route, "small_m_kernel") << Describe(q);
+          } else if (how == 0) {
+            EXPECT_NE(r.route, "small_m_kernel") << Describe(q);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(gemm_->choice_fallbacks(), 0);
+  // The tuner, asked to, times the kernel against cuBLASLt; whichever it picks runs.
+  {
+    HostOperands h;
+    DeviceOperands d;
+    MakeOperands({GemmKind::kBF16, DType::kBF16, 8, 2048, 2048}, h, d);
+    ASSERT_FALSE(HasFatalFailure());
+    TuneOptions options;
+    options.dense_small_m = true;
+    for (int64_t m : {1, 8}) {
+      GemmProblem p = FloatProblem(GemmKind::kBF16, DType::kBF16);
+      p.m = m, p.n = 2048, p.k = 2048;
+      DeviceBuffer y(static_cast<size_t>(m * 2048 * 2));
+      Result<GemmChoice> choice = gemm_->Tune(p, ArgsFor(d, y.get()), stream_, options);
+      ASSERT_TRUE(choice.ok()) << choice.status().ToString();
+      std::cout << "  tuned " << Describe(p) << ": " << choice->ToString().substr(0, 7) << ", "
+                << choice->measured_us << " us\n";
+      CheckResult r;
+      RunAndCheck(*gemm_, p, h, d, stream_, r, &*choice);
+      EXPECT_LT(r.rel_err, 1e-2) << Describe(p);
+    }
+  }
+  // K not a multiple of 16: the kernel cannot run it, and a kSmallM choice falls back.
+  HostOperands h;
+  DeviceOperands d;
+  MakeOperands({GemmKind::kBF16, DType::kBF16, 4, 1000, 1000}, h, d);
+  GemmProblem p = FloatProblem(GemmKind::kBF16, DType::kBF16);
+  p.m = 4, p.n = 1000, p.k = 1000;
+  const int64_t fallbacks = gemm_->choice_fallbacks();
+  CheckResult r;
+  RunAndCheck(*gemm_, p, h, d, stream_, r, &small);
+  EXPECT_LT(r.rel_err, 1e-2);
+  EXPECT_EQ(gemm_->choice_fallbacks(), fallbacks + 1);
+}
+
 // int4 weight-only: each route forced (small-M kernel, tensor-core kernel with and without
 // split-K, dequantization + cuBLASLt) and the default choice, against the exact product with
 // the dequantized matrix; odd N, bias, GELU and groups of 32 too.
@@ -856,16 +940,16 @@ TEST_F(GemmTest, TunedChoiceRunsAndSerializes) {
       EXPECT_EQ(gemm_->choice_fallbacks(), fallbacks + 1);
     }
   }
-  // A small-M choice only fits int8 weight-only problems.
+  // A small-M choice only fits weight-only and dense bf16 / f16 problems.
   GemmChoice small;
   small.route = GemmChoice::Route::kSmallM;
-  OperandSpec spec{GemmKind::kBF16, DType::kBF16, 4, 256, 256};
+  OperandSpec spec{GemmKind::kF32, DType::kF32, 4, 256, 256};
   HostOperands h;
   DeviceOperands d;
   MakeOperands(spec, h, d);
-  GemmProblem p = FloatProblem(GemmKind::kBF16, DType::kBF16);
+  GemmProblem p = FloatProblem(GemmKind::kF32, DType::kF32);
   p.m = 4, p.n = 256, p.k = 256;
-  DeviceBuffer y(4 * 256 * 2);
+  DeviceBuffer y(4 * 256 * 4);
   EXPECT_EQ(gemm_->Run(p, ArgsFor(d, y.get()), stream_, &small).code(), StatusCode::kInvalidArgument);
   // An accumulator-route choice only fits fp8 per-row/col problems.
   GemmChoice acc;

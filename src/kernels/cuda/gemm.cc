@@ -72,6 +72,13 @@ const char* ActivationName(GemmActivation a) {
   return "?";
 }
 
+// Whether the dense small-M kernel can run this problem: bf16 or f16 in and out, aligned.
+bool DenseSmallMApplies(const GemmProblem& p, const GemmArgs& args) {
+  const DType dtype = p.kind == GemmKind::kBF16 ? DType::kBF16 : DType::kF16;
+  return (p.kind == GemmKind::kBF16 || p.kind == GemmKind::kF16) && p.out_dtype == dtype &&
+         gemm_kernels::DenseSmallMSupported(args.x, dtype, p.x_stride(), args.w, p.k);
+}
+
 std::string ProblemString(const GemmProblem& p) {
   std::string s(GemmKindName(p.kind));
   s += " M=" + std::to_string(p.m) + " N=" + std::to_string(p.n) + " K=" + std::to_string(p.k) +
@@ -571,6 +578,12 @@ Status LtGemm::RunPlanned(Plan& plan, const GemmProblem& p, const GemmArgs& args
 }
 
 bool LtGemm::UseSmallM(const GemmProblem& p, const GemmArgs& args, const GemmChoice* choice) const {
+  if (p.kind == GemmKind::kBF16 || p.kind == GemmKind::kF16) {
+    // Dense weights: only where a tuned choice (or small_m_max) says the kernel is faster.
+    if (!DenseSmallMApplies(p, args)) return false;
+    if (choice != nullptr) return choice->route == GemmChoice::Route::kSmallM;
+    return p.small_m_max > 0 && p.m <= p.small_m_max;
+  }
   if (p.kind == GemmKind::kInt4WeightOnly) {
     if (!gemm_kernels::Int4Supported(args.x, p.out_dtype, p.x_stride(), args.w, p.k, p.group_size)) return false;
   } else if (p.kind != GemmKind::kInt8WeightOnly ||
@@ -584,6 +597,11 @@ bool LtGemm::UseSmallM(const GemmProblem& p, const GemmArgs& args, const GemmCho
 }
 
 Status LtGemm::RunSmallM(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream) {
+  if (p.kind == GemmKind::kBF16 || p.kind == GemmKind::kF16) {
+    return gemm_kernels::DenseSmallM(args.x, p.out_dtype, p.x_stride(), p.m, args.w, p.n, p.k,
+                                     p.has_bias ? args.bias : nullptr, p.bias_dtype, p.activation, args.y,
+                                     p.y_stride(), stream);
+  }
   if (p.kind == GemmKind::kInt4WeightOnly) {
     return gemm_kernels::Int4SmallM(args.x, p.out_dtype, p.x_stride(), p.m, static_cast<const uint32_t*>(args.w),
                                     args.w_scale, args.w_zero, p.n, p.k, p.group_size,
@@ -707,7 +725,7 @@ Status LtGemm::Run(const GemmProblem& p, const GemmArgs& args, cudaStream_t stre
   if (p.m == 0) return Status::Ok();
   FERRY_RETURN_IF_ERROR(CheckArgs(p, args));
   if (choice != nullptr && choice->route == GemmChoice::Route::kSmallM && p.kind != GemmKind::kInt8WeightOnly &&
-      p.kind != GemmKind::kInt4WeightOnly) {
+      p.kind != GemmKind::kInt4WeightOnly && p.kind != GemmKind::kBF16 && p.kind != GemmKind::kF16) {
     return InvalidArgument("small-M GEMM choice for a " + std::string(GemmKindName(p.kind)) + " problem");
   }
   if (choice != nullptr && choice->route == GemmChoice::Route::kInt4Mma && p.kind != GemmKind::kInt4WeightOnly) {
@@ -755,6 +773,11 @@ Result<GemmChoice> LtGemm::Tune(const GemmProblem& p, const GemmArgs& args, cuda
   if (p.kind == GemmKind::kInt8WeightOnly &&
       gemm_kernels::SmallMSupported(args.x, p.out_dtype, p.x_stride(), static_cast<const int8_t*>(args.w), p.k) &&
       p.m <= 64) {
+    GemmChoice c;
+    c.route = GemmChoice::Route::kSmallM;
+    candidates.push_back(c);
+  }
+  if (options.dense_small_m && DenseSmallMApplies(p, args) && p.m <= kDenseSmallMMaxM) {
     GemmChoice c;
     c.route = GemmChoice::Route::kSmallM;
     candidates.push_back(c);

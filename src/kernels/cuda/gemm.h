@@ -104,7 +104,8 @@ struct GemmProblem {
   Fp8Scaling fp8_scaling = Fp8Scaling::kPerTensor;
   bool allow_tf32 = false;  // kF32: TF32 tensor cores (about 1e-3 relative error)
   // kInt8WeightOnly without a GemmChoice: row counts up to this run the fused small-M kernel;
-  // 0: kInt8WeightOnlySmallMDefault; negative: never.
+  // 0: kInt8WeightOnlySmallMDefault; negative: never. kBF16 / kF16: up to this (> 0) run
+  // the dense small-M kernel; otherwise never without a choice.
   int small_m_max = 0;
   // kInt4WeightOnly: input columns per scale group (a multiple of 32 dividing K).
   int64_t group_size = 0;
@@ -130,7 +131,7 @@ struct GemmArgs {
 struct GemmChoice {
   enum class Route : uint8_t {
     kCublasLt = 0,     // the cuBLASLt algorithm in `algo`
-    kSmallM = 1,       // kInt8WeightOnly only: the fused dequantizing small-M kernel
+    kSmallM = 1,       // kInt8WeightOnly, kInt4WeightOnly, kBF16, kF16: ferry's small-M kernel
     kCublasLtAcc = 2,  // kFp8 per-row/col only: `algo` on the f32-accumulator route (unit
                        // scales into scratch, then ScaleEpilogue), whose kernels (split-K,
                        // small tiles) can beat the outer-vector ones for small M
@@ -164,6 +165,10 @@ int GemmMBucket(int64_t m);
 int64_t GemmBucketTuneM(int bucket);
 
 inline constexpr int kInt8WeightOnlySmallMDefault = 8;
+// kBF16 / kF16: Tune (with TuneOptions::dense_small_m) times the small-M kernel against
+// cuBLASLt up to this M (one launch; past it the kernel would read the weight once per 8
+// rows). Without a choice, dense problems run cuBLASLt unless small_m_max says otherwise.
+inline constexpr int kDenseSmallMMaxM = 8;
 // kInt4WeightOnly without a choice: the tensor-core kernel up to this M (past the small-M
 // kernel's), dequantization + cuBLASLt beyond.
 inline constexpr int kInt4MmaMaxMDefault = 64;
@@ -180,6 +185,10 @@ struct TuneOptions {
   int warmup_runs = 3;
   int calls_per_sample = 10;  // back-to-back calls captured in one CUDA graph
   int timed_runs = 9;         // graph replays timed with events; the median counts
+  // kBF16 / kF16 up to kDenseSmallMMaxM rows: time the dense small-M kernel against
+  // cuBLASLt. Off by default until its speed on streamed weights is measured
+  // (bench/cuda_gemm_bench times it forced on every shape).
+  bool dense_small_m = false;
 };
 
 // Owns a cuBLASLt handle, a device workspace, a scratch buffer (accumulators, dequantized
@@ -301,6 +310,12 @@ bool SmallMSupported(const void* x, DType x_dtype, int64_t ldx, const int8_t* w,
 Status Int8WeightOnlySmallM(const void* x, DType x_dtype, int64_t ldx, int64_t m, const int8_t* w,
                             const float* scale, int64_t n, int64_t k, const void* bias, DType bias_dtype,
                             GemmActivation act, void* y, int64_t ldy, cudaStream_t stream);
+
+// The same kernel on dense weights (kBF16, kF16: x, w and y in one dtype), no scale: a
+// split-K GEMV for decode batches, which the tuner times against cuBLASLt for M <= 8.
+bool DenseSmallMSupported(const void* x, DType dtype, int64_t ldx, const void* w, int64_t k);
+Status DenseSmallM(const void* x, DType dtype, int64_t ldx, int64_t m, const void* w, int64_t n, int64_t k,
+                   const void* bias, DType bias_dtype, GemmActivation act, void* y, int64_t ldy, cudaStream_t stream);
 
 // int4 weight-only (kernels/cuda/int4_gemm.cu). w: [n, k / 8] words (PackInt4Rows), scale
 // f32 and zero u8 [n, k / group]; x and y bf16 or f16 with row strides ldx, ldy;

@@ -1,6 +1,6 @@
 // The kernels around cuBLASLt GEMMs: dequantizing epilogues (int32 / f32 accumulators with
 // per-row and per-column scales, bias, GELU), bias + activation in place, int8 weight
-// dequantization, and the fused int8 weight-only kernel for small M.
+// dequantization, and the fused small-M kernel (int8 weight-only, dense bf16 / f16).
 #include <algorithm>
 
 #include "kernels/cuda/act_access.cuh"
@@ -187,11 +187,12 @@ Status LaunchDequantize(const int8_t* w, int64_t n, int64_t k, const float* scal
 }
 
 // ---------------------------------------------------------------------------------------
-// Int8 weight-only, small M. Decode is bandwidth-bound on the weight, so each block owns
-// kSmallMCols output channels and its threads split K in 16-byte chunks: every weight byte
-// is read once (16-byte loads, four rows in flight per thread), converted in registers,
-// and used for all kRows activation rows, which stay in L1/L2. Per-thread partial sums
-// meet in a warp shuffle and one shared-memory pass.
+// Small M: int8 weight-only and dense bf16 / f16 weights. Decode is bandwidth-bound on the
+// weight, so each block owns kSmallMCols output channels and its threads split K in chunks
+// of 16 weights (16 bytes of int8, 32 of bf16): every weight byte is read once (four rows
+// in flight per thread, 64 to 128 bytes), converted in registers, and used for all kRows
+// activation rows, which stay in L1/L2. Per-thread partial sums meet in a warp shuffle and
+// one shared-memory pass.
 
 constexpr int kSmallMCols = 4;
 constexpr int kSmallMThreads = 128;
@@ -209,9 +210,19 @@ __device__ __forceinline__ void Int8x16ToF32(const int4 v, float (&out)[16]) {
   }
 }
 
-template <typename T, int kRows>
+// Chunk c (16 weights) of one weight row, as f32.
+__device__ __forceinline__ void LoadWeights16(const int8_t* row, int64_t c, float (&out)[16]) {
+  Int8x16ToF32(__ldg(reinterpret_cast<const int4*>(row) + c), out);
+}
+template <typename W>
+__device__ __forceinline__ void LoadWeights16(const W* row, int64_t c, float (&out)[16]) {
+  Load16(row + c * 16, out);
+}
+
+// W: int8_t (scale per output channel) or T itself (dense, scale null).
+template <typename T, typename W, int kRows>
 __global__ void __launch_bounds__(kSmallMThreads, 3)
-    SmallMKernel(const T* __restrict__ x, int64_t ldx, const int8_t* __restrict__ w, const float* __restrict__ scale,
+    SmallMKernel(const T* __restrict__ x, int64_t ldx, const W* __restrict__ w, const float* __restrict__ scale,
                  int64_t n, int64_t k, BiasRef<T> bias, GemmActivation act, T* __restrict__ y, int64_t ldy) {
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kSmallMCols;
   const int64_t chunks = k / 16;
@@ -221,20 +232,17 @@ __global__ void __launch_bounds__(kSmallMThreads, 3)
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[j][r] = 0.0f;
   }
-  const int4* w_rows[kSmallMCols];
+  const W* w_rows[kSmallMCols];
 #pragma unroll
   for (int j = 0; j < kSmallMCols; ++j) {
     // Past the last channel, re-read the last row: computed, never stored.
     const int64_t row = n0 + j < n ? n0 + j : n - 1;
-    w_rows[j] = reinterpret_cast<const int4*>(w + row * k);
+    w_rows[j] = w + row * k;
   }
   for (int64_t c = threadIdx.x; c < chunks; c += kSmallMThreads) {
-    int4 wv[kSmallMCols];
-#pragma unroll
-    for (int j = 0; j < kSmallMCols; ++j) wv[j] = __ldg(w_rows[j] + c);
     float wf[kSmallMCols][16];
 #pragma unroll
-    for (int j = 0; j < kSmallMCols; ++j) Int8x16ToF32(wv[j], wf[j]);
+    for (int j = 0; j < kSmallMCols; ++j) LoadWeights16(w_rows[j], c, wf[j]);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       float xv[16];
@@ -269,18 +277,18 @@ __global__ void __launch_bounds__(kSmallMThreads, 3)
     float sum = 0.0f;
 #pragma unroll
     for (int wp = 0; wp < kSmallMThreads / 32; ++wp) sum += partial[wp][i];
-    const float v = sum * scale[col] + bias.At(col);
+    const float v = (scale != nullptr ? sum * scale[col] : sum) + bias.At(col);
     y[r * ldy + col] = FromF32<T>(Activate(v, act));
   }
 }
 
-template <typename T>
-Status LaunchSmallM(const void* x, int64_t ldx, int64_t m, const int8_t* w, const float* scale, int64_t n, int64_t k,
+template <typename T, typename W>
+Status LaunchSmallM(const void* x, int64_t ldx, int64_t m, const W* w, const float* scale, int64_t n, int64_t k,
                     const void* bias, DType bias_dtype, GemmActivation act, void* y, int64_t ldy,
                     cudaStream_t stream) {
   const BiasRef<T> b = MakeBias<T>(bias, bias_dtype);
   const int64_t blocks = (n + kSmallMCols - 1) / kSmallMCols;
-  if (blocks > 0x7fffffff) return InvalidArgument("int8 weight-only GEMM: N too large");
+  if (blocks > 0x7fffffff) return InvalidArgument("small-M GEMM: N too large");
   for (int64_t m0 = 0; m0 < m; m0 += kSmallMRowsPerLaunch) {
     const int rows = static_cast<int>(std::min<int64_t>(kSmallMRowsPerLaunch, m - m0));
     const T* xr = static_cast<const T*>(x) + m0 * ldx;
@@ -289,7 +297,7 @@ Status LaunchSmallM(const void* x, int64_t ldx, int64_t m, const int8_t* w, cons
     switch (rows) {
 #define FERRY_SMALL_M_CASE(R)                                                                          \
   case R:                                                                                              \
-    SmallMKernel<T, R><<<grid, kSmallMThreads, 0, stream>>>(xr, ldx, w, scale, n, k, b, act, yr, ldy); \
+    SmallMKernel<T, W, R><<<grid, kSmallMThreads, 0, stream>>>(xr, ldx, w, scale, n, k, b, act, yr, ldy); \
     break;
       FERRY_SMALL_M_CASE(1)
       FERRY_SMALL_M_CASE(2)
@@ -359,6 +367,26 @@ Status Int8WeightOnlySmallM(const void* x, DType x_dtype, int64_t ldx, int64_t m
   return DispatchAct(x_dtype, "int8 weight-only small-M kernel", [&](auto tag) {
     return LaunchSmallM<decltype(tag)>(x, ldx, m, w, scale, n, k, bias, bias_dtype, act, y, ldy, stream);
   });
+}
+
+bool DenseSmallMSupported(const void* x, DType dtype, int64_t ldx, const void* w, int64_t k) {
+  using kernels_internal::Aligned;
+  return (dtype == DType::kBF16 || dtype == DType::kF16) && k % 16 == 0 && Aligned(x, 16) && Aligned(w, 16) &&
+         (ldx * static_cast<int64_t>(DTypeSize(dtype))) % 16 == 0;
+}
+
+Status DenseSmallM(const void* x, DType dtype, int64_t ldx, int64_t m, const void* w, int64_t n, int64_t k,
+                   const void* bias, DType bias_dtype, GemmActivation act, void* y, int64_t ldy, cudaStream_t stream) {
+  if (!DenseSmallMSupported(x, dtype, ldx, w, k)) {
+    return InvalidArgument("dense small-M kernel needs bf16 or f16, K % 16 == 0 and 16-byte aligned rows");
+  }
+  if (m == 0) return Status::Ok();
+  if (dtype == DType::kBF16) {
+    return LaunchSmallM<__nv_bfloat16>(x, ldx, m, static_cast<const __nv_bfloat16*>(w), nullptr, n, k, bias,
+                                       bias_dtype, act, y, ldy, stream);
+  }
+  return LaunchSmallM<__half>(x, ldx, m, static_cast<const __half*>(w), nullptr, n, k, bias, bias_dtype, act, y, ldy,
+                              stream);
 }
 
 }  // namespace ferry::cuda::gemm_kernels
