@@ -30,6 +30,7 @@
 #include "backend/backend.h"
 #include "core/allocator.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/int8_gemm.h"
 #include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cpu/packed_weight.h"
@@ -280,6 +281,18 @@ void BM_MemoryRead(benchmark::State& state) {
                                               benchmark::Counter::kIs1000);
 }
 
+// A float format on one GEMM register tile (AVX2 or AVX-512), whatever the default.
+void BM_FerryGemmOn(benchmark::State& state, int64_t m, int64_t n, int64_t k, WeightFormat format,
+                    cpu::GemmKernel kernel) {
+  const cpu::GemmKernel saved = cpu::ActiveGemmKernel();
+  if (!cpu::SetActiveGemmKernel(kernel)) {
+    state.SkipWithError("this CPU cannot run the kernel");
+    return;
+  }
+  BM_FerryLinear(state, m, n, k, format);
+  cpu::SetActiveGemmKernel(saved);
+}
+
 // W8A8 on one integer kernel (AVX2 or VNNI), whatever the default.
 void BM_FerryW8A8On(benchmark::State& state, int64_t m, int64_t n, int64_t k, cpu::Int8Kernel kernel) {
   const cpu::Int8Kernel saved = cpu::ActiveInt8Kernel();
@@ -320,6 +333,14 @@ void RegisterAll() {
     for (const auto& [format, name] : formats) {
       for (int64_t m : ms) Register("BM_Ferry_" + name + shape(m), BM_FerryLinear, m, n, k, format);
     }
+    if (cpu::GemmKernelSupported(cpu::GemmKernel::kAvx512)) {
+      // The default is AVX-512 here: the AVX2 tile beside it, at prefill sizes (decode runs
+      // the GEMV, which does not use it).
+      for (const auto& [format, name] : formats) {
+        if (format == WeightFormat::kInt8W8A8 || n > 100000) continue;
+        Register("BM_Ferry_" + name + "_avx2" + shape(512), BM_FerryGemmOn, 512, n, k, format, cpu::GemmKernel::kAvx2);
+      }
+    }
     if (cpu::Int8KernelSupported(cpu::Int8Kernel::kVnni)) {
       // The default is VNNI here: the AVX2 kernel beside it.
       for (int64_t m : ms) Register("BM_Ferry_w8a8_avx2" + shape(m), BM_FerryW8A8On, m, n, k, cpu::Int8Kernel::kAvx2);
@@ -344,6 +365,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("load_average_at_start", LoadAverage());
   benchmark::AddCustomContext("onednn_f32_impl", cpu::OnednnF32MatmulImpl());
   benchmark::AddCustomContext("int8_kernel", std::string(cpu::Int8KernelName(cpu::ActiveInt8Kernel())));
+  benchmark::AddCustomContext("gemm_kernel", std::string(cpu::GemmKernelName(cpu::ActiveGemmKernel())));
   benchmark::AddCustomContext("onednn_fast_bf16", cpu::OnednnHasFastBf16Matmul() ? "yes" : "no");
   benchmark::AddCustomContext("onednn_s8_impl", cpu::OnednnInt8MatmulImpl());
   benchmark::AddCustomContext("onednn_s8_exact_at_extremes", OnednnInt8Exact());

@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "core/thread_pool.h"
 #include "kernel_test_util.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/int8_gemm.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/packed_weight.h"
@@ -76,19 +77,33 @@ void CheckAllPaths(backend::Backend& be, const Tensor& x, const LinearWeight& w,
       if (kernels::cpu::Int8KernelSupported(kernel)) int8_kernels.push_back(kernel);
     }
   }
+  // Float weights: each GEMM register tile this CPU runs (AVX2, AVX-512).
+  std::vector<kernels::cpu::GemmKernel> gemm_kernels = {kernels::cpu::ActiveGemmKernel()};
+  if (w.format != WeightFormat::kInt8W8A8) {
+    gemm_kernels.clear();
+    for (auto kernel : {kernels::cpu::GemmKernel::kAvx2, kernels::cpu::GemmKernel::kAvx512}) {
+      if (kernels::cpu::GemmKernelSupported(kernel)) gemm_kernels.push_back(kernel);
+    }
+  }
   const kernels::cpu::Int8Kernel saved = kernels::cpu::ActiveInt8Kernel();
-  for (kernels::cpu::Int8Kernel kernel : int8_kernels) {
-    ASSERT_TRUE(kernels::cpu::SetActiveInt8Kernel(kernel));
-    const std::string how = what + " " + std::string(kernels::cpu::Int8KernelName(kernel));
-    for (int64_t gemv_max_rows : {int64_t{0}, int64_t{1} << 30}) {
-      kernels::cpu::LinearConfig config;
-      config.gemv_max_rows = gemv_max_rows;
-      y = Poisoned({m, n});
-      ASSERT_TRUE(kernels::cpu::Linear(x, *pw, w.bias, y, config).ok()) << how;
-      ExpectClose(y, ref, tol, how + (gemv_max_rows == 0 ? " (forced gemm)" : " (forced gemv)"));
+  const kernels::cpu::GemmKernel saved_gemm = kernels::cpu::ActiveGemmKernel();
+  for (kernels::cpu::GemmKernel gemm_kernel : gemm_kernels) {
+    ASSERT_TRUE(kernels::cpu::SetActiveGemmKernel(gemm_kernel));
+    for (kernels::cpu::Int8Kernel kernel : int8_kernels) {
+      ASSERT_TRUE(kernels::cpu::SetActiveInt8Kernel(kernel));
+      const std::string how = what + " " + std::string(kernels::cpu::GemmKernelName(gemm_kernel)) + "/" +
+                              std::string(kernels::cpu::Int8KernelName(kernel));
+      for (int64_t gemv_max_rows : {int64_t{0}, int64_t{1} << 30}) {
+        kernels::cpu::LinearConfig config;
+        config.gemv_max_rows = gemv_max_rows;
+        y = Poisoned({m, n});
+        ASSERT_TRUE(kernels::cpu::Linear(x, *pw, w.bias, y, config).ok()) << how;
+        ExpectClose(y, ref, tol, how + (gemv_max_rows == 0 ? " (forced gemm)" : " (forced gemv)"));
+      }
     }
   }
   kernels::cpu::SetActiveInt8Kernel(saved);
+  kernels::cpu::SetActiveGemmKernel(saved_gemm);
 }
 
 // (format, checkpoint dtype, bias, smooth factors)

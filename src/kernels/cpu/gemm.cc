@@ -1,6 +1,9 @@
 #include "kernels/cpu/gemm.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -37,6 +40,60 @@ void WidenPanel(const int8_t* src, int64_t kc, const float* scale, float* dst) {
   }
 }
 
+// The AVX-512 register tile: C[0:MR, 0:ncols] (+)= A · B for a packed 6-row A tile and an
+// f32 micro-panel (16 columns, one vector per k). MR accumulators per set, and k split into
+// even and odd sets, so 2 MR independent FMA chains cover the FMA latency on two ports.
+template <int MR>
+__attribute__((target("avx512f"))) void MicroKernel512(int64_t kc, const float* a, const float* b, float* c,
+                                                       int64_t ldc, int ncols, bool accumulate, const float* bias) {
+  __m512 acc[2][MR];
+#pragma GCC unroll 6
+  for (int m = 0; m < MR; ++m) acc[0][m] = acc[1][m] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 2 <= kc; k += 2) {
+#pragma GCC unroll 2
+    for (int u = 0; u < 2; ++u) {
+      const __m512 bv = _mm512_loadu_ps(b + (k + u) * kPanelCols);
+      const float* ak = a + (k + u) * kMaxTileRows;
+#pragma GCC unroll 6
+      for (int m = 0; m < MR; ++m) acc[u][m] = _mm512_fmadd_ps(_mm512_set1_ps(ak[m]), bv, acc[u][m]);
+    }
+  }
+  if (k < kc) {
+    const __m512 bv = _mm512_loadu_ps(b + k * kPanelCols);
+    const float* ak = a + k * kMaxTileRows;
+#pragma GCC unroll 6
+    for (int m = 0; m < MR; ++m) acc[0][m] = _mm512_fmadd_ps(_mm512_set1_ps(ak[m]), bv, acc[0][m]);
+  }
+  const __mmask16 cols = ncols >= kPanelCols ? __mmask16{0xffff} : static_cast<__mmask16>((1u << ncols) - 1);
+  const __m512 bias_v = !accumulate && bias != nullptr ? _mm512_maskz_loadu_ps(cols, bias) : _mm512_setzero_ps();
+#pragma GCC unroll 6
+  for (int m = 0; m < MR; ++m) {
+    float* cm = c + m * ldc;
+    const __m512 prev = accumulate ? _mm512_maskz_loadu_ps(cols, cm) : bias_v;
+    _mm512_mask_storeu_ps(cm, cols, _mm512_add_ps(_mm512_add_ps(acc[0][m], acc[1][m]), prev));
+  }
+}
+
+template <GemmKernel kKernel>
+inline void TileRows(int rows, int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int ncols,
+                     bool accumulate, const float* bias) {
+  if constexpr (kKernel == GemmKernel::kAvx512) {
+    switch (rows) {
+      case 1: return MicroKernel512<1>(kc, a, b, c, ldc, ncols, accumulate, bias);
+      case 2: return MicroKernel512<2>(kc, a, b, c, ldc, ncols, accumulate, bias);
+      case 3: return MicroKernel512<3>(kc, a, b, c, ldc, ncols, accumulate, bias);
+      case 4: return MicroKernel512<4>(kc, a, b, c, ldc, ncols, accumulate, bias);
+      case 5: return MicroKernel512<5>(kc, a, b, c, ldc, ncols, accumulate, bias);
+      default: return MicroKernel512<6>(kc, a, b, c, ldc, ncols, accumulate, bias);
+    }
+  } else if (rows == kMaxTileRows) {
+    MicroKernel<kMaxTileRows, float, true>(kc, a, 0, b, kPanelCols, c, ldc, ncols, accumulate, bias);
+  } else {
+    MicroKernelRows<float, true>(rows, kc, a, 0, b, kPanelCols, c, ldc, ncols, accumulate, bias);
+  }
+}
+
 // Packs rows [0, mc) x columns [0, kc) of x into 6-row tiles: tile t holds element (r, k) at
 // t*kc*6 + k*6 + r. Rows past mc in the last tile are left as they are (never read).
 void PackRows(const float* x, int64_t lda, int64_t mc, int64_t kc, float* out) {
@@ -51,7 +108,7 @@ void PackRows(const float* x, int64_t lda, int64_t mc, int64_t kc, float* out) {
 }
 
 // Rows [r_begin, r_end) x panels [p_begin, p_end) of the product.
-template <typename BT>
+template <typename BT, GemmKernel kKernel>
 void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int64_t p_begin, int64_t p_end,
                const PackedWeight& w, const float* bias, float* y, int64_t ldy, const GemmBlocking& blk) {
   thread_local GemmScratch scratch;
@@ -85,14 +142,9 @@ void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int6
         const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.n - p * kPanelCols));
         const float* panel_bias = bias != nullptr ? bias + p * kPanelCols : nullptr;
         float* yp = y + i0 * ldy + p * kPanelCols;
-        int64_t r = 0;
-        for (; r + kMaxTileRows <= mc; r += kMaxTileRows) {
-          MicroKernel<kMaxTileRows, float, true>(kc, scratch.a.data() + r * kc, 0, b, kPanelCols, yp + r * ldy, ldy,
-                                                 ncols, accumulate, panel_bias);
-        }
-        if (r < mc) {
-          MicroKernelRows<float, true>(static_cast<int>(mc - r), kc, scratch.a.data() + r * kc, 0, b, kPanelCols,
-                                       yp + r * ldy, ldy, ncols, accumulate, panel_bias);
+        for (int64_t r = 0; r < mc; r += kMaxTileRows) {
+          TileRows<kKernel>(static_cast<int>(std::min<int64_t>(kMaxTileRows, mc - r)), kc, scratch.a.data() + r * kc,
+                            b, yp + r * ldy, ldy, ncols, accumulate, panel_bias);
         }
       }
     }
@@ -103,18 +155,48 @@ template <typename BT>
 void GemmImpl(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
               int64_t ldy, const GemmBlocking& blk) {
   const int64_t threads = ComputeThreads();
+  const bool avx512 = ActiveGemmKernel() == GemmKernel::kAvx512;
+  const auto range = [&](int64_t r_begin, int64_t r_end, int64_t p_begin, int64_t p_end) {
+    if (avx512) {
+      GemmRange<BT, GemmKernel::kAvx512>(x, lda, r_begin, r_end, p_begin, p_end, w, bias, y, ldy, blk);
+    } else {
+      GemmRange<BT, GemmKernel::kAvx2>(x, lda, r_begin, r_end, p_begin, p_end, w, bias, y, ldy, blk);
+    }
+  };
   if (w.num_panels >= kMinPanelsPerThread * threads) {
-    ParallelFor(w.num_panels, 1, [&](int64_t p_begin, int64_t p_end) {
-      GemmRange<BT>(x, lda, 0, m, p_begin, p_end, w, bias, y, ldy, blk);
-    });
+    ParallelFor(w.num_panels, 1, [&](int64_t p_begin, int64_t p_end) { range(0, m, p_begin, p_end); });
   } else {
-    ParallelFor(m, kMaxTileRows, [&](int64_t r_begin, int64_t r_end) {
-      GemmRange<BT>(x, lda, r_begin, r_end, 0, w.num_panels, w, bias, y, ldy, blk);
-    });
+    ParallelFor(m, kMaxTileRows, [&](int64_t r_begin, int64_t r_end) { range(r_begin, r_end, 0, w.num_panels); });
   }
 }
 
+bool CpuHasAvx512() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f");
+}
+
+std::atomic<GemmKernel>& ActiveKernel() {
+  static std::atomic<GemmKernel> kernel{[] {
+    const char* forced = std::getenv("FERRY_GEMM_KERNEL");
+    if (forced != nullptr && std::string_view(forced) == "avx2") return GemmKernel::kAvx2;
+    return CpuHasAvx512() ? GemmKernel::kAvx512 : GemmKernel::kAvx2;
+  }()};
+  return kernel;
+}
+
 }  // namespace
+
+bool GemmKernelSupported(GemmKernel kernel) { return kernel == GemmKernel::kAvx2 || CpuHasAvx512(); }
+
+GemmKernel ActiveGemmKernel() { return ActiveKernel().load(std::memory_order_relaxed); }
+
+bool SetActiveGemmKernel(GemmKernel kernel) {
+  if (!GemmKernelSupported(kernel)) return false;
+  ActiveKernel().store(kernel, std::memory_order_relaxed);
+  return true;
+}
+
+std::string_view GemmKernelName(GemmKernel kernel) { return kernel == GemmKernel::kAvx512 ? "avx512" : "avx2"; }
 
 void GemmPacked(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
                 int64_t ldy, const GemmBlocking& blocking) {

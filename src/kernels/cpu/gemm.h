@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "kernels/cpu/packed_weight.h"
 
@@ -18,6 +19,18 @@ struct GemmBlocking {
   int64_t k_chunk = 384;
   int64_t row_block = 288;  // packed x block: 288 x 384 f32 = 432 KiB, stays in L2
 };
+
+// The register tile the GEMM runs: AVX2 (6 x 16 in 12 ymm), or AVX-512 (6 x 16 in 6 zmm, K
+// unrolled into a second set) where the CPU has AVX-512F, unless the environment says
+// FERRY_GEMM_KERNEL=avx2 at start-up. Their sums round differently (the AVX-512 tile adds
+// even and odd k apart), within f32 accumulation error.
+enum class GemmKernel { kAvx2, kAvx512 };
+bool GemmKernelSupported(GemmKernel kernel);
+GemmKernel ActiveGemmKernel();
+// Switches the kernel for later calls (tests and benchmarks compare the two); false when this
+// CPU cannot run it.
+bool SetActiveGemmKernel(GemmKernel kernel);
+std::string_view GemmKernelName(GemmKernel kernel);
 
 void GemmPacked(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
                 int64_t ldy, const GemmBlocking& blocking = GemmBlocking());
