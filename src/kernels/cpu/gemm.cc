@@ -1,14 +1,13 @@
 #include "kernels/cpu/gemm.h"
 
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
 #include <string_view>
 #include <type_traits>
 #include <vector>
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/gemm_microkernel.h"
+#include "kernels/cpu/kernel_switch.h"
 
 namespace ferry::kernels::cpu {
 namespace {
@@ -175,27 +174,17 @@ bool CpuHasAvx512() {
   return __builtin_cpu_supports("avx512f");
 }
 
-std::atomic<GemmKernel>& ActiveKernel() {
-  static std::atomic<GemmKernel> kernel{[] {
-    const char* forced = std::getenv("FERRY_GEMM_KERNEL");
-    if (forced != nullptr && std::string_view(forced) == "avx2") return GemmKernel::kAvx2;
-    return CpuHasAvx512() ? GemmKernel::kAvx512 : GemmKernel::kAvx2;
-  }()};
+KernelSwitch<GemmKernel>& Switch() {
+  static KernelSwitch<GemmKernel> kernel(GemmKernel::kAvx2, GemmKernel::kAvx512, CpuHasAvx512, "FERRY_GEMM_KERNEL",
+                                         "avx2");
   return kernel;
 }
 
 }  // namespace
 
-bool GemmKernelSupported(GemmKernel kernel) { return kernel == GemmKernel::kAvx2 || CpuHasAvx512(); }
-
-GemmKernel ActiveGemmKernel() { return ActiveKernel().load(std::memory_order_relaxed); }
-
-bool SetActiveGemmKernel(GemmKernel kernel) {
-  if (!GemmKernelSupported(kernel)) return false;
-  ActiveKernel().store(kernel, std::memory_order_relaxed);
-  return true;
-}
-
+bool GemmKernelSupported(GemmKernel kernel) { return Switch().Supported(kernel); }
+GemmKernel ActiveGemmKernel() { return Switch().Active(); }
+bool SetActiveGemmKernel(GemmKernel kernel) { return Switch().Set(kernel); }
 std::string_view GemmKernelName(GemmKernel kernel) { return kernel == GemmKernel::kAvx512 ? "avx512" : "avx2"; }
 
 void GemmPacked(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,

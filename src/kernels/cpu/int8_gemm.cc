@@ -3,15 +3,14 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <string_view>
 #include <vector>
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/gemm_microkernel.h"
+#include "kernels/cpu/kernel_switch.h"
 
 namespace ferry::kernels::cpu {
 namespace {
@@ -383,29 +382,17 @@ bool CpuHasVnni() {
          __builtin_cpu_supports("avx512vnni");
 }
 
-Int8Kernel DetectInt8Kernel() {
-  const char* forced = std::getenv("FERRY_INT8_KERNEL");
-  if (forced != nullptr && std::string_view(forced) == "avx2") return Int8Kernel::kAvx2;
-  return CpuHasVnni() ? Int8Kernel::kVnni : Int8Kernel::kAvx2;
-}
-
-std::atomic<Int8Kernel>& ActiveKernel() {
-  static std::atomic<Int8Kernel> kernel{DetectInt8Kernel()};
+KernelSwitch<Int8Kernel>& Switch() {
+  static KernelSwitch<Int8Kernel> kernel(Int8Kernel::kAvx2, Int8Kernel::kVnni, CpuHasVnni, "FERRY_INT8_KERNEL",
+                                         "avx2");
   return kernel;
 }
 
 }  // namespace
 
-bool Int8KernelSupported(Int8Kernel kernel) { return kernel == Int8Kernel::kAvx2 || CpuHasVnni(); }
-
-Int8Kernel ActiveInt8Kernel() { return ActiveKernel().load(std::memory_order_relaxed); }
-
-bool SetActiveInt8Kernel(Int8Kernel kernel) {
-  if (!Int8KernelSupported(kernel)) return false;
-  ActiveKernel().store(kernel, std::memory_order_relaxed);
-  return true;
-}
-
+bool Int8KernelSupported(Int8Kernel kernel) { return Switch().Supported(kernel); }
+Int8Kernel ActiveInt8Kernel() { return Switch().Active(); }
+bool SetActiveInt8Kernel(Int8Kernel kernel) { return Switch().Set(kernel); }
 std::string_view Int8KernelName(Int8Kernel kernel) { return kernel == Int8Kernel::kVnni ? "vnni" : "avx2"; }
 
 void QuantizeActivations(const float* x, int64_t lda, int64_t m, int64_t k, int64_t k_stored, const float* smooth,
