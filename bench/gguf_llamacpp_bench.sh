@@ -4,8 +4,10 @@
 # Q8_0. llama.cpp: `llama-bench -p 512 -n 32` (prefill of 512 tokens; 32 tokens generated from
 # an empty cache). ferry: `ferry bench model --prompt-len 512 --batch 1 --decode-steps 32
 # --decode-context 16` on the GGUF file itself and, for Q8_0 (which ferry dequantizes to f32
-# at load), on an int8-wo engine built from it. Two rounds, the tools interleaved; each
-# measurement is the median of 3 runs. Results: OUT/llamacpp.jsonl, OUT/ferry.jsonl.
+# at load), on engines built from it: ENGINES (default "int8-wo int8"), int8-wo the weight-only
+# match for Q8_0, int8 the W8A8 engine (integer activations, as llama.cpp's Q8_0 dot products
+# use). Two rounds, the tools interleaved; each measurement is the median of 3 runs. Results:
+# OUT/llamacpp.jsonl, OUT/ferry.jsonl.
 #
 # usage: bench/gguf_llamacpp_bench.sh FERRY LLAMA_BENCH GGUF_PY_DIR OUT [SCRATCH] [THREADS]
 set -euo pipefail
@@ -21,8 +23,11 @@ for type in f16 q8_0; do
   f=$scratch/bench-1b-$type.gguf
   [[ -f $f ]] || /usr/bin/python3 "$here/make_bench_gguf.py" "$f" --type "$type" --gguf-py "$gguf_py"
 done
-engine=$scratch/bench-1b-q8_0-int8-wo.ferry
-[[ -f $engine ]] || timeout 600 "$ferry" build --model "$scratch/bench-1b-q8_0.gguf" --precision int8-wo -o "$engine" >/dev/null
+engines=${ENGINES:-int8-wo int8}
+for prec in $engines; do
+  engine=$scratch/bench-1b-q8_0-$prec.ferry
+  [[ -f $engine ]] || timeout 900 "$ferry" build --model "$scratch/bench-1b-q8_0.gguf" --precision "$prec" -o "$engine" >/dev/null
+done
 tag() { python3 -c "import json,sys; r=json.load(sys.stdin); r=r[0] if isinstance(r,list) else r; r.update(json.loads(sys.argv[1])); print(json.dumps(r))" "$1"; }
 for round in 1 2; do
   for type in f16 q8_0; do
@@ -37,8 +42,10 @@ for l in sys.stdin:
         --decode-context 16 --repeats 3 --json | tag "{\"round\": $round, \"file\": \"$type\", \"weights\": \"gguf as loaded\"}" |
       tee -a "$out/ferry.jsonl"
   done
-  echo "round $round: ferry int8-wo engine from the q8_0 file"
-  timeout 600 "$ferry" bench model --model "$engine" --threads "$threads" --prompt-len 512 --batch 1 --decode-steps 32 \
-      --decode-context 16 --repeats 3 --json | tag "{\"round\": $round, \"file\": \"q8_0\", \"weights\": \"int8-wo engine\"}" |
-    tee -a "$out/ferry.jsonl"
+  for prec in $engines; do
+    echo "round $round: ferry $prec engine from the q8_0 file"
+    timeout 600 "$ferry" bench model --model "$scratch/bench-1b-q8_0-$prec.ferry" --threads "$threads" --prompt-len 512 \
+        --batch 1 --decode-steps 32 --decode-context 16 --repeats 3 --json |
+      tag "{\"round\": $round, \"file\": \"q8_0\", \"weights\": \"$prec engine\"}" | tee -a "$out/ferry.jsonl"
+  done
 done
