@@ -564,23 +564,26 @@ TEST_F(ContinuousBatcherTest, QueueTimeLimitAndEstimatedWaitShedLoad) {
 // low-priority requests refuses the next one, a high-priority request (which the scheduler
 // runs ahead of that backlog) is still admitted, and finishes.
 //
-// The high-priority request still waits for the low one that is running (30 steps). Its
-// queue-time limit is 2 s here, well above that even under a sanitizer's slowdown (at 400 ms,
-// ThreadSanitizer's slower steps made it time out now and then).
+// The high-priority request still waits for the low one that is running. That one is
+// short (10 steps) and the queue-time limit long (3 s), so the wait stays far inside the
+// limit under a sanitizer's slowdown with another test beside it: ThreadSanitizer's slower
+// steps made it time out now and then with 30-step requests and 400 ms, and once in CI
+// with 2 s. The backlog that refuses a low request then needs more arrivals (about 120 at
+// 3 ms steps), hence 200 collectors.
 TEST_F(ContinuousBatcherTest, EstimatedWaitCountsOnlyTheRequestsThatRunFirst) {
   EngineCoreOptions options = OneAtATimeWithQueueLimit();
-  options.batching.max_queue_time_ms = 2000;
+  options.batching.max_queue_time_ms = 3000;
   auto core = EngineCore::Create("kjv", engine_, options);
   ASSERT_TRUE(core.ok());
   ContinuousBatcher b(**core);
   SlowSteps(b, **core);
   ASSERT_TRUE(b.Start().ok());
   const auto p = Prompts(1)[0];
-  std::vector<Collector> low(60);
+  std::vector<Collector> low(200);
   bool refused = false;
   size_t submitted = 0;
   for (; submitted < low.size() && !refused; ++submitted) {
-    GenerationRequest r = Greedy(p, 30, low[submitted]);
+    GenerationRequest r = Greedy(p, 10, low[submitted]);
     r.ignore_eos = true;
     r.priority = 2;
     auto h = b.Submit(std::move(r));
