@@ -183,12 +183,17 @@ struct PagedCase {
   uint32_t seed = 1;
   int window = 0;         // sliding window (Mistral, Gemma 2)
   float softcap = 0.0f;   // score soft-capping (Gemma 2)
+  cuda::PagedAttentionArgs::DecodeKernel decode_kernel = cuda::PagedAttentionArgs::DecodeKernel::kAuto;
 };
 
 std::string Describe(const PagedCase& c) {
+  using DecodeKernel = cuda::PagedAttentionArgs::DecodeKernel;
   return std::string(DTypeName(c.act)) + "/" + std::string(DTypeName(c.kv)) + " heads " +
          std::to_string(c.num_heads) + "/" + std::to_string(c.num_kv_heads) + " head_dim " +
-         std::to_string(c.head_dim) + " block " + std::to_string(c.block_tokens);
+         std::to_string(c.head_dim) + " block " + std::to_string(c.block_tokens) +
+         (c.decode_kernel == DecodeKernel::kRowTiles       ? " row-tile decode"
+          : c.decode_kernel == DecodeKernel::kHeadColumns ? " head-column decode"
+                                                           : "");
 }
 
 // Runs one paged batch on the GPU (twice: the results must be bitwise identical) and on
@@ -280,6 +285,7 @@ void RunPaged(const PagedCase& c) {
   a.causal = c.causal;
   a.window = c.window;
   a.softcap = c.softcap;
+  a.decode_kernel = c.decode_kernel;
   a.workspace = d_ws.get();
   a.workspace_bytes = d_ws.bytes();
 
@@ -364,6 +370,43 @@ TEST(CudaPagedAttention, DecodeVariedContexts) {
   PagedCase c;
   c.seqs = {{1, 1}, {1, 15}, {1, 16}, {1, 17}, {1, 500}, {1, 4000}};
   RunForDtypes(c);
+}
+
+// The 16-row decode kernel on groups the head-column kernel would take by default (it stays
+// the kernel of wider groups, and of any group when asked for).
+TEST(CudaPagedAttention, RowTileDecodeOnNarrowGroups) {
+  FERRY_SKIP_WITHOUT_GPU();
+  PagedCase c;
+  c.decode_kernel = cuda::PagedAttentionArgs::DecodeKernel::kRowTiles;
+  c.seqs = {{1, 1}, {1, 17}, {1, 500}, {1, 4000}, {20, 200}};
+  c.seed = 21;
+  RunForDtypes(c);
+  c.window = 100;
+  c.softcap = 30.0f;
+  RunForDtypes(c);
+  c = PagedCase{};
+  c.decode_kernel = cuda::PagedAttentionArgs::DecodeKernel::kRowTiles;
+  c.num_heads = 8;
+  c.num_kv_heads = 1;
+  c.head_dim = 64;
+  c.seqs = {{1, 900}, {1, 17}};
+  RunForDtypes(c);
+}
+
+// Every group size the head-column kernel serves (1 to 8 heads), with a context that is split.
+TEST(CudaPagedAttention, HeadColumnDecodeEveryGroupSize) {
+  FERRY_SKIP_WITHOUT_GPU();
+  for (int group = 1; group <= 8; ++group) {
+    PagedCase c;
+    c.decode_kernel = cuda::PagedAttentionArgs::DecodeKernel::kHeadColumns;
+    c.num_kv_heads = 2;
+    c.num_heads = 2 * group;
+    c.seqs = {{1, 3}, {1, 64}, {1, 77}, {1, 2500}};
+    c.seed = 30 + group;
+    SCOPED_TRACE("group " + std::to_string(group));
+    RunForDtypes(c);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
 }
 
 TEST(CudaPagedAttention, DecodeSingleLongContextSplits) {
@@ -585,6 +628,12 @@ TEST(CudaPagedAttention, RejectsBadArguments) {
   a.q_row_stride = 100;  // not a multiple of 8
   EXPECT_EQ(cuda::PagedAttention(a, nullptr).code(), StatusCode::kInvalidArgument);
   a.q_row_stride = 0;
+  // The head-column decode kernel serves groups of at most 8 heads.
+  a.num_heads = 18;
+  a.decode_kernel = cuda::PagedAttentionArgs::DecodeKernel::kHeadColumns;
+  EXPECT_EQ(cuda::PagedAttention(a, nullptr).code(), StatusCode::kInvalidArgument);
+  a.num_heads = 4;
+  a.decode_kernel = cuda::PagedAttentionArgs::DecodeKernel::kAuto;
   // A long context is split and then needs a workspace.
   a.max_context_len = 8192;
   EXPECT_EQ(cuda::PagedAttention(a, nullptr).code(), StatusCode::kInvalidArgument);
@@ -869,6 +918,7 @@ TEST(CudaAttentionTiming, DISABLED_Llama3Shape) {
   struct TimedShape {
     int batch, q_len, context;
     DType kv;
+    int head_dim = kHeadDim;
   };
   // The fp8 rows read the same random bytes as e4m3 (values are irrelevant to the timing).
   const TimedShape shapes[] = {{1, 1, 512, DType::kBF16},       {8, 1, 512, DType::kBF16},
@@ -880,8 +930,13 @@ TEST(CudaAttentionTiming, DISABLED_Llama3Shape) {
                                {128, 1, 512, DType::kF8E4M3},   {256, 1, 512, DType::kF8E4M3},
                                {1, 1, 4096, DType::kF8E4M3},    {64, 1, 2048, DType::kF8E4M3},
                                {1, 2048, 2048, DType::kBF16},   {4, 512, 512, DType::kBF16},
-                               {1, 2048, 2048, DType::kF8E4M3}, {4, 512, 512, DType::kF8E4M3}};
-  std::printf("\n%-34s %10s %12s %12s\n", "shape (bf16 act, 32/8 heads, d128)", "median us", "KV GB/s", "TFLOP/s");
+                               {1, 2048, 2048, DType::kF8E4M3}, {4, 512, 512, DType::kF8E4M3},
+                               // llama-3.2-1b's heads (32 / 8, head_dim 64)
+                               {1, 1, 512, DType::kBF16, 64},   {32, 1, 512, DType::kBF16, 64},
+                               {128, 1, 512, DType::kBF16, 64}, {256, 1, 512, DType::kBF16, 64},
+                               {32, 1, 512, DType::kF8E4M3, 64}, {128, 1, 512, DType::kF8E4M3, 64},
+                               {256, 1, 512, DType::kF8E4M3, 64}};
+  std::printf("\n%-42s %10s %12s %12s\n", "shape (bf16 act, 32/8 heads, d128)", "median us", "KV GB/s", "TFLOP/s");
   for (const TimedShape& sh : shapes) {
     const int blocks_per_seq = (sh.context + kBlock - 1) / kBlock;
     const int cache_blocks = kCacheBlocks * (sh.kv == DType::kF8E4M3 ? 2 : 1);
@@ -898,7 +953,7 @@ TEST(CudaAttentionTiming, DISABLED_Llama3Shape) {
     std::vector<int32_t> q_begin(sh.batch), q_len(sh.batch, sh.q_len), ctx(sh.batch, sh.context);
     for (int s = 0; s < sh.batch; ++s) q_begin[s] = s * sh.q_len;
     const DeviceBuffer d_begin = Upload(q_begin), d_len = Upload(q_len), d_ctx = Upload(ctx);
-    const Result<size_t> ws = cuda::PagedAttentionWorkspaceBytes(sh.batch, kHeads, kKvHeads, kHeadDim, sh.context);
+    const Result<size_t> ws = cuda::PagedAttentionWorkspaceBytes(sh.batch, kHeads, kKvHeads, sh.head_dim, sh.context);
     ASSERT_TRUE(ws.ok());
     const DeviceBuffer d_ws(*ws);
     cuda::PagedAttentionArgs a;
@@ -919,8 +974,8 @@ TEST(CudaAttentionTiming, DISABLED_Llama3Shape) {
     a.max_context_len = sh.context;
     a.num_heads = kHeads;
     a.num_kv_heads = kKvHeads;
-    a.head_dim = kHeadDim;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+    a.head_dim = sh.head_dim;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(sh.head_dim));
     a.workspace = d_ws.get();
     a.workspace_bytes = d_ws.bytes();
     auto run = [&](int i) {
@@ -928,19 +983,30 @@ TEST(CudaAttentionTiming, DISABLED_Llama3Shape) {
       const Status st = cuda::PagedAttention(a, stream.get());
       EXPECT_TRUE(st.ok()) << st.ToString();
     };
-    for (int i = 0; i < 2 * rotations; ++i) run(i);
-    ASSERT_EQ(cudaStreamSynchronize(stream.get()), cudaSuccess);
-    const double ms = MedianMs(stream.get(), 15, 8, run);
-    // Bytes: every sequence's K and V, once. FLOPs: 4 * head_dim per (query, head, visible key).
-    const double kv_bytes = 2.0 * sh.batch * sh.context * kKvHeads * kHeadDim * DTypeSize(sh.kv);
-    double visible = 0;
-    for (int t = 0; t < sh.q_len; ++t) visible += sh.context - sh.q_len + t + 1;
-    const double flops = 4.0 * kHeadDim * kHeads * visible * sh.batch;
-    char name[64];
-    std::snprintf(name, sizeof(name), "b=%d q=%d ctx=%d kv=%s", sh.batch, sh.q_len, sh.context,
-                  std::string(DTypeName(sh.kv)).c_str());
-    std::printf("%-34s %10.1f %12.0f %12.1f\n", name, ms * 1e3, kv_bytes / (ms * 1e-3) / 1e9,
-                flops / (ms * 1e-3) / 1e12);
+    // Decode shapes: both decode kernels, one after the other on the same inputs.
+    using DecodeKernel = cuda::PagedAttentionArgs::DecodeKernel;
+    const std::vector<DecodeKernel> kernels = sh.q_len == 1
+                                                  ? std::vector<DecodeKernel>{DecodeKernel::kRowTiles, DecodeKernel::kHeadColumns}
+                                                  : std::vector<DecodeKernel>{DecodeKernel::kAuto};
+    for (const DecodeKernel kernel : kernels) {
+      a.decode_kernel = kernel;
+      for (int i = 0; i < 2 * rotations; ++i) run(i);
+      ASSERT_EQ(cudaStreamSynchronize(stream.get()), cudaSuccess);
+      const double ms = MedianMs(stream.get(), 15, 8, run);
+      // Bytes: every sequence's K and V, once. FLOPs: 4 * head_dim per (query, head, visible key).
+      const double kv_bytes = 2.0 * sh.batch * sh.context * kKvHeads * sh.head_dim * DTypeSize(sh.kv);
+      double visible = 0;
+      for (int t = 0; t < sh.q_len; ++t) visible += sh.context - sh.q_len + t + 1;
+      const double flops = 4.0 * sh.head_dim * kHeads * visible * sh.batch;
+      char name[80];
+      std::snprintf(name, sizeof(name), "b=%d q=%d ctx=%d kv=%s%s%s", sh.batch, sh.q_len, sh.context,
+                    std::string(DTypeName(sh.kv)).c_str(), sh.head_dim == kHeadDim ? "" : " d64",
+                    kernel == DecodeKernel::kRowTiles      ? " rows"
+                    : kernel == DecodeKernel::kHeadColumns ? " columns"
+                                                           : "");
+      std::printf("%-42s %10.1f %12.0f %12.1f\n", name, ms * 1e3, kv_bytes / (ms * 1e-3) / 1e9,
+                  flops / (ms * 1e-3) / 1e12);
+    }
   }
 }
 

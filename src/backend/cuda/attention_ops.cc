@@ -1,12 +1,28 @@
 #include "backend/cuda/attention_ops.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/kernels.h"
 
 namespace ferry::backend {
+namespace {
+
+// FERRY_DECODE_ATTENTION=rows forces the 16-row decode kernel (the one before head columns),
+// so one binary measures both; read once.
+cuda::PagedAttentionArgs::DecodeKernel DecodeKernelChoice() {
+  static const cuda::PagedAttentionArgs::DecodeKernel choice = [] {
+    const char* v = std::getenv("FERRY_DECODE_ATTENTION");
+    return v != nullptr && std::strcmp(v, "rows") == 0 ? cuda::PagedAttentionArgs::DecodeKernel::kRowTiles
+                                                       : cuda::PagedAttentionArgs::DecodeKernel::kAuto;
+  }();
+  return choice;
+}
+
+}  // namespace
 
 Result<const int32_t*> CudaAttention::Meta(const AttentionBatch& batch, int block_tokens, int max_blocks) {
   if (batch.meta.defined()) {
@@ -62,6 +78,7 @@ Status CudaAttention::Paged(const Tensor& q, const KvLayer& layer, const Attenti
   a.causal = params.causal;
   a.window = params.window;
   a.softcap = params.softcap;
+  a.decode_kernel = DecodeKernelChoice();
   FERRY_ASSIGN_OR_RETURN(size_t ws, cuda::PagedAttentionWorkspaceBytes(S, params.num_heads, params.num_kv_heads,
                                                                        params.head_dim, max_ctx));
   Tensor workspace;

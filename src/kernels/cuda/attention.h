@@ -75,6 +75,13 @@ struct PagedAttentionArgs {
   int window = 0;        // causal only: the query at p sees (p - window, p]; 0: no window
   float softcap = 0.0f;  // scores -> softcap * tanh(scores / softcap) before the softmax; 0: none
 
+  // Which kernel runs the decode rows. kAuto: head columns for GQA groups of up to 8 heads
+  // (the group as the N side of the tensor-core products, keys streamed into registers), 16-row
+  // tiles otherwise. The others force one (tests and benchmarks; kHeadColumns needs a group of
+  // at most 8 and 16-bit activations).
+  enum class DecodeKernel { kAuto, kRowTiles, kHeadColumns };
+  DecodeKernel decode_kernel = DecodeKernel::kAuto;
+
   // Scratch for the split decode (partial maxima, sums and outputs), at least
   // PagedAttentionWorkspaceBytes(num_seqs, ...) bytes, 16-byte aligned. May be null when
   // that size is 0.

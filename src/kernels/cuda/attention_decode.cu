@@ -1,12 +1,13 @@
 // PagedAttention: validation, the decode split plan, the decode kernels (one CTA per
-// sequence, KV head and key split, all query heads of the group together) and the reduction
-// over splits. Prefill rows are handed to attention_prefill.cu, f32 to attention_simt.cu.
+// sequence, KV head and key split, all query heads of the group together: head columns for
+// groups of up to 8 heads, 16-row tiles for wider ones) and the reduction over splits. Prefill rows are handed to attention_prefill.cu, f32 to attention_simt.cu.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <string>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_decode_columns.cuh"
 #include "kernels/cuda/attention_kernels.cuh"
 #include "kernels/cuda/cuda_check.h"
 
@@ -50,9 +51,12 @@ int SplitCap(int max_context_len) {
   return static_cast<int>(std::clamp<int64_t>(CeilDiv(std::max(max_context_len, 1), kDecodeStageKeys), 1, kMaxSplits));
 }
 
+// The most decode CTAs either kernel keeps resident per multiprocessor (bounds the workspace).
+constexpr int kMaxDecodeCtasPerSm = std::max(kDecodeCtasPerSm, attention_detail::kColumnCtasPerSm);
+
 // Upper limit on the splits considered: enough CTAs for about two full waves.
-int SplitLimit(int64_t ctas_per_split, int num_sms) {
-  const int64_t slots = static_cast<int64_t>(num_sms) * kDecodeCtasPerSm;
+int SplitLimit(int64_t ctas_per_split, int num_sms, int ctas_per_sm) {
+  const int64_t slots = static_cast<int64_t>(num_sms) * ctas_per_sm;
   return static_cast<int>(std::max<int64_t>(1, CeilDiv(2 * slots, ctas_per_split)));
 }
 
@@ -62,11 +66,13 @@ struct DecodePlan {
 
 // Chooses the split of the longest context that minimizes (waves of CTAs) x (keys per CTA +
 // a fixed cost of about one stage per CTA). Short contexts and large batches get one split.
-DecodePlan PlanDecode(int num_seqs, int num_kv_heads, int group, int max_context_len, int num_sms) {
-  const int64_t ctas_per_split = static_cast<int64_t>(num_seqs) * num_kv_heads * RowTiles(group);
-  const int64_t slots = static_cast<int64_t>(num_sms) * kDecodeCtasPerSm;
+// ctas_per_kv_head: RowTiles(group) for the 16-row kernel, 1 for head columns.
+DecodePlan PlanDecode(int num_seqs, int num_kv_heads, int ctas_per_kv_head, int max_context_len, int num_sms,
+                      int ctas_per_sm) {
+  const int64_t ctas_per_split = static_cast<int64_t>(num_seqs) * num_kv_heads * ctas_per_kv_head;
+  const int64_t slots = static_cast<int64_t>(num_sms) * ctas_per_sm;
   const int64_t ctx = std::max(max_context_len, 1);
-  const int limit = std::min(SplitCap(max_context_len), SplitLimit(ctas_per_split, num_sms));
+  const int limit = std::min(SplitCap(max_context_len), SplitLimit(ctas_per_split, num_sms, ctas_per_sm));
   DecodePlan best;
   int64_t best_cost = -1;
   for (int s = 1; s <= limit; ++s) {
@@ -79,6 +85,18 @@ DecodePlan PlanDecode(int num_seqs, int num_kv_heads, int group, int max_context
     }
   }
   return best;
+}
+
+// The automatic choice for groups of up to 8 heads (CudaAttentionTiming, H200, 32 / 8 heads,
+// 512 keys of context): at head_dim 128 head columns took 0.68-0.86x the 16-row kernel's
+// time from 32 sequences up (an e4m3 cache 0.55-0.69x) and about the same at 1-8; at
+// head_dim 64 0.76-0.80x at 32 sequences but 0.96-1.08x at 128-256, where both kernels move
+// the same bytes per second. So head_dim 64 and below takes head columns while one CTA per
+// sequence and KV head fits one wave.
+bool ColumnsByDefault(int head_dim, int num_seqs, int num_kv_heads, int num_sms) {
+  if (head_dim >= 128) return true;
+  return static_cast<int64_t>(num_seqs) * num_kv_heads <=
+         static_cast<int64_t>(num_sms) * attention_detail::kColumnCtasPerSm;
 }
 
 size_t PartialBytes(int64_t partial_rows, int num_heads, int head_dim) {
@@ -159,11 +177,33 @@ Status LaunchDecode(const Params& p, cudaStream_t stream) {
   return Status::Ok();
 }
 
+template <typename T, typename KvT, int HD>
+Status LaunchColumns(const Params& p, cudaStream_t stream) {
+  const dim3 grid(p.splits, p.num_kv_heads, p.num_seqs);
+  const dim3 block(32 * attention_detail::kColumnWarps);
+  if (p.softcap > 0.0f) {
+    attention_detail::DecodeColumnsKernel<T, KvT, HD, true><<<grid, block, 0, stream>>>(p);
+  } else {
+    attention_detail::DecodeColumnsKernel<T, KvT, HD, false><<<grid, block, 0, stream>>>(p);
+  }
+  FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
+  if (p.splits > 1) {
+    attention_detail::CombineSplitsKernel<T, HD><<<dim3(p.num_heads, p.num_seqs), dim3(HD), 0, stream>>>(p);
+    FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
+  }
+  return Status::Ok();
+}
+
 template <typename T>
-Status LaunchDecodeForAct(const Params& p, DType kv, int head_dim, cudaStream_t stream) {
+Status LaunchDecodeForAct(const Params& p, DType kv, int head_dim, bool columns, cudaStream_t stream) {
   return attention_detail::WithHeadDim("PagedAttention", head_dim, [&](auto hd) -> Status {
-    if (kv == DType::kF8E4M3) return LaunchDecode<T, Fp8, decltype(hd)::value>(p, stream);
-    return LaunchDecode<T, T, decltype(hd)::value>(p, stream);
+    constexpr int kHd = decltype(hd)::value;
+    if (columns) {
+      if (kv == DType::kF8E4M3) return LaunchColumns<T, Fp8, kHd>(p, stream);
+      return LaunchColumns<T, T, kHd>(p, stream);
+    }
+    if (kv == DType::kF8E4M3) return LaunchDecode<T, Fp8, kHd>(p, stream);
+    return LaunchDecode<T, T, kHd>(p, stream);
   });
 }
 
@@ -176,9 +216,10 @@ Result<size_t> PagedAttentionWorkspaceBytes(int max_seqs, int num_heads, int num
   }
   FERRY_ASSIGN_OR_RETURN(const int sms, CurrentSmCount());
   // n * splits(n) <= n * cap, and splits <= ceil(X / n) gives n * splits < X + n: both bounds
-  // grow with n and the context, so the size covers every smaller batch.
+  // grow with n and the context, so the size covers every smaller batch. (The head-columns
+  // kernel has one CTA per KV head, no more than RowTiles(group) = 1 for its groups.)
   const int64_t per_seq = static_cast<int64_t>(num_kv_heads) * RowTiles(num_heads / num_kv_heads);
-  const int64_t x = CeilDiv(2 * static_cast<int64_t>(sms) * kDecodeCtasPerSm, per_seq);
+  const int64_t x = CeilDiv(2 * static_cast<int64_t>(sms) * kMaxDecodeCtasPerSm, per_seq);
   const int64_t rows = std::min<int64_t>(static_cast<int64_t>(max_seqs) * SplitCap(max_context_len), x + max_seqs);
   return PartialBytes(rows, num_heads, head_dim);
 }
@@ -215,8 +256,20 @@ Status PagedAttention(const PagedAttentionArgs& a, cudaStream_t stream) {
     return attention_detail::LaunchSimt(p, false, a.act_dtype, a.kv_dtype, a.head_dim, a.num_tokens, stream);
   }
 
+  using DecodeKernel = PagedAttentionArgs::DecodeKernel;
+  const bool columns_fit = p.group <= attention_detail::kColumnMaxGroup;
+  if (a.decode_kernel == DecodeKernel::kHeadColumns && !columns_fit) {
+    return InvalidArgument("PagedAttention: the head-columns decode kernel serves groups of at most " +
+                           std::to_string(attention_detail::kColumnMaxGroup) + " heads, not " +
+                           std::to_string(p.group));
+  }
   FERRY_ASSIGN_OR_RETURN(const int sms, CurrentSmCount());
-  const DecodePlan plan = PlanDecode(a.num_seqs, a.num_kv_heads, p.group, a.max_context_len, sms);
+  const bool columns = columns_fit && (a.decode_kernel == DecodeKernel::kHeadColumns ||
+                                       (a.decode_kernel == DecodeKernel::kAuto &&
+                                        ColumnsByDefault(a.head_dim, a.num_seqs, a.num_kv_heads, sms)));
+  const DecodePlan plan =
+      columns ? PlanDecode(a.num_seqs, a.num_kv_heads, 1, a.max_context_len, sms, attention_detail::kColumnCtasPerSm)
+              : PlanDecode(a.num_seqs, a.num_kv_heads, RowTiles(p.group), a.max_context_len, sms, kDecodeCtasPerSm);
   p.splits = plan.splits;
   p.split_granule = kDecodeStageKeys;
   if (plan.splits > 1) {
@@ -231,9 +284,9 @@ Status PagedAttention(const PagedAttentionArgs& a, cudaStream_t stream) {
   }
 
   if (a.act_dtype == DType::kBF16) {
-    FERRY_RETURN_IF_ERROR(LaunchDecodeForAct<Bf16>(p, a.kv_dtype, a.head_dim, stream));
+    FERRY_RETURN_IF_ERROR(LaunchDecodeForAct<Bf16>(p, a.kv_dtype, a.head_dim, columns, stream));
   } else {
-    FERRY_RETURN_IF_ERROR(LaunchDecodeForAct<Half>(p, a.kv_dtype, a.head_dim, stream));
+    FERRY_RETURN_IF_ERROR(LaunchDecodeForAct<Half>(p, a.kv_dtype, a.head_dim, columns, stream));
   }
   if (a.max_q_len > 1) {
     FERRY_RETURN_IF_ERROR(
