@@ -186,9 +186,9 @@ struct TuneOptions {
   int calls_per_sample = 10;  // back-to-back calls captured in one CUDA graph
   int timed_runs = 9;         // graph replays timed with events; the median counts
   // kBF16 / kF16 up to kDenseSmallMMaxM rows: time the dense small-M kernel against
-  // cuBLASLt. Off by default until its speed on streamed weights is measured
-  // (bench/cuda_gemm_bench times it forced on every shape).
-  bool dense_small_m = false;
+  // cuBLASLt and keep the faster. On an H200 (bench/cuda_gemm_bench, 8 layers of llama-3-8B
+  // linears) it took 0.93x / 0.91x cuBLASLt's heuristic at M = 1 / 2 and lost from M = 4.
+  bool dense_small_m = true;
 };
 
 // Owns a cuBLASLt handle, a device workspace, a scratch buffer (accumulators, dequantized
