@@ -89,8 +89,8 @@ DecodePlan PlanDecode(int num_seqs, int num_kv_heads, int ctas_per_kv_head, int 
 
 // The automatic choice for groups of up to 8 heads (CudaAttentionTiming, H200, 32 / 8 heads,
 // 512 keys of context): at head_dim 128 head columns took 0.68-0.86x the 16-row kernel's
-// time from 32 sequences up (an e4m3 cache 0.55-0.69x) and about the same at 1-8; at
-// head_dim 64 0.76-0.80x at 32 sequences but 0.96-1.08x at 128-256, where both kernels move
+// time from 32 sequences up (an e4m3 cache 0.54-0.69x) and about the same at 1-8; at
+// head_dim 64 0.78-0.80x at 32 sequences but 0.97-1.07x at 128-256, where both kernels move
 // the same bytes per second. So head_dim 64 and below takes head columns while one CTA per
 // sequence and KV head fits one wave.
 bool ColumnsByDefault(int head_dim, int num_seqs, int num_kv_heads, int num_sms) {

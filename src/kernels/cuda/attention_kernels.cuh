@@ -23,7 +23,9 @@ namespace ferry::cuda::attention_detail {
 // through shared memory, and either the normalized output or, for a split decode row, a
 // partial result is written.
 //
-// The decode kernel is bound by the latency of its rounds, not by bytes: an fp8 cache, half
+// Decode for GQA groups of up to 8 heads runs the head-column kernel instead
+// (attention_decode_columns.cuh) where it is faster; this decode shape serves wider groups
+// and the rest. This decode kernel is bound by the latency of its rounds, not by bytes: an fp8 cache, half
 // the bytes, took about the time of a bf16 one (H200, llama-3-8b heads, 512 tokens of context,
 // the CudaAttentionTiming shapes). What moves it is resident CTAs: a 4-stage ring (two CTAs a
 // multiprocessor) measured 24 / 46 / 87 / 168 us at batch 32 / 64 / 128 / 256, a 2-stage ring
