@@ -314,34 +314,8 @@ __global__ void __launch_bounds__(32 * kColumnWarps, kColumnCtasPerSm) DecodeCol
   for (int i = threadIdx.x; i < p.group * kChunksPerRow; i += 32 * kColumnWarps) {
     const int h = i / kChunksPerRow;
     const int c = i % kChunksPerRow;
-    float mmax = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kColumnWarps; ++w) mmax = fmaxf(mmax, comb_m[w * kColumnMaxGroup + h]);
-    float sum = 0.0f;
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-#pragma unroll
-    for (int w = 0; w < kColumnWarps; ++w) {
-      const int idx = w * kColumnMaxGroup + h;
-      const float mk = comb_m[idx];
-      if (mk == -INFINITY) continue;
-      const float wgt = exp2f(mk - mmax);
-      sum += comb_l[idx] * wgt;
-      const float4 a = *reinterpret_cast<const float4*>(comb_o + idx * C::kOutLd + c * 8);
-      const float4 b4 = *reinterpret_cast<const float4*>(comb_o + idx * C::kOutLd + c * 8 + 4);
-      acc[0] += a.x * wgt, acc[1] += a.y * wgt, acc[2] += a.z * wgt, acc[3] += a.w * wgt;
-      acc[4] += b4.x * wgt, acc[5] += b4.y * wgt, acc[6] += b4.z * wgt, acc[7] += b4.w * wgt;
-    }
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[e] *= inv;
-    const int head = kv_head * p.group + h;
-    if (partial) {
-      const int64_t idx = (static_cast<int64_t>(seq) * p.splits + split) * p.num_heads + head;
-      Store8<float>(p.partial_o + idx * HD + c * 8, acc);
-      if (c == 0) p.partial_lse[idx] = sum > 0.0f ? mmax + log2f(sum) : -INFINITY;
-    } else {
-      Store8<T>(static_cast<T*>(p.out) + token * p.out_stride + static_cast<int64_t>(head) * HD + c * 8, acc);
-    }
+    MergePartsAndStore<T, HD, kColumnWarps>(p, comb_o, C::kOutLd, comb_m, comb_l, h, kColumnMaxGroup, c, partial, seq,
+                                            split, kv_head * p.group + h, token);
   }
 }
 

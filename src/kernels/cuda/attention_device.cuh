@@ -221,6 +221,45 @@ __device__ __forceinline__ void Store8(T* p, const float f[8]) {
   }
 }
 
+// The end of a kernel whose warps each ran part of a row's keys: merges the parts' (max in
+// the log2 domain, sum, unnormalized output) of 8 columns of the row, from shared memory
+// where part k sits at index first + k * stride (outputs `out_ld` floats apart), and writes
+// them: normalized to out (row `token`, head `head`), or for a split decode row the partial
+// output and its log-sum to the workspace (split `split` of sequence `seq`).
+template <typename T, int HD, int kParts>
+__device__ __forceinline__ void MergePartsAndStore(const Params& p, const float* comb_o, int out_ld,
+                                                   const float* comb_m, const float* comb_l, int first, int stride,
+                                                   int c, bool partial, int seq, int split, int head,
+                                                   int64_t token) {
+  float mmax = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < kParts; ++k) mmax = fmaxf(mmax, comb_m[first + k * stride]);
+  float sum = 0.0f;
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+  for (int k = 0; k < kParts; ++k) {
+    const int w = first + k * stride;
+    const float mk = comb_m[w];
+    if (mk == -INFINITY) continue;
+    const float wgt = exp2f(mk - mmax);
+    sum += comb_l[w] * wgt;
+    const float4 a = *reinterpret_cast<const float4*>(comb_o + w * out_ld + c * 8);
+    const float4 b = *reinterpret_cast<const float4*>(comb_o + w * out_ld + c * 8 + 4);
+    acc[0] += a.x * wgt, acc[1] += a.y * wgt, acc[2] += a.z * wgt, acc[3] += a.w * wgt;
+    acc[4] += b.x * wgt, acc[5] += b.y * wgt, acc[6] += b.z * wgt, acc[7] += b.w * wgt;
+  }
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) acc[e] *= inv;
+  if (partial) {
+    const int64_t idx = (static_cast<int64_t>(seq) * p.splits + split) * p.num_heads + head;
+    Store8<float>(p.partial_o + idx * HD + c * 8, acc);
+    if (c == 0) p.partial_lse[idx] = sum > 0.0f ? mmax + log2f(sum) : -INFINITY;
+  } else {
+    Store8<T>(static_cast<T*>(p.out) + token * p.out_stride + static_cast<int64_t>(head) * HD + c * 8, acc);
+  }
+}
+
 __device__ __forceinline__ float WarpMax(float v) {
 #pragma unroll
   for (int d = 16; d > 0; d >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, d));

@@ -446,38 +446,9 @@ __global__ void __launch_bounds__(128, (kMode != Mode::kDecode && HD <= 64) ? 4 
     const int r = i / C::kChunksPerRow;
     const int c = i % C::kChunksPerRow;
     if (r >= rows) continue;
-    const int r_wm = r / 16;
-    const int rr = r % 16;
-    float mmax = -INFINITY;
-#pragma unroll
-    for (int k = 0; k < WK; ++k) mmax = fmaxf(mmax, comb_m[(k * WM + r_wm) * 16 + rr]);
-    float sum = 0.0f;
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-#pragma unroll
-    for (int k = 0; k < WK; ++k) {
-      const int w = (k * WM + r_wm) * 16 + rr;
-      const float mk = comb_m[w];
-      if (mk == -INFINITY) continue;
-      const float wgt = exp2f(mk - mmax);
-      sum += comb_l[w] * wgt;
-      const float4 a = *reinterpret_cast<const float4*>(comb_o + w * C::kOutLd + c * 8);
-      const float4 b = *reinterpret_cast<const float4*>(comb_o + w * C::kOutLd + c * 8 + 4);
-      acc[0] += a.x * wgt, acc[1] += a.y * wgt, acc[2] += a.z * wgt, acc[3] += a.w * wgt;
-      acc[4] += b.x * wgt, acc[5] += b.y * wgt, acc[6] += b.z * wgt, acc[7] += b.w * wgt;
-    }
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[e] *= inv;
     const int pr = row0 + r;
-    const int head = kv_head * p.group + pr % p.group;
-    if (partial) {
-      const int64_t idx = (static_cast<int64_t>(seq) * p.splits + split) * p.num_heads + head;
-      Store8<float>(p.partial_o + idx * HD + c * 8, acc);
-      if (c == 0) p.partial_lse[idx] = sum > 0.0f ? mmax + log2f(sum) : -INFINITY;
-    } else {
-      const int64_t token = q_base + pr / p.group;
-      Store8<T>(static_cast<T*>(p.out) + token * p.out_stride + static_cast<int64_t>(head) * HD + c * 8, acc);
-    }
+    MergePartsAndStore<T, HD, WK>(p, comb_o, C::kOutLd, comb_m, comb_l, r, WM * 16, c, partial,
+                                  seq, split, kv_head * p.group + pr % p.group, q_base + pr / p.group);
   }
 }
 
