@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <system_error>
 
 #include "core/logging.h"
 #include "serve/http_server_impl.h"
@@ -76,7 +78,7 @@ void HttpServer::Impl::OnAccept(error_code ec, tcp::socket socket) {
     });
     return;
   }
-  if (owner->connections_.load() >= options.max_connections && !EvictOne()) {
+  if (owner->connections_.load() >= owner->max_connections_ && !EvictOne()) {
     // Over the limit and every connection busy with a response: answer 503 synchronously
     // (tiny write) and drop the connection.
     const std::string body = error_body(503, "too many connections");
@@ -105,9 +107,16 @@ void HttpServer::Impl::OnAccept(error_code ec, tcp::socket socket) {
   s->Start();
 }
 
+int MaxConnectionsWithin(int configured, int64_t file_limit, int64_t open_now) {
+  if (file_limit < 0) return configured;
+  const int64_t left = file_limit - open_now - kReservedDescriptors;
+  return static_cast<int>(std::clamp<int64_t>(left, 1, configured));
+}
+
 HttpServer::HttpServer(HttpServerOptions options, HttpHandler handler, HttpErrorBody error_body)
     : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
+  max_connections_ = impl_->options.max_connections;
   impl_->handler = std::move(handler);
   impl_->error_body = std::move(error_body);
   impl_->owner = this;
@@ -128,11 +137,30 @@ Status HttpServer::Listen() {
     FERRY_RETURN_IF_ERROR(ReloadTls());
     tls_ = true;
   }
-  // Every connection is a descriptor: allow as many as the hard limit permits.
+  // Every connection is a descriptor: allow as many as the hard limit permits, and accept
+  // no more connections than the descriptors left allow.
   rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
-    limit.rlim_cur = limit.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &limit);
+  int64_t file_limit = -1;
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    if (limit.rlim_cur < limit.rlim_max) {
+      limit.rlim_cur = limit.rlim_max;
+      ::setrlimit(RLIMIT_NOFILE, &limit);
+      ::getrlimit(RLIMIT_NOFILE, &limit);
+    }
+    if (limit.rlim_cur != RLIM_INFINITY) file_limit = static_cast<int64_t>(limit.rlim_cur);
+  }
+  int64_t open_now = 0;
+  std::error_code fs_ec;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", fs_ec);
+       !fs_ec && it != std::filesystem::directory_iterator(); it.increment(fs_ec)) {
+    ++open_now;
+  }
+  max_connections_ = MaxConnectionsWithin(impl_->options.max_connections, file_limit, open_now);
+  if (max_connections_ < impl_->options.max_connections) {
+    FERRY_LOG_WARN(
+        "listener.max_connections is {}, but this process may open only {} files ({} open now, {} kept in "
+        "reserve): at most {} connections at once; raise the limit (ulimit -n, systemd LimitNOFILE=) to hold more",
+        impl_->options.max_connections, file_limit, open_now, kReservedDescriptors, max_connections_);
   }
   error_code ec;
   auto address = net::ip::make_address(impl_->options.host == "localhost" ? "127.0.0.1" : impl_->options.host, ec);

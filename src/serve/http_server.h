@@ -69,6 +69,17 @@ using HttpHandler = std::function<void(HttpRequest&& request, std::shared_ptr<Re
 // Builds the error body for errors the server answers itself (413, 400, 408, 503).
 using HttpErrorBody = std::function<std::string(int status, const std::string& message)>;
 
+// Descriptors kept free of connections for everything else a server opens after it starts
+// listening (model files and versions loaded later, the queue's store, logs, pipes).
+inline constexpr int64_t kReservedDescriptors = 64;
+
+// The connections a server may hold at once: `configured`, or fewer when `file_limit`
+// descriptors (RLIMIT_NOFILE; < 0: unlimited), of which `open_now` are in use, would run out
+// first, keeping kReservedDescriptors in reserve (at least 1). At this limit a new connection
+// is still accepted and then takes an idle connection's place or gets a 503; past the
+// descriptors, accept itself fails and a client waits unanswered in the backlog.
+int MaxConnectionsWithin(int configured, int64_t file_limit, int64_t open_now);
+
 // Thread-safe.
 class HttpServer {
  public:
@@ -93,6 +104,9 @@ class HttpServer {
   void Shutdown(int64_t timeout_ms);
 
   int active_connections() const { return connections_.load(); }
+  // Connections accepted at once: options.max_connections, or fewer where the open-file
+  // limit would run out first (set by Listen; see MaxConnectionsWithin).
+  int max_connections() const { return max_connections_; }
   int active_requests() const { return requests_.load(); }
   // Exceptions that escaped an I/O handler and were caught around the I/O loop.
   int64_t io_exceptions() const { return io_exceptions_.load(); }
@@ -112,6 +126,7 @@ class HttpServer {
   std::atomic<int64_t> io_exceptions_{0};
   std::atomic<int64_t> evictions_{0};
   int port_ = 0;
+  int max_connections_ = 0;
   bool tls_ = false;
 };
 

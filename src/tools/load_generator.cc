@@ -593,13 +593,20 @@ class Batch {
 };
 
 // Each connection is a file descriptor: let a wide run use the hard limit, not the soft one.
-void RaiseFileLimit() {
+// Returns the limit then in force (-1: none).
+int64_t RaiseFileLimit() {
   rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return -1;
+  if (limit.rlim_cur < limit.rlim_max) {
     limit.rlim_cur = limit.rlim_max;
     (void)::setrlimit(RLIMIT_NOFILE, &limit);
+    (void)::getrlimit(RLIMIT_NOFILE, &limit);
   }
+  return limit.rlim_cur == RLIM_INFINITY ? -1 : static_cast<int64_t>(limit.rlim_cur);
 }
+
+// Descriptors the client keeps for itself besides its connections.
+constexpr int64_t kClientReservedFiles = 32;
 
 }  // namespace
 
@@ -617,7 +624,15 @@ Result<BenchmarkReport> RunLoadBenchmark(const LoadOptions& options) {
       }
     }
   }
-  RaiseFileLimit();
+  // A closed loop wider than the descriptors would report its own failed connects as the
+  // server's failures.
+  const int64_t file_limit = RaiseFileLimit();
+  if (file_limit >= 0 && options.max_concurrency > file_limit - kClientReservedFiles) {
+    return FailedPrecondition(fmt::format(
+        "--max-concurrency {} needs as many connections, but this process may open only {} files; raise the "
+        "limit (ulimit -n) or lower the concurrency",
+        options.max_concurrency, file_limit));
+  }
 
   HttpClient client(options, *url);
   FERRY_RETURN_IF_ERROR(client.Resolve());

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,12 +21,13 @@
 namespace ferry::testing {
 
 // One `ferry serve` child. Its stderr goes to a file (the port is read from it); its stdout
-// (the request log) goes to a pipe that the test either drains or closes.
+// (the request log) goes to a pipe that the test either drains or closes. max_open_files > 0
+// sets the child's RLIMIT_NOFILE (soft and hard) before it starts.
 class ServeProcess {
   using Clock = std::chrono::steady_clock;
 
  public:
-  explicit ServeProcess(std::vector<std::string> args, bool close_stdout_reader = false) {
+  explicit ServeProcess(std::vector<std::string> args, bool close_stdout_reader = false, int max_open_files = 0) {
     char tmpl[] = "/tmp/ferry_serve_proc_XXXXXX";
     const int fd = mkstemp(tmpl);
     err_path_ = tmpl;
@@ -35,6 +37,10 @@ class ServeProcess {
     if (pid_ == 0) {
       dup2(out[1], STDOUT_FILENO);
       dup2(fd, STDERR_FILENO);
+      if (max_open_files > 0) {
+        const rlimit limit{static_cast<rlim_t>(max_open_files), static_cast<rlim_t>(max_open_files)};
+        if (setrlimit(RLIMIT_NOFILE, &limit) != 0) _exit(126);
+      }
       close(out[0]);
       std::vector<char*> argv;
       static const std::string name = "ferry";

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <regex>
 #include <string>
 #include <thread>
@@ -41,6 +42,28 @@ TEST(ServeProcessTest, AClosedStdoutDoesNotEndTheServer) {
   }
   EXPECT_TRUE(p.Alive()) << p.Stderr();
   EXPECT_NE(p.Stderr().find("request log disabled"), std::string::npos) << p.Stderr();
+  EXPECT_EQ(p.Terminate(20s), 0) << p.Stderr();
+}
+
+// At the open-file limit the server used to accept until accept() failed (EMFILE), and later
+// clients waited unanswered in the listen backlog until a connection closed (60 s for idle
+// ones). It now holds no more connections than the descriptors left allow, so a new client
+// is still accepted and the connection-limit policy applies: an idle connection gives its
+// place, else a 503.
+TEST(ServeProcessTest, AtTheOpenFileLimitIdleConnectionsGiveWayToNewOnes) {
+  ServeProcess p({"serve", "--model", "m=" + Demo("kjv-decoder"), "--no-auth", "--port", "0"},
+                 /*close_stdout_reader=*/false, /*max_open_files=*/128);
+  const int port = p.WaitReady();
+  ASSERT_NE(port, 0) << p.Stderr();
+  EXPECT_NE(p.Stderr().find("may open only 128 files"), std::string::npos) << p.Stderr();
+  std::vector<std::unique_ptr<serve::testing::TestConnection>> idle;
+  for (int i = 0; i < 150; ++i) idle.push_back(std::make_unique<serve::testing::TestConnection>(port, 5s));
+  const auto start = Clock::now();
+  auto r = serve::testing::Http(port, "POST", "/v1/completions", kCompletion);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_LT(Clock::now() - start, 10s);
+  EXPECT_TRUE(p.Alive()) << p.Stderr();
+  idle.clear();
   EXPECT_EQ(p.Terminate(20s), 0) << p.Stderr();
 }
 

@@ -39,6 +39,14 @@ void Echo(HttpRequest&& r, std::shared_ptr<ResponseWriter> w) {
   w->Send(200, "application/json", body.dump());
 }
 
+TEST(MaxConnectionsWithinTest, TheOpenFileLimitCapsConnections) {
+  EXPECT_EQ(MaxConnectionsWithin(4096, -1, 10), 4096);  // no limit
+  EXPECT_EQ(MaxConnectionsWithin(4096, 1048576, 10), 4096);
+  EXPECT_EQ(MaxConnectionsWithin(4096, 1024, 9), 1024 - 9 - static_cast<int>(kReservedDescriptors));
+  EXPECT_EQ(MaxConnectionsWithin(100, 1024, 9), 100);
+  EXPECT_EQ(MaxConnectionsWithin(4096, 50, 10), 1);  // never none
+}
+
 class HttpServerTest : public ::testing::Test {
  protected:
   void Start(HttpServerOptions o = {}) {

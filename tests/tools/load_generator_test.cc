@@ -4,6 +4,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -583,6 +584,23 @@ TEST(LoadGenEndToEndTest, ConcurrencyCapIsAClosedLoopOnKeptAliveConnections) {
   EXPECT_LE(server.max_in_flight(), 2);
   // The pre-flight connection and one more, each reused: not one connection per request.
   EXPECT_LE(server.connections(), 3);
+}
+
+// A closed loop wider than the open-file limit would count its own failed connects as the
+// server's failures: refused before any request.
+TEST(LoadGenEndToEndTest, AConcurrencyPastTheOpenFileLimitIsRefused) {
+  rlimit limit{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
+  if (limit.rlim_max == RLIM_INFINITY || limit.rlim_max > 1'000'000) GTEST_SKIP() << "no open-file limit to exceed";
+  FakeServer server;
+  LoadOptions o = TestOptions(server);
+  o.num_prompts = 2;
+  o.max_concurrency = static_cast<int>(limit.rlim_max) + 1;
+  Result<BenchmarkReport> report = RunLoadBenchmark(o);
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(report.status().message().find("ulimit -n"), std::string::npos) << report.status().ToString();
+  EXPECT_EQ(server.connections(), 0);
 }
 
 TEST(LoadGenEndToEndTest, RequestsLeaveOnTheirSchedule) {
