@@ -104,9 +104,6 @@ class HttpServer {
   void Shutdown(int64_t timeout_ms);
 
   int active_connections() const { return connections_.load(); }
-  // Connections accepted at once: options.max_connections, or fewer where the open-file
-  // limit would run out first (set by Listen; see MaxConnectionsWithin).
-  int max_connections() const { return max_connections_; }
   int active_requests() const { return requests_.load(); }
   // Exceptions that escaped an I/O handler and were caught around the I/O loop.
   int64_t io_exceptions() const { return io_exceptions_.load(); }
@@ -126,7 +123,7 @@ class HttpServer {
   std::atomic<int64_t> io_exceptions_{0};
   std::atomic<int64_t> evictions_{0};
   int port_ = 0;
-  int max_connections_ = 0;
+  int max_connections_ = 0;  // options.max_connections, lowered by Listen to what the descriptors allow
   bool tls_ = false;
 };
 

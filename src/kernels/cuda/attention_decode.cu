@@ -1,6 +1,7 @@
 // PagedAttention: validation, the decode split plan, the decode kernels (one CTA per
 // sequence, KV head and key split, all query heads of the group together: head columns for
-// groups of up to 8 heads, 16-row tiles for wider ones) and the reduction over splits. Prefill rows are handed to attention_prefill.cu, f32 to attention_simt.cu.
+// groups of up to 8 heads, 16-row tiles for wider ones) and the reduction over splits.
+// Prefill rows are handed to attention_prefill.cu, f32 to attention_simt.cu.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
