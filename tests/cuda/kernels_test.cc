@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -26,6 +27,7 @@
 #include "kernels/cpu/int8_gemm.h"
 #include "kernels/cpu/kv_write.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/launch.h"
 
 namespace ferry::cuda {
 namespace {
@@ -65,6 +67,44 @@ struct RowShape {
 const std::vector<RowShape> kNormShapes = {{1, 4096}, {3, 1000}, {5, 333}, {17, 64}, {2, 8}, {4, 70000}, {2, 9001}};
 
 // ---------------------------------------------------------------- norms
+
+// Programmatic dependent launch (kernels/cuda/launch.h): every kernel waits for the one
+// before it before touching memory, so a chain where each launch reads what the previous one
+// wrote (x += ones over 2^23 elements: more blocks than fit at once, so a launch can start
+// during the previous one's last wave) loses no update, launched one by one and replayed as a CUDA graph.
+TEST(CudaKernels, DependentLaunchesKeepStreamOrder) {
+  FERRY_SKIP_WITHOUT_GPU();
+  int device = 0, major = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  const char* env = std::getenv("FERRY_PDL");
+  EXPECT_EQ(DependentLaunchEnabled(), major >= 9 && (env == nullptr || std::string(env) != "0"));
+  constexpr int64_t kN = int64_t{1} << 23;
+  constexpr int kChain = 500;
+  const std::vector<float> ones(kN, 1.0f);
+  DeviceBuffer x = Upload(std::vector<float>(kN, 0.0f));
+  DeviceBuffer y = Upload(ones);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  for (int i = 0; i < kChain; ++i) FERRY_ASSERT_OK(Add(x.get(), y.get(), kN, DType::kF32, stream));
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  std::vector<float> got = Download<float>(x, kN);
+  EXPECT_EQ(std::count(got.begin(), got.end(), static_cast<float>(kChain)), kN) << "launched one by one";
+
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  for (int i = 0; i < kChain; ++i) FERRY_ASSERT_OK(Add(x.get(), y.get(), kN, DType::kF32, stream));
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int replay = 0; replay < 3; ++replay) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  got = Download<float>(x, kN);
+  EXPECT_EQ(std::count(got.begin(), got.end(), static_cast<float>(4 * kChain)), kN) << "replayed as a graph";
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
 
 TEST(CudaKernels, RmsNormMatchesCpu) {
   FERRY_SKIP_WITHOUT_GPU();

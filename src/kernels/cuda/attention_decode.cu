@@ -11,6 +11,7 @@
 #include "kernels/cuda/attention_decode_columns.cuh"
 #include "kernels/cuda/attention_kernels.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.h"
 
 namespace ferry::cuda {
 namespace {
@@ -172,7 +173,7 @@ Status LaunchDecode(const Params& p, cudaStream_t stream) {
             grid, dim3(C::kThreads), C::kSmemBytes, stream, p)));
   }
   if (p.splits > 1) {
-    attention_detail::CombineSplitsKernel<T, HD><<<dim3(p.num_heads, p.num_seqs), dim3(HD), 0, stream>>>(p);
+    LaunchKernel(attention_detail::CombineSplitsKernel<T, HD>, dim3(p.num_heads, p.num_seqs), dim3(HD), 0, stream, p);
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
   }
   return Status::Ok();
@@ -183,13 +184,13 @@ Status LaunchColumns(const Params& p, cudaStream_t stream) {
   const dim3 grid(p.splits, p.num_kv_heads, p.num_seqs);
   const dim3 block(32 * attention_detail::kColumnWarps);
   if (p.softcap > 0.0f) {
-    attention_detail::DecodeColumnsKernel<T, KvT, HD, true><<<grid, block, 0, stream>>>(p);
+    LaunchKernel(attention_detail::DecodeColumnsKernel<T, KvT, HD, true>, grid, block, 0, stream, p);
   } else {
-    attention_detail::DecodeColumnsKernel<T, KvT, HD, false><<<grid, block, 0, stream>>>(p);
+    LaunchKernel(attention_detail::DecodeColumnsKernel<T, KvT, HD, false>, grid, block, 0, stream, p);
   }
   FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
   if (p.splits > 1) {
-    attention_detail::CombineSplitsKernel<T, HD><<<dim3(p.num_heads, p.num_seqs), dim3(HD), 0, stream>>>(p);
+    LaunchKernel(attention_detail::CombineSplitsKernel<T, HD>, dim3(p.num_heads, p.num_seqs), dim3(HD), 0, stream, p);
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
   }
   return Status::Ok();

@@ -29,6 +29,7 @@
 #pragma once
 
 #include "kernels/cuda/attention_device.cuh"
+#include "kernels/cuda/launch.h"
 
 namespace ferry::cuda::attention_detail {
 
@@ -94,6 +95,7 @@ __device__ __forceinline__ uint32_t Fp8x2ToHalf2(uint32_t two) {
 // rounded to f16 (again finer than bf16).
 template <typename T, typename KvT, int HD, bool kSoftcap>
 __global__ void __launch_bounds__(32 * kColumnWarps, kColumnCtasPerSm) DecodeColumnsKernel(const Params p) {
+  AwaitPriorGrids();
   using C = ColumnConfig<HD>;
   constexpr int kTile = kColumnTileKeys;
   constexpr bool kFp8 = std::is_same_v<KvT, Fp8>;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kernels/cuda/attention_device.cuh"
+#include "kernels/cuda/launch.h"
 
 namespace ferry::cuda::attention_detail {
 
@@ -75,6 +76,7 @@ struct FlashConfig {
 template <typename T, typename KvT, int HD, int WM, int WK, int KT, Mode kMode, bool kSoftcap>
 __global__ void __launch_bounds__(128, (kMode != Mode::kDecode && HD <= 64) ? 4 : kMode == Mode::kDecode ? 3 : 1)
     FlashAttentionKernel(const Params p) {
+  AwaitPriorGrids();
   using C = FlashConfig<T, KvT, HD, WM, WK, KT>;
   constexpr bool kFp8 = C::kFp8;
   static_assert(kFp8 || std::is_same_v<KvT, T>, "16-bit K/V must be of the compute type");
@@ -455,6 +457,7 @@ __global__ void __launch_bounds__(128, (kMode != Mode::kDecode && HD <= 64) ? 4 
 // Merges the splits of each decode row: out = sum_k 2^(lse_k - M) o_k / sum_k 2^(lse_k - M).
 template <typename T, int HD>
 __global__ void __launch_bounds__(HD) CombineSplitsKernel(const Params p) {
+  AwaitPriorGrids();
   const int head = blockIdx.x;
   const int seq = blockIdx.y;
   if (p.q_len[seq] != 1) return;
@@ -489,6 +492,7 @@ __global__ void __launch_bounds__(HD) CombineSplitsKernel(const Params p) {
 // kKeyLanes groups that take alternate keys and are summed at the end.
 template <typename A, typename KvT, int HD, Mode kMode>
 __global__ void __launch_bounds__(128) SimtAttentionKernel(const Params p) {
+  AwaitPriorGrids();
   constexpr int kWarps = 4;
   constexpr int kCols = HD >= 32 ? HD / 32 : 1;
   constexpr int kColLanes = HD / kCols;
@@ -646,7 +650,7 @@ Status LaunchWithSmem(dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t str
                                                     cudaSharedmemCarveoutMaxShared));
     prepared.fetch_or(bit, std::memory_order_acq_rel);
   }
-  kKernel<<<grid, block, smem_bytes, stream>>>(p);
+  LaunchKernel(kKernel, grid, block, smem_bytes, stream, p);
   FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
   return Status::Ok();
 }

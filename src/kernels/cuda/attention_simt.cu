@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/attention_kernels.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.h"
 
 namespace ferry::cuda::attention_detail {
 namespace {
@@ -12,7 +13,7 @@ template <typename A, typename KvT, int HD, Mode kMode>
 Status LaunchSimtKernel(const Params& p, int num_tokens, cudaStream_t stream) {
   // One CTA per query row slot (spans never hold more rows than q has) and KV head.
   const dim3 grid(static_cast<unsigned>(num_tokens), static_cast<unsigned>(p.num_kv_heads));
-  SimtAttentionKernel<A, KvT, HD, kMode><<<grid, dim3(128), 0, stream>>>(p);
+  LaunchKernel(SimtAttentionKernel<A, KvT, HD, kMode>, grid, dim3(128), 0, stream, p);
   FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
   return Status::Ok();
 }

@@ -7,6 +7,7 @@
 #include "kernels/cuda/act_access.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/launch.h"
 
 namespace ferry::cuda {
 namespace {
@@ -45,6 +46,7 @@ struct SoftCapOp {
 // x[i] = op(x[i], y[i]) over n elements: V-wide vectors, then the n % V tail.
 template <typename T, int V, typename Op>
 __global__ void MapKernel(T* x, const T* y, int64_t n, Op op) {
+  AwaitPriorGrids();
   const int64_t nvec = n / V;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -81,9 +83,9 @@ Status LaunchMap(const char* what, void* x, const void* y, int64_t n, DType act,
     const T* yt = static_cast<const T*>(y);
     const bool vec = Aligned(x, 16) && (!Op::kBinary || Aligned(y, 16));
     if (vec) {
-      MapKernel<T, V, Op><<<GridBlocks(CeilDiv(n / V + 1, kThreads)), kThreads, 0, stream>>>(xt, yt, n, op);
+      LaunchKernel(MapKernel<T, V, Op>, GridBlocks(CeilDiv(n / V + 1, kThreads)), kThreads, 0, stream, xt, yt, n, op);
     } else {
-      MapKernel<T, 1, Op><<<GridBlocks(CeilDiv(n, kThreads)), kThreads, 0, stream>>>(xt, yt, n, op);
+      LaunchKernel(MapKernel<T, 1, Op>, GridBlocks(CeilDiv(n, kThreads)), kThreads, 0, stream, xt, yt, n, op);
     }
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
     return Status::Ok();
@@ -94,6 +96,7 @@ Status LaunchMap(const char* what, void* x, const void* y, int64_t n, DType act,
 // GELU); V divides inter.
 template <typename T, int V, int kAct = kGatedSilu>
 __global__ void SiluMulKernel(const T* gate_up, int64_t rows, int64_t inter, T* out) {
+  AwaitPriorGrids();
   const int64_t nvec = inter / V;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
@@ -115,6 +118,7 @@ __global__ void SiluMulKernel(const T* gate_up, int64_t rows, int64_t inter, T* 
 template <typename T, int V>
 __global__ void CopyColumnsKernel(const T* src, int64_t rows, int64_t src_cols, int64_t col_begin, T* dst,
                                   int64_t dst_cols) {
+  AwaitPriorGrids();
   const int64_t nvec = dst_cols / V;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
@@ -141,6 +145,7 @@ dim3 RowGrid(int64_t rows, int64_t nvec) {
 template <typename T>
 __global__ void ReduceRowsKernel(const T* x, int64_t cols, const int32_t* begin, const int32_t* len, int reduce,
                                  T* out) {
+  AwaitPriorGrids();
   const int s = blockIdx.y;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= cols) return;
@@ -163,6 +168,7 @@ __global__ void ReduceRowsKernel(const T* x, int64_t cols, const int32_t* begin,
 
 template <typename S, typename D, int V>
 __global__ void ConvertKernel(const S* src, D* dst, int64_t n) {
+  AwaitPriorGrids();
   const int64_t nvec = n / V;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -187,9 +193,9 @@ Status SiluMul(const void* gate_up, int64_t rows, int64_t inter, void* out, DTyp
     const T* g = static_cast<const T*>(gate_up);
     T* o = static_cast<T*>(out);
     if (inter % V == 0 && Aligned(gate_up, 16) && Aligned(out, 16)) {
-      SiluMulKernel<T, V><<<RowGrid(rows, inter / V), kThreads, 0, stream>>>(g, rows, inter, o);
+      LaunchKernel(SiluMulKernel<T, V>, RowGrid(rows, inter / V), kThreads, 0, stream, g, rows, inter, o);
     } else {
-      SiluMulKernel<T, 1><<<RowGrid(rows, inter), kThreads, 0, stream>>>(g, rows, inter, o);
+      LaunchKernel(SiluMulKernel<T, 1>, RowGrid(rows, inter), kThreads, 0, stream, g, rows, inter, o);
     }
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
     return Status::Ok();
@@ -206,9 +212,10 @@ Status GeluTanhMul(const void* gate_up, int64_t rows, int64_t inter, void* out, 
     const T* g = static_cast<const T*>(gate_up);
     T* o = static_cast<T*>(out);
     if (inter % V == 0 && Aligned(gate_up, 16) && Aligned(out, 16)) {
-      SiluMulKernel<T, V, kGatedGeluTanh><<<RowGrid(rows, inter / V), kThreads, 0, stream>>>(g, rows, inter, o);
+      LaunchKernel(SiluMulKernel<T, V, kGatedGeluTanh>, RowGrid(rows, inter / V), kThreads, 0, stream, g, rows, inter,
+                   o);
     } else {
-      SiluMulKernel<T, 1, kGatedGeluTanh><<<RowGrid(rows, inter), kThreads, 0, stream>>>(g, rows, inter, o);
+      LaunchKernel(SiluMulKernel<T, 1, kGatedGeluTanh>, RowGrid(rows, inter), kThreads, 0, stream, g, rows, inter, o);
     }
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
     return Status::Ok();
@@ -225,9 +232,9 @@ Status GeluMul(const void* gate_up, int64_t rows, int64_t inter, void* out, DTyp
     const T* g = static_cast<const T*>(gate_up);
     T* o = static_cast<T*>(out);
     if (inter % V == 0 && Aligned(gate_up, 16) && Aligned(out, 16)) {
-      SiluMulKernel<T, V, kGatedGelu><<<RowGrid(rows, inter / V), kThreads, 0, stream>>>(g, rows, inter, o);
+      LaunchKernel(SiluMulKernel<T, V, kGatedGelu>, RowGrid(rows, inter / V), kThreads, 0, stream, g, rows, inter, o);
     } else {
-      SiluMulKernel<T, 1, kGatedGelu><<<RowGrid(rows, inter), kThreads, 0, stream>>>(g, rows, inter, o);
+      LaunchKernel(SiluMulKernel<T, 1, kGatedGelu>, RowGrid(rows, inter), kThreads, 0, stream, g, rows, inter, o);
     }
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
     return Status::Ok();
@@ -270,11 +277,11 @@ Status CopyColumns(const void* src, int64_t rows, int64_t src_cols, int64_t col_
     const T* s = static_cast<const T*>(src);
     T* d = static_cast<T*>(dst);
     if (src_cols % V == 0 && col_begin % V == 0 && dst_cols % V == 0 && Aligned(src, 16) && Aligned(dst, 16)) {
-      CopyColumnsKernel<T, V><<<RowGrid(rows, dst_cols / V), kThreads, 0, stream>>>(s, rows, src_cols, col_begin, d,
-                                                                                      dst_cols);
+      LaunchKernel(CopyColumnsKernel<T, V>, RowGrid(rows, dst_cols / V), kThreads, 0, stream, s, rows, src_cols,
+                   col_begin, d, dst_cols);
     } else {
-      CopyColumnsKernel<T, 1><<<RowGrid(rows, dst_cols), kThreads, 0, stream>>>(s, rows, src_cols, col_begin, d,
-                                                                                  dst_cols);
+      LaunchKernel(CopyColumnsKernel<T, 1>, RowGrid(rows, dst_cols), kThreads, 0, stream, s, rows, src_cols,
+                   col_begin, d, dst_cols);
     }
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
     return Status::Ok();
@@ -289,8 +296,8 @@ Status ReduceRows(const void* x, int64_t cols, const int32_t* begin, const int32
   return DispatchAct(act, "ReduceRows", [&](auto tag) -> Status {
     using T = decltype(tag);
     const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads), static_cast<unsigned>(n));
-    ReduceRowsKernel<T><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(x), cols, begin, len,
-                                                       static_cast<int>(reduce), static_cast<T*>(out));
+    LaunchKernel(ReduceRowsKernel<T>, grid, kThreads, 0, stream, static_cast<const T*>(x), cols, begin, len,
+                 static_cast<int>(reduce), static_cast<T*>(out));
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
     return Status::Ok();
   });
@@ -308,9 +315,9 @@ Status Convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int
       const S* s = static_cast<const S*>(src);
       D* d = static_cast<D*>(dst);
       if (Aligned(src, V * sizeof(S)) && Aligned(dst, V * sizeof(D))) {
-        ConvertKernel<S, D, V><<<GridBlocks(CeilDiv(n / V + 1, kThreads)), kThreads, 0, stream>>>(s, d, n);
+        LaunchKernel(ConvertKernel<S, D, V>, GridBlocks(CeilDiv(n / V + 1, kThreads)), kThreads, 0, stream, s, d, n);
       } else {
-        ConvertKernel<S, D, 1><<<GridBlocks(CeilDiv(n, kThreads)), kThreads, 0, stream>>>(s, d, n);
+        LaunchKernel(ConvertKernel<S, D, 1>, GridBlocks(CeilDiv(n, kThreads)), kThreads, 0, stream, s, d, n);
       }
       FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
       return Status::Ok();

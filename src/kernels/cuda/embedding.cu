@@ -4,6 +4,7 @@
 #include "kernels/cuda/act_access.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/launch.h"
 
 namespace ferry::cuda {
 namespace {
@@ -15,6 +16,7 @@ constexpr int kMaxThreads = 256;
 // One block per id: out[i, :] = table[ids[i], :], V elements per step (V divides hidden).
 template <typename S, typename T, int V>
 __global__ void EmbeddingKernel(const S* table, const int32_t* ids, int64_t n, int64_t hidden, T* out) {
+  AwaitPriorGrids();
   const int64_t nvec = hidden / V;
   for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
     const S* row = table + static_cast<int64_t>(ids[i]) * hidden;
@@ -46,9 +48,11 @@ Status EmbeddingGather(const void* table, DType table_dtype, const int32_t* ids,
       T* o = static_cast<T*>(out);
       const int blocks = static_cast<int>(n < (1 << 20) ? n : (1 << 20));
       if (hidden % V == 0 && Aligned(table, V * sizeof(S)) && Aligned(out, V * sizeof(T))) {
-        EmbeddingKernel<S, T, V><<<blocks, RowThreads(hidden / V, kMaxThreads), 0, stream>>>(tab, ids, n, hidden, o);
+        LaunchKernel(EmbeddingKernel<S, T, V>, blocks, RowThreads(hidden / V, kMaxThreads), 0, stream, tab, ids, n,
+                     hidden, o);
       } else {
-        EmbeddingKernel<S, T, 1><<<blocks, RowThreads(hidden, kMaxThreads), 0, stream>>>(tab, ids, n, hidden, o);
+        LaunchKernel(EmbeddingKernel<S, T, 1>, blocks, RowThreads(hidden, kMaxThreads), 0, stream, tab, ids, n,
+                     hidden, o);
       }
       FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
       return Status::Ok();

@@ -7,6 +7,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemm_common.cuh"
+#include "kernels/cuda/launch.h"
 
 namespace ferry::cuda::gemm_kernels {
 
@@ -33,6 +34,7 @@ template <typename Acc, typename Out, int kVec>
 __global__ void ScaleEpilogueKernel(const Acc* __restrict__ acc, int64_t m, int64_t n, const float* __restrict__ xs,
                                     bool per_row, const float* __restrict__ ws, bool per_col, BiasRef<Out> bias,
                                     GemmActivation act, Out* __restrict__ y, int64_t ldy) {
+  AwaitPriorGrids();
   for (int64_t row = blockIdx.y; row < m; row += gridDim.y) {
     const float row_scale = xs != nullptr ? xs[per_row ? row : 0] : 1.0f;
     for (int64_t col = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) * kVec; col < n;
@@ -73,11 +75,11 @@ Status LaunchScaleEpilogue(const void* acc, int64_t m, int64_t n, const float* x
   const BiasRef<Out> b = MakeBias<Out>(bias, bias_dtype);
   const bool vec = n % 4 == 0 && reinterpret_cast<uintptr_t>(acc) % 16 == 0;
   if (vec) {
-    ScaleEpilogueKernel<Acc, Out, 4>
-        <<<Grid2d(m, n / 4), kThreads, 0, stream>>>(a, m, n, xs, per_row, ws, per_col, b, act, out, ldy);
+    LaunchKernel(ScaleEpilogueKernel<Acc, Out, 4>, Grid2d(m, n / 4), kThreads, 0, stream, a, m, n, xs, per_row, ws,
+                 per_col, b, act, out, ldy);
   } else {
-    ScaleEpilogueKernel<Acc, Out, 1>
-        <<<Grid2d(m, n), kThreads, 0, stream>>>(a, m, n, xs, per_row, ws, per_col, b, act, out, ldy);
+    LaunchKernel(ScaleEpilogueKernel<Acc, Out, 1>, Grid2d(m, n), kThreads, 0, stream, a, m, n, xs, per_row, ws,
+                 per_col, b, act, out, ldy);
   }
   FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
   return Status::Ok();
@@ -100,6 +102,7 @@ Status DispatchScaleEpilogueOut(const void* acc, int64_t m, int64_t n, const flo
 template <typename Out, int kVec>
 __global__ void BiasActivationKernel(Out* __restrict__ y, int64_t m, int64_t n, int64_t ldy, BiasRef<Out> bias,
                                      GemmActivation act) {
+  AwaitPriorGrids();
   for (int64_t row = blockIdx.y; row < m; row += gridDim.y) {
     for (int64_t col = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) * kVec; col < n;
          col += static_cast<int64_t>(gridDim.x) * blockDim.x * kVec) {
@@ -120,9 +123,9 @@ Status LaunchBiasActivation(void* y, int64_t m, int64_t n, int64_t ldy, const vo
   auto* out = static_cast<Out*>(y);
   const BiasRef<Out> b = MakeBias<Out>(bias, bias_dtype);
   if (n % kVec == 0 && ldy % kVec == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0) {
-    BiasActivationKernel<Out, kVec><<<Grid2d(m, n / kVec), kThreads, 0, stream>>>(out, m, n, ldy, b, act);
+    LaunchKernel(BiasActivationKernel<Out, kVec>, Grid2d(m, n / kVec), kThreads, 0, stream, out, m, n, ldy, b, act);
   } else {
-    BiasActivationKernel<Out, 1><<<Grid2d(m, n), kThreads, 0, stream>>>(out, m, n, ldy, b, act);
+    LaunchKernel(BiasActivationKernel<Out, 1>, Grid2d(m, n), kThreads, 0, stream, out, m, n, ldy, b, act);
   }
   FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
   return Status::Ok();
@@ -134,6 +137,7 @@ Status LaunchBiasActivation(void* y, int64_t m, int64_t n, int64_t ldy, const vo
 template <typename Out>
 __global__ void DequantizeRowsKernel(const int8_t* __restrict__ w, int64_t n, int64_t k,
                                      const float* __restrict__ scale, Out* __restrict__ out) {
+  AwaitPriorGrids();
   const int64_t total = n * k;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -145,6 +149,7 @@ __global__ void DequantizeRowsKernel(const int8_t* __restrict__ w, int64_t n, in
 template <typename Out>
 __global__ void DequantizeRows8Kernel(const int8_t* __restrict__ w, int64_t n, int64_t k,
                                       const float* __restrict__ scale, Out* __restrict__ out) {
+  AwaitPriorGrids();
   const int64_t groups = n * k / 8;
   const int64_t groups_per_row = k / 8;
   for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < groups;
@@ -177,10 +182,11 @@ Status LaunchDequantize(const int8_t* w, int64_t n, int64_t k, const float* scal
   const bool vec = k % 8 == 0 && reinterpret_cast<uintptr_t>(w) % 8 == 0 &&
                    reinterpret_cast<uintptr_t>(out) % (8 * sizeof(Out)) == 0;
   if (vec) {
-    DequantizeRows8Kernel<Out>
-        <<<GridFor(n * k / 8), kThreads, 0, stream>>>(w, n, k, scale, static_cast<Out*>(out));
+    LaunchKernel(DequantizeRows8Kernel<Out>, GridFor(n * k / 8), kThreads, 0, stream, w, n, k, scale,
+                 static_cast<Out*>(out));
   } else {
-    DequantizeRowsKernel<Out><<<GridFor(n * k), kThreads, 0, stream>>>(w, n, k, scale, static_cast<Out*>(out));
+    LaunchKernel(DequantizeRowsKernel<Out>, GridFor(n * k), kThreads, 0, stream, w, n, k, scale,
+                 static_cast<Out*>(out));
   }
   FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
   return Status::Ok();
@@ -225,6 +231,9 @@ __global__ void __launch_bounds__(kSmallMThreads, 3)
     SmallMKernel(const T* __restrict__ x, int64_t ldx, const W* __restrict__ w, const float* __restrict__ scale,
                  int64_t n, int64_t k, BiasRef<T> bias, GemmActivation act, T* __restrict__ y, int64_t ldy) {
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kSmallMCols;
+  // The block's weight rows do not depend on earlier kernels: start them towards L2 while
+  // the kernel before this one finishes.
+  PrefetchThenAwait(w + n0 * k, (std::min<int64_t>(n0 + kSmallMCols, n) - n0) * k * static_cast<int64_t>(sizeof(W)));
   const int64_t chunks = k / 16;
   float acc[kSmallMCols][kRows];
 #pragma unroll
@@ -297,7 +306,8 @@ Status LaunchSmallM(const void* x, int64_t ldx, int64_t m, const W* w, const flo
     switch (rows) {
 #define FERRY_SMALL_M_CASE(R)                                                                          \
   case R:                                                                                              \
-    SmallMKernel<T, W, R><<<grid, kSmallMThreads, 0, stream>>>(xr, ldx, w, scale, n, k, b, act, yr, ldy); \
+    LaunchKernel(SmallMKernel<T, W, R>, grid, kSmallMThreads, 0, stream, xr, ldx, w, scale, n, k, b,   \
+                 act, yr, ldy);                                                                        \
     break;
       FERRY_SMALL_M_CASE(1)
       FERRY_SMALL_M_CASE(2)

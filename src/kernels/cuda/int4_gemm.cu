@@ -22,6 +22,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemm_common.cuh"
+#include "kernels/cuda/launch.h"
 
 namespace ferry::cuda::gemm_kernels {
 
@@ -83,6 +84,7 @@ template <typename Out>
 __global__ void DequantizeInt4Kernel(const uint32_t* __restrict__ w, int64_t n, int64_t k, int64_t group,
                                      const float* __restrict__ scale, const uint8_t* __restrict__ zero,
                                      Out* __restrict__ out) {
+  AwaitPriorGrids();
   const int64_t words = n * (k / 8);
   const int64_t words_per_row = k / 8;
   const int64_t groups = k / group;
@@ -122,6 +124,11 @@ __global__ void __launch_bounds__(kSmallThreads)
     Int4SmallMKernel(const T* __restrict__ x, int64_t ldx, const uint32_t* __restrict__ w,
                      const float* __restrict__ scale, const uint8_t* __restrict__ zero, int64_t n, int64_t k,
                      int64_t group, BiasRef<T> bias, GemmActivation act, T* __restrict__ y, int64_t ldy) {
+  {  // the block's packed weight rows, towards L2 while the kernel before this one finishes
+    const int64_t first = static_cast<int64_t>(blockIdx.x) * kSmallWarps * kWarpRows;
+    const int64_t rows = first < n ? std::min<int64_t>(kSmallWarps * kWarpRows, n - first) : 0;
+    PrefetchThenAwait(w + first * (k / 8), rows * (k / 8) * static_cast<int64_t>(sizeof(uint32_t)));
+  }
   const int lane = threadIdx.x & 31;
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kSmallWarps + (threadIdx.x >> 5)) * kWarpRows;
   if (row0 >= n) return;
@@ -234,7 +241,8 @@ Status LaunchSmallM(const void* x, int64_t ldx, int64_t m, const uint32_t* w, co
     switch (rows) {
 #define FERRY_INT4_SMALL_M_CASE(R)                                                                                     \
   case R:                                                                                                              \
-    Int4SmallMKernel<T, R><<<grid, kSmallThreads, 0, stream>>>(xr, ldx, w, scale, zero, n, k, group, b, act, yr, ldy); \
+    LaunchKernel(Int4SmallMKernel<T, R>, grid, kSmallThreads, 0, stream, xr, ldx, w, scale, zero, n, k, group, b,      \
+                 act, yr, ldy);                                                                                        \
     break;
       FERRY_INT4_SMALL_M_CASE(1)
       FERRY_INT4_SMALL_M_CASE(2)
@@ -295,6 +303,7 @@ __global__ void __launch_bounds__(kMmaThreads)
                   const float* __restrict__ scale, const uint8_t* __restrict__ zero, int64_t n, int64_t k,
                   int64_t group, int64_t k_per_split, BiasRef<T> bias, GemmActivation act, T* __restrict__ y,
                   int64_t ldy, float* __restrict__ partials) {
+  AwaitPriorGrids();
   namespace wmma = nvcuda::wmma;
   constexpr int kAChunks = BM * kMmaBK / 8 / kMmaThreads;  // 16-byte activation chunks per thread
   __shared__ __align__(128) unsigned char smem[MmaSharedBytes<T, BM>()];
@@ -407,6 +416,7 @@ __global__ void __launch_bounds__(kMmaThreads)
 template <typename T>
 __global__ void SplitSumKernel(const float* __restrict__ partials, int64_t splits, int64_t m, int64_t n,
                                BiasRef<T> bias, GemmActivation act, T* __restrict__ y, int64_t ldy) {
+  AwaitPriorGrids();
   const int64_t total = m * n;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -429,14 +439,13 @@ Status LaunchMma(const void* x, int64_t ldx, int64_t m, const uint32_t* w, const
   const int64_t grid_m = (m + BM - 1) / BM;
   if (grid_n > 0x7fffffff || grid_m > 65535) return InvalidArgument("int4 tensor-core GEMM: problem too large");
   const dim3 grid(static_cast<unsigned>(grid_n), static_cast<unsigned>(grid_m), static_cast<unsigned>(splits));
-  Int4MmaKernel<T, BM><<<grid, kMmaThreads, 0, stream>>>(static_cast<const T*>(x), ldx, m, w, scale, zero, n, k, group,
-                                                         k_per_split, b, act, static_cast<T*>(y), ldy,
-                                                         splits > 1 ? partials : nullptr);
+  LaunchKernel(Int4MmaKernel<T, BM>, grid, kMmaThreads, 0, stream, static_cast<const T*>(x), ldx, m, w, scale, zero,
+               n, k, group, k_per_split, b, act, static_cast<T*>(y), ldy, splits > 1 ? partials : nullptr);
   FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
   if (splits > 1) {
     const int64_t blocks = std::clamp<int64_t>((m * n + 255) / 256, 1, 8192);
-    SplitSumKernel<T>
-        <<<static_cast<unsigned>(blocks), 256, 0, stream>>>(partials, splits, m, n, b, act, static_cast<T*>(y), ldy);
+    LaunchKernel(SplitSumKernel<T>, static_cast<unsigned>(blocks), 256, 0, stream, partials, splits, m, n, b, act,
+                 static_cast<T*>(y), ldy);
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
   }
   return Status::Ok();
@@ -467,7 +476,7 @@ Status DequantizeInt4Rows(const uint32_t* w, int64_t n, int64_t k, int64_t group
     using T = decltype(tag);
     const int64_t words = n * (k / 8);
     const int blocks = static_cast<int>(std::clamp<int64_t>((words + 255) / 256, 1, 8192));
-    DequantizeInt4Kernel<T><<<blocks, 256, 0, stream>>>(w, n, k, group, scale, zero, static_cast<T*>(out));
+    LaunchKernel(DequantizeInt4Kernel<T>, blocks, 256, 0, stream, w, n, k, group, scale, zero, static_cast<T*>(out));
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
     return Status::Ok();
   });

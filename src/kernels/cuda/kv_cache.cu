@@ -5,6 +5,7 @@
 #include "kernels/cuda/act_access.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/launch.h"
 
 namespace ferry::cuda {
 namespace {
@@ -17,6 +18,7 @@ constexpr int kMaxThreads = 256;
 template <typename T, typename C, int V>
 __global__ void WriteKvKernel(const T* k, const T* v, const int32_t* slots, int64_t tokens, int num_kv_heads,
                               int head_dim, int block_tokens, C* k_cache, C* v_cache) {
+  AwaitPriorGrids();
   const int per_head = head_dim / V;
   const int per_token = num_kv_heads * per_head;
   for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
@@ -65,12 +67,12 @@ Status WriteKv(const void* k, const void* v, const int32_t* slots, int64_t token
                        Aligned(v_cache, V * sizeof(C));
       if (vec) {
         const int threads = RowThreads(2 * static_cast<int64_t>(num_kv_heads) * (head_dim / V), kMaxThreads);
-        WriteKvKernel<T, C, V><<<blocks, threads, 0, stream>>>(kt, vt, slots, tokens, num_kv_heads, head_dim,
-                                                               block_tokens, kc, vc);
+        LaunchKernel(WriteKvKernel<T, C, V>, blocks, threads, 0, stream, kt, vt, slots, tokens, num_kv_heads,
+                     head_dim, block_tokens, kc, vc);
       } else {
         const int threads = RowThreads(2 * static_cast<int64_t>(num_kv_heads) * head_dim, kMaxThreads);
-        WriteKvKernel<T, C, 1><<<blocks, threads, 0, stream>>>(kt, vt, slots, tokens, num_kv_heads, head_dim,
-                                                               block_tokens, kc, vc);
+        LaunchKernel(WriteKvKernel<T, C, 1>, blocks, threads, 0, stream, kt, vt, slots, tokens, num_kv_heads,
+                     head_dim, block_tokens, kc, vc);
       }
       FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
       return Status::Ok();

@@ -9,6 +9,7 @@
 #include "kernels/cuda/act_access.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/launch.h"
 
 namespace ferry::cuda {
 namespace {
@@ -42,6 +43,7 @@ __device__ __forceinline__ void LoadParams(const float* p, int64_t j, float (&ou
 // RMSNorm. kIters > 0: the row is held in registers; 0: read twice.
 template <typename T, int V, int kIters>
 __global__ void __launch_bounds__(kMaxThreads) RmsNormKernel(const T* x, const float* gamma, float eps, int64_t rows, int64_t cols, T* out) {
+  AwaitPriorGrids();
   __shared__ float scratch[32];
   const int64_t nvec = cols / V;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -98,6 +100,7 @@ __global__ void __launch_bounds__(kMaxThreads) RmsNormKernel(const T* x, const f
 template <typename T, int V, int kIters>
 __global__ void __launch_bounds__(kMaxThreads) AddRmsNormKernel(T* residual, const T* delta, const float* gamma, float eps, int64_t rows,
                                  int64_t cols, T* out) {
+  AwaitPriorGrids();
   __shared__ float scratch[32];
   const int64_t nvec = cols / V;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -185,6 +188,7 @@ template <typename T, typename Q, int V, int kIters>
 __global__ void __launch_bounds__(kMaxThreads)
     RmsNormQuantizeKernel(T* residual, const T* delta, const float* gamma, float eps, int64_t rows, int64_t cols,
                           const float* smooth, Q* q, float* row_scales) {
+  AwaitPriorGrids();
   static_assert(kIters > 0, "rows are held in registers");
   constexpr float kMax = kQuantMax<Q>;
   __shared__ float scratch[32];
@@ -242,6 +246,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 template <typename T, int V, int kIters>
 __global__ void __launch_bounds__(kMaxThreads) LayerNormKernel(const T* x, const T* delta, const float* gamma, const float* beta, float eps,
                                 int64_t rows, int64_t cols, T* out) {
+  AwaitPriorGrids();
   __shared__ float scratch[32];
   const int64_t nvec = cols / V;
   const float n = static_cast<float>(cols);
@@ -366,6 +371,7 @@ Status CheckRowArgs(const char* what, int64_t rows, int64_t cols) {
 template <typename T>
 __global__ void HeadRmsNormKernel(T* x, int64_t items, int heads, int head_dim, int64_t cols, int64_t col_begin,
                                   const float* gamma, float eps) {
+  AwaitPriorGrids();
   const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (item >= items) return;
   const int lane = threadIdx.x & 31;
@@ -396,8 +402,8 @@ Status HeadRmsNorm(void* x, int64_t rows, int64_t cols, int64_t col_begin, int h
     const int64_t items = rows * heads;
     constexpr int kWarpsPerBlock = 8;
     const int64_t blocks = (items + kWarpsPerBlock - 1) / kWarpsPerBlock;
-    HeadRmsNormKernel<T><<<static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0, stream>>>(
-        static_cast<T*>(x), items, heads, head_dim, cols, col_begin, gamma, eps);
+    LaunchKernel(HeadRmsNormKernel<T>, static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0, stream,
+                 static_cast<T*>(x), items, heads, head_dim, cols, col_begin, gamma, eps);
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
     return Status::Ok();
   });
@@ -412,8 +418,8 @@ Status RmsNorm(const void* x, const float* gamma, float eps, int64_t rows, int64
     using T = decltype(tag);
     const RowPlan plan = PlanRows(cols, kVec16<T>, Aligned(x, 16) && Aligned(out, 16) && Aligned(gamma, 16));
     DispatchRowPlan<T>(plan, [&](auto v, auto iters) {
-      RmsNormKernel<T, decltype(v)::value, decltype(iters)::value><<<RowBlocks(rows), plan.threads, 0, stream>>>(
-          static_cast<const T*>(x), gamma, eps, rows, cols, static_cast<T*>(out));
+      LaunchKernel(RmsNormKernel<T, decltype(v)::value, decltype(iters)::value>, RowBlocks(rows), plan.threads, 0,
+                   stream, static_cast<const T*>(x), gamma, eps, rows, cols, static_cast<T*>(out));
     });
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
     return Status::Ok();
@@ -433,8 +439,9 @@ Status AddRmsNorm(void* residual, const void* delta, const float* gamma, float e
     const RowPlan plan = PlanRows(
         cols, kVec16<T>, Aligned(residual, 16) && Aligned(delta, 16) && Aligned(out, 16) && Aligned(gamma, 16));
     DispatchRowPlan<T>(plan, [&](auto v, auto iters) {
-      AddRmsNormKernel<T, decltype(v)::value, decltype(iters)::value><<<RowBlocks(rows), plan.threads, 0, stream>>>(
-          static_cast<T*>(residual), static_cast<const T*>(delta), gamma, eps, rows, cols, static_cast<T*>(out));
+      LaunchKernel(AddRmsNormKernel<T, decltype(v)::value, decltype(iters)::value>, RowBlocks(rows), plan.threads, 0,
+                   stream, static_cast<T*>(residual), static_cast<const T*>(delta), gamma, eps, rows, cols,
+                   static_cast<T*>(out));
     });
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
     return Status::Ok();
@@ -478,9 +485,9 @@ Status RmsNormQuantize(void* residual, const void* delta, const float* gamma, fl
     const RowPlan plan = PlanRows(cols, V, true);
     const auto launch = [&](auto qtag, auto iters) {
       using Q = decltype(qtag);
-      RmsNormQuantizeKernel<T, Q, V, decltype(iters)::value><<<RowBlocks(rows), plan.threads, 0, stream>>>(
-          static_cast<T*>(residual), static_cast<const T*>(delta), gamma, eps, rows, cols, smooth,
-          static_cast<Q*>(q), row_scales);
+      LaunchKernel(RmsNormQuantizeKernel<T, Q, V, decltype(iters)::value>, RowBlocks(rows), plan.threads, 0, stream,
+                   static_cast<T*>(residual), static_cast<const T*>(delta), gamma, eps, rows, cols, smooth,
+                   static_cast<Q*>(q), row_scales);
     };
     const auto with_iters = [&](auto qtag) {
       if (plan.iters == 1) {
@@ -512,9 +519,9 @@ Status LayerNorm(const void* x, const void* delta, const float* gamma, const flo
                          Aligned(gamma, 16) && Aligned(beta, 16);
     const RowPlan plan = PlanRows(cols, kVec16<T>, aligned);
     DispatchRowPlan<T>(plan, [&](auto v, auto iters) {
-      LayerNormKernel<T, decltype(v)::value, decltype(iters)::value><<<RowBlocks(rows), plan.threads, 0, stream>>>(
-          static_cast<const T*>(x), static_cast<const T*>(delta), gamma, beta, eps, rows, cols,
-          static_cast<T*>(out));
+      LaunchKernel(LayerNormKernel<T, decltype(v)::value, decltype(iters)::value>, RowBlocks(rows), plan.threads, 0,
+                   stream, static_cast<const T*>(x), static_cast<const T*>(delta), gamma, beta, eps, rows, cols,
+                   static_cast<T*>(out));
     });
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
     return Status::Ok();

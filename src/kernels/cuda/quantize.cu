@@ -10,6 +10,7 @@
 #include "kernels/cuda/act_access.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/launch.h"
 
 namespace ferry::cuda {
 namespace {
@@ -46,6 +47,7 @@ __device__ __forceinline__ void LoadScaled(const T* row, int64_t cols, const flo
 // rows too wide for that are read twice (the second time from L1/L2).
 template <typename T, typename Q, int V, QuantPrologue kPro, int kHeld>
 __global__ void QuantizeRowsKernel(const T* x, int64_t rows, int64_t cols, const float* smooth, Q* q, float* scales) {
+  AwaitPriorGrids();
   constexpr float kMax = kQuantMax<Q>;
   constexpr bool kGated = kPro == QuantPrologue::kSiluMul || kPro == QuantPrologue::kGeluTanhMul;
   __shared__ float scratch[32];
@@ -101,15 +103,18 @@ void LaunchRowsWith(const T* x, int64_t rows, int64_t cols, const float* smooth,
   const int64_t per_thread = (nvec + threads - 1) / threads;
   if constexpr (V > 1) {
     if (per_thread <= 1) {
-      QuantizeRowsKernel<T, Q, V, kPro, 1><<<blocks, threads, 0, stream>>>(x, rows, cols, smooth, q, row_scales);
+      LaunchKernel(QuantizeRowsKernel<T, Q, V, kPro, 1>, blocks, threads, 0, stream, x, rows, cols, smooth, q,
+                   row_scales);
       return;
     }
     if (per_thread <= 4) {
-      QuantizeRowsKernel<T, Q, V, kPro, 4><<<blocks, threads, 0, stream>>>(x, rows, cols, smooth, q, row_scales);
+      LaunchKernel(QuantizeRowsKernel<T, Q, V, kPro, 4>, blocks, threads, 0, stream, x, rows, cols, smooth, q,
+                   row_scales);
       return;
     }
   }
-  QuantizeRowsKernel<T, Q, V, kPro, 0><<<blocks, threads, 0, stream>>>(x, rows, cols, smooth, q, row_scales);
+  LaunchKernel(QuantizeRowsKernel<T, Q, V, kPro, 0>, blocks, threads, 0, stream, x, rows, cols, smooth, q,
+               row_scales);
 }
 
 template <typename T, typename Q, int V>

@@ -9,6 +9,7 @@
 #include "kernels/cuda/act_access.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/launch.h"
 
 namespace ferry::cuda {
 namespace {
@@ -40,6 +41,7 @@ template <typename T, typename C, int V, bool kWriteKv>
 __global__ void RopeKernel(const RopeIo<T> io, int64_t tokens, int num_heads, int num_kv_heads, int head_dim,
                            const int32_t* positions, const float* inv_freq, const int32_t* slots, int block_tokens,
                            C* k_cache, C* v_cache) {
+  AwaitPriorGrids();
   extern __shared__ float table[];  // cos[half] then sin[half]
   const int half = head_dim / 2;
   const int nvec = half / V;
@@ -162,11 +164,11 @@ Status LaunchRope(const RopeIo<T>& io, int64_t tokens, int num_heads, int num_kv
   C* kc = static_cast<C*>(k_cache);
   C* vc = static_cast<C*>(v_cache);
   if (VectorFits<T, C, V>(io, head_dim, k_cache, v_cache)) {
-    RopeKernel<T, C, V, kWriteKv><<<TokenBlocks(tokens), RopeThreads(heads, head_dim, V), smem, stream>>>(
-        io, tokens, num_heads, num_kv_heads, head_dim, positions, inv_freq, slots, block_tokens, kc, vc);
+    LaunchKernel(RopeKernel<T, C, V, kWriteKv>, TokenBlocks(tokens), RopeThreads(heads, head_dim, V), smem, stream,
+                 io, tokens, num_heads, num_kv_heads, head_dim, positions, inv_freq, slots, block_tokens, kc, vc);
   } else {
-    RopeKernel<T, C, 1, kWriteKv><<<TokenBlocks(tokens), RopeThreads(heads, head_dim, 1), smem, stream>>>(
-        io, tokens, num_heads, num_kv_heads, head_dim, positions, inv_freq, slots, block_tokens, kc, vc);
+    LaunchKernel(RopeKernel<T, C, 1, kWriteKv>, TokenBlocks(tokens), RopeThreads(heads, head_dim, 1), smem, stream,
+                 io, tokens, num_heads, num_kv_heads, head_dim, positions, inv_freq, slots, block_tokens, kc, vc);
   }
   FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
   return Status::Ok();

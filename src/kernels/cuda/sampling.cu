@@ -19,6 +19,7 @@
 #include "kernels/cuda/act_access.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/launch.h"
 
 namespace ferry::cuda {
 namespace {
@@ -203,6 +204,7 @@ __device__ uint64_t SelectThreshold(int vocab, double target, Elem elem, SelectS
 __global__ void __launch_bounds__(kThreads) SampleKernel(const float* logits, int vocab, LaunchParams launch,
                                                          int row_base, const int32_t* history,
                                                          const int64_t* history_offsets, int32_t* out_tokens) {
+  AwaitPriorGrids();
   extern __shared__ uint32_t seen[];  // bitmap of the row's history, when penalized
   __shared__ SelectShared select;
   __shared__ float scratch_f[32];
@@ -313,6 +315,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const float* logits, in
 // One thread per adjustment; the entries name distinct (row, id) pairs, so no two threads
 // write the same logit.
 __global__ void AdjustKernel(float* logits, int vocab, const kernels::LogitAdjustment* entries, int count) {
+  AwaitPriorGrids();
   const int i = static_cast<int>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= count) return;
   const kernels::LogitAdjustment a = entries[i];
@@ -341,7 +344,7 @@ Status AdjustLogits(float* logits, int vocab, const kernels::LogitAdjustment* en
   if (count == 0) return Status::Ok();
   if (logits == nullptr || entries == nullptr) return InvalidArgument("AdjustLogits: null pointer");
   constexpr int kBlock = 256;
-  AdjustKernel<<<(count + kBlock - 1) / kBlock, kBlock, 0, stream>>>(logits, vocab, entries, count);
+  LaunchKernel(AdjustKernel, (count + kBlock - 1) / kBlock, kBlock, 0, stream, logits, vocab, entries, count);
   FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
   return Status::Ok();
 }
@@ -350,6 +353,7 @@ namespace {
 
 // Structured outputs: ids whose bit is clear in the row's mask get kBannedLogit.
 __global__ void MaskKernel(float* logits, int vocab, const int32_t* rows, const uint64_t* masks, int words) {
+  AwaitPriorGrids();
   const int m = blockIdx.y;
   float* row = logits + static_cast<int64_t>(rows[m]) * vocab;
   const uint64_t* bits = masks + static_cast<int64_t>(m) * words;
@@ -366,7 +370,7 @@ Status MaskLogits(float* logits, int vocab, const int32_t* rows, const uint64_t*
   if (logits == nullptr || rows == nullptr || masks == nullptr) return InvalidArgument("MaskLogits: null pointer");
   constexpr int kBlock = 256;
   const dim3 grid(static_cast<unsigned>(std::min((vocab + kBlock - 1) / kBlock, 128)), static_cast<unsigned>(count));
-  MaskKernel<<<grid, kBlock, 0, stream>>>(logits, vocab, rows, masks, (vocab + 63) / 64);
+  LaunchKernel(MaskKernel, grid, kBlock, 0, stream, logits, vocab, rows, masks, (vocab + 63) / 64);
   FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
   return Status::Ok();
 }
@@ -398,8 +402,8 @@ Status SampleRows(const float* logits, int rows, int vocab, const SamplingParams
     const int n = rows - base < kRowsPerLaunch ? rows - base : kRowsPerLaunch;
     LaunchParams launch;
     for (int r = 0; r < n; ++r) launch.row[r] = params[base + r];
-    SampleKernel<<<n, kThreads, bitmap_bytes, stream>>>(logits, vocab, launch, base, history_tokens, history_offsets,
-                                                        out_tokens);
+    LaunchKernel(SampleKernel, n, kThreads, bitmap_bytes, stream, logits, vocab, launch, base, history_tokens,
+                 history_offsets, out_tokens);
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
   }
   return Status::Ok();
