@@ -82,6 +82,43 @@ TEST(CudaSampling, AdjustLogitsMatchesTheCpuBitForBit) {
 
 // Through the backend: greedy rows pick engine::Sampler's token; sampled rows never draw a
 // banned id and stay where the CPU sampler's distribution has mass.
+// Greedy rows: the first maximum wins, as engine::Argmax, on the vectorized pass (vocab a
+// multiple of 4, a llama-3-sized one included) and the scalar one (vocab 4099), with the
+// maximum repeated across the row so that the threads and the unrolled loads that hold
+// copies of it must agree on the lowest id.
+TEST(CudaSampling, GreedyRowsPickTheFirstMaximum) {
+  FERRY_SKIP_WITHOUT_GPU();
+  auto be = backend::MakeCudaBackend({});
+  ASSERT_TRUE(be.ok()) << be.status().ToString();
+  backend::Backend& b = **be;
+  for (int vocab : {4096, 4099, 128256}) {
+    const int rows = 6;
+    std::vector<float> logits = RandomFloats(static_cast<size_t>(rows) * vocab, 77 + vocab, -8.0f, 8.0f);
+    for (int r = 0; r < rows; ++r) {
+      float* row = logits.data() + static_cast<size_t>(r) * vocab;
+      // Copies of the maximum: at ids that land in different threads, different unrolled
+      // loads and different lanes of one 16-byte load, the first of them varying by row.
+      const int first = (r * 7919 + 13) % (vocab / 2);
+      for (int id : {first, first + 1, first + 4096 + 2, vocab - 1 - r, first + 16 * 1024 + 3}) {
+        if (id < vocab) row[id] = 9.5f;
+      }
+      if (r == rows - 1) row[vocab - 1] = 10.0f;  // the last id alone
+    }
+    std::vector<backend::TokenSampling> ts(static_cast<size_t>(rows));
+    for (auto& t : ts) t.temperature = 0.0f;
+    auto dev = b.Allocate({rows, vocab}, DType::kF32);
+    ASSERT_TRUE(dev.ok());
+    ASSERT_EQ(cudaMemcpy(dev->raw(), logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    std::vector<int32_t> tokens;
+    FERRY_ASSERT_OK(b.SampleTokens(*dev, ts, tokens));
+    ASSERT_EQ(tokens.size(), static_cast<size_t>(rows));
+    for (int r = 0; r < rows; ++r) {
+      const std::span<const float> row(logits.data() + static_cast<size_t>(r) * vocab, static_cast<size_t>(vocab));
+      EXPECT_EQ(tokens[r], engine::Argmax(row)) << "vocab " << vocab << " row " << r;
+    }
+  }
+}
+
 TEST(CudaSampling, SampleTokensAppliesPenaltiesBiasAndBansAsTheCpuDoes) {
   FERRY_SKIP_WITHOUT_GPU();
   auto be = backend::MakeCudaBackend({});
