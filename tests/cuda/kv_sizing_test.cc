@@ -1,8 +1,14 @@
 // The KV cache sized from gpu_memory_utilization on a real GPU: the profiling step runs,
 // the cache fills the share (more than max_num_seqs sequences), a share below the weights
-// is refused with the sizes, and a share that is not free is refused before loading.
+// is refused with the sizes, and a share that is not free is refused before loading. And
+// the device pool that the step's buffers come from, once the cache has taken the rest.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <vector>
+
+#include "backend/cuda/device_pool.h"
 #include "backend/cuda_backend.h"
 #include "cuda_test_util.h"
 #include "engine/engine.h"
@@ -79,3 +85,64 @@ TEST(CudaKvSizingTest, ShareThatIsNotFreeIsRefusedBeforeLoading) {
 
 }  // namespace
 }  // namespace ferry::sched
+
+namespace ferry::backend {
+namespace {
+
+// The pool's blocks after a step has shrunk: a request up to a quarter smaller than a kept
+// block reuses it (past 1 MiB), a smaller one does not; and a cudaMalloc that fails while
+// blocks are kept for reuse frees them and succeeds, when trimming is allowed (a decode batch
+// that varies by a few rows each step once filled the device with one cached logits buffer
+// per row count, and every step past that point failed).
+TEST(CudaDevicePoolTest, ShrunkRequestsReuseAndOutOfMemoryTrimsTheCache) {
+  FERRY_SKIP_WITHOUT_GPU();
+  auto pool = std::make_shared<DevicePool>(0);
+  constexpr size_t kMiB = size_t{1} << 20;
+  {
+    auto a = pool->Get(100 * kMiB);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+  }
+  EXPECT_EQ(pool->allocated_bytes(), 100 * kMiB);
+  EXPECT_EQ(pool->cached_bytes(), 100 * kMiB);
+  {
+    auto b = pool->Get(90 * kMiB);  // within a quarter: the 100 MiB block
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(pool->allocated_bytes(), 100 * kMiB);
+    EXPECT_EQ(pool->cached_bytes(), 0u);
+    auto c = pool->Get(70 * kMiB);  // no block close enough: a new one
+    ASSERT_TRUE(c.ok());
+    EXPECT_EQ(pool->allocated_bytes(), 170 * kMiB);
+  }
+  pool->Trim();
+  EXPECT_EQ(pool->allocated_bytes(), 0u);
+
+  size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+  constexpr size_t kGiB = size_t{1} << 30;
+  const size_t blocks = free_bytes * 6 / 10 / kGiB;
+  ASSERT_GT(blocks, 0u);
+  {
+    std::vector<std::shared_ptr<void>> held;
+    for (size_t i = 0; i < blocks; ++i) {
+      auto block = pool->Get(kGiB);
+      ASSERT_TRUE(block.ok()) << block.status().ToString();
+      held.push_back(*block);
+    }
+  }  // all kept for reuse now
+  EXPECT_EQ(pool->cached_bytes(), blocks * kGiB);
+  const size_t big = free_bytes * 7 / 10;
+  auto refused = pool->Get(big);  // without trimming: the kept blocks leave too little
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status().ToString();
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  {
+    auto granted = pool->Get(big, /*may_trim=*/true);
+    ASSERT_TRUE(granted.ok()) << granted.status().ToString();
+    EXPECT_EQ(pool->cached_bytes(), 0u);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  }
+  pool->Trim();
+}
+
+}  // namespace
+}  // namespace ferry::backend

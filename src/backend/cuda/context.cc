@@ -31,7 +31,7 @@ CudaContext::~CudaContext() {
 Result<Tensor> CudaContext::Allocate(const Shape& shape, DType dtype) {
   const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
   DevicePool& pool = recording_ ? *graph_pool_ : *pool_;
-  Result<std::shared_ptr<void>> block = pool.Get(bytes);
+  Result<std::shared_ptr<void>> block = pool.Get(bytes, /*may_trim=*/!recording_);
   if (!block.ok()) {
     return block.status().WithContext("allocating " + std::string(DTypeName(dtype)) + ShapeToString(shape) + " (" +
                                       std::to_string(bytes) + " bytes) on " + where_);
@@ -41,7 +41,7 @@ Result<Tensor> CudaContext::Allocate(const Shape& shape, DType dtype) {
 }
 
 Result<std::shared_ptr<void>> CudaContext::AllocatePersistent(size_t bytes) {
-  Result<std::shared_ptr<void>> block = pool_->Get(bytes);
+  Result<std::shared_ptr<void>> block = pool_->Get(bytes, /*may_trim=*/!recording_);
   if (!block.ok()) return block.status().WithContext("allocating " + std::to_string(bytes) + " bytes on " + where_);
   return block;
 }

@@ -21,10 +21,15 @@ class DevicePool : public std::enable_shared_from_this<DevicePool> {
   DevicePool(const DevicePool&) = delete;
   DevicePool& operator=(const DevicePool&) = delete;
 
-  // A block of at least `bytes` bytes; ResourceExhausted when the device is out of memory.
-  Result<std::shared_ptr<void>> Get(size_t bytes);
+  // A block of at least `bytes` bytes (past 1 MiB, a kept block up to a quarter larger may
+  // serve); ResourceExhausted when the device is out of memory. With may_trim, a failed
+  // cudaMalloc frees the blocks kept for reuse (Trim) and tries once more: not while a CUDA
+  // graph is captured, where cudaFree is not allowed.
+  Result<std::shared_ptr<void>> Get(size_t bytes, bool may_trim = false);
   // Device memory the pool holds: blocks in use and blocks kept for reuse.
   size_t allocated_bytes() const { return allocated_bytes_; }
+  // The part of it kept for reuse.
+  size_t cached_bytes();
   // Frees the blocks kept for reuse (cudaFree waits for the device).
   void Trim();
 
