@@ -2,7 +2,11 @@
 // 128), at llama-3-8B shapes (qkv 6144 x 4096, o 4096 x 4096, gate_up 28672 x 4096, down
 // 4096 x 14336), for M from decode to prefill sizes.
 //
-//   cuda_gemm_bench [--layers=L] [--ms=1,2,4,...] [--json=FILE]
+//   cuda_gemm_bench [--layers=L] [--ms=1,2,4,...] [--json=FILE] [--model=8b|1b] [--per-shape]
+//
+// --model=1b takes the llama-3.2-1B shapes instead (qkv 3072 x 2048, o 2048 x 2048, gate_up
+// 16384 x 2048, down 2048 x 8192). --per-shape adds, for M <= 8, a table of each bf16 linear
+// alone: the dense small-M kernel against cuBLASLt's heuristic, in us and in weight GB/s.
 //
 // Each format gets L layers of distinct random weights (default 8: 1.7 GB of bf16, 0.45 GB of
 // int4, far beyond the 50 MB L2, so every GEMM streams its weight from HBM as decode does).
@@ -65,7 +69,9 @@ struct Shape {
   const char* name;
   int64_t n, k;
 };
-constexpr Shape kShapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
+constexpr Shape k8BShapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
+constexpr Shape k1BShapes[] = {{"qkv", 3072, 2048}, {"o", 2048, 2048}, {"gate_up", 16384, 2048}, {"down", 2048, 8192}};
+std::vector<Shape> kShapes(std::begin(k8BShapes), std::end(k8BShapes));
 constexpr int64_t kGroup = 128;
 
 void* DeviceAlloc(size_t bytes) {
@@ -134,12 +140,13 @@ GemmArgs Args(const Weight& w, const void* x, void* y) {
 }
 
 // Median microseconds per layer of replaying all layers' GEMMs with one choice per shape
-// (null: the default route).
+// (null: the default route); only shape `only` when it is not negative.
 double TimeLayers(LtGemm& gemm, cudaStream_t stream, bool int4, int64_t m, const std::vector<std::vector<Weight>>& w,
-                  const std::vector<const GemmChoice*>& choices, const void* x, void* y) {
+                  const std::vector<const GemmChoice*>& choices, const void* x, void* y, int only = -1) {
   const int layers = static_cast<int>(w[0].size());
   // Warm up outside capture (plans, scratch).
   for (size_t si = 0; si < std::size(kShapes); ++si) {
+    if (only >= 0 && static_cast<int>(si) != only) continue;
     CHECK_OK(gemm.Run(Problem(int4, m, kShapes[si]), Args(w[si][0], x, y), stream, choices[si]));
   }
   CHECK_CUDA(cudaStreamSynchronize(stream));
@@ -147,6 +154,7 @@ double TimeLayers(LtGemm& gemm, cudaStream_t stream, bool int4, int64_t m, const
   CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   for (int l = 0; l < layers; ++l) {
     for (size_t si = 0; si < std::size(kShapes); ++si) {
+      if (only >= 0 && static_cast<int>(si) != only) continue;
       CHECK_OK(gemm.Run(Problem(int4, m, kShapes[si]), Args(w[si][l], x, y), stream, choices[si]));
     }
   }
@@ -192,6 +200,8 @@ int main(int argc, char** argv) {
   int layers = 8;
   std::vector<int64_t> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 2048};
   std::string json_path;
+  bool per_shape = false;
+  const char* model = "8B";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a.rfind("--layers=", 0) == 0)
@@ -200,15 +210,23 @@ int main(int argc, char** argv) {
       ms = ParseList(a.c_str() + 5);
     else if (a.rfind("--json=", 0) == 0)
       json_path = a.substr(7);
+    else if (a == "--model=1b") {
+      kShapes.assign(std::begin(k1BShapes), std::end(k1BShapes));
+      model = "3.2-1B";
+    } else if (a == "--model=8b")
+      kShapes.assign(std::begin(k8BShapes), std::end(k8BShapes));
+    else if (a == "--per-shape")
+      per_shape = true;
     else {
-      std::fprintf(stderr, "usage: cuda_gemm_bench [--layers=L] [--ms=1,2,...] [--json=FILE]\n");
+      std::fprintf(stderr,
+                   "usage: cuda_gemm_bench [--layers=L] [--ms=1,2,...] [--json=FILE] [--model=8b|1b] [--per-shape]\n");
       return 2;
     }
   }
   cudaDeviceProp prop{};
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s, %d SMs; %d layers of llama-3-8B linears per format\n", prop.name, prop.multiProcessorCount,
-              layers);
+  std::printf("device: %s, %d SMs; %d layers of llama-%s linears per format\n", prop.name, prop.multiProcessorCount,
+              layers, model);
   std::fflush(stdout);
 
   std::vector<std::vector<Weight>> bf16(std::size(kShapes)), int4(std::size(kShapes));
@@ -237,6 +255,28 @@ int main(int argc, char** argv) {
   LtGemm& gemm = **gemm_or;
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  if (per_shape) {
+    // Each bf16 linear alone (all layers' copies in one graph): the small-M kernel against
+    // cuBLASLt's heuristic, with the weight bytes each reads per microsecond.
+    std::printf("\n| M | linear (N x K) | bf16 small-M (us) | GB/s | bf16 cuBLASLt heuristic (us) | GB/s |\n"
+                "|---|---|---|---|---|---|\n");
+    GemmChoice small;
+    small.route = GemmChoice::Route::kSmallM;
+    const std::vector<const GemmChoice*> smalls(std::size(kShapes), &small), none(std::size(kShapes), nullptr);
+    for (int64_t m : ms) {
+      if (m > ferry::cuda::kDenseSmallMMaxM) continue;
+      for (size_t si = 0; si < std::size(kShapes); ++si) {
+        const double gb = static_cast<double>(kShapes[si].n * kShapes[si].k * 2) * 1e-3;  // per us
+        const double t_s = TimeLayers(gemm, stream, false, m, bf16, smalls, x, y, static_cast<int>(si));
+        const double t_l = TimeLayers(gemm, stream, false, m, bf16, none, x, y, static_cast<int>(si));
+        std::printf("| %lld | %s (%lld x %lld) | %.2f | %.0f | %.2f | %.0f |\n", static_cast<long long>(m),
+                    kShapes[si].name, static_cast<long long>(kShapes[si].n), static_cast<long long>(kShapes[si].k),
+                    t_s, gb / t_s, t_l, gb / t_l);
+        std::fflush(stdout);
+      }
+    }
+  }
 
   std::string json = "[";
   std::printf(

@@ -644,6 +644,8 @@ TEST_F(GemmTest, Int8WeightOnlyBothRoutes) {
     GemmProblem always_small = p;
     always_small.small_m_max = 64;
     CheckShapes({GemmKind::kInt8WeightOnly, act, 64, 2048, 2048}, always_small, {13, 64}, tol);
+    // K past whole unrolled iterations of the small-M kernel (one piece of tail), odd N.
+    CheckShapes({GemmKind::kInt8WeightOnly, act, 8, 1001, 4112}, p, {1, 2, 3, 8}, tol);
   }
   // Bias and GELU on both routes; K not a multiple of 16 leaves the small-M kernel out.
   GemmProblem pb;
@@ -676,7 +678,9 @@ TEST_F(GemmTest, DenseSmallMKernelMatchesReference) {
                           Case{5632, 2048, false, DType::kF32, GemmActivation::kNone},
                           Case{2048, 8192, false, DType::kF32, GemmActivation::kNone},
                           Case{1000, 1024, true, DType::kF32, GemmActivation::kGeluErf},
-                          Case{1001, 1024, true, dt, GemmActivation::kGeluTanh}}) {
+                          Case{1001, 1024, true, dt, GemmActivation::kGeluTanh},
+                          // K past whole unrolled iterations (a tail of two pieces), odd N.
+                          Case{1003, 4112, false, DType::kF32, GemmActivation::kNone}}) {
       HostOperands h;
       DeviceOperands d;
       MakeOperands({kind, dt, 16, c.n, c.k, c.bias, c.bias_dtype}, h, d);
