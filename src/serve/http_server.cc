@@ -1,13 +1,12 @@
 #include "serve/http_server.h"
 
 #include <pthread.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <system_error>
 
+#include "core/file_limit.h"
 #include "core/logging.h"
 #include "serve/http_server_impl.h"
 
@@ -139,22 +138,8 @@ Status HttpServer::Listen() {
   }
   // Every connection is a descriptor: allow as many as the hard limit permits, and accept
   // no more connections than the descriptors left allow.
-  rlimit limit{};
-  int64_t file_limit = -1;
-  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0) {
-    if (limit.rlim_cur < limit.rlim_max) {
-      limit.rlim_cur = limit.rlim_max;
-      ::setrlimit(RLIMIT_NOFILE, &limit);
-      ::getrlimit(RLIMIT_NOFILE, &limit);
-    }
-    if (limit.rlim_cur != RLIM_INFINITY) file_limit = static_cast<int64_t>(limit.rlim_cur);
-  }
-  int64_t open_now = 0;
-  std::error_code fs_ec;
-  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", fs_ec);
-       !fs_ec && it != std::filesystem::directory_iterator(); it.increment(fs_ec)) {
-    ++open_now;
-  }
+  const int64_t file_limit = RaiseFileLimit();
+  const int64_t open_now = std::max<int64_t>(OpenFileCount(), 0);
   max_connections_ = MaxConnectionsWithin(impl_->options.max_connections, file_limit, open_now);
   if (max_connections_ < impl_->options.max_connections) {
     FERRY_LOG_WARN(

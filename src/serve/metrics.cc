@@ -1,19 +1,19 @@
 #include "serve/metrics.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "core/file_limit.h"
 #include "core/version.h"
 
 namespace ferry::serve {
@@ -318,13 +318,8 @@ ProcessStats ReadProcessStats() {
   s.threads = std::stod(f[17]);
   s.virtual_bytes = std::stod(f[20]);
   s.resident_bytes = std::stod(f[21]) * static_cast<double>(sysconf(_SC_PAGESIZE));
-  std::error_code ec;
-  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::directory_iterator();
-       it.increment(ec)) {
-    s.open_fds += 1;
-  }
-  rlimit lim{};
-  if (getrlimit(RLIMIT_NOFILE, &lim) == 0) s.max_fds = static_cast<double>(lim.rlim_cur);
+  s.open_fds = static_cast<double>(std::max<int64_t>(OpenFileCount(), 0));
+  if (const int64_t limit = FileLimit(); limit >= 0) s.max_fds = static_cast<double>(limit);
   s.ok = true;
   return s;
 }

@@ -8,7 +8,6 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +24,8 @@
 #include <memory>
 #include <numeric>
 #include <random>
+
+#include "core/file_limit.h"
 
 namespace ferry::tools {
 
@@ -591,19 +592,6 @@ class Batch {
   int finished_ = 0;
   int failed_ = 0;
 };
-
-// Each connection is a file descriptor: let a wide run use the hard limit, not the soft one.
-// Returns the limit then in force (-1: none).
-int64_t RaiseFileLimit() {
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return -1;
-  if (limit.rlim_cur < limit.rlim_max) {
-    limit.rlim_cur = limit.rlim_max;
-    (void)::setrlimit(RLIMIT_NOFILE, &limit);
-    (void)::getrlimit(RLIMIT_NOFILE, &limit);
-  }
-  return limit.rlim_cur == RLIM_INFINITY ? -1 : static_cast<int64_t>(limit.rlim_cur);
-}
 
 // Descriptors the client keeps for itself besides its connections.
 constexpr int64_t kClientReservedFiles = 32;
