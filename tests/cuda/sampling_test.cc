@@ -57,6 +57,15 @@ std::vector<Row> RandomRows(int n, int vocab, uint64_t seed) {
   return rows;
 }
 
+// Copies host logits into a backend tensor and waits for the copy to land. A copy from
+// pageable memory may return before its DMA has finished, and the backend's stream does not
+// wait for the legacy default stream, so without the wait a kernel on it can read rows the
+// copy has not reached yet (or a pooled buffer's previous contents).
+void UploadLogits(const std::vector<float>& logits, Tensor& dev) {
+  ASSERT_EQ(cudaMemcpy(dev.raw(), logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 TEST(CudaSampling, AdjustLogitsMatchesTheCpuBitForBit) {
   FERRY_SKIP_WITHOUT_GPU();
   const int rows = 24, vocab = 5003;
@@ -108,7 +117,7 @@ TEST(CudaSampling, GreedyRowsPickTheFirstMaximum) {
     for (auto& t : ts) t.temperature = 0.0f;
     auto dev = b.Allocate({rows, vocab}, DType::kF32);
     ASSERT_TRUE(dev.ok());
-    ASSERT_EQ(cudaMemcpy(dev->raw(), logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_NO_FATAL_FAILURE(UploadLogits(logits, *dev));
     std::vector<int32_t> tokens;
     FERRY_ASSERT_OK(b.SampleTokens(*dev, ts, tokens));
     ASSERT_EQ(tokens.size(), static_cast<size_t>(rows));
@@ -153,7 +162,7 @@ TEST(CudaSampling, SampleTokensAppliesPenaltiesBiasAndBansAsTheCpuDoes) {
     }
     auto dev = b.Allocate({rows, vocab}, DType::kF32);
     ASSERT_TRUE(dev.ok());
-    ASSERT_EQ(cudaMemcpy(dev->raw(), logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_NO_FATAL_FAILURE(UploadLogits(logits, *dev));
     std::vector<int32_t> tokens;
     FERRY_ASSERT_OK(b.SampleTokens(*dev, ts, tokens));
     // The caller's logits are not modified (log-probabilities are reported from them).
@@ -231,7 +240,7 @@ TEST(CudaSampling, SampleTokensHonoursAllowedMasks) {
     }
     auto dev = b.Allocate({rows, vocab}, DType::kF32);
     ASSERT_TRUE(dev.ok());
-    ASSERT_EQ(cudaMemcpy(dev->raw(), logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_NO_FATAL_FAILURE(UploadLogits(logits, *dev));
     std::vector<int32_t> tokens;
     FERRY_ASSERT_OK(b.SampleTokens(*dev, ts, tokens));
     engine::Sampler cpu;
