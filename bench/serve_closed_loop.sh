@@ -9,6 +9,7 @@
 #   DEVICE=cuda|cpu (cuda)  KV=auto|fp8|... (kv_cache_dtype, GPU)  CONCURRENCY="256 512"
 #   PROMPTS_PER_CLIENT=6 (or PROMPTS: the total)  INPUT_LEN=128  OUTPUT_LEN=128  MAX_SEQ_LEN=1024
 #   MAX_NUM_SEQS (default: the concurrency)  MAX_BATCHED_TOKENS=8192  THREADS (CPU)
+#   ASYNC=auto|on|off (batching.async_scheduling; auto: asynchronous steps on a GPU)
 # Writes OUT_DIR/LABEL-cN.{json,txt} (the client's report) and -server.log, and prints one
 # line per run: completed, failed, output tok/s, TPOT / ITL / TTFT p50 and p99.
 # The server inherits the environment (FERRY_DECODE_ATTENTION=rows and the like).
@@ -44,7 +45,7 @@ models:
   - name: m
     path: $model
 $device_lines
-    batching: {max_num_seqs: $seqs, max_num_batched_tokens: ${MAX_BATCHED_TOKENS:-8192}, max_seq_len: ${MAX_SEQ_LEN:-1024}, max_queue_requests: 8192, max_queue_tokens: 8388608}
+    batching: {max_num_seqs: $seqs, max_num_batched_tokens: ${MAX_BATCHED_TOKENS:-8192}, max_seq_len: ${MAX_SEQ_LEN:-1024}, max_queue_requests: 8192, max_queue_tokens: 8388608, async_scheduling: ${ASYNC:-auto}}
 log: {level: warn, request_log: false}
 EOF
   "$ferry" serve --config "$out/$name.yaml" >"$out/$name-server.log" 2>&1 &

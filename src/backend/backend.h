@@ -95,6 +95,17 @@ struct TokenSampling {
   std::span<const uint64_t> allowed;
 };
 
+// Tokens drawn on the device and still on their way to the host (Backend::SampleTokensAsync).
+class PendingTokens {
+ public:
+  virtual ~PendingTokens() = default;
+  // The tokens where they were drawn, i32 [rows], valid while this object lives: a later
+  // step's inputs may take their ids from it (StepInputs::token_patches).
+  virtual const Tensor& device_tokens() const = 0;
+  // Waits for the copy and returns one token per row (-1: a row with a NaN or infinite logit).
+  virtual Status Wait(std::vector<int32_t>& tokens) = 0;
+};
+
 // How PoolRows reduces a sequence's rows to one (sentence-transformers' pooling modes).
 enum class PoolMode { kFirst, kMean, kMax, kLast };
 
@@ -270,7 +281,10 @@ class Backend {
   // Puts a step's small inputs where its ops read them, once per step: the CPU reads the host
   // arrays in place (the default); a device packs them into one buffer and copies it over,
   // valid until its next Synchronize.
-  virtual Result<StepTensors> UploadStep(const StepInputs& inputs) { return HostStepTensors(inputs); }
+  virtual Result<StepTensors> UploadStep(const StepInputs& inputs) {
+    if (!inputs.token_patches.empty()) return Unimplemented(Name() + " does not patch step tokens");
+    return HostStepTensors(inputs);
+  }
 
   // A backend that can record a step's device work and replay it returns true. RunGraph runs
   // one step as the recording for key.id: the first time, it runs `body` eagerly and then
@@ -303,6 +317,18 @@ class Backend {
     (void)rows;
     (void)tokens;
     return Unimplemented(Name() + " samples on the host");
+  }
+  // Asynchronous steps: a backend that returns true samples without waiting
+  // (SampleTokensAsync), and its step uploads (UploadStep, RunGraph) apply
+  // StepInputs::token_patches on the device, so the next step can be queued before this
+  // step's tokens reach the host.
+  virtual bool patches_step_tokens() const { return false; }
+  // SampleTokens, returning as soon as the draw and the copy to the host are queued.
+  virtual Result<std::unique_ptr<PendingTokens>> SampleTokensAsync(const Tensor& logits,
+                                                                   std::span<const TokenSampling> rows) {
+    (void)logits;
+    (void)rows;
+    return Unimplemented(Name() + " does not sample asynchronously");
   }
 };
 

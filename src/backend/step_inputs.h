@@ -29,6 +29,11 @@ struct StepInputs {
   std::span<const SeqSpan> spans;       // [S]; block tables are host arrays
   std::span<const int32_t> logit_rows;  // [R] rows whose outputs are wanted, or empty
   int block_tokens = 0;                 // tokens per KV block, which the block tables index; 0: no cache
+  // Token ids the host does not know yet (asynchronous steps, Backend::patches_step_tokens):
+  // pairs (i, j) with token_ids[i] = (*patch_source)[j], written on the device once the
+  // inputs are there; patch_source is an earlier step's PendingTokens::device_tokens().
+  std::span<const int32_t> token_patches;
+  const Tensor* patch_source = nullptr;
 };
 
 // A ragged batch as attention and pooling read it. `spans` is the host's view (the CPU's

@@ -27,7 +27,10 @@ std::atomic<int64_t> next_graph_owner{1};
 StepExecutor::StepExecutor(model::DecoderModel& model, KvCache& cache)
     : model_(model), cache_(cache), graph_owner_(next_graph_owner.fetch_add(1)) {}
 
-StepExecutor::~StepExecutor() { model_.backend().ReleaseGraphs(graph_owner_); }
+StepExecutor::~StepExecutor() {
+  Drain();  // the device may still write the KV cache and the draws' pinned memory
+  model_.backend().ReleaseGraphs(graph_owner_);
+}
 
 void StepExecutor::SetGraphOptions(const StepGraphOptions& options) {
   model_.backend().ReleaseGraphs(graph_owner_);  // recorded for the old planning context
@@ -37,7 +40,8 @@ void StepExecutor::SetGraphOptions(const StepGraphOptions& options) {
   padding_table_.assign(1, cache_.padding_block());
 }
 
-Status StepExecutor::Run(const std::vector<SeqStep>& steps, Tensor& logits, int64_t& rows) {
+Status StepExecutor::Run(const std::vector<SeqStep>& steps, Tensor& logits, int64_t& rows,
+                         const Tensor* patch_source) {
   if (steps.empty()) return InvalidArgument("empty step");
   const int max_pos = model_.config().max_position_embeddings;
   for (const SeqStep& s : steps) {
@@ -62,6 +66,8 @@ Status StepExecutor::Run(const std::vector<SeqStep>& steps, Tensor& logits, int6
   b.slots.clear();
   b.spans.clear();
   b.logit_rows.clear();
+  b.token_patches.clear();
+  b.patch_source = nullptr;
   bool decode_only = true;
   int32_t longest = 0;
   for (const SeqStep& s : steps) {
@@ -70,6 +76,15 @@ Status StepExecutor::Run(const std::vector<SeqStep>& steps, Tensor& logits, int6
     span.q_len = static_cast<int32_t>(s.tokens.size());
     span.context_len = s.start_pos + span.q_len;
     span.block_table = cache_.BlockTable(s.seq_id).data();
+    if (s.from_previous >= 0) {
+      if (patch_source == nullptr || span.q_len != 1) {
+        return InvalidArgument("sequence " + std::to_string(s.seq_id) +
+                               " takes its token from a previous step that is not on the device");
+      }
+      b.token_patches.push_back(span.q_begin);
+      b.token_patches.push_back(s.from_previous);
+      b.patch_source = patch_source;
+    }
     for (int32_t i = 0; i < span.q_len; ++i) {
       const int32_t pos = s.start_pos + i;
       b.token_ids.push_back(s.tokens[i]);
@@ -228,6 +243,96 @@ Result<std::vector<SeqResult>> StepExecutor::Step(const std::vector<SeqStep>& st
     ScoreOnHost(host, steps, out);
   }
   return out;
+}
+
+bool StepExecutor::Launchable(const SeqStep& s) {
+  return s.targets.empty() && s.logprobs < 0 && !s.keep_logits && s.sampling.allowed.empty();
+}
+
+Status StepExecutor::Launch(const std::vector<SeqStep>& steps) {
+  if (steps.empty()) return InvalidArgument("empty step");
+  bool patched = false;
+  for (const SeqStep& s : steps) {
+    if (!Launchable(s)) {
+      return InvalidArgument("sequence " + std::to_string(s.seq_id) +
+                             " needs more than its drawn token (log-probabilities, logits or a mask): it cannot be "
+                             "launched asynchronously");
+    }
+    if (s.from_previous < 0) continue;
+    patched = true;
+    const int64_t rows = launched_.empty() ? 0 : static_cast<int64_t>(launched_.back().sample.size());
+    if (s.from_previous >= rows || !launched_.back().sample[static_cast<size_t>(s.from_previous)]) {
+      return InvalidArgument("sequence " + std::to_string(s.seq_id) + " takes the token of row " +
+                             std::to_string(s.from_previous) + ", which the previous launch did not draw");
+    }
+  }
+  Launched next;
+  next.sample.resize(steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) next.sample[i] = steps[i].sample ? 1 : 0;
+  backend::Backend& be = model_.backend();
+  if (!be.samples_on_device() || !be.patches_step_tokens()) {
+    // Runs now: the previous launch's ids are known, so the placeholders are replaced here.
+    if (!patched) {
+      FERRY_ASSIGN_OR_RETURN(next.results, Step(steps));
+    } else {
+      const std::vector<SeqResult>& previous = launched_.back().results;
+      std::vector<SeqStep> resolved = steps;
+      patched_ids_.assign(steps.size(), 0);
+      for (size_t i = 0; i < resolved.size(); ++i) {
+        SeqStep& s = resolved[i];
+        if (s.from_previous < 0) continue;
+        // A row whose draw failed (-1) is dropped by the caller; any id keeps the step valid.
+        patched_ids_[i] = std::max(0, previous[static_cast<size_t>(s.from_previous)].token);
+        s.tokens = std::span<const int32_t>(&patched_ids_[i], 1);
+        s.from_previous = -1;
+      }
+      FERRY_ASSIGN_OR_RETURN(next.results, Step(resolved));
+    }
+    launched_.push_back(std::move(next));
+    return Status::Ok();
+  }
+  Tensor logits;
+  int64_t rows = 0;
+  const Tensor* source = patched ? &launched_.back().pending->device_tokens() : nullptr;
+  FERRY_RETURN_IF_ERROR(Run(steps, logits, rows, source));
+  const Tensor wanted = logits.dim(0) == rows ? logits : logits.Slice(0, rows);
+  device_sampling_.resize(steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    device_sampling_[i] = steps[i].sampling;
+    if (!steps[i].sample) {
+      device_sampling_[i] = backend::TokenSampling();  // a cheap greedy pick, unused
+      device_sampling_[i].temperature = 0.0f;
+    }
+  }
+  FERRY_ASSIGN_OR_RETURN(next.pending, be.SampleTokensAsync(wanted, device_sampling_));
+  launched_.push_back(std::move(next));
+  return Status::Ok();
+}
+
+Result<std::vector<SeqResult>> StepExecutor::Collect() {
+  if (launched_.empty()) return FailedPrecondition("no step was launched");
+  Launched done = std::move(launched_.front());
+  launched_.pop_front();
+  if (done.pending == nullptr) return std::move(done.results);
+  std::vector<int32_t> tokens;
+  FERRY_RETURN_IF_ERROR(done.pending->Wait(tokens));
+  if (tokens.size() != done.sample.size()) return Internal("the launched step drew the wrong number of tokens");
+  std::vector<SeqResult> out(done.sample.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!done.sample[i]) continue;
+    out[i].token = tokens[i];
+    out[i].finite = tokens[i] >= 0;
+    out[i].sampled.token = tokens[i];
+  }
+  return out;
+}
+
+void StepExecutor::Drain() {
+  std::vector<int32_t> ignored;
+  for (Launched& l : launched_) {
+    if (l.pending != nullptr) (void)l.pending->Wait(ignored);
+  }
+  launched_.clear();
 }
 
 }  // namespace ferry::engine

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -29,6 +31,10 @@ struct SeqStep {
   int top_logprobs = 0;         // for `targets`: the top k of each row
   bool keep_logits = false;     // return every row computed for it (host f32; offline tools)
   backend::TokenSampling sampling;  // with `sample`: settings, seed, counter and history
+  // Asynchronous steps (Launch): >= 0 when tokens[0] is a placeholder for the id drawn for
+  // row `from_previous` of the step launched just before this one (a decode token the host
+  // does not know yet; tokens must then be that one placeholder).
+  int32_t from_previous = -1;
 };
 
 // What one sequence's step produced.
@@ -74,6 +80,20 @@ class StepExecutor {
   Result<std::vector<SeqResult>> Step(const std::vector<SeqStep>& steps,
                                       const std::function<Status()>& before_sampling = {});
 
+  // Asynchronous steps: Launch queues a step and returns before its tokens are known, so the
+  // caller can plan and launch the next one (whose decode rows may take their input from this
+  // step's draws: SeqStep::from_previous) while the device runs this one; Collect returns the
+  // oldest launched step's results, waiting for them. Only steps that need nothing but the
+  // drawn ids: no targets, log-probabilities, kept logits or structured-output masks
+  // (Launchable). On a backend that samples on the host, Launch runs the step at once.
+  // A failed Launch queues nothing. Do not mix with Step while launches are outstanding.
+  static bool Launchable(const SeqStep& step);
+  Status Launch(const std::vector<SeqStep>& steps);
+  Result<std::vector<SeqResult>> Collect();
+  int launched() const { return static_cast<int>(launched_.size()); }
+  // Waits for every launched step and drops its results.
+  void Drain();
+
   // The step's logits on the host (f32): for each step in order, one row (its last token),
   // or tokens.size() rows when it has targets. Offline tools and tests.
   Result<Tensor> Logits(const std::vector<SeqStep>& steps);
@@ -88,7 +108,8 @@ class StepExecutor {
  private:
   // Builds the batch and runs the model: `logits` gets the wanted rows on the device (the
   // first `rows` of it; a graphed step has padding rows after them).
-  Status Run(const std::vector<SeqStep>& steps, Tensor& logits, int64_t& rows);
+  // `patch_source`: the device ids of the previous launch, for rows with from_previous.
+  Status Run(const std::vector<SeqStep>& steps, Tensor& logits, int64_t& rows, const Tensor* patch_source = nullptr);
   // Fills log-probabilities and kept logits from host rows (sampling done elsewhere).
   void ScoreOnHost(const Tensor& logits, const std::vector<SeqStep>& steps, std::vector<SeqResult>& out);
 
@@ -103,6 +124,15 @@ class StepExecutor {
   std::vector<backend::TokenSampling> device_sampling_;  // reused
   std::vector<int32_t> device_tokens_;
   Sampler sampler_;
+  // Launched steps, oldest first: the draws on their way (device sampling), or the results
+  // (a host backend's launch runs at once).
+  struct Launched {
+    std::unique_ptr<backend::PendingTokens> pending;
+    std::vector<SeqResult> results;
+    std::vector<char> sample;  // per step: whether its row was drawn for
+  };
+  std::deque<Launched> launched_;
+  std::vector<int32_t> patched_ids_;  // host launches: the placeholders' ids
 };
 
 }  // namespace ferry::engine

@@ -261,6 +261,8 @@ backend::StepInputs DecoderBatch::inputs(int block_tokens) const {
   in.spans = spans;
   in.logit_rows = logit_rows;
   in.block_tokens = block_tokens;
+  in.token_patches = token_patches;
+  in.patch_source = patch_source;
   return in;
 }
 

@@ -19,6 +19,10 @@ struct DecoderBatch {
   std::vector<int32_t> slots;            // [T] KV cache slot each token's K/V is written to
   std::vector<backend::SeqSpan> spans;   // one per sequence
   std::vector<int32_t> logit_rows;       // packed rows whose logits are wanted (often each span's last)
+  // Ids still on the device (StepInputs::token_patches): pairs (token index, row of
+  // *patch_source); those token_ids are placeholders.
+  std::vector<int32_t> token_patches;
+  const Tensor* patch_source = nullptr;
 
   // The batch as the backend takes a step's inputs (views of the vectors above), for a KV
   // cache of `block_tokens`-token blocks.

@@ -12,6 +12,14 @@
 namespace ferry::sched {
 
 // Decoders: continuous (iteration-level) batching with chunked prefill (vLLM's knobs).
+// Whether a decoder step is planned and queued while the one before it still runs on the
+// device (vLLM's async scheduling, TensorRT-LLM's overlap scheduler).
+enum class AsyncScheduling {
+  kAuto,  // on where the backend samples on the device (a GPU); off on the CPU
+  kOn,    // also on the CPU (its steps still run one at a time: for tests)
+  kOff,   // every step's tokens reach the host before the next step is planned
+};
+
 struct ContinuousBatchingOptions {
   int max_num_seqs = 16;              // sequences running at once (the KV cache holds this many at max_seq_len)
   int max_num_batched_tokens = 512;   // tokens per step: decode tokens first, prefill chunks after
@@ -34,6 +42,7 @@ struct ContinuousBatchingOptions {
   // max_queue_time_ms. Below 1, so the estimate's error lands in the margin: a request admitted
   // at the edge would otherwise often wait past the limit and be refused after waiting it out.
   double admit_wait_fraction = 0.8;
+  AsyncScheduling async_scheduling = AsyncScheduling::kAuto;
 
   Status Validate() const;
 };

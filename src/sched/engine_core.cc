@@ -61,6 +61,10 @@ Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::string name, std::sh
   kc.prefix_caching = options.batching.enable_prefix_caching;
   FERRY_ASSIGN_OR_RETURN(core->cache_, engine::KvCache::Create(kc, core->engine_->backend()));
   core->executor_ = std::make_unique<engine::StepExecutor>(*core->engine_->decoder(), *core->cache_);
+  const AsyncScheduling async = options.batching.async_scheduling;
+  core->async_ = async == AsyncScheduling::kOn ||
+                 (async == AsyncScheduling::kAuto && core->engine_->backend().samples_on_device() &&
+                  core->engine_->backend().patches_step_tokens());
   if (options.step_graphs) {
     core->executor_->SetGraphOptions(
         engine::StepGraphOptions{std::min(kv_seqs, options.batching.max_num_seqs), max_seq});
@@ -122,6 +126,11 @@ void EngineCore::Add(uint64_t handle, GenerationRequest request) {
   if (!request.ignore_eos) seq->stop_set = request.stop_ids;
   seq->stop_set.insert(seq->stop_set.end(), request.stop_token_ids.begin(), request.stop_token_ids.end());
   if (request.grammar) seq->grammar_state = request.grammar->initial();
+  const engine::SamplingParams& sp = request.sampling;
+  seq->host_bound = request.grammar != nullptr || request.logprobs >= 0 || request.prompt_logprobs ||
+                    request.keep_logits || sp.repetition_penalty != 1.0f || sp.presence_penalty != 0.0f ||
+                    sp.frequency_penalty != 0.0f;
+  if (seq->host_bound) ++host_bound_;
   if (options_.default_timeout_ms > 0 && !request.deadline) {
     request.deadline = request.arrival + std::chrono::milliseconds(options_.default_timeout_ms);
   }
@@ -200,6 +209,7 @@ void EngineCore::Remove(uint64_t handle) {
   auto it = seqs_.find(handle);
   if (it == seqs_.end()) return;
   cache_->Free(static_cast<int64_t>(handle));
+  if (it->second->host_bound) --host_bound_;
   running_.erase(std::remove(running_.begin(), running_.end(), handle), running_.end());
   auto w = std::find(waiting_.begin(), waiting_.end(), handle);
   if (w != waiting_.end()) {
@@ -230,13 +240,13 @@ bool EngineCore::Prefilling() const {
     auto it = seqs_.find(h);
     if (it == seqs_.end()) continue;
     const Seq& s = *it->second;
-    if (s.generated == 0 || static_cast<size_t>(s.num_computed) + 1 < s.tokens.size()) return true;
+    const size_t known = s.tokens.size() + static_cast<size_t>(s.in_flight);
+    if (s.generated + s.in_flight == 0 || static_cast<size_t>(s.num_computed) + 1 < known) return true;
   }
   return false;
 }
 
-bool EngineCore::Step(std::vector<GenerationEvent>& out) {
-  PlanInput in;
+Decision EngineCore::Plan(PlanInput& in) {
   in.free_blocks = cache_->num_free_blocks();
   in.block_tokens = cache_->config().block_tokens;
   in.max_num_seqs = options_.max_num_seqs;
@@ -246,25 +256,30 @@ bool EngineCore::Step(std::vector<GenerationEvent>& out) {
   budget.auto_factor = options_.max_step_factor;
   budget.block_tokens = in.block_tokens;
   budget.prefill_pending = !waiting_.empty();
-  for (uint64_t h : running_) {
-    const Seq& s = *seqs_.at(h);
-    const int64_t left = static_cast<int64_t>(s.tokens.size()) - s.num_computed;
-    if (left == 1) ++budget.decodes;
-    if (left > 1) budget.prefill_pending = true;
-  }
-  in.token_budget = StepTokenBudget(step_time_, budget);
   auto view = [this](const Seq& s) {
     SeqView v;
     v.handle = s.handle;
     v.priority = s.req.priority;
     v.arrival = s.arrival_order;
     v.sibling = s.req.sibling;
-    v.num_tokens = static_cast<int32_t>(s.tokens.size());
+    v.num_tokens = static_cast<int32_t>(s.tokens.size()) + s.in_flight;
     v.num_computed = s.num_computed;
     v.blocks_held = static_cast<int32_t>(cache_->BlockTable(static_cast<int64_t>(s.handle)).size());
     return v;
   };
-  for (uint64_t h : running_) in.running.push_back(view(*seqs_.at(h)));
+  for (uint64_t h : running_) {
+    const Seq& s = *seqs_.at(h);
+    if (s.in_flight > 0 && (s.generated + s.in_flight >= s.req.max_tokens ||
+                            static_cast<int>(s.tokens.size()) + s.in_flight >= max_seq_len_)) {
+      continue;  // its last token is in flight
+    }
+    const SeqView v = view(s);
+    const int64_t left = v.num_tokens - v.num_computed;
+    if (left == 1) ++budget.decodes;
+    if (left > 1) budget.prefill_pending = true;
+    in.running.push_back(v);
+  }
+  in.token_budget = StepTokenBudget(step_time_, budget);
   for (uint64_t h : waiting_) {
     Seq& s = *seqs_.at(h);
     SeqView v = view(s);
@@ -282,22 +297,10 @@ bool EngineCore::Step(std::vector<GenerationEvent>& out) {
     }
     in.waiting.push_back(v);
   }
-  const Decision d = PlanStep(in);
+  return PlanStep(in);
+}
 
-  for (uint64_t h : d.preempted) {
-    Seq& s = *seqs_.at(h);
-    cache_->Free(static_cast<int64_t>(h));
-    s.num_computed = 0;
-    s.state = RequestState::kQueued;
-    running_.erase(std::remove(running_.begin(), running_.end(), h), running_.end());
-    waiting_.push_front(h);
-    waiting_tokens_ += static_cast<int64_t>(s.tokens.size());
-  }
-  if (!d.preempted.empty()) {
-    preemptions_ += d.preempted.size();
-    if (observer_ != nullptr) observer_->OnPreemption(static_cast<int>(d.preempted.size()));
-    FERRY_LOG_DEBUG("{}: preempted {} sequences (recompute)", name_, d.preempted.size());
-  }
+void EngineCore::Admit(const Decision& d) {
   for (uint64_t h : d.admitted) {
     Seq& s = *seqs_.at(h);
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), h));
@@ -321,6 +324,50 @@ bool EngineCore::Step(std::vector<GenerationEvent>& out) {
     prefix_hits_ += s.num_computed;
     if (observer_ != nullptr) observer_->OnPrefixCache(static_cast<int64_t>(s.tokens.size()), s.num_computed);
   }
+}
+
+void EngineCore::ReportStep(int seqs, int tokens, int token_budget, double seconds) {
+  if (observer_ == nullptr) return;
+  StepStats stats;
+  stats.num_seqs = seqs;
+  stats.num_tokens = tokens;
+  stats.token_budget = token_budget;
+  stats.seconds = seconds;
+  stats.running = static_cast<int>(running_.size());
+  stats.waiting = static_cast<int>(waiting_.size());
+  stats.kv_usage = 1.0 - static_cast<double>(cache_->num_free_blocks()) / std::max(1, cache_->num_blocks());
+  observer_->OnStep(stats);
+}
+
+bool EngineCore::Step(std::vector<GenerationEvent>& out) {
+  if (!async_ || step_ || host_bound_ > 0) {
+    // A request that needs the host between tokens (or an injected step function): the
+    // launched steps are collected first, then steps run one at a time.
+    const bool collected = DrainLaunched(out);
+    return StepSync(out) || collected;
+  }
+  return StepAsync(out);
+}
+
+bool EngineCore::StepSync(std::vector<GenerationEvent>& out) {
+  PlanInput in;
+  const Decision d = Plan(in);
+
+  for (uint64_t h : d.preempted) {
+    Seq& s = *seqs_.at(h);
+    cache_->Free(static_cast<int64_t>(h));
+    s.num_computed = 0;
+    s.state = RequestState::kQueued;
+    running_.erase(std::remove(running_.begin(), running_.end(), h), running_.end());
+    waiting_.push_front(h);
+    waiting_tokens_ += static_cast<int64_t>(s.tokens.size());
+  }
+  if (!d.preempted.empty()) {
+    preemptions_ += d.preempted.size();
+    if (observer_ != nullptr) observer_->OnPreemption(static_cast<int>(d.preempted.size()));
+    FERRY_LOG_DEBUG("{}: preempted {} sequences (recompute)", name_, d.preempted.size());
+  }
+  Admit(d);
   if (d.steps.empty()) return false;
 
   // The scheduler owns the KV accounting: blocks for this step are reserved here, before the
@@ -355,18 +402,162 @@ bool EngineCore::Step(std::vector<GenerationEvent>& out) {
   steps_ += 1;
   const double seconds = Seconds(Clock::now() - t0);
   if (status.ok()) step_time_.Add(d.tokens, seconds);
-  if (observer_ != nullptr) {
-    StepStats stats;
-    stats.num_seqs = static_cast<int>(seqs.size());
-    stats.num_tokens = d.tokens;
-    stats.token_budget = in.token_budget;
-    stats.seconds = seconds;
-    stats.running = static_cast<int>(running_.size());
-    stats.waiting = static_cast<int>(waiting_.size());
-    stats.kv_usage = 1.0 - static_cast<double>(cache_->num_free_blocks()) / std::max(1, cache_->num_blocks());
-    observer_->OnStep(stats);
-  }
+  ReportStep(static_cast<int>(seqs.size()), d.tokens, in.token_budget, seconds);
   return true;
+}
+
+bool EngineCore::StepAsync(std::vector<GenerationEvent>& out) {
+  PlanInput in;
+  const Decision d = Plan(in);
+  if (!d.preempted.empty()) {
+    // Preemption frees blocks a launched step may still be writing for sequences whose
+    // tokens are not known yet: collect first, and plan again.
+    const bool collected = DrainLaunched(out);
+    return StepSync(out) || collected;
+  }
+  Admit(d);
+  if (d.steps.empty()) {
+    if (launched_.empty()) return false;
+    CollectLaunched(out);
+    return true;
+  }
+  LaunchedStep l;
+  std::vector<engine::SeqStep>& steps = step_scratch_;
+  steps.clear();
+  for (const ScheduledStep& st : d.steps) {
+    Seq& s = *seqs_.at(st.handle);
+    Status reserved = cache_->Reserve(static_cast<int64_t>(s.handle), s.num_computed + st.num_new_tokens);
+    if (reserved.ok() && s.in_flight > 0 && st.num_new_tokens != 1) {
+      reserved = Internal("a sequence with a token in flight was planned " + std::to_string(st.num_new_tokens) +
+                          " tokens");
+    }
+    if (!reserved.ok()) {
+      Fail(s, Internal("KV blocks planned for the step could not be reserved: " + reserved.message()),
+           "engine_error", out);
+      continue;
+    }
+    engine::SeqStep& row = steps.emplace_back();
+    row.seq_id = static_cast<int64_t>(s.handle);
+    row.start_pos = s.num_computed;
+    if (s.in_flight > 0) {
+      row.tokens = std::span<const int32_t>(&kPlaceholder, 1);
+      row.from_previous = s.launch_row;
+    } else {
+      row.tokens = std::span<const int32_t>(s.tokens.data() + s.num_computed, st.num_new_tokens);
+    }
+    row.sample = s.num_computed + st.num_new_tokens == static_cast<int32_t>(s.tokens.size()) + s.in_flight;
+    FillSampling(s, row);
+    l.handles.push_back(s.handle);
+    l.orders.push_back(s.arrival_order);
+    l.starts.push_back(s.num_computed);
+    l.counts.push_back(st.num_new_tokens);
+    l.sample.push_back(row.sample ? 1 : 0);
+  }
+  if (steps.empty()) return true;
+  l.tokens = d.tokens;
+  l.token_budget = in.token_budget;
+  l.launched_at = Clock::now();
+  Status launched;
+  try {
+    launched = executor_->Launch(steps);
+  } catch (const std::exception& e) {
+    launched = Internal(std::string("step failed: ") + e.what());
+  }
+  if (!launched.ok()) {
+    // Nothing of this step was queued: collect what is in flight and run it synchronously
+    // (which isolates a failing request).
+    FERRY_LOG_WARN("{}: launching a step of {} sequences failed ({}); running it synchronously", name_,
+                   steps.size(), launched.message());
+    const bool collected = DrainLaunched(out);
+    return StepSync(out) || collected;
+  }
+  for (size_t i = 0; i < l.handles.size(); ++i) {
+    Seq& s = *seqs_.at(l.handles[i]);
+    s.num_computed += l.counts[i];
+    s.launch_row = l.sample[i] ? static_cast<int32_t>(i) : -1;
+    if (l.sample[i]) s.in_flight += 1;
+  }
+  launched_.push_back(std::move(l));
+  // The step before this one has been running all along: its results now.
+  if (launched_.size() > 1) CollectLaunched(out);
+  return true;
+}
+
+bool EngineCore::DrainLaunched(std::vector<GenerationEvent>& out) {
+  const bool any = !launched_.empty();
+  while (!launched_.empty()) CollectLaunched(out);
+  return any;
+}
+
+void EngineCore::CollectLaunched(std::vector<GenerationEvent>& out) {
+  LaunchedStep l = std::move(launched_.front());
+  launched_.pop_front();
+  Result<std::vector<engine::SeqResult>> result = executor_->Collect();
+  const Clock::time_point now = Clock::now();
+  // The device ran this step from when it was launched or the previous one ended, whichever
+  // was later.
+  const double seconds = Seconds(now - std::max(l.launched_at, last_collect_));
+  last_collect_ = now;
+  auto alive = [this](const LaunchedStep& step, size_t i) -> Seq* {
+    auto it = seqs_.find(step.handles[i]);
+    return it != seqs_.end() && it->second->arrival_order == step.orders[i] ? it->second.get() : nullptr;
+  };
+  if (!result.ok() || result->size() != l.handles.size()) {
+    // The step failed on the device: what is still in flight is dropped, and its sequences
+    // go back to where they were before it, for the next (synchronous, isolating) step.
+    const Status error = result.ok() ? Internal("the step returned the wrong number of results") : result.status();
+    FERRY_LOG_WARN("{}: a launched step of {} sequences failed ({}); running it again", name_, l.handles.size(),
+                   error.message());
+    executor_->Drain();
+    launched_.push_front(std::move(l));
+    for (const LaunchedStep& step : launched_) {
+      for (size_t i = 0; i < step.handles.size(); ++i) {
+        if (Seq* s = alive(step, i)) {
+          s->num_computed = std::min(s->num_computed, step.starts[i]);
+          s->in_flight = 0;
+          s->launch_row = -1;
+        }
+      }
+    }
+    launched_.clear();
+    return;
+  }
+  std::vector<engine::SeqResult>& results = result.value();
+  for (size_t i = 0; i < l.handles.size(); ++i) {
+    Seq* s = alive(l, i);
+    if (s == nullptr) continue;  // finished (or cancelled) while this step ran: its row is dropped
+    if (l.sample[i]) s->in_flight -= 1;
+    if (cache_->prefix_caching()) {
+      cache_->HashBlocks(s->tokens, s->block_hashes);
+      cache_->CacheFullBlocks(static_cast<int64_t>(s->handle), s->block_hashes, s->tokens,
+                              l.starts[i] + l.counts[i]);
+    }
+    if (!l.sample[i]) continue;  // a prefill chunk
+    TakeToken(*s, results[i], out);
+  }
+  steps_ += 1;
+  step_time_.Add(l.tokens, seconds);
+  ReportStep(static_cast<int>(l.handles.size()), l.tokens, l.token_budget, seconds);
+}
+
+void EngineCore::FillSampling(const Seq& s, engine::SeqStep& st) const {
+  const int32_t generated = s.generated + s.in_flight;
+  st.logprobs = s.req.logprobs;
+  st.keep_logits = s.req.keep_logits;
+  const engine::SamplingParams& sp = s.req.sampling;
+  st.sampling = backend::TokenSampling();
+  st.sampling.temperature = sp.greedy() ? 0.0f : sp.temperature;
+  st.sampling.top_k = sp.top_k;
+  st.sampling.top_p = sp.top_p;
+  st.sampling.min_p = sp.min_p;
+  st.sampling.repetition_penalty = sp.repetition_penalty;
+  st.sampling.seed = s.seed;
+  st.sampling.counter = static_cast<uint64_t>(generated);
+  st.sampling.history = std::span<const int32_t>(s.tokens);
+  st.sampling.presence_penalty = sp.presence_penalty;
+  st.sampling.frequency_penalty = sp.frequency_penalty;
+  st.sampling.logit_bias = sp.logit_bias;
+  if (generated < s.req.min_tokens) st.sampling.banned = s.stop_set;
 }
 
 // The row's allowed ids from its grammar state's mask (s.mask), plus the stop ids where the
@@ -406,22 +597,7 @@ Status EngineCore::RunSteps(const std::vector<Seq*>& seqs, const std::vector<int
       st.top_logprobs = std::max(0, s.req.logprobs);
     }
     st.sample = first + counts[i] == static_cast<int32_t>(s.tokens.size());
-    st.logprobs = s.req.logprobs;
-    st.keep_logits = s.req.keep_logits;
-    const engine::SamplingParams& sp = s.req.sampling;
-    st.sampling = backend::TokenSampling();
-    st.sampling.temperature = sp.greedy() ? 0.0f : sp.temperature;
-    st.sampling.top_k = sp.top_k;
-    st.sampling.top_p = sp.top_p;
-    st.sampling.min_p = sp.min_p;
-    st.sampling.repetition_penalty = sp.repetition_penalty;
-    st.sampling.seed = s.seed;
-    st.sampling.counter = static_cast<uint64_t>(s.generated);
-    st.sampling.history = std::span<const int32_t>(s.tokens);
-    st.sampling.presence_penalty = sp.presence_penalty;
-    st.sampling.frequency_penalty = sp.frequency_penalty;
-    st.sampling.logit_bias = sp.logit_bias;
-    if (s.generated < s.req.min_tokens) st.sampling.banned = s.stop_set;
+    FillSampling(s, st);
     s.grammar_stuck = false;
     s.grammar_ended = false;
     if (st.sample && s.req.grammar) {
@@ -482,72 +658,76 @@ Status EngineCore::RunSteps(const std::vector<Seq*>& seqs, const std::vector<int
       }
       continue;
     }
-    if (s.grammar_ended) {
-      // The output was already complete, and no token can continue it: it ends before this
-      // step's token (which is dropped), as it would have at its last token had its mask
-      // been known then.
-      GenerationEvent& ev = NewEvent(s, out);
-      ev.generated_tokens_count = s.generated;
-      ev.finished = true;
-      ev.finish_reason = FinishReason::kStop;
-      Remove(s.handle);
-      continue;
-    }
-    if (!r.finite || r.token < 0) {
-      Fail(s, Internal("the model produced non-finite logits for this request"), "nonfinite_logits", out);
-      continue;
-    }
-    if (s.grammar_stuck) {
-      Fail(s, InvalidArgument("no token of the model's vocabulary can continue the structured output here"), "grammar",
-           out);
-      continue;
-    }
-    const int32_t next = r.token;
-    const bool eos = std::find(s.stop_set.begin(), s.stop_set.end(), next) != s.stop_set.end();
-    bool grammar_done = false;
-    Status grammar_error;
-    if (s.req.grammar && !eos) {
-      const Clock::time_point g0 = Clock::now();
-      s.grammar_state = s.req.grammar->Advance(s.grammar_state, next);
-      if (s.grammar_state == structured::TokenMatcher::kDead) {
-        grammar_error = Internal("the sampled token is outside the structured output's grammar");
-      } else if (s.grammar_state == structured::TokenMatcher::kTooLarge) {
-        grammar_error = ResourceExhausted("the structured output's grammar needs more parser states than the limit");
-      } else {
-        // Found now rather than next step: a complete output ends here, without another step.
-        // A complete output that no token of the vocabulary continues (while the grammar
-        // still allows more bytes) is known only with its mask; an unknown mask is not
-        // walked here, on the critical path, but in the next step (ApplyMask).
-        if (s.req.grammar->Finished(s.grammar_state)) {
-          grammar_done = true;
-        } else if (const auto m = s.req.grammar->CachedMask(s.grammar_state)) {
-          grammar_done = m->accepting && m->allowed == 0;
-        }
-      }
-      grammar_seconds_ += Seconds(Clock::now() - g0);
-    }
-    GenerationEvent& ev = NewEvent(s, out);
-    r.sampled.token = next;
-    ev.tokens.push_back(std::move(r.sampled));
-    ev.logits = std::move(r.logits);
-    if (s.req.prompt_logprobs) s.prompt_logprobs_done = true;
-    s.tokens.push_back(next);
-    s.generated += 1;
-    ev.generated_tokens_count = s.generated;
-    if (eos || grammar_done) {
-      ev.finished = true;
-      ev.finish_reason = FinishReason::kStop;
-    } else if (s.generated >= s.req.max_tokens || static_cast<int>(s.tokens.size()) >= max_seq_len_) {
-      ev.finished = true;
-      ev.finish_reason = FinishReason::kLength;
-    }
-    if (ev.finished) {
-      Remove(s.handle);
-    } else if (!grammar_error.ok()) {
-      Fail(s, grammar_error, "grammar", out);
-    }
+    TakeToken(s, r, out);
   }
   return Status::Ok();
+}
+
+void EngineCore::TakeToken(Seq& s, engine::SeqResult& r, std::vector<GenerationEvent>& out) {
+  if (s.grammar_ended) {
+    // The output was already complete, and no token can continue it: it ends before this
+    // step's token (which is dropped), as it would have at its last token had its mask
+    // been known then.
+    GenerationEvent& ev = NewEvent(s, out);
+    ev.generated_tokens_count = s.generated;
+    ev.finished = true;
+    ev.finish_reason = FinishReason::kStop;
+    Remove(s.handle);
+    return;
+  }
+  if (!r.finite || r.token < 0) {
+    Fail(s, Internal("the model produced non-finite logits for this request"), "nonfinite_logits", out);
+    return;
+  }
+  if (s.grammar_stuck) {
+    Fail(s, InvalidArgument("no token of the model's vocabulary can continue the structured output here"), "grammar",
+         out);
+    return;
+  }
+  const int32_t next = r.token;
+  const bool eos = std::find(s.stop_set.begin(), s.stop_set.end(), next) != s.stop_set.end();
+  bool grammar_done = false;
+  Status grammar_error;
+  if (s.req.grammar && !eos) {
+    const Clock::time_point g0 = Clock::now();
+    s.grammar_state = s.req.grammar->Advance(s.grammar_state, next);
+    if (s.grammar_state == structured::TokenMatcher::kDead) {
+      grammar_error = Internal("the sampled token is outside the structured output's grammar");
+    } else if (s.grammar_state == structured::TokenMatcher::kTooLarge) {
+      grammar_error = ResourceExhausted("the structured output's grammar needs more parser states than the limit");
+    } else {
+      // Found now rather than next step: a complete output ends here, without another step.
+      // A complete output that no token of the vocabulary continues (while the grammar
+      // still allows more bytes) is known only with its mask; an unknown mask is not
+      // walked here, on the critical path, but in the next step (ApplyMask).
+      if (s.req.grammar->Finished(s.grammar_state)) {
+        grammar_done = true;
+      } else if (const auto m = s.req.grammar->CachedMask(s.grammar_state)) {
+        grammar_done = m->accepting && m->allowed == 0;
+      }
+    }
+    grammar_seconds_ += Seconds(Clock::now() - g0);
+  }
+  GenerationEvent& ev = NewEvent(s, out);
+  r.sampled.token = next;
+  ev.tokens.push_back(std::move(r.sampled));
+  ev.logits = std::move(r.logits);
+  if (s.req.prompt_logprobs) s.prompt_logprobs_done = true;
+  s.tokens.push_back(next);
+  s.generated += 1;
+  ev.generated_tokens_count = s.generated;
+  if (eos || grammar_done) {
+    ev.finished = true;
+    ev.finish_reason = FinishReason::kStop;
+  } else if (s.generated >= s.req.max_tokens || static_cast<int>(s.tokens.size()) >= max_seq_len_) {
+    ev.finished = true;
+    ev.finish_reason = FinishReason::kLength;
+  }
+  if (ev.finished) {
+    Remove(s.handle);
+  } else if (!grammar_error.ok()) {
+    Fail(s, grammar_error, "grammar", out);
+  }
 }
 
 Result<std::vector<GenerationEvent>> GenerateAll(EngineCore& core, std::vector<GenerationRequest> requests) {

@@ -122,8 +122,22 @@ class EngineCore {
   // "queue_timeout").
   void ExpireDeadlines(Clock::time_point now, std::vector<GenerationEvent>& out);
   // One iteration: appends the events of this step to `out`. False when nothing could be
-  // scheduled (every running sequence blocked on KV blocks).
+  // scheduled (every running sequence blocked on KV blocks) and nothing is in flight.
+  //
+  // With asynchronous scheduling (async_scheduling(); ContinuousBatchingOptions), an
+  // iteration plans and launches the next step before it collects the one in flight, so the
+  // host's work (planning, inputs, these events, the caller's) overlaps the device's: the
+  // events appended are the previous launch's. A decode row whose input is the in-flight
+  // token takes it on the device; a sequence that stops on that token has one extra token
+  // computed and dropped; one that reaches max_tokens is not launched again. Requests that
+  // need the host between tokens (structured outputs, log-probabilities, kept logits,
+  // repetition, presence or frequency penalties) make the steps synchronous while any is
+  // here, as does a step that would preempt a sequence.
   bool Step(std::vector<GenerationEvent>& out);
+  // Whether steps are launched asynchronously (the option, and a backend that can).
+  bool async_scheduling() const { return async_; }
+  // Steps launched and not yet collected (0 or 1 between calls).
+  int in_flight() const { return static_cast<int>(launched_.size()); }
 
   bool empty() const { return seqs_.empty(); }
   bool Contains(uint64_t handle) const { return seqs_.count(handle) != 0; }
@@ -185,9 +199,43 @@ class EngineCore {
     std::vector<uint64_t> mask_words;
     bool grammar_stuck = false;  // no token of the vocabulary can continue
     bool grammar_ended = false;  // complete, and no token can continue: ends without this step's token
+    // Asynchronous steps: tokens drawn for it in launched, uncollected steps, and its row in
+    // the latest launch (where the next step's decode row takes its input from).
+    int32_t in_flight = 0;
+    int32_t launch_row = -1;
+    bool host_bound = false;  // needs the host between tokens (see Step)
+  };
+  // A launched, uncollected step: its rows, in order.
+  struct LaunchedStep {
+    std::vector<uint64_t> handles;
+    std::vector<uint64_t> orders;  // arrival_order: a handle reused by then is not this sequence
+    std::vector<int32_t> starts;   // num_computed before the step
+    std::vector<int32_t> counts;
+    std::vector<char> sample;
+    int tokens = 0;
+    int token_budget = 0;
+    Clock::time_point launched_at;
   };
 
   EngineCore() = default;
+  // The synchronous step (the whole of Step without asynchronous scheduling).
+  bool StepSync(std::vector<GenerationEvent>& out);
+  bool StepAsync(std::vector<GenerationEvent>& out);
+  // Plans the next step: the running sequences with `ahead` tokens in flight counted as
+  // known, except those that reach their length limit with them (launched no more).
+  Decision Plan(PlanInput& in);
+  // Moves the plan's admitted requests to running (adopting their cached prefixes).
+  void Admit(const Decision& d);
+  // Collects the oldest launched step, appending its events.
+  void CollectLaunched(std::vector<GenerationEvent>& out);
+  // Collects every launched step.
+  bool DrainLaunched(std::vector<GenerationEvent>& out);
+  // A row's sampling settings, for its (generated + in_flight)-th token.
+  void FillSampling(const Seq& s, engine::SeqStep& st) const;
+  // The sampled token `r` of a sequence whose row completed its known tokens: appended, and
+  // its event, stop and length checks.
+  void TakeToken(Seq& s, engine::SeqResult& r, std::vector<GenerationEvent>& out);
+  void ReportStep(int seqs, int tokens, int token_budget, double seconds);
   // Runs one step over `seqs`, appending their events; a failed step changes nothing.
   Status RunSteps(const std::vector<Seq*>& seqs, const std::vector<int32_t>& counts,
                   std::vector<GenerationEvent>& out);
@@ -218,6 +266,11 @@ class EngineCore {
   uint64_t admitted_ = 0;
   StepTimeModel step_time_;
   double grammar_seconds_ = 0;
+  bool async_ = false;
+  int host_bound_ = 0;               // sequences here with Seq::host_bound
+  std::deque<LaunchedStep> launched_;
+  Clock::time_point last_collect_;   // when the previous launched step was collected
+  static constexpr int32_t kPlaceholder = 0;
   std::vector<engine::SeqStep> step_scratch_;
 };
 

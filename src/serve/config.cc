@@ -113,7 +113,7 @@ Status ParseContinuousBatching(const YAML::Node& node, const std::string& path,
                                          {"max_num_seqs", "max_num_batched_tokens", "max_seq_len", "kv_block_tokens",
                                           "max_queue_requests", "max_queue_tokens", "default_timeout_ms",
                                           "enable_prefix_caching", "max_queue_time_ms", "admit_wait_fraction",
-                                          "max_step_ms", "max_step_factor"}));
+                                          "max_step_ms", "max_step_factor", "async_scheduling"}));
   FERRY_RETURN_IF_ERROR(m.Int("max_num_seqs", out.max_num_seqs));
   if (const YAML::Node* step = m.Find("max_step_ms")) {
     // auto | off | milliseconds
@@ -139,6 +139,13 @@ Status ParseContinuousBatching(const YAML::Node& node, const std::string& path,
   FERRY_RETURN_IF_ERROR(m.Int("max_queue_time_ms", out.max_queue_time_ms));
   FERRY_RETURN_IF_ERROR(m.Number("admit_wait_fraction", out.admit_wait_fraction));
   FERRY_RETURN_IF_ERROR(m.Number("max_step_factor", out.max_step_factor));
+  if (const YAML::Node* async = m.Find("async_scheduling")) {
+    FERRY_ASSIGN_OR_RETURN(out.async_scheduling,
+                           ReadEnum<sched::AsyncScheduling>(*async, m.Path("async_scheduling"),
+                                                            {{"auto", sched::AsyncScheduling::kAuto},
+                                                             {"on", sched::AsyncScheduling::kOn},
+                                                             {"off", sched::AsyncScheduling::kOff}}));
+  }
   return Status::Ok();
 }
 

@@ -34,6 +34,9 @@ Status BenchDecoder(const std::shared_ptr<engine::Engine>& model, const ModelBen
   co.batching.max_queue_requests = std::max(max_batch, 1);
   co.batching.max_queue_tokens = static_cast<int64_t>(co.batching.max_num_batched_tokens) + 1;
   co.step_graphs = o.step_graphs;
+  // One step at a time, each with its tokens on the host: the engine's own step time, which
+  // the serving figures (asynchronous steps) are compared against.
+  co.batching.async_scheduling = sched::AsyncScheduling::kOff;
   // Every prefill is computed: with prefix caching on, each repeat would find the previous
   // one's blocks cached and time a near-empty step.
   co.batching.enable_prefix_caching = false;

@@ -14,6 +14,7 @@
 #include "decoder_test_util.h"
 #include "engine/sampler.h"
 #include "sched/continuous_batcher.h"
+#include "sched/engine_core.h"
 #include "cuda_test_util.h"
 #include "test_util.h"
 
@@ -329,6 +330,63 @@ TEST(GpuContinuousBatcherTest, DeviceSamplingAndGraphsEqualSequentialGreedy) {
   }
   b.Stop(1s);
   EXPECT_GT((*core)->executor().graphed_steps(), 0);
+}
+
+// Asynchronous steps on the GPU: each decode row's input is the previous launch's draw,
+// patched in on the device (into a graph's recorded inputs too), and the next step is queued
+// before the previous one's ids reach the host. Greedy and seeded rows, chunked prefills and
+// a stop id give exactly the tokens of synchronous steps.
+TEST(GpuContinuousBatcherTest, AsynchronousStepsEqualSynchronousSteps) {
+  FERRY_SKIP_WITHOUT_GPU();
+  auto e = LoadOnGpu("llama3-tiny", DType::kBF16);
+  ASSERT_NE(e, nullptr);
+  const int vocab = e->config().vocab_size;
+  auto requests = [&](int32_t stop_id) {
+    std::vector<sched::GenerationRequest> out;
+    for (int i = 0; i < 10; ++i) {
+      sched::GenerationRequest r;
+      r.prompt = Ids(5 + 7 * i, vocab, 40 + i);
+      r.sampling.temperature = i % 2 == 0 ? 0.0f : 0.9f;
+      r.sampling.seed = 100 + i;
+      r.max_tokens = 4 + 3 * i;
+      r.ignore_eos = true;
+      if (i == 3 && stop_id >= 0) r.stop_token_ids = {stop_id};
+      out.push_back(std::move(r));
+    }
+    return out;
+  };
+  auto run = [&](sched::AsyncScheduling async, int32_t stop_id, int64_t* graphed) {
+    sched::EngineCoreOptions o;
+    o.batching.max_num_seqs = 8;
+    o.batching.max_num_batched_tokens = 32;  // prompts are chunked; decodes share steps with them
+    o.batching.max_seq_len = 128;
+    o.batching.async_scheduling = async;
+    auto core = sched::EngineCore::Create("gpu", e, o);
+    EXPECT_TRUE(core.ok()) << core.status().ToString();
+    EXPECT_EQ((*core)->async_scheduling(), async != sched::AsyncScheduling::kOff);
+    auto got = sched::GenerateAll(**core, requests(stop_id));
+    EXPECT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ((*core)->cache().num_free_blocks(), (*core)->cache().num_blocks());
+    *graphed = (*core)->executor().graphed_steps();
+    return got.ok() ? std::move(got).value() : std::vector<sched::GenerationEvent>();
+  };
+  int64_t graphed_sync = 0, graphed_async = 0;
+  const auto probe = run(sched::AsyncScheduling::kOff, -1, &graphed_sync);
+  ASSERT_EQ(probe.size(), 10u);
+  ASSERT_GE(probe[3].tokens.size(), 6u);
+  const int32_t stop_id = probe[3].tokens[5].token;
+  const auto want = run(sched::AsyncScheduling::kOff, stop_id, &graphed_sync);
+  const auto got = run(sched::AsyncScheduling::kAuto, stop_id, &graphed_async);
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    std::vector<int32_t> a, b;
+    for (const auto& t : want[i].tokens) a.push_back(t.token);
+    for (const auto& t : got[i].tokens) b.push_back(t.token);
+    EXPECT_EQ(b, a) << "request " << i;
+    EXPECT_EQ(got[i].finish_reason, want[i].finish_reason) << "request " << i;
+  }
+  EXPECT_EQ(want[3].finish_reason, sched::FinishReason::kStop);
+  EXPECT_GT(graphed_async, 0);
 }
 
 }  // namespace

@@ -147,6 +147,7 @@ models:
       default_timeout_ms: 9000
       admit_wait_fraction: 0.5
       max_step_factor: 3.5
+      async_scheduling: "off"
     dynamic_batching:
       max_batch_size: 16
       max_queue_delay_us: 100
@@ -208,6 +209,7 @@ log:
   EXPECT_EQ(m.batching.default_timeout_ms, 9000);
   EXPECT_DOUBLE_EQ(m.batching.admit_wait_fraction, 0.5);
   EXPECT_DOUBLE_EQ(m.batching.max_step_factor, 3.5);
+  EXPECT_EQ(m.batching.async_scheduling, sched::AsyncScheduling::kOff);
   const sched::DynamicBatchingOptions& d = m.dynamic_batching;
   EXPECT_EQ(d.max_batch_size, 16);
   EXPECT_EQ(d.max_queue_delay_us, 100);
@@ -301,6 +303,8 @@ const BadConfig kBadConfigs[] = {
      "models[0].kv_cache_dtype: expected one of auto, bf16, f16, f32, fp8; got 'int4'"},
     {"bad activations", "auth: {mode: none}\nmodels: [{name: m, path: p, activations: fp8}]\n",
      "models[0].activations: expected one of bf16, f16, f32; got 'fp8'"},
+    {"bad async_scheduling", "auth: {mode: none}\nmodels: [{name: m, path: p, batching: {async_scheduling: yes}}]\n",
+     "models[0].batching.async_scheduling: expected one of auto, on, off; got 'yes'"},
     {"bad timeout_action",
      "auth: {mode: none}\nmodels: [{name: m, path: p, dynamic_batching: {default_queue_policy: "
      "{timeout_action: drop}}}]\n",

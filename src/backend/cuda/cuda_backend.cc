@@ -301,6 +301,11 @@ class CudaBackend final : public Backend {
                       std::vector<int32_t>& tokens) override {
     return sampler_.Sample(logits, rows, tokens);
   }
+  bool patches_step_tokens() const override { return true; }
+  Result<std::unique_ptr<PendingTokens>> SampleTokensAsync(const Tensor& logits,
+                                                           std::span<const TokenSampling> rows) override {
+    return sampler_.SampleAsync(logits, rows);
+  }
 
  private:
   cudaStream_t stream() const { return ctx_->stream(); }

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
@@ -10,10 +11,75 @@
 namespace ferry::backend {
 
 Status DeviceSampler::Sample(const Tensor& logits, std::span<const TokenSampling> rows, std::vector<int32_t>& tokens) {
-  FERRY_RETURN_IF_ERROR(ctx_.NotRecording("SampleTokens"));
   const int n = static_cast<int>(rows.size());
   tokens.assign(static_cast<size_t>(n), -1);
-  if (n == 0) return Status::Ok();
+  if (n == 0) return ctx_.NotRecording("SampleTokens");
+  FERRY_ASSIGN_OR_RETURN(const Tensor out, Enqueue(logits, rows));
+  FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(tokens.data(), out.raw(), static_cast<size_t>(n) * sizeof(int32_t),
+                                             cudaMemcpyDeviceToHost, ctx_.stream()));
+  return ctx_.Synchronize();
+}
+
+// The tokens of one asynchronous draw: the device ids, and their copy into a pinned slot.
+class DeviceSampler::Pending final : public PendingTokens {
+ public:
+  Pending(Tensor tokens, HostSlot& slot) : tokens_(std::move(tokens)), slot_(slot) {}
+  ~Pending() override {
+    // The slot is free once its copy has landed (an unwaited draw is waited for here).
+    cudaEventSynchronize(slot_.done);
+    slot_.busy = false;
+  }
+  const Tensor& device_tokens() const override { return tokens_; }
+  Status Wait(std::vector<int32_t>& tokens) override {
+    FERRY_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot_.done));
+    const int32_t* host = static_cast<const int32_t*>(slot_.host);
+    tokens.assign(host, host + tokens_.numel());
+    return Status::Ok();
+  }
+
+ private:
+  Tensor tokens_;
+  HostSlot& slot_;
+};
+
+DeviceSampler::~DeviceSampler() {
+  for (HostSlot& slot : slots_) {
+    if (slot.done != nullptr) cudaEventDestroy(slot.done);
+    if (slot.host != nullptr) cudaFreeHost(slot.host);
+  }
+}
+
+Result<std::unique_ptr<PendingTokens>> DeviceSampler::SampleAsync(const Tensor& logits,
+                                                                  std::span<const TokenSampling> rows) {
+  const int n = static_cast<int>(rows.size());
+  if (n == 0) return InvalidArgument("SampleTokensAsync: no rows");
+  FERRY_ASSIGN_OR_RETURN(Tensor out, Enqueue(logits, rows));
+  const size_t bytes = static_cast<size_t>(n) * sizeof(int32_t);
+  HostSlot* slot = nullptr;
+  for (HostSlot& s : slots_) {
+    if (!s.busy) {
+      slot = &s;
+      break;
+    }
+  }
+  if (slot == nullptr) slot = &slots_.emplace_back();  // a deque: earlier slots do not move
+  if (slot->done == nullptr) FERRY_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&slot->done, cudaEventDisableTiming));
+  if (slot->bytes < bytes) {
+    if (slot->host != nullptr) FERRY_CUDA_RETURN_IF_ERROR(cudaFreeHost(slot->host));
+    slot->host = nullptr;
+    slot->bytes = 0;
+    FERRY_CUDA_RETURN_IF_ERROR(cudaMallocHost(&slot->host, std::max<size_t>(bytes, 4096)));
+    slot->bytes = std::max<size_t>(bytes, 4096);
+  }
+  FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot->host, out.raw(), bytes, cudaMemcpyDeviceToHost, ctx_.stream()));
+  FERRY_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot->done, ctx_.stream()));
+  slot->busy = true;
+  return std::unique_ptr<PendingTokens>(new Pending(std::move(out), *slot));
+}
+
+Result<Tensor> DeviceSampler::Enqueue(const Tensor& logits, std::span<const TokenSampling> rows) {
+  FERRY_RETURN_IF_ERROR(ctx_.NotRecording("SampleTokens"));
+  const int n = static_cast<int>(rows.size());
   if (logits.rank() != 2 || logits.dim(0) < n) {
     return InvalidArgument("SampleTokens: logits " + logits.DebugString() + " for " + std::to_string(n) + " rows");
   }
@@ -110,9 +176,7 @@ Status DeviceSampler::Sample(const Tensor& logits, std::span<const TokenSampling
   FERRY_ASSIGN_OR_RETURN(Tensor out, ctx_.Allocate({n}, DType::kI32));
   FERRY_RETURN_IF_ERROR(cuda::SampleRows(f32->data<float>(), n, static_cast<int>(vocab), params.data(), d_history,
                                          d_offsets, out.data<int32_t>(), ctx_.stream()));
-  FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(tokens.data(), out.raw(), static_cast<size_t>(n) * sizeof(int32_t),
-                                             cudaMemcpyDeviceToHost, ctx_.stream()));
-  return ctx_.Synchronize();
+  return out;
 }
 
 }  // namespace ferry::backend

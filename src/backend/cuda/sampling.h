@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -17,12 +19,31 @@ namespace ferry::backend {
 class DeviceSampler {
  public:
   explicit DeviceSampler(CudaContext& ctx) : ctx_(ctx) {}
+  ~DeviceSampler();
+  DeviceSampler(const DeviceSampler&) = delete;
+  DeviceSampler& operator=(const DeviceSampler&) = delete;
 
   // Backend::SampleTokens; waits for the tokens.
   Status Sample(const Tensor& logits, std::span<const TokenSampling> rows, std::vector<int32_t>& tokens);
+  // Backend::SampleTokensAsync: the draw and the copy into pinned memory are queued; the
+  // result must not outlive the sampler.
+  Result<std::unique_ptr<PendingTokens>> SampleAsync(const Tensor& logits, std::span<const TokenSampling> rows);
 
  private:
+  class Pending;
+  // Pinned memory one asynchronous draw's ids land in, and the event that says they have.
+  struct HostSlot {
+    void* host = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t done = nullptr;
+    bool busy = false;  // a Pending holds it
+  };
+
+  // Queues the draw: the ids, i32 [rows], on the device.
+  Result<Tensor> Enqueue(const Tensor& logits, std::span<const TokenSampling> rows);
+
   CudaContext& ctx_;
+  std::deque<HostSlot> slots_;
   // Reused between calls: the rows' settings, and every penalized row's history back to back.
   std::vector<cuda::SamplingParamsGpu> params_;
   std::vector<int32_t> history_;

@@ -195,4 +195,9 @@ Status AdjustLogits(float* logits, int vocab, const kernels::LogitAdjustment* en
 // id / 64) gets kBannedLogit, in place in logits [*, vocab] (f32).
 Status MaskLogits(float* logits, int vocab, const int32_t* rows, const uint64_t* masks, int count, cudaStream_t stream);
 
+// Asynchronous steps: for each of `count` pairs (i, j) in `pairs` (device memory, 2 * count
+// ids), token_ids[i] = source[j]: a step's placeholders become the ids an earlier step drew
+// on the device.
+Status PatchTokens(int32_t* token_ids, const int32_t* source, const int32_t* pairs, int count, cudaStream_t stream);
+
 }  // namespace ferry::cuda

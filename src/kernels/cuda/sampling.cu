@@ -402,6 +402,26 @@ Status MaskLogits(float* logits, int vocab, const int32_t* rows, const uint64_t*
   return Status::Ok();
 }
 
+namespace {
+
+__global__ void PatchKernel(int32_t* token_ids, const int32_t* source, const int32_t* pairs, int count) {
+  AwaitPriorGrids();
+  const int k = static_cast<int>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k < count) token_ids[pairs[2 * k]] = source[pairs[2 * k + 1]];
+}
+
+}  // namespace
+
+Status PatchTokens(int32_t* token_ids, const int32_t* source, const int32_t* pairs, int count, cudaStream_t stream) {
+  if (count < 0) return InvalidArgument("PatchTokens: need count >= 0");
+  if (count == 0) return Status::Ok();
+  if (token_ids == nullptr || source == nullptr || pairs == nullptr) return InvalidArgument("PatchTokens: null pointer");
+  constexpr int kBlock = 256;
+  LaunchKernel(PatchKernel, (count + kBlock - 1) / kBlock, kBlock, 0, stream, token_ids, source, pairs, count);
+  FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
+  return Status::Ok();
+}
+
 Status SampleRows(const float* logits, int rows, int vocab, const SamplingParamsGpu* params,
                   const int32_t* history_tokens, const int64_t* history_offsets, int32_t* out_tokens,
                   cudaStream_t stream) {
