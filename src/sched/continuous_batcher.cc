@@ -266,6 +266,7 @@ void ContinuousBatcher::Loop() {
       }
     }
     const Clock::time_point step_start = Clock::now();
+    core_.set_synchronous(turns != nullptr);
     bool stepped;
     if (turns != nullptr) {
       std::chrono::microseconds waited{0};

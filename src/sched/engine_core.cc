@@ -340,7 +340,7 @@ void EngineCore::ReportStep(int seqs, int tokens, int token_budget, double secon
 }
 
 bool EngineCore::Step(std::vector<GenerationEvent>& out) {
-  if (!async_ || step_ || host_bound_ > 0) {
+  if (!async_ || synchronous_ || step_ || host_bound_ > 0) {
     // A request that needs the host between tokens (or an injected step function): the
     // launched steps are collected first, then steps run one at a time.
     const bool collected = DrainLaunched(out);

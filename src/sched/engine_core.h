@@ -136,6 +136,9 @@ class EngineCore {
   bool Step(std::vector<GenerationEvent>& out);
   // Whether steps are launched asynchronously (the option, and a backend that can).
   bool async_scheduling() const { return async_; }
+  // Makes steps synchronous while set (loops that take turns on a shared GPU: a turn must
+  // end with the step's work done).
+  void set_synchronous(bool synchronous) { synchronous_ = synchronous; }
   // Steps launched and not yet collected (0 or 1 between calls).
   int in_flight() const { return static_cast<int>(launched_.size()); }
 
@@ -267,6 +270,7 @@ class EngineCore {
   StepTimeModel step_time_;
   double grammar_seconds_ = 0;
   bool async_ = false;
+  bool synchronous_ = false;
   int host_bound_ = 0;               // sequences here with Seq::host_bound
   std::deque<LaunchedStep> launched_;
   Clock::time_point last_collect_;   // when the previous launched step was collected
