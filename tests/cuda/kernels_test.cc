@@ -106,6 +106,21 @@ TEST(CudaKernels, DependentLaunchesKeepStreamOrder) {
   cudaStreamDestroy(stream);
 }
 
+// Asynchronous steps: placeholders take the previous step's draws; a failed draw (-1)
+// becomes id 0, never an index outside the embedding table.
+TEST(CudaKernels, PatchTokensWritesTheDrawsAndNeverANegativeId) {
+  FERRY_SKIP_WITHOUT_GPU();
+  DeviceBuffer ids = Upload(std::vector<int32_t>{7, 0, 9, 0, 0});
+  DeviceBuffer draws = Upload(std::vector<int32_t>{100, -1, 300});
+  DeviceBuffer pairs = Upload(std::vector<int32_t>{1, 2, 3, 0, 4, 1});
+  FERRY_ASSERT_OK(PatchTokens(static_cast<int32_t*>(ids.get()), static_cast<const int32_t*>(draws.get()),
+                              static_cast<const int32_t*>(pairs.get()), 3, nullptr));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(Download<int32_t>(ids, 5), (std::vector<int32_t>{7, 300, 9, 100, 0}));
+  FERRY_ASSERT_OK(PatchTokens(nullptr, nullptr, nullptr, 0, nullptr));  // nothing to patch
+  EXPECT_FALSE(PatchTokens(nullptr, nullptr, nullptr, 1, nullptr).ok());
+}
+
 TEST(CudaKernels, RmsNormMatchesCpu) {
   FERRY_SKIP_WITHOUT_GPU();
   auto cpu = backend::MakeCpuBackend();

@@ -197,7 +197,7 @@ Status MaskLogits(float* logits, int vocab, const int32_t* rows, const uint64_t*
 
 // Asynchronous steps: for each of `count` pairs (i, j) in `pairs` (device memory, 2 * count
 // ids), token_ids[i] = source[j]: a step's placeholders become the ids an earlier step drew
-// on the device.
+// on the device. A failed draw (-1) becomes id 0 (its row is dropped by the caller).
 Status PatchTokens(int32_t* token_ids, const int32_t* source, const int32_t* pairs, int count, cudaStream_t stream);
 
 }  // namespace ferry::cuda

@@ -407,7 +407,11 @@ namespace {
 __global__ void PatchKernel(int32_t* token_ids, const int32_t* source, const int32_t* pairs, int count) {
   AwaitPriorGrids();
   const int k = static_cast<int>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (k < count) token_ids[pairs[2 * k]] = source[pairs[2 * k + 1]];
+  if (k >= count) return;
+  // A failed draw (-1, non-finite logits) ends its sequence when collected; its row here is
+  // dropped, but must still read a valid embedding row.
+  const int32_t id = source[pairs[2 * k + 1]];
+  token_ids[pairs[2 * k]] = id < 0 ? 0 : id;
 }
 
 }  // namespace
