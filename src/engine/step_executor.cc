@@ -150,6 +150,17 @@ SamplingParams ParamsOf(const backend::TokenSampling& s) {
 
 }  // namespace
 
+void StepExecutor::FillDeviceSampling(const std::vector<SeqStep>& steps) {
+  device_sampling_.resize(steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    device_sampling_[i] = steps[i].sampling;
+    if (!steps[i].sample) {
+      device_sampling_[i] = backend::TokenSampling();  // a cheap greedy pick, unused
+      device_sampling_[i].temperature = 0.0f;
+    }
+  }
+}
+
 Result<Tensor> StepExecutor::Logits(const std::vector<SeqStep>& steps) {
   Tensor logits;
   int64_t rows = 0;
@@ -219,14 +230,7 @@ Result<std::vector<SeqResult>> StepExecutor::Step(const std::vector<SeqStep>& st
   }
   // Drawn where the logits are, for every sequence, so that a seeded sequence's tokens do not
   // depend on whether another request in the batch asked for log-probabilities.
-  device_sampling_.resize(steps.size());
-  for (size_t i = 0; i < steps.size(); ++i) {
-    device_sampling_[i] = steps[i].sampling;
-    if (!steps[i].sample) {
-      device_sampling_[i] = backend::TokenSampling();  // a cheap greedy pick, unused
-      device_sampling_[i].temperature = 0.0f;
-    }
-  }
+  FillDeviceSampling(steps);
   FERRY_RETURN_IF_ERROR(be.SampleTokens(wanted, device_sampling_, device_tokens_));
   std::vector<SeqResult> out(steps.size());
   bool host_wanted = false;
@@ -296,14 +300,7 @@ Status StepExecutor::Launch(const std::vector<SeqStep>& steps) {
   const Tensor* source = patched ? &launched_.back().pending->device_tokens() : nullptr;
   FERRY_RETURN_IF_ERROR(Run(steps, logits, rows, source));
   const Tensor wanted = logits.dim(0) == rows ? logits : logits.Slice(0, rows);
-  device_sampling_.resize(steps.size());
-  for (size_t i = 0; i < steps.size(); ++i) {
-    device_sampling_[i] = steps[i].sampling;
-    if (!steps[i].sample) {
-      device_sampling_[i] = backend::TokenSampling();  // a cheap greedy pick, unused
-      device_sampling_[i].temperature = 0.0f;
-    }
-  }
+  FillDeviceSampling(steps);
   FERRY_ASSIGN_OR_RETURN(next.pending, be.SampleTokensAsync(wanted, device_sampling_));
   launched_.push_back(std::move(next));
   return Status::Ok();

@@ -110,6 +110,8 @@ class StepExecutor {
   // first `rows` of it; a graphed step has padding rows after them).
   // `patch_source`: the device ids of the previous launch, for rows with from_previous.
   Status Run(const std::vector<SeqStep>& steps, Tensor& logits, int64_t& rows, const Tensor* patch_source = nullptr);
+  // device_sampling_ for the steps: their settings, a greedy pick for rows not drawn for.
+  void FillDeviceSampling(const std::vector<SeqStep>& steps);
   // Fills log-probabilities and kept logits from host rows (sampling done elsewhere).
   void ScoreOnHost(const Tensor& logits, const std::vector<SeqStep>& steps, std::vector<SeqResult>& out);
 
