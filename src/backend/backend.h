@@ -104,6 +104,9 @@ class PendingTokens {
   virtual const Tensor& device_tokens() const = 0;
   // Waits for the copy and returns one token per row (-1: a row with a NaN or infinite logit).
   virtual Status Wait(std::vector<int32_t>& tokens) = 0;
+  // After Wait: the f32 logits of the rows SampleTokensAsync was asked to bring back, as the
+  // draw read them before any bias, ban or mask ([host_rows, vocab], back to back).
+  virtual std::span<const float> host_rows() const = 0;
 };
 
 // How PoolRows reduces a sequence's rows to one (sentence-transformers' pooling modes).
@@ -323,11 +326,14 @@ class Backend {
   // StepInputs::token_patches on the device, so the next step can be queued before this
   // step's tokens reach the host.
   virtual bool patches_step_tokens() const { return false; }
-  // SampleTokens, returning as soon as the draw and the copy to the host are queued.
+  // SampleTokens, returning as soon as the draw and the copy to the host are queued; the
+  // logits of `host_rows` (row indices) come back too (log-probabilities).
   virtual Result<std::unique_ptr<PendingTokens>> SampleTokensAsync(const Tensor& logits,
-                                                                   std::span<const TokenSampling> rows) {
+                                                                   std::span<const TokenSampling> rows,
+                                                                   std::span<const int32_t> host_rows = {}) {
     (void)logits;
     (void)rows;
+    (void)host_rows;
     return Unimplemented(Name() + " does not sample asynchronously");
   }
 };

@@ -250,7 +250,7 @@ Result<std::vector<SeqResult>> StepExecutor::Step(const std::vector<SeqStep>& st
 }
 
 bool StepExecutor::Launchable(const SeqStep& s) {
-  return s.targets.empty() && s.logprobs < 0 && !s.keep_logits && s.sampling.allowed.empty();
+  return s.targets.empty() && !s.keep_logits && s.sampling.allowed.empty();
 }
 
 Status StepExecutor::Launch(const std::vector<SeqStep>& steps) {
@@ -259,8 +259,8 @@ Status StepExecutor::Launch(const std::vector<SeqStep>& steps) {
   for (const SeqStep& s : steps) {
     if (!Launchable(s)) {
       return InvalidArgument("sequence " + std::to_string(s.seq_id) +
-                             " needs more than its drawn token (log-probabilities, logits or a mask): it cannot be "
-                             "launched asynchronously");
+                             " needs more than its drawn token (prompt log-probabilities, logits or a mask): it "
+                             "cannot be launched asynchronously");
     }
     if (s.from_previous < 0) continue;
     patched = true;
@@ -272,7 +272,12 @@ Status StepExecutor::Launch(const std::vector<SeqStep>& steps) {
   }
   Launched next;
   next.sample.resize(steps.size());
-  for (size_t i = 0; i < steps.size(); ++i) next.sample[i] = steps[i].sample ? 1 : 0;
+  next.logprobs.resize(steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    next.sample[i] = steps[i].sample ? 1 : 0;
+    next.logprobs[i] = steps[i].logprobs;
+    if (steps[i].sample && steps[i].logprobs >= 0) next.score_rows.push_back(static_cast<int32_t>(i));
+  }
   backend::Backend& be = model_.backend();
   if (!be.samples_on_device() || !be.patches_step_tokens()) {
     // Runs now: the previous launch's ids are known, so the placeholders are replaced here.
@@ -301,7 +306,7 @@ Status StepExecutor::Launch(const std::vector<SeqStep>& steps) {
   FERRY_RETURN_IF_ERROR(Run(steps, logits, rows, source));
   const Tensor wanted = logits.dim(0) == rows ? logits : logits.Slice(0, rows);
   FillDeviceSampling(steps);
-  FERRY_ASSIGN_OR_RETURN(next.pending, be.SampleTokensAsync(wanted, device_sampling_));
+  FERRY_ASSIGN_OR_RETURN(next.pending, be.SampleTokensAsync(wanted, device_sampling_, next.score_rows));
   launched_.push_back(std::move(next));
   return Status::Ok();
 }
@@ -320,6 +325,14 @@ Result<std::vector<SeqResult>> StepExecutor::Collect() {
     out[i].token = tokens[i];
     out[i].finite = tokens[i] >= 0;
     out[i].sampled.token = tokens[i];
+  }
+  // Log-probabilities from the rows that came back with the ids, as ScoreOnHost computes them.
+  const std::span<const float> rows = done.pending->host_rows();
+  const size_t vocab = done.score_rows.empty() ? 0 : rows.size() / done.score_rows.size();
+  for (size_t k = 0; k < done.score_rows.size(); ++k) {
+    SeqResult& r = out[static_cast<size_t>(done.score_rows[k])];
+    if (r.token < 0) continue;
+    r.sampled = sampler_.Logprobs(rows.subspan(k * vocab, vocab), r.token, done.logprobs[done.score_rows[k]]);
   }
   return out;
 }

@@ -84,8 +84,8 @@ class StepExecutor {
   // caller can plan and launch the next one (whose decode rows may take their input from this
   // step's draws: SeqStep::from_previous) while the device runs this one; Collect returns the
   // oldest launched step's results, waiting for them. Only steps that need nothing but the
-  // drawn ids: no targets, log-probabilities, kept logits or structured-output masks
-  // (Launchable). On a backend that samples on the host, Launch runs the step at once.
+  // drawn ids and the sampled rows' log-probabilities (whose logits come back with the ids):
+  // no targets, kept logits or structured-output masks (Launchable). On a backend that samples on the host, Launch runs the step at once.
   // A failed Launch queues nothing. Do not mix with Step while launches are outstanding.
   static bool Launchable(const SeqStep& step);
   Status Launch(const std::vector<SeqStep>& steps);
@@ -132,6 +132,8 @@ class StepExecutor {
     std::unique_ptr<backend::PendingTokens> pending;
     std::vector<SeqResult> results;
     std::vector<char> sample;  // per step: whether its row was drawn for
+    std::vector<int32_t> logprobs;    // per step: SeqStep::logprobs
+    std::vector<int32_t> score_rows;  // the sampled steps with logprobs >= 0 (their logits come back)
   };
   std::deque<Launched> launched_;
   std::vector<int32_t> patched_ids_;  // host launches: the placeholders' ids

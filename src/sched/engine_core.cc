@@ -127,9 +127,8 @@ void EngineCore::Add(uint64_t handle, GenerationRequest request) {
   seq->stop_set.insert(seq->stop_set.end(), request.stop_token_ids.begin(), request.stop_token_ids.end());
   if (request.grammar) seq->grammar_state = request.grammar->initial();
   const engine::SamplingParams& sp = request.sampling;
-  seq->host_bound = request.grammar != nullptr || request.logprobs >= 0 || request.prompt_logprobs ||
-                    request.keep_logits || sp.repetition_penalty != 1.0f || sp.presence_penalty != 0.0f ||
-                    sp.frequency_penalty != 0.0f;
+  seq->host_bound = request.grammar != nullptr || request.prompt_logprobs || request.keep_logits ||
+                    sp.repetition_penalty != 1.0f || sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f;
   if (seq->host_bound) ++host_bound_;
   if (options_.default_timeout_ms > 0 && !request.deadline) {
     request.deadline = request.arrival + std::chrono::milliseconds(options_.default_timeout_ms);

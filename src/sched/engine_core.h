@@ -130,7 +130,7 @@ class EngineCore {
   // events appended are the previous launch's. A decode row whose input is the in-flight
   // token takes it on the device; a sequence that stops on that token has one extra token
   // computed and dropped; one that reaches max_tokens is not launched again. Requests that
-  // need the host between tokens (structured outputs, log-probabilities, kept logits,
+  // need the host between tokens (structured outputs, prompt log-probabilities, kept logits,
   // repetition, presence or frequency penalties) make the steps synchronous while any is
   // here, as does a step that would preempt a sequence.
   bool Step(std::vector<GenerationEvent>& out);

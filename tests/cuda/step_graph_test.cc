@@ -334,8 +334,8 @@ TEST(GpuContinuousBatcherTest, DeviceSamplingAndGraphsEqualSequentialGreedy) {
 
 // Asynchronous steps on the GPU: each decode row's input is the previous launch's draw,
 // patched in on the device (into a graph's recorded inputs too), and the next step is queued
-// before the previous one's ids reach the host. Greedy and seeded rows, chunked prefills and
-// a stop id give exactly the tokens of synchronous steps.
+// before the previous one's ids reach the host. Greedy and seeded rows, chunked prefills, a
+// stop id and log-probabilities give exactly the tokens and values of synchronous steps.
 TEST(GpuContinuousBatcherTest, AsynchronousStepsEqualSynchronousSteps) {
   FERRY_SKIP_WITHOUT_GPU();
   auto e = LoadOnGpu("llama3-tiny", DType::kBF16);
@@ -351,6 +351,7 @@ TEST(GpuContinuousBatcherTest, AsynchronousStepsEqualSynchronousSteps) {
       r.max_tokens = 4 + 3 * i;
       r.ignore_eos = true;
       if (i == 3 && stop_id >= 0) r.stop_token_ids = {stop_id};
+      if (i == 5 || i == 6) r.logprobs = i - 5;  // their rows' logits come back with the ids
       out.push_back(std::move(r));
     }
     return out;
@@ -384,7 +385,14 @@ TEST(GpuContinuousBatcherTest, AsynchronousStepsEqualSynchronousSteps) {
     for (const auto& t : got[i].tokens) b.push_back(t.token);
     EXPECT_EQ(b, a) << "request " << i;
     EXPECT_EQ(got[i].finish_reason, want[i].finish_reason) << "request " << i;
+    for (size_t t = 0; t < std::min(want[i].tokens.size(), got[i].tokens.size()); ++t) {
+      EXPECT_EQ(got[i].tokens[t].logprob, want[i].tokens[t].logprob) << "request " << i << " token " << t;
+      EXPECT_EQ(got[i].tokens[t].top_logprobs, want[i].tokens[t].top_logprobs) << "request " << i << " token " << t;
+    }
   }
+  ASSERT_FALSE(got[6].tokens.empty());
+  EXPECT_EQ(got[6].tokens[0].top_logprobs.size(), 1u);
+  EXPECT_LE(got[6].tokens[0].logprob, 0.0f);  // a random tiny model's greedy pick may have probability 1
   EXPECT_EQ(want[3].finish_reason, sched::FinishReason::kStop);
   EXPECT_GT(graphed_async, 0);
 }

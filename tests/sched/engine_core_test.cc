@@ -481,9 +481,10 @@ TEST_F(EngineCoreTest, AsyncRequestsThatNeedTheHostRunSynchronously) {
   auto requests = [&] {
     std::vector<GenerationRequest> r;
     r.push_back(Request(Prompt("And God said,"), 16, 1.0f, 1234));
-    GenerationRequest logprobs = Request(Prompt("In the beginning"), 6, 0.7f, 5);
-    logprobs.logprobs = 2;
-    r.push_back(std::move(logprobs));
+    GenerationRequest echo = Request(Prompt("In the beginning"), 6, 0.7f, 5);
+    echo.prompt_logprobs = true;
+    echo.logprobs = 1;
+    r.push_back(std::move(echo));
     GenerationRequest penalty = Request(Prompt("Praise ye the LORD."), 4, 0.0f);
     penalty.sampling.repetition_penalty = 1.3f;
     r.push_back(std::move(penalty));
@@ -492,19 +493,66 @@ TEST_F(EngineCoreTest, AsyncRequestsThatNeedTheHostRunSynchronously) {
   ExpectSameAsSync(requests, 4, 64, 128);
 
   auto core = MakeCore(4, 64, 128, 0, AsyncScheduling::kOn);
-  GenerationRequest logprobs = Request(Prompt("In the beginning"), 3);
-  logprobs.logprobs = 0;
+  GenerationRequest penalty = Request(Prompt("In the beginning"), 3);
+  penalty.sampling.frequency_penalty = 0.5f;
   core->Add(1, Request(Prompt("And God said,"), 12));
   std::vector<GenerationEvent> out;
   ASSERT_TRUE(core->Step(out));
   EXPECT_EQ(core->in_flight(), 1);
-  core->Add(2, std::move(logprobs));
+  core->Add(2, std::move(penalty));
   while (core->Contains(2)) {
     ASSERT_TRUE(core->Step(out));
     EXPECT_EQ(core->in_flight(), 0) << "a step launched while a request needs the host";
   }
   ASSERT_TRUE(core->Step(out));
   EXPECT_EQ(core->in_flight(), 1) << "asynchronous again once it has gone";
+}
+
+// Log-probabilities of the drawn tokens come back with them: such requests stay
+// asynchronous, with the values of synchronous steps.
+TEST_F(EngineCoreTest, AsyncLogprobsComeWithTheDraws) {
+  auto requests = [&] {
+    std::vector<GenerationRequest> r;
+    GenerationRequest a = Request(Prompt("In the beginning"), 8, 0.7f, 5);
+    a.logprobs = 3;
+    r.push_back(std::move(a));
+    r.push_back(Request(Prompt("And God said,"), 10, 1.0f, 1234));
+    GenerationRequest b = Request(Prompt("Praise ye the LORD."), 5);
+    b.logprobs = 0;
+    r.push_back(std::move(b));
+    return r;
+  };
+  auto sync = MakeCore(4, 64, 128, 0, AsyncScheduling::kOff);
+  auto async = MakeCore(4, 64, 128, 0, AsyncScheduling::kOn);
+  auto want = GenerateAll(*sync, requests());
+  ASSERT_TRUE(want.ok());
+  std::vector<GenerationRequest> reqs = requests();
+  for (size_t i = 0; i < reqs.size(); ++i) async->Add(i + 1, std::move(reqs[i]));
+  std::vector<GenerationEvent> out;
+  int launched_steps = 0;
+  while (!async->empty()) {
+    ASSERT_TRUE(async->Step(out));
+    launched_steps += async->in_flight();
+  }
+  EXPECT_GT(launched_steps, 5) << "steps were launched asynchronously";
+  for (size_t i = 0; i < want->size(); ++i) {
+    std::vector<TokenOutput> got;
+    for (GenerationEvent& ev : out) {
+      if (ev.handle == i + 1) got.insert(got.end(), ev.tokens.begin(), ev.tokens.end());
+    }
+    const std::vector<TokenOutput>& w = (*want)[i].tokens;
+    ASSERT_EQ(got.size(), w.size()) << i;
+    for (size_t t = 0; t < w.size(); ++t) {
+      EXPECT_EQ(got[t].token, w[t].token);
+      EXPECT_EQ(got[t].logprob, w[t].logprob);
+      ASSERT_EQ(got[t].top_logprobs.size(), w[t].top_logprobs.size());
+      for (size_t k = 0; k < w[t].top_logprobs.size(); ++k) {
+        EXPECT_EQ(got[t].top_logprobs[k].first, w[t].top_logprobs[k].first);
+        EXPECT_EQ(got[t].top_logprobs[k].second, w[t].top_logprobs[k].second);
+      }
+    }
+  }
+  EXPECT_EQ((*want)[0].tokens[0].top_logprobs.size(), 3u);
 }
 
 // Shared prefixes found in the cache, and a KV cache too small for the batch (preemption):
@@ -578,7 +626,7 @@ TEST_F(EngineCoreTest, AsyncExecutorLaunchesTakeThePreviousDraw) {
 
   decode.from_previous = 0;  // nothing launched before it
   EXPECT_EQ(ex.Launch({decode}).code(), StatusCode::kInvalidArgument);
-  known.logprobs = 1;
+  known.keep_logits = true;
   EXPECT_EQ(ex.Launch({known}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ex.launched(), 0);
   EXPECT_EQ(ex.Collect().status().code(), StatusCode::kFailedPrecondition);

@@ -302,9 +302,9 @@ class CudaBackend final : public Backend {
     return sampler_.Sample(logits, rows, tokens);
   }
   bool patches_step_tokens() const override { return true; }
-  Result<std::unique_ptr<PendingTokens>> SampleTokensAsync(const Tensor& logits,
-                                                           std::span<const TokenSampling> rows) override {
-    return sampler_.SampleAsync(logits, rows);
+  Result<std::unique_ptr<PendingTokens>> SampleTokensAsync(const Tensor& logits, std::span<const TokenSampling> rows,
+                                                           std::span<const int32_t> host_rows) override {
+    return sampler_.SampleAsync(logits, rows, host_rows);
   }
 
  private:

@@ -36,6 +36,9 @@ class DeviceSampler::Pending final : public PendingTokens {
     tokens.assign(host, host + tokens_.numel());
     return Status::Ok();
   }
+  std::span<const float> host_rows() const override {
+    return {static_cast<const float*>(slot_.rows), slot_.rows_used / sizeof(float)};
+  }
 
  private:
   Tensor tokens_;
@@ -46,15 +49,21 @@ DeviceSampler::~DeviceSampler() {
   for (HostSlot& slot : slots_) {
     if (slot.done != nullptr) cudaEventDestroy(slot.done);
     if (slot.host != nullptr) cudaFreeHost(slot.host);
+    if (slot.rows != nullptr) cudaFreeHost(slot.rows);
   }
 }
 
 Result<std::unique_ptr<PendingTokens>> DeviceSampler::SampleAsync(const Tensor& logits,
-                                                                  std::span<const TokenSampling> rows) {
+                                                                  std::span<const TokenSampling> rows,
+                                                                  std::span<const int32_t> host_rows) {
   const int n = static_cast<int>(rows.size());
   if (n == 0) return InvalidArgument("SampleTokensAsync: no rows");
-  FERRY_ASSIGN_OR_RETURN(Tensor out, Enqueue(logits, rows));
+  if (logits.rank() != 2) return InvalidArgument("SampleTokensAsync: logits " + logits.DebugString());
+  for (int32_t r : host_rows) {
+    if (r < 0 || r >= n) return InvalidArgument("SampleTokensAsync: host row " + std::to_string(r) + " of " + std::to_string(n));
+  }
   const size_t bytes = static_cast<size_t>(n) * sizeof(int32_t);
+  const size_t rows_bytes = host_rows.size() * static_cast<size_t>(logits.dim(1)) * sizeof(float);
   HostSlot* slot = nullptr;
   for (HostSlot& s : slots_) {
     if (!s.busy) {
@@ -71,13 +80,23 @@ Result<std::unique_ptr<PendingTokens>> DeviceSampler::SampleAsync(const Tensor& 
     FERRY_CUDA_RETURN_IF_ERROR(cudaMallocHost(&slot->host, std::max<size_t>(bytes, 4096)));
     slot->bytes = std::max<size_t>(bytes, 4096);
   }
+  if (slot->rows_bytes < rows_bytes) {
+    if (slot->rows != nullptr) FERRY_CUDA_RETURN_IF_ERROR(cudaFreeHost(slot->rows));
+    slot->rows = nullptr;
+    slot->rows_bytes = 0;
+    FERRY_CUDA_RETURN_IF_ERROR(cudaMallocHost(&slot->rows, rows_bytes));
+    slot->rows_bytes = rows_bytes;
+  }
+  slot->rows_used = rows_bytes;
+  FERRY_ASSIGN_OR_RETURN(Tensor out, Enqueue(logits, rows, host_rows, static_cast<float*>(slot->rows)));
   FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot->host, out.raw(), bytes, cudaMemcpyDeviceToHost, ctx_.stream()));
   FERRY_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot->done, ctx_.stream()));
   slot->busy = true;
   return std::unique_ptr<PendingTokens>(new Pending(std::move(out), *slot));
 }
 
-Result<Tensor> DeviceSampler::Enqueue(const Tensor& logits, std::span<const TokenSampling> rows) {
+Result<Tensor> DeviceSampler::Enqueue(const Tensor& logits, std::span<const TokenSampling> rows,
+                                      std::span<const int32_t> host_rows, float* rows_dst) {
   FERRY_RETURN_IF_ERROR(ctx_.NotRecording("SampleTokens"));
   const int n = static_cast<int>(rows.size());
   if (logits.rank() != 2 || logits.dim(0) < n) {
@@ -97,6 +116,13 @@ Result<Tensor> DeviceSampler::Enqueue(const Tensor& logits, std::span<const Toke
     FERRY_RETURN_IF_ERROR(
         cuda::Convert(f32->raw(), f32->dtype(), converted.raw(), DType::kF32, n * vocab, ctx_.stream()));
     f32 = &converted;
+  }
+  for (size_t i = 0; i < host_rows.size(); ++i) {
+    // The rows as drawn from, before the adjustments below change them in place.
+    const size_t row_bytes = static_cast<size_t>(vocab) * sizeof(float);
+    FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(reinterpret_cast<char*>(rows_dst) + i * row_bytes,
+                                               static_cast<const char*>(f32->raw()) + host_rows[i] * row_bytes,
+                                               row_bytes, cudaMemcpyDeviceToHost, ctx_.stream()));
   }
   std::vector<cuda::SamplingParamsGpu>& params = params_;
   params.resize(static_cast<size_t>(n));

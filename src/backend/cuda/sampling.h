@@ -27,7 +27,8 @@ class DeviceSampler {
   Status Sample(const Tensor& logits, std::span<const TokenSampling> rows, std::vector<int32_t>& tokens);
   // Backend::SampleTokensAsync: the draw and the copy into pinned memory are queued; the
   // result must not outlive the sampler.
-  Result<std::unique_ptr<PendingTokens>> SampleAsync(const Tensor& logits, std::span<const TokenSampling> rows);
+  Result<std::unique_ptr<PendingTokens>> SampleAsync(const Tensor& logits, std::span<const TokenSampling> rows,
+                                                     std::span<const int32_t> host_rows);
 
  private:
   class Pending;
@@ -35,12 +36,17 @@ class DeviceSampler {
   struct HostSlot {
     void* host = nullptr;
     size_t bytes = 0;
+    void* rows = nullptr;  // the logits rows brought back with the ids
+    size_t rows_bytes = 0;
+    size_t rows_used = 0;
     cudaEvent_t done = nullptr;
     bool busy = false;  // a Pending holds it
   };
 
-  // Queues the draw: the ids, i32 [rows], on the device.
-  Result<Tensor> Enqueue(const Tensor& logits, std::span<const TokenSampling> rows);
+  // Queues the draw: the ids, i32 [rows], on the device. The f32 logits of `host_rows` are
+  // copied to `rows_dst` (pinned, host_rows.size() * vocab floats) before any adjustment.
+  Result<Tensor> Enqueue(const Tensor& logits, std::span<const TokenSampling> rows,
+                         std::span<const int32_t> host_rows = {}, float* rows_dst = nullptr);
 
   CudaContext& ctx_;
   std::deque<HostSlot> slots_;
