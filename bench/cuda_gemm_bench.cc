@@ -3,6 +3,13 @@
 // 4096 x 14336), for M from decode to prefill sizes.
 //
 //   cuda_gemm_bench [--layers=L] [--ms=1,2,4,...] [--json=FILE] [--model=8b|1b] [--per-shape]
+//   cuda_gemm_bench --fp8 [--layers=L] [--ms=...] [--model=8b|1b]
+//
+// --fp8 times fp8 (e4m3) layers instead, against bf16: the per-token x per-channel scaled
+// GEMMs of fp8 engines, tuned with exact (f32-promoted) and with fast accumulation, cuBLASLt's
+// outer-vector heuristic with each, per-tensor scales (the fastest fp8 kernels cuBLASLt has),
+// the per-token quantization passes of the layer's four inputs, TFLOP/s of each, and the error
+// of exact and fast accumulation against an f32 GEMM of the same quantized values.
 //
 // --model=1b takes the llama-3.2-1B shapes instead (qkv 3072 x 2048, o 2048 x 2048, gate_up
 // 16384 x 2048, down 2048 x 8192). --per-shape adds, for M <= 8, a table of each bf16 linear
@@ -21,6 +28,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -29,6 +37,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kernels.h"
 #include "kernels/int4_groups.h"
 
 namespace {
@@ -139,25 +148,15 @@ GemmArgs Args(const Weight& w, const void* x, void* y) {
   return a;
 }
 
-// Median microseconds per layer of replaying all layers' GEMMs with one choice per shape
-// (null: the default route); only shape `only` when it is not negative.
-double TimeLayers(LtGemm& gemm, cudaStream_t stream, bool int4, int64_t m, const std::vector<std::vector<Weight>>& w,
-                  const std::vector<const GemmChoice*>& choices, const void* x, void* y, int only = -1) {
-  const int layers = static_cast<int>(w[0].size());
-  // Warm up outside capture (plans, scratch).
-  for (size_t si = 0; si < std::size(kShapes); ++si) {
-    if (only >= 0 && static_cast<int>(si) != only) continue;
-    CHECK_OK(gemm.Run(Problem(int4, m, kShapes[si]), Args(w[si][0], x, y), stream, choices[si]));
-  }
+// Median microseconds of one replay of `body` captured in a graph (15 replays after 3), the
+// body run once outside capture first (plans, scratch).
+template <typename Body>
+double TimeGraph(cudaStream_t stream, const Body& body) {
+  body();
   CHECK_CUDA(cudaStreamSynchronize(stream));
   cudaGraph_t graph;
   CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int l = 0; l < layers; ++l) {
-    for (size_t si = 0; si < std::size(kShapes); ++si) {
-      if (only >= 0 && static_cast<int>(si) != only) continue;
-      CHECK_OK(gemm.Run(Problem(int4, m, kShapes[si]), Args(w[si][l], x, y), stream, choices[si]));
-    }
-  }
+  body();
   CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
   cudaGraphExec_t exec;
   CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
@@ -173,7 +172,7 @@ double TimeLayers(LtGemm& gemm, cudaStream_t stream, bool int4, int64_t m, const
     CHECK_CUDA(cudaEventSynchronize(stop));
     float ms = 0;
     CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-    us.push_back(ms * 1000.0 / layers);
+    us.push_back(ms * 1000.0);
   }
   std::sort(us.begin(), us.end());
   CHECK_CUDA(cudaEventDestroy(start));
@@ -181,6 +180,299 @@ double TimeLayers(LtGemm& gemm, cudaStream_t stream, bool int4, int64_t m, const
   CHECK_CUDA(cudaGraphExecDestroy(exec));
   CHECK_CUDA(cudaGraphDestroy(graph));
   return us[us.size() / 2];
+}
+
+// Median microseconds per layer of replaying all layers' GEMMs with one choice per shape
+// (null: the default route); only shape `only` when it is not negative.
+double TimeLayers(LtGemm& gemm, cudaStream_t stream, bool int4, int64_t m, const std::vector<std::vector<Weight>>& w,
+                  const std::vector<const GemmChoice*>& choices, const void* x, void* y, int only = -1) {
+  const int layers = static_cast<int>(w[0].size());
+  return TimeGraph(stream, [&] {
+           for (int l = 0; l < layers; ++l) {
+             for (size_t si = 0; si < std::size(kShapes); ++si) {
+               if (only >= 0 && static_cast<int>(si) != only) continue;
+               CHECK_OK(gemm.Run(Problem(int4, m, kShapes[si]), Args(w[si][l], x, y), stream, choices[si]));
+             }
+           }
+         }) /
+         layers;
+}
+
+// ---- fp8 mode ----
+
+struct Fp8Weight {
+  void* w = nullptr;        // e4m3 [n, k]
+  float* scale = nullptr;   // [n]
+  void* bf16 = nullptr;     // the same layer in bf16 (not quantized)
+};
+
+// One shape's layers: random weights quantized per output channel on the host, uploaded once
+// and copied to every layer's own buffers (distinct memory, so each read comes from HBM).
+std::vector<Fp8Weight> MakeFp8Layers(const Shape& s, int layers, uint64_t seed) {
+  const std::vector<float> w = Random(s.n * s.k, seed, 0.05f);
+  std::vector<uint8_t> q(w.size());
+  std::vector<float> scale(static_cast<size_t>(s.n));
+  std::vector<uint16_t> b(w.size());
+  for (int64_t r = 0; r < s.n; ++r) {
+    float amax = 0;
+    for (int64_t c = 0; c < s.k; ++c) amax = std::max(amax, std::abs(w[r * s.k + c]));
+    const float sc = amax > 0 ? amax / 448.0f : 1.0f;
+    scale[r] = sc;
+    for (int64_t c = 0; c < s.k; ++c) {
+      q[r * s.k + c] = ferry::F32ToF8E4M3(w[r * s.k + c] / sc);
+      b[r * s.k + c] = ferry::F32ToBf16(w[r * s.k + c]);
+    }
+  }
+  std::vector<Fp8Weight> out(layers);
+  for (int l = 0; l < layers; ++l) {
+    out[l].w = DeviceAlloc(q.size());
+    out[l].scale = static_cast<float*>(DeviceAlloc(scale.size() * 4));
+    out[l].bf16 = DeviceAlloc(b.size() * 2);
+    if (l == 0) {
+      CHECK_CUDA(cudaMemcpy(out[l].w, q.data(), q.size(), cudaMemcpyHostToDevice));
+      CHECK_CUDA(cudaMemcpy(out[l].scale, scale.data(), scale.size() * 4, cudaMemcpyHostToDevice));
+      CHECK_CUDA(cudaMemcpy(out[l].bf16, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
+    } else {
+      CHECK_CUDA(cudaMemcpy(out[l].w, out[0].w, q.size(), cudaMemcpyDeviceToDevice));
+      CHECK_CUDA(cudaMemcpy(out[l].scale, out[0].scale, scale.size() * 4, cudaMemcpyDeviceToDevice));
+      CHECK_CUDA(cudaMemcpy(out[l].bf16, out[0].bf16, b.size() * 2, cudaMemcpyDeviceToDevice));
+    }
+  }
+  return out;
+}
+
+enum class Fp8Mode { kBf16, kRowColExact, kRowColFast, kTensorExact, kTensorFast };
+
+GemmProblem Fp8Problem(Fp8Mode mode, int64_t m, const Shape& s) {
+  GemmProblem p;
+  p.kind = mode == Fp8Mode::kBf16 ? GemmKind::kBF16 : GemmKind::kFp8;
+  p.out_dtype = DType::kBF16;
+  p.m = m;
+  p.n = s.n;
+  p.k = s.k;
+  p.fp8_scaling = mode == Fp8Mode::kTensorExact || mode == Fp8Mode::kTensorFast ? ferry::cuda::Fp8Scaling::kPerTensor
+                                                                                : ferry::cuda::Fp8Scaling::kPerRowCol;
+  p.fp8_fast_accum = mode == Fp8Mode::kRowColFast || mode == Fp8Mode::kTensorFast;
+  return p;
+}
+
+struct Fp8Inputs {
+  const void* x_bf16 = nullptr;
+  const void* x_fp8 = nullptr;
+  const float* x_scale = nullptr;
+};
+
+GemmArgs Fp8Args(Fp8Mode mode, const Fp8Weight& w, const Fp8Inputs& in, void* y) {
+  GemmArgs a;
+  a.y = y;
+  if (mode == Fp8Mode::kBf16) {
+    a.x = in.x_bf16;
+    a.w = w.bf16;
+  } else {
+    a.x = in.x_fp8;
+    a.w = w.w;
+    a.x_scale = in.x_scale;
+    a.w_scale = w.scale;
+  }
+  return a;
+}
+
+// Relative RMS error of y (bf16 or f32 [m, n]) against ref (f32 [m, n]), both on the device.
+double RelRms(const void* y, DType y_dtype, const float* ref, int64_t count) {
+  std::vector<float> r(static_cast<size_t>(count)), v(static_cast<size_t>(count));
+  CHECK_CUDA(cudaMemcpy(r.data(), ref, count * 4, cudaMemcpyDeviceToHost));
+  if (y_dtype == DType::kF32) {
+    CHECK_CUDA(cudaMemcpy(v.data(), y, count * 4, cudaMemcpyDeviceToHost));
+  } else {
+    std::vector<uint16_t> b(static_cast<size_t>(count));
+    CHECK_CUDA(cudaMemcpy(b.data(), y, count * 2, cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < count; ++i) v[i] = ferry::Bf16ToF32(b[i]);
+  }
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    num += (static_cast<double>(v[i]) - r[i]) * (static_cast<double>(v[i]) - r[i]);
+    den += static_cast<double>(r[i]) * r[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+int RunFp8(int layers, const std::vector<int64_t>& ms, const std::string& json_path) {
+  std::vector<std::vector<Fp8Weight>> w(std::size(kShapes));
+  double weights_per_layer = 0;
+  for (size_t si = 0; si < std::size(kShapes); ++si) {
+    w[si] = MakeFp8Layers(kShapes[si], layers, si + 1);
+    weights_per_layer += static_cast<double>(kShapes[si].n * kShapes[si].k);
+  }
+  std::printf("fp8 and bf16 weights ready\n");
+  std::fflush(stdout);
+  const int64_t max_m = *std::max_element(ms.begin(), ms.end());
+  int64_t max_n = 0, max_k = 0;
+  for (const Shape& s : kShapes) {
+    max_n = std::max(max_n, s.n);
+    max_k = std::max(max_k, s.k);
+  }
+  const std::vector<float> xf = Random(max_m * max_k, 999, 1.0f);
+  std::vector<uint16_t> xb(xf.size());
+  for (size_t i = 0; i < xf.size(); ++i) xb[i] = ferry::F32ToBf16(xf[i]);
+  void* x = DeviceAlloc(xb.size() * 2);
+  CHECK_CUDA(cudaMemcpy(x, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+  void* xq = DeviceAlloc(xb.size());
+  float* xs = static_cast<float*>(DeviceAlloc(max_m * 4));
+  void* y = DeviceAlloc(static_cast<size_t>(max_m * max_n) * 4);
+
+  auto gemm_or = LtGemm::Create();
+  CHECK_OK(gemm_or);
+  LtGemm& gemm = **gemm_or;
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  std::printf(
+      "\n| M | bf16 tuned | fp8 tuned, exact acc | fp8 tuned, fast acc | fast / exact | fp8 heuristic, exact | "
+      "fp8 heuristic, fast | fp8 per-tensor, exact | fp8 per-tensor, fast | quantize 4 inputs | fp8 fast + quantize "
+      "vs bf16 |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::fflush(stdout);
+  std::string json = "[";
+  for (int64_t m : ms) {
+    // Quantize x once for this M (row scales per token).
+    CHECK_OK(ferry::cuda::QuantizeRowsFp8(x, m, max_k, xq, xs, DType::kBF16, stream));
+    // The quantized rows are [m, max_k]; each shape reads its first k columns with ldx = max_k.
+    Fp8Inputs in{x, xq, xs};
+    auto problem = [&](Fp8Mode mode, const Shape& s) {
+      GemmProblem p = Fp8Problem(mode, m, s);
+      p.ldx = max_k;
+      return p;
+    };
+    // Tuned choices per shape for bf16 and both fp8 accumulations.
+    std::vector<GemmChoice> tuned[3];
+    const Fp8Mode tuned_modes[3] = {Fp8Mode::kBf16, Fp8Mode::kRowColExact, Fp8Mode::kRowColFast};
+    for (int t = 0; t < 3; ++t) {
+      for (size_t si = 0; si < std::size(kShapes); ++si) {
+        auto c = gemm.Tune(problem(tuned_modes[t], kShapes[si]), Fp8Args(tuned_modes[t], w[si][0], in, y), stream);
+        CHECK_OK(c);
+        tuned[t].push_back(*c);
+      }
+    }
+    auto time_mode = [&](Fp8Mode mode, const std::vector<GemmChoice>* choices) {
+      return TimeGraph(stream, [&] {
+               for (int l = 0; l < layers; ++l) {
+                 for (size_t si = 0; si < std::size(kShapes); ++si) {
+                   CHECK_OK(gemm.Run(problem(mode, kShapes[si]), Fp8Args(mode, w[si][l], in, y), stream,
+                                     choices != nullptr ? &(*choices)[si] : nullptr));
+                 }
+               }
+             }) /
+             layers;
+    };
+    const double t_bf16 = time_mode(Fp8Mode::kBf16, &tuned[0]);
+    const double t_exact = time_mode(Fp8Mode::kRowColExact, &tuned[1]);
+    const double t_fast = time_mode(Fp8Mode::kRowColFast, &tuned[2]);
+    const double t_h_exact = time_mode(Fp8Mode::kRowColExact, nullptr);
+    const double t_h_fast = time_mode(Fp8Mode::kRowColFast, nullptr);
+    const double t_t_exact = time_mode(Fp8Mode::kTensorExact, nullptr);
+    const double t_t_fast = time_mode(Fp8Mode::kTensorFast, nullptr);
+    // The layer's four per-token quantizations (its inputs' K), as an fp8 layer runs them
+    // (the norm-fused ones and SiLU-mul-fused one cost about as much as a plain pass).
+    const double t_quant = TimeGraph(stream, [&] {
+      for (const Shape& s : kShapes) CHECK_OK(ferry::cuda::QuantizeRowsFp8(x, m, s.k, xq, xs, DType::kBF16, stream));
+    });
+    // Restore the full-width quantized rows the GEMMs read.
+    CHECK_OK(ferry::cuda::QuantizeRowsFp8(x, m, max_k, xq, xs, DType::kBF16, stream));
+    const double flop = 2.0 * static_cast<double>(m) * weights_per_layer;
+    auto tf = [&](double us) { return flop / (us * 1e6); };
+    std::printf(
+        "| %lld | %.1f (%.0f) | %.1f (%.0f) | %.1f (%.0f) | %.2fx | %.1f (%.0f) | %.1f (%.0f) | %.1f (%.0f) | %.1f "
+        "(%.0f) | %.1f | %.2fx |\n",
+        static_cast<long long>(m), t_bf16, tf(t_bf16), t_exact, tf(t_exact), t_fast, tf(t_fast), t_exact / t_fast,
+        t_h_exact, tf(t_h_exact), t_h_fast, tf(t_h_fast), t_t_exact, tf(t_t_exact), t_t_fast, tf(t_t_fast), t_quant,
+        t_bf16 / (t_fast + t_quant));
+    std::fflush(stdout);
+    char buf[640];
+    std::snprintf(buf, sizeof(buf),
+                  "%s{\"m\": %lld, \"bf16_us\": %.2f, \"fp8_exact_us\": %.2f, \"fp8_fast_us\": %.2f, "
+                  "\"fp8_heuristic_exact_us\": %.2f, \"fp8_heuristic_fast_us\": %.2f, \"fp8_tensor_exact_us\": %.2f, "
+                  "\"fp8_tensor_fast_us\": %.2f, \"quantize_us\": %.2f}",
+                  json.size() > 1 ? ", " : "", static_cast<long long>(m), t_bf16, t_exact, t_fast, t_h_exact, t_h_fast,
+                  t_t_exact, t_t_fast, t_quant);
+    json += buf;
+  }
+  json += "]\n";
+  std::printf("(us per layer of the four linears; TFLOP/s in brackets)\n");
+
+  // Accuracy of the accumulation: each shape at M = 256 in f32 output, exact and fast,
+  // against an f32 GEMM (f32 accumulation) of the same dequantized values.
+  std::printf(
+      "\n| linear (N x K) | exact acc: rel. RMS error vs f32 | fast acc | fast / exact | e4m3 rounding: exact acc vs "
+      "f32 of the unquantized bf16 values |\n|---|---|---|---|---|\n");
+  const int64_t m = std::min<int64_t>(256, max_m);
+  CHECK_OK(ferry::cuda::QuantizeRowsFp8(x, m, max_k, xq, xs, DType::kBF16, stream));
+  std::vector<uint8_t> hq(static_cast<size_t>(m * max_k));
+  std::vector<float> hs(static_cast<size_t>(m));
+  CHECK_CUDA(cudaMemcpy(hq.data(), xq, hq.size(), cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(hs.data(), xs, hs.size() * 4, cudaMemcpyDeviceToHost));
+  for (size_t si = 0; si < std::size(kShapes); ++si) {
+    const Shape& s = kShapes[si];
+    // Dequantized x [m, k] and w [n, k] in f32.
+    std::vector<float> xd(static_cast<size_t>(m * s.k));
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < s.k; ++c) xd[r * s.k + c] = ferry::F8E4M3ToF32(hq[r * max_k + c]) * hs[r];
+    std::vector<uint8_t> wq(static_cast<size_t>(s.n * s.k));
+    std::vector<float> ws(static_cast<size_t>(s.n));
+    CHECK_CUDA(cudaMemcpy(wq.data(), w[si][0].w, wq.size(), cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(ws.data(), w[si][0].scale, ws.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<float> wd(wq.size());
+    for (int64_t r = 0; r < s.n; ++r)
+      for (int64_t c = 0; c < s.k; ++c) wd[r * s.k + c] = ferry::F8E4M3ToF32(wq[r * s.k + c]) * ws[r];
+    float* dx = static_cast<float*>(DeviceAlloc(xd.size() * 4));
+    float* dw = static_cast<float*>(DeviceAlloc(wd.size() * 4));
+    float* ref = static_cast<float*>(DeviceAlloc(static_cast<size_t>(m * s.n) * 4));
+    CHECK_CUDA(cudaMemcpy(dx, xd.data(), xd.size() * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(dw, wd.data(), wd.size() * 4, cudaMemcpyHostToDevice));
+    GemmProblem pf;
+    pf.kind = GemmKind::kF32;
+    pf.out_dtype = DType::kF32;
+    pf.m = m;
+    pf.n = s.n;
+    pf.k = s.k;
+    GemmArgs af;
+    af.x = dx;
+    af.w = dw;
+    af.y = ref;
+    CHECK_OK(gemm.Run(pf, af, stream));
+    // The same GEMM on the values before e4m3 rounding (bf16 x and w, widened to f32).
+    float* ref_unq = static_cast<float*>(DeviceAlloc(static_cast<size_t>(m * s.n) * 4));
+    {
+      std::vector<uint16_t> xb16(static_cast<size_t>(m * max_k)), wb16(static_cast<size_t>(s.n * s.k));
+      CHECK_CUDA(cudaMemcpy(xb16.data(), x, xb16.size() * 2, cudaMemcpyDeviceToHost));
+      CHECK_CUDA(cudaMemcpy(wb16.data(), w[si][0].bf16, wb16.size() * 2, cudaMemcpyDeviceToHost));
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t c = 0; c < s.k; ++c) xd[r * s.k + c] = ferry::Bf16ToF32(xb16[r * max_k + c]);
+      for (size_t i = 0; i < wd.size(); ++i) wd[i] = ferry::Bf16ToF32(wb16[i]);
+      CHECK_CUDA(cudaMemcpy(dx, xd.data(), xd.size() * 4, cudaMemcpyHostToDevice));
+      CHECK_CUDA(cudaMemcpy(dw, wd.data(), wd.size() * 4, cudaMemcpyHostToDevice));
+      af.y = ref_unq;
+      CHECK_OK(gemm.Run(pf, af, stream));
+    }
+    double err[2], err_unq = 0;
+    for (int fast = 0; fast < 2; ++fast) {
+      GemmProblem p = Fp8Problem(fast ? Fp8Mode::kRowColFast : Fp8Mode::kRowColExact, m, s);
+      p.ldx = max_k;
+      p.out_dtype = DType::kF32;
+      CHECK_OK(gemm.Run(p, Fp8Args(Fp8Mode::kRowColExact, w[si][0], Fp8Inputs{x, xq, xs}, y), stream));
+      CHECK_CUDA(cudaStreamSynchronize(stream));
+      err[fast] = RelRms(y, DType::kF32, ref, m * s.n);
+      if (fast == 0) err_unq = RelRms(y, DType::kF32, ref_unq, m * s.n);
+    }
+    std::printf("| %s (%lld x %lld) | %.3g | %.3g | %.2fx | %.3g |\n", s.name, static_cast<long long>(s.n),
+                static_cast<long long>(s.k), err[0], err[1], err[1] / err[0], err_unq);
+    std::fflush(stdout);
+    CHECK_CUDA(cudaFree(dx));
+    CHECK_CUDA(cudaFree(dw));
+    CHECK_CUDA(cudaFree(ref));
+    CHECK_CUDA(cudaFree(ref_unq));
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << json;
+  std::printf("\nchoice fallbacks: %lld\n", static_cast<long long>(gemm.choice_fallbacks()));
+  return 0;
 }
 
 std::vector<int64_t> ParseList(const char* text) {
@@ -201,13 +493,17 @@ int main(int argc, char** argv) {
   std::vector<int64_t> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 2048};
   std::string json_path;
   bool per_shape = false;
+  bool fp8 = false;
+  bool ms_given = false;
   const char* model = "8B";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a.rfind("--layers=", 0) == 0)
       layers = std::atoi(a.c_str() + 9);
-    else if (a.rfind("--ms=", 0) == 0)
+    else if (a.rfind("--ms=", 0) == 0) {
       ms = ParseList(a.c_str() + 5);
+      ms_given = true;
+    }
     else if (a.rfind("--json=", 0) == 0)
       json_path = a.substr(7);
     else if (a == "--model=1b") {
@@ -217,9 +513,11 @@ int main(int argc, char** argv) {
       kShapes.assign(std::begin(k8BShapes), std::end(k8BShapes));
     else if (a == "--per-shape")
       per_shape = true;
+    else if (a == "--fp8")
+      fp8 = true;
     else {
       std::fprintf(stderr,
-                   "usage: cuda_gemm_bench [--layers=L] [--ms=1,2,...] [--json=FILE] [--model=8b|1b] [--per-shape]\n");
+                   "usage: cuda_gemm_bench [--layers=L] [--ms=1,2,...] [--json=FILE] [--model=8b|1b] [--per-shape] [--fp8]\n");
       return 2;
     }
   }
@@ -228,6 +526,10 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs; %d layers of llama-%s linears per format\n", prop.name, prop.multiProcessorCount,
               layers, model);
   std::fflush(stdout);
+  if (fp8) {
+    if (!ms_given) ms = {1, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+    return RunFp8(layers, ms, json_path);
+  }
 
   std::vector<std::vector<Weight>> bf16(std::size(kShapes)), int4(std::size(kShapes));
   for (size_t si = 0; si < std::size(kShapes); ++si) {

@@ -52,6 +52,10 @@ struct LinearWeight {
   // negative: never.
   // Chosen per weight shape by the engine builder's timing (the engine's tuned choices).
   int small_m_max = 0;
+  // kFp8 only: the GEMM may keep its accumulator at the tensor cores' own precision over the
+  // whole K (CUDA: cuBLASLt's fast accumulation) instead of promoting partial sums to f32.
+  // Set at load or build; recorded with the prepared weight.
+  bool fast_accumulation = false;
   int64_t out_features() const { return out ? out : (weight.rank() == 2 ? weight.dim(0) : 0); }
   int64_t in_features() const { return in ? in : (weight.rank() == 2 ? weight.dim(1) : 0); }
 };

@@ -20,6 +20,7 @@ struct BuildCliOptions {
   std::string output;
   std::string precision = "fp32";
   std::string device = "cpu";
+  std::string fp8_accumulation = "fast";
   engine::BuildOptions build;  // precision and device: parsed from the two above
 };
 
@@ -31,6 +32,10 @@ int RunBuild(const BuildCliOptions& o) {
   auto device = ParseDevice(o.device);
   if (!device.ok()) return Fail(device.status());
   build.device = *device;
+  if (o.fp8_accumulation != "fast" && o.fp8_accumulation != "exact") {
+    return Fail(InvalidArgument("--fp8-accumulation must be fast or exact, got '" + o.fp8_accumulation + "'"));
+  }
+  build.fp8_fast_accumulation = o.fp8_accumulation == "fast";
   // A bar per phase on a terminal; a log line per phase otherwise.
   Progress progress("building " + o.output, Progress::StderrIsTerminal());
   build.progress = &progress;
@@ -45,6 +50,7 @@ int RunBuild(const BuildCliOptions& o) {
                       {"blobs", r->blobs},
                       {"seconds", r->seconds}};
   if (r->calibration) j["calibration"] = r->calibration->ToJson();
+  if (build.precision == Precision::kFp8) j["fp8_accumulation"] = o.fp8_accumulation;
   std::printf("%s\n", j.dump(2).c_str());
   return 0;
 }
@@ -123,6 +129,8 @@ void RegisterBuild(CLI::App& app, int& exit_code) {
   sub->add_option("--max-batch-tokens", o->build.max_batch_tokens, "Tokens per step the engine is prepared for");
   sub->add_option("--threads", o->build.threads, "Compute threads (0 = all cores)");
   sub->add_flag("!--no-tune", o->build.tune, "Skip timing kernel candidates per weight shape");
+  sub->add_option("--fp8-accumulation", o->fp8_accumulation,
+                  "fp8: fast (the tensor cores' accumulator, the default) or exact (partial sums promoted to f32)");
   sub->callback([o, &exit_code] { exit_code = RunBuild(*o); });
 
   auto io = std::make_shared<InspectOptions>();

@@ -331,6 +331,7 @@ Result<BuildReport> BuildEngine(const std::string& model_spec, const std::string
   lo.linear_format = plan.format;
   lo.table_dtype = plan.table_dtype;
   lo.smooth = &smooth;
+  lo.fp8_fast_accumulation = o.fp8_fast_accumulation;
   std::unique_ptr<model::DecoderModel> decoder;
   std::unique_ptr<model::EncoderModel> encoder;
   if (config.family == io::ModelFamily::kDecoder) {
@@ -416,6 +417,9 @@ Result<BuildReport> BuildEngine(const std::string& model_spec, const std::string
   manifest.build.source = fs::absolute(model_dir, ec).string();
   if (o.device.is_cuda()) manifest.build.activations = eo.cuda_activations;
   manifest.build.calibration = report.calibration;
+  if (plan.format == backend::WeightFormat::kFp8) {
+    manifest.build.fp8_accumulation = o.fp8_fast_accumulation ? "fast" : "exact";
+  }
   report.blobs = static_cast<int>(manifest.blobs_index.size());
   FERRY_RETURN_IF_ERROR(writer->Finish(manifest));
   if (progress) progress->EndPhase();

@@ -150,6 +150,11 @@ Result<ManifestBuild> ReadBuild(const JsonReader& root) {
   if (r.Find("calibration") != nullptr) {
     FERRY_ASSIGN_OR_RETURN(b.calibration, ReadCalibration(r));
   }
+  if (r.Find("fp8_accumulation") != nullptr) {
+    FERRY_RETURN_IF_ERROR(r.String("fp8_accumulation", text));
+    if (text != "fast" && text != "exact") return r.FieldError("fp8_accumulation", "is not fast or exact", json(text));
+    b.fp8_accumulation = text;
+  }
   return b;
 }
 
@@ -198,6 +203,7 @@ json EngineManifest::ToJson() const {
             {"source", build.source}};
   if (build.activations) b["activations"] = std::string(DTypeName(*build.activations));
   if (build.calibration) b["calibration"] = build.calibration->ToJson();
+  if (build.fp8_accumulation) b["fp8_accumulation"] = *build.fp8_accumulation;
   m["build"] = b;
   if (!tuned.is_null()) m["tuned"] = tuned;
   json t = json::object();

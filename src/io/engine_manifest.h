@@ -95,6 +95,7 @@ struct ManifestBuild {
   std::string source;                 // the checkpoint's absolute path
   std::optional<DType> activations;   // GPU engines: the dtype the engine runs in
   std::optional<CalibrationInfo> calibration;  // int8 engines
+  std::optional<std::string> fp8_accumulation;  // fp8 engines: "fast" or "exact"
   bool operator==(const ManifestBuild&) const = default;
 };
 

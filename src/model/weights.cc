@@ -203,6 +203,7 @@ Result<backend::LinearWeight> LoadLinear(const WeightSource& src, backend::Backe
       if (!src.quantized(name)) w.format = backend::WeightFormat::kNative;
     }
   }
+  w.fast_accumulation = w.format == backend::WeightFormat::kFp8 && options.fp8_fast_accumulation;
   if (w.format == backend::WeightFormat::kInt4 && src.int4) {
     std::vector<kernels::Int4Groups> blocks;
     for (size_t i = 0; i < weight_names.size(); ++i) {

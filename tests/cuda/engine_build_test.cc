@@ -100,6 +100,52 @@ TEST(CudaEngineBuildTest, EveryPrecisionBuildsTunesLoadsAndMatchesTheReference) 
   }
 }
 
+// fp8 engines record how their GEMMs accumulate (fast by default, exact on request), in the
+// build section and in every fp8 linear, load with it, and both match the reference; the
+// two differ from each other by far less than fp8 differs from the reference.
+TEST(CudaEngineBuildTest, Fp8AccumulationIsRecordedAndEitherMatchesTheReference) {
+  FERRY_SKIP_WITHOUT_GPU();
+  auto gpu = backend::QueryCudaDevice(0);
+  ASSERT_TRUE(gpu.ok());
+  if (gpu->cc_major * 10 + gpu->cc_minor < 89) GTEST_SKIP() << "fp8 needs sm_89+";
+  TempDir tmp;
+  const std::string dir = testing::FixturePath("models/llama3-tiny");
+  auto ref = io::SafetensorsFile::Open(dir + "/reference.safetensors");
+  ASSERT_TRUE(ref.ok());
+  const std::vector<int32_t> ids = ToIds((*ref)->Get("p1.input_ids").value());
+  const std::vector<float> expected = ToFloats((*ref)->Get("p1.last_logits").value());
+  std::vector<float> logits[2];
+  for (const bool fast : {true, false}) {
+    SCOPED_TRACE(fast ? "fast" : "exact");
+    engine::BuildOptions bo;
+    bo.device = DeviceSpec::Cuda();
+    bo.precision = Precision::kFp8;
+    if (!fast) bo.fp8_fast_accumulation = false;
+    const std::string path = tmp.File(fast ? "fast.ferry" : "exact.ferry");
+    auto built = engine::BuildEngine(dir, path, bo);
+    ASSERT_TRUE(built.ok()) << built.status().ToString();
+    auto file = io::EngineFile::Open(path);
+    ASSERT_TRUE(file.ok());
+    const io::EngineManifest& m = (*file)->manifest();
+    const std::string want = fast ? "fast" : "exact";
+    EXPECT_EQ(m.build.fp8_accumulation.value_or("(none)"), want);
+    int fp8_linears = 0;
+    for (const auto& [key, l] : m.linears) {
+      if (l.layout.value("kind", "") != "fp8") continue;
+      ++fp8_linears;
+      EXPECT_EQ(l.layout.value("fp8_accumulation", ""), want) << key;
+    }
+    EXPECT_GT(fp8_linears, 0);
+    auto e = engine::Engine::Load(path, OnGpu());
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    logits[fast ? 0 : 1] = LastLogits(*e, ids);
+    ASSERT_EQ(logits[fast ? 0 : 1].size(), expected.size());
+    EXPECT_LE(MaxDiff(logits[fast ? 0 : 1].data(), expected.data(), expected.size()), 2e-1 * MaxAbs(expected));
+  }
+  const double fp8_error = MaxDiff(logits[1].data(), expected.data(), expected.size());
+  EXPECT_LE(MaxDiff(logits[0].data(), logits[1].data(), expected.size()), 0.5 * fp8_error + 1e-3 * MaxAbs(expected));
+}
+
 TEST(CudaEngineBuildTest, EncoderEngineOnTheGpu) {
   FERRY_SKIP_WITHOUT_GPU();
   TempDir tmp;

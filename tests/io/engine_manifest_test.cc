@@ -39,6 +39,7 @@ EngineManifest Sample() {
   m.build.source = "/models/llama";
   m.build.activations = DType::kBF16;
   m.build.calibration = CalibrationInfo{"/data/calib.jsonl", 43, 16384, 0.5, 14, false};
+  m.build.fp8_accumulation = "fast";
   m.tuned = {{"choice", "small_m_max"}, {"threads", 2}, {"linear_shapes", json::array({{{"n", 8}, {"k", 4}}})}};
   m.tensors["embed"] = StoredTensor{DType::kBF16, {4, 8}, Ref(4096, 64, 1)};
   m.linears["layers.0.qkv"] = StoredLinear{{{"format", "int8"}, {"version", 1}},
@@ -68,11 +69,13 @@ TEST(EngineManifestTest, OptionalSectionsStayAbsent) {
   m.tuned = nullptr;
   m.build.calibration.reset();
   m.build.activations.reset();
+  m.build.fp8_accumulation.reset();
   m.linears["layers.0.qkv"].small_m_max.reset();
   const json j = m.ToJson();
   EXPECT_FALSE(j.contains("tuned"));
   EXPECT_FALSE(j["build"].contains("calibration"));
   EXPECT_FALSE(j["build"].contains("activations"));
+  EXPECT_FALSE(j["build"].contains("fp8_accumulation"));
   EXPECT_FALSE(j["linears"]["layers.0.qkv"].contains("small_m_max"));
   EXPECT_EQ(*EngineManifest::FromJson(j), m);
 }
@@ -151,6 +154,10 @@ TEST(EngineManifestTest, EveryMalformedFieldIsDataLossNamingIt) {
       {"no source", [](json& j) { j["build"].erase("source"); }, "build.source is missing"},
       {"no weight format", [](json& j) { j["build"].erase("weight_format"); }, "build.weight_format is missing"},
       {"bad activations", [](json& j) { j["build"]["activations"] = "f12"; }, "build.activations is not a dtype"},
+      {"bad fp8 accumulation", [](json& j) { j["build"]["fp8_accumulation"] = "sloppy"; },
+       "build.fp8_accumulation is not fast or exact"},
+      {"fp8 accumulation not text", [](json& j) { j["build"]["fp8_accumulation"] = true; },
+       "build.fp8_accumulation must be"},
       {"calibration not object", [](json& j) { j["build"]["calibration"] = 1; }, "build.calibration must be"},
       {"calibration tokens", [](json& j) { j["build"]["calibration"]["tokens"] = "many"; },
        "build.calibration.tokens must be"},

@@ -41,7 +41,10 @@ Status SetUpGemm(CudaContext& ctx, const Tensor& x, const CudaLinear& lin, int64
       FERRY_RETURN_IF_ERROR(
           cuda::QuantizeRowsFp8(x.raw(), m, k, q.raw(), row_scales.data<float>(), x.dtype(), ctx.stream(), prologue));
     }
-    if (!int8) p.fp8_scaling = cuda::Fp8Scaling::kPerRowCol;
+    if (!int8) {
+      p.fp8_scaling = cuda::Fp8Scaling::kPerRowCol;
+      p.fp8_fast_accum = lin.fp8_fast_accum;
+    }
     a.x = q.raw();
     a.x_scale = row_scales.data<float>();
   }

@@ -105,6 +105,8 @@ Status FinishCudaLinear(WeightLoader& loader, DType activations, int64_t n, int6
   w.out = n;
   w.in = k;
   w.format = lin->format;
+  lin->fp8_fast_accum = lin->kind == cuda::GemmKind::kFp8 && w.fast_accumulation;
+  w.fast_accumulation = lin->fp8_fast_accum;
   w.packed = std::move(lin);
   w.weight = Tensor();  // the GPU copy is what runs
   w.smooth = Tensor();
@@ -296,6 +298,7 @@ Result<SerializedLinear> SerializeCudaLinear(const LinearWeight& w) {
   json choices = json::array();
   for (const auto& c : lin->choices) choices.push_back(c ? json(c->ToString()) : json(nullptr));
   layout["gemm_choices"] = choices;
+  if (lin->kind == cuda::GemmKind::kFp8) layout["fp8_accumulation"] = lin->fp8_fast_accum ? "fast" : "exact";
   s.layout_json = layout.dump();
   return s;
 }
@@ -346,6 +349,12 @@ Result<LinearWeight> DeserializeCudaLinear(WeightLoader& loader, const Serialize
       return DataLoss("int4 linear with inconsistent group size, scales or zero points");
     }
   }
+  // Engines written before the setting existed accumulated exactly.
+  const json accumulation = layout.value("fp8_accumulation", json("exact"));
+  if (accumulation != "exact" && accumulation != "fast") {
+    return DataLoss("fp8_accumulation must be \"exact\" or \"fast\", got " + accumulation.dump());
+  }
+  lin->fp8_fast_accum = lin->kind == cuda::GemmKind::kFp8 && accumulation == "fast";
   for (const json& c : layout.value("gemm_choices", json::array())) {
     if (c.is_string()) {
       FERRY_ASSIGN_OR_RETURN(cuda::GemmChoice choice, cuda::GemmChoice::FromString(c.get<std::string>()));
@@ -358,6 +367,7 @@ Result<LinearWeight> DeserializeCudaLinear(WeightLoader& loader, const Serialize
   w.format = lin->format;
   w.out = lin->weight.dim(0);
   w.in = int4 ? lin->weight.dim(1) * 8 : lin->weight.dim(1);
+  w.fast_accumulation = lin->fp8_fast_accum;
   w.packed = lin;
   return w;
 }

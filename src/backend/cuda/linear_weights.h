@@ -27,6 +27,7 @@ struct CudaLinear {
   WeightFormat format = WeightFormat::kNative;
   cuda::GemmKind kind = cuda::GemmKind::kBF16;
   std::vector<std::optional<cuda::GemmChoice>> choices;  // tuned per M bucket (empty: heuristic)
+  bool fp8_fast_accum = false;  // kFp8: cuBLASLt's fast accumulation (LinearWeight::fast_accumulation)
 };
 
 // Converts or quantizes the weight, given as row blocks `parts` [n_i, in] (or w.weight when

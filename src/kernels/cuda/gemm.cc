@@ -226,7 +226,7 @@ size_t LtGemm::PlanKeyHash::operator()(const PlanKey& key) const {
   mix(static_cast<uint64_t>(p.ldy));
   mix(static_cast<uint64_t>(p.has_bias) | static_cast<uint64_t>(p.bias_dtype) << 8 |
       static_cast<uint64_t>(p.activation) << 16 | static_cast<uint64_t>(p.fp8_scaling) << 24 |
-      static_cast<uint64_t>(p.allow_tf32) << 32);
+      static_cast<uint64_t>(p.allow_tf32) << 32 | static_cast<uint64_t>(p.fp8_fast_accum) << 40);
   mix(static_cast<uint64_t>(p.group_size));
   mix(static_cast<uint64_t>(key.align_x) | static_cast<uint64_t>(key.align_w) << 8 |
       static_cast<uint64_t>(key.align_y) << 16 | static_cast<uint64_t>(key.align_bias) << 24 |
@@ -410,6 +410,11 @@ Status LtGemm::BuildPlan(const GemmProblem& p, const GemmArgs& args, int first_v
       FERRY_CUBLAS_RETURN_IF_ERROR(
           cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &args.bias, sizeof(args.bias)));
     }
+    if (p.kind == GemmKind::kFp8 && p.fp8_fast_accum) {
+      const int8_t fast = 1;
+      FERRY_CUBLAS_RETURN_IF_ERROR(
+          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+    }
     if (p.kind == GemmKind::kFp8 && !v.acc_scratch) {
       if (v.outer_vec) {
         const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
@@ -487,6 +492,7 @@ Status LtGemm::BuildPlan(const GemmProblem& p, const GemmArgs& args, int first_v
     if (v.outer_vec) fused += "outer_vec";
     if (v.lt_bias) fused += std::string(fused.empty() ? "" : "+") + "bias";
     if (v.lt_gelu) fused += std::string(fused.empty() ? "" : "+") + "gelu_tanh";
+    if (p.kind == GemmKind::kFp8 && p.fp8_fast_accum) fused += std::string(fused.empty() ? "" : "+") + "fast_accum";
     if (!fused.empty()) desc_text += "[" + fused + "]";
     if (v.acc_scratch) desc_text += std::string(" > ") + (int8 ? "i32" : "f32") + " acc > scale_epilogue";
     if (plan.post_bias || plan.post_act != GemmActivation::kNone) desc_text += " > bias_activation";

@@ -17,7 +17,8 @@
 //                          it for the problem (cuBLASLt 13.1 does on the H200, bf16 output),
 //                          otherwise cuBLASLt writes the f32 accumulator to scratch and an
 //                          epilogue kernel applies scales, bias and activation. Fast (reduced
-//                          precision) fp8 accumulation stays off.
+//                          precision) fp8 accumulation only when the problem asks for it
+//                          (fp8_fast_accum).
 //   kInt8 (W8A8)           int8 x int8 -> int32 through cuBLASLt (IMMA) into scratch, then the
 //                          epilogue kernel: y = acc * x_scale[m] * w_scale[n] (+ bias) (+ GELU).
 //                          With out_dtype kI32 the raw accumulator is the output.
@@ -103,6 +104,10 @@ struct GemmProblem {
   GemmActivation activation = GemmActivation::kNone;
   Fp8Scaling fp8_scaling = Fp8Scaling::kPerTensor;
   bool allow_tf32 = false;  // kF32: TF32 tensor cores (about 1e-3 relative error)
+  // kFp8: cuBLASLt's fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM): the tensor cores'
+  // own accumulator over the whole K, without the periodic promotion of partial sums to f32
+  // registers. Faster on sm_90; the accumulator keeps fewer mantissa bits than f32.
+  bool fp8_fast_accum = false;
   // kInt8WeightOnly without a GemmChoice: row counts up to this run the fused small-M kernel;
   // 0: kInt8WeightOnlySmallMDefault; negative: never. kBF16 / kF16: up to this (> 0) run
   // the dense small-M kernel; otherwise never without a choice.
