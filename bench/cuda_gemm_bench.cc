@@ -35,6 +35,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/dtype.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kernels.h"
@@ -198,6 +200,33 @@ double TimeLayers(LtGemm& gemm, cudaStream_t stream, bool int4, int64_t m, const
          layers;
 }
 
+// Random bf16 activations [max_m, max_k] on the device, for the largest M and K of the run,
+// an LtGemm and a stream.
+struct Setup {
+  int64_t max_m = 0, max_n = 0, max_k = 0;
+  void* x = nullptr;
+  std::unique_ptr<LtGemm> gemm;
+  cudaStream_t stream = nullptr;
+};
+Setup MakeSetup(const std::vector<int64_t>& ms) {
+  Setup a;
+  a.max_m = *std::max_element(ms.begin(), ms.end());
+  for (const Shape& s : kShapes) {
+    a.max_n = std::max(a.max_n, s.n);
+    a.max_k = std::max(a.max_k, s.k);
+  }
+  const std::vector<float> xf = Random(a.max_m * a.max_k, 999, 1.0f);
+  std::vector<uint16_t> xb(xf.size());
+  for (size_t i = 0; i < xf.size(); ++i) xb[i] = ferry::F32ToBf16(xf[i]);
+  a.x = DeviceAlloc(xb.size() * 2);
+  CHECK_CUDA(cudaMemcpy(a.x, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+  auto gemm_or = LtGemm::Create();
+  CHECK_OK(gemm_or);
+  a.gemm = std::move(gemm_or).value();
+  CHECK_CUDA(cudaStreamCreateWithFlags(&a.stream, cudaStreamNonBlocking));
+  return a;
+}
+
 // ---- fp8 mode ----
 
 struct Fp8Weight {
@@ -305,33 +334,21 @@ int RunFp8(int layers, const std::vector<int64_t>& ms, const std::string& json_p
   }
   std::printf("fp8 and bf16 weights ready\n");
   std::fflush(stdout);
-  const int64_t max_m = *std::max_element(ms.begin(), ms.end());
-  int64_t max_n = 0, max_k = 0;
-  for (const Shape& s : kShapes) {
-    max_n = std::max(max_n, s.n);
-    max_k = std::max(max_k, s.k);
-  }
-  const std::vector<float> xf = Random(max_m * max_k, 999, 1.0f);
-  std::vector<uint16_t> xb(xf.size());
-  for (size_t i = 0; i < xf.size(); ++i) xb[i] = ferry::F32ToBf16(xf[i]);
-  void* x = DeviceAlloc(xb.size() * 2);
-  CHECK_CUDA(cudaMemcpy(x, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
-  void* xq = DeviceAlloc(xb.size());
+  const Setup setup = MakeSetup(ms);
+  const int64_t max_m = setup.max_m, max_n = setup.max_n, max_k = setup.max_k;
+  void* x = setup.x;
+  LtGemm& gemm = *setup.gemm;
+  cudaStream_t stream = setup.stream;
+  void* xq = DeviceAlloc(static_cast<size_t>(max_m * max_k));
   float* xs = static_cast<float*>(DeviceAlloc(max_m * 4));
   void* y = DeviceAlloc(static_cast<size_t>(max_m * max_n) * 4);
-
-  auto gemm_or = LtGemm::Create();
-  CHECK_OK(gemm_or);
-  LtGemm& gemm = **gemm_or;
-  cudaStream_t stream;
-  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 
   std::printf(
       "\n| M | bf16 tuned | fp8 tuned, exact acc | fp8 tuned, fast acc | fast / exact | fp8 heuristic, exact | "
       "fp8 heuristic, fast | fp8 per-tensor, exact | fp8 per-tensor, fast | quantize 4 inputs | fp8 fast + quantize "
       "vs bf16 |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::fflush(stdout);
-  std::string json = "[";
+  nlohmann::json rows = nlohmann::json::array();
   for (int64_t m : ms) {
     // Quantize x once for this M (row scales per token).
     CHECK_OK(ferry::cuda::QuantizeRowsFp8(x, m, max_k, xq, xs, DType::kBF16, stream));
@@ -386,16 +403,16 @@ int RunFp8(int layers, const std::vector<int64_t>& ms, const std::string& json_p
         t_h_exact, tf(t_h_exact), t_h_fast, tf(t_h_fast), t_t_exact, tf(t_t_exact), t_t_fast, tf(t_t_fast), t_quant,
         t_bf16 / (t_fast + t_quant));
     std::fflush(stdout);
-    char buf[640];
-    std::snprintf(buf, sizeof(buf),
-                  "%s{\"m\": %lld, \"bf16_us\": %.2f, \"fp8_exact_us\": %.2f, \"fp8_fast_us\": %.2f, "
-                  "\"fp8_heuristic_exact_us\": %.2f, \"fp8_heuristic_fast_us\": %.2f, \"fp8_tensor_exact_us\": %.2f, "
-                  "\"fp8_tensor_fast_us\": %.2f, \"quantize_us\": %.2f}",
-                  json.size() > 1 ? ", " : "", static_cast<long long>(m), t_bf16, t_exact, t_fast, t_h_exact, t_h_fast,
-                  t_t_exact, t_t_fast, t_quant);
-    json += buf;
+    rows.push_back({{"m", m},
+                    {"bf16_us", t_bf16},
+                    {"fp8_exact_us", t_exact},
+                    {"fp8_fast_us", t_fast},
+                    {"fp8_heuristic_exact_us", t_h_exact},
+                    {"fp8_heuristic_fast_us", t_h_fast},
+                    {"fp8_tensor_exact_us", t_t_exact},
+                    {"fp8_tensor_fast_us", t_t_fast},
+                    {"quantize_us", t_quant}});
   }
-  json += "]\n";
   std::printf("(us per layer of the four linears; TFLOP/s in brackets)\n");
 
   // Accuracy of the accumulation: each shape at M = 256 in f32 output, exact and fast,
@@ -470,7 +487,7 @@ int RunFp8(int layers, const std::vector<int64_t>& ms, const std::string& json_p
     CHECK_CUDA(cudaFree(ref));
     CHECK_CUDA(cudaFree(ref_unq));
   }
-  if (!json_path.empty()) std::ofstream(json_path) << json;
+  if (!json_path.empty()) std::ofstream(json_path) << rows.dump() << "\n";
   std::printf("\nchoice fallbacks: %lld\n", static_cast<long long>(gemm.choice_fallbacks()));
   return 0;
 }
@@ -539,24 +556,11 @@ int main(int argc, char** argv) {
   }
   std::printf("weights ready\n");
   std::fflush(stdout);
-  const int64_t max_m = *std::max_element(ms.begin(), ms.end());
-  int64_t max_n = 0, max_k = 0;
-  for (const Shape& s : kShapes) {
-    max_n = std::max(max_n, s.n);
-    max_k = std::max(max_k, s.k);
-  }
-  const std::vector<float> xf = Random(max_m * max_k, 999, 1.0f);
-  std::vector<uint16_t> xb(xf.size());
-  for (size_t i = 0; i < xf.size(); ++i) xb[i] = ferry::F32ToBf16(xf[i]);
-  void* x = DeviceAlloc(xb.size() * 2);
-  CHECK_CUDA(cudaMemcpy(x, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
-  void* y = DeviceAlloc(static_cast<size_t>(max_m * max_n) * 2);
-
-  auto gemm_or = LtGemm::Create();
-  CHECK_OK(gemm_or);
-  LtGemm& gemm = **gemm_or;
-  cudaStream_t stream;
-  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const Setup setup = MakeSetup(ms);
+  void* x = setup.x;
+  LtGemm& gemm = *setup.gemm;
+  cudaStream_t stream = setup.stream;
+  void* y = DeviceAlloc(static_cast<size_t>(setup.max_m * setup.max_n) * 2);
 
   if (per_shape) {
     // Each bf16 linear alone (all layers' copies in one graph): the small-M kernel against
