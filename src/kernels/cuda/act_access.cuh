@@ -175,15 +175,21 @@ inline int RowThreads(int64_t nvec, int cap) {
   return static_cast<int>(t < 32 ? 32 : (t > cap ? cap : t));
 }
 
-// Blocks for a grid-stride loop over `work_blocks` blocks of work: enough to fill the GPU
-// several times over, no more. (Two attribute queries: no synchronization.)
-inline int GridBlocks(int64_t work_blocks) {
+// The current device's multiprocessors (two attribute queries: no synchronization); 132
+// when they fail, and the launch that follows reports the error.
+inline int DeviceSms() {
   int device = 0, sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) {
-    sms = 132;  // the launch that follows reports the error
+    sms = 132;
   }
-  const int64_t cap = static_cast<int64_t>(sms) * 16;
+  return sms;
+}
+
+// Blocks for a grid-stride loop over `work_blocks` blocks of work: enough to fill the GPU
+// several times over, no more.
+inline int GridBlocks(int64_t work_blocks) {
+  const int64_t cap = static_cast<int64_t>(DeviceSms()) * 16;
   if (work_blocks < 1) return 1;
   return static_cast<int>(work_blocks < cap ? work_blocks : cap);
 }

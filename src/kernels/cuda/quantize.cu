@@ -46,7 +46,8 @@ __device__ __forceinline__ void LoadScaled(const T* row, int64_t cols, const flo
 // the max and the write, so the row is read, and the prologue computed, once. kHeld = 0:
 // rows too wide for that are read twice (the second time from L1/L2).
 template <typename T, typename Q, int V, QuantPrologue kPro, int kHeld>
-__global__ void QuantizeRowsKernel(const T* x, int64_t rows, int64_t cols, const float* smooth, Q* q, float* scales) {
+__device__ __forceinline__ void QuantizeRows(const T* x, int64_t rows, int64_t cols, const float* smooth, Q* q,
+                                             float* scales) {
   AwaitPriorGrids();
   constexpr float kMax = kQuantMax<Q>;
   constexpr bool kGated = kPro == QuantPrologue::kSiluMul || kPro == QuantPrologue::kGeluTanhMul;
@@ -94,6 +95,23 @@ __global__ void QuantizeRowsKernel(const T* x, int64_t rows, int64_t cols, const
   }
 }
 
+template <typename T, typename Q, int V, QuantPrologue kPro, int kHeld>
+__global__ void QuantizeRowsKernel(const T* x, int64_t rows, int64_t cols, const float* smooth, Q* q, float* scales) {
+  QuantizeRows<T, Q, V, kPro, kHeld>(x, rows, cols, smooth, q, scales);
+}
+
+// The same with two blocks of kMaxThreads per multiprocessor (at most 64 registers a thread).
+// Holding four vectors a thread takes up to 96 registers, so one 512-thread block (one row) per
+// multiprocessor: a gated down projection's 512 rows of 14,336 took four waves (24 us on an
+// H200, an 8B fp8 prefill of 512 tokens) and 17 us capped. A capped block alone runs slower
+// (fewer loads in flight), so the cap is taken only when there are more rows than
+// multiprocessors.
+template <typename T, typename Q, int V, QuantPrologue kPro, int kHeld>
+__global__ void __launch_bounds__(kMaxThreads, 2)
+    QuantizeRowsTwoPerSmKernel(const T* x, int64_t rows, int64_t cols, const float* smooth, Q* q, float* scales) {
+  QuantizeRows<T, Q, V, kPro, kHeld>(x, rows, cols, smooth, q, scales);
+}
+
 template <typename T, typename Q, int V, QuantPrologue kPro>
 void LaunchRowsWith(const T* x, int64_t rows, int64_t cols, const float* smooth, Q* q, float* row_scales,
                     cudaStream_t stream) {
@@ -108,8 +126,13 @@ void LaunchRowsWith(const T* x, int64_t rows, int64_t cols, const float* smooth,
       return;
     }
     if (per_thread <= 4) {
-      LaunchKernel(QuantizeRowsKernel<T, Q, V, kPro, 4>, blocks, threads, 0, stream, x, rows, cols, smooth, q,
-                   row_scales);
+      if (rows > DeviceSms()) {
+        LaunchKernel(QuantizeRowsTwoPerSmKernel<T, Q, V, kPro, 4>, blocks, threads, 0, stream, x, rows, cols, smooth, q,
+                     row_scales);
+      } else {
+        LaunchKernel(QuantizeRowsKernel<T, Q, V, kPro, 4>, blocks, threads, 0, stream, x, rows, cols, smooth, q,
+                     row_scales);
+      }
       return;
     }
   }
