@@ -6,8 +6,9 @@
 # --decode-context 16` on the GGUF file itself and, for Q8_0 (which ferry dequantizes to f32
 # at load), on engines built from it: ENGINES (default "int8-wo int8"), int8-wo the weight-only
 # match for Q8_0, int8 the W8A8 engine (integer activations, as llama.cpp's Q8_0 dot products
-# use). Two rounds, the tools interleaved; each measurement is the median of 3 runs. Results:
-# OUT/llamacpp.jsonl, OUT/ferry.jsonl.
+# use). TYPES (default "f16 q8_0") picks the files: f32 and bf16 too, each run by both tools as
+# it is (ferry keeps f32 and bf16 weights as they are). Two rounds, the tools interleaved;
+# each measurement is the median of 3 runs. Results: OUT/llamacpp.jsonl, OUT/ferry.jsonl.
 #
 # usage: bench/gguf_llamacpp_bench.sh FERRY LLAMA_BENCH GGUF_PY_DIR OUT [SCRATCH] [THREADS]
 set -euo pipefail
@@ -19,18 +20,19 @@ scratch=${5:-/tmp/ferry-gguf-bench}
 threads=${6:-2}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out" "$scratch"
-for type in f16 q8_0; do
+types=${TYPES:-f16 q8_0}
+for type in $types; do
   f=$scratch/bench-1b-$type.gguf
   [[ -f $f ]] || /usr/bin/python3 "$here/make_bench_gguf.py" "$f" --type "$type" --gguf-py "$gguf_py"
 done
-engines=${ENGINES:-int8-wo int8}
+engines=${ENGINES-int8-wo int8}
 for prec in $engines; do
   engine=$scratch/bench-1b-q8_0-$prec.ferry
   [[ -f $engine ]] || timeout 900 "$ferry" build --model "$scratch/bench-1b-q8_0.gguf" --precision "$prec" -o "$engine" >/dev/null
 done
 tag() { python3 -c "import json,sys; r=json.load(sys.stdin); r=r[0] if isinstance(r,list) else r; r.update(json.loads(sys.argv[1])); print(json.dumps(r))" "$1"; }
 for round in 1 2; do
-  for type in f16 q8_0; do
+  for type in $types; do
     f=$scratch/bench-1b-$type.gguf
     echo "round $round: llama.cpp $type"
     timeout 600 "$llama_bench" -m "$f" -t "$threads" -p 512 -n 32 -r 3 -o jsonl |

@@ -8,7 +8,7 @@ The tokenizer is tools/fixtures/make_gguf.py's byte-level BPE vocabulary padded 
 placeholder tokens to the model's size: benchmarks feed token ids, not text.
 
 Usage:
-  python3 bench/make_bench_gguf.py OUT.gguf --type f16|q8_0 --gguf-py GGUF_PY_DIR
+  python3 bench/make_bench_gguf.py OUT.gguf --type f32|f16|bf16|q8_0 --gguf-py GGUF_PY_DIR
 """
 
 import argparse
@@ -28,7 +28,7 @@ HEAD_DIM = HIDDEN // HEADS
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out")
-    parser.add_argument("--type", choices=["f16", "q8_0"], default="f16")
+    parser.add_argument("--type", choices=["f32", "f16", "bf16", "q8_0"], default="f16")
     parser.add_argument("--gguf-py", required=True)
     args = parser.parse_args()
     gguf, quants = fx.import_gguf(args.gguf_py)
@@ -62,11 +62,17 @@ def main():
     writer.add_eos_token_id(special)
     writer.add_add_bos_token(False)
 
-    qtype = gguf.GGMLQuantizationType.F16 if args.type == "f16" else gguf.GGMLQuantizationType.Q8_0
+    qtype = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
+             "bf16": gguf.GGMLQuantizationType.BF16, "q8_0": gguf.GGMLQuantizationType.Q8_0}[args.type]
 
     def add(name, rows, cols):
         w = rng.standard_normal((rows, cols), dtype=np.float32) / np.float32(np.sqrt(cols))
-        data = w.astype(np.float16) if args.type == "f16" else quants.quantize(w, qtype)
+        if args.type == "f32":
+            data = w
+        elif args.type == "f16":
+            data = w.astype(np.float16)
+        else:
+            data = quants.quantize(w, qtype)
         writer.add_tensor(name, data, raw_dtype=qtype)
 
     def norm(name):

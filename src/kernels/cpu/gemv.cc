@@ -14,11 +14,13 @@ namespace {
 constexpr int64_t kMultiTileKChunk = 256;
 // Smallest amount of weight bytes worth handing to a thread.
 constexpr int64_t kMinBytesPerThread = 64 << 10;
-// How far ahead of the kernel a bf16/f16/int8 weight stream is prefetched (see MicroKernel).
-// Measured on Zen 3 at one thread: int8 ~11 -> ~13.5 GB/s, bf16 ~14 -> ~15 GB/s; 512 and
-// 2048 bytes were no better. f32 (one line per k step, few ops per byte) does not need it.
+// How far ahead of the kernel the weight stream is prefetched (see MicroKernel). On the
+// 2-core AVX-512 Xeon of docs/performance.md (gemm_bench --threads=2, M = 1, llama-3.2-1B
+// shapes): f32 27.6 -> 33.3 GB/s, bf16 24.0 -> 26.6, int8 21.7 -> 25.3 against no f32
+// prefetch and 1,024 bytes for the others; at M = 8, f32 1.37x, bf16 1.08x. (On Zen 3, 1,024
+// bytes had been enough for the narrow types and f32 had not needed it.)
 template <typename BT>
-constexpr int kPrefetchBytes = sizeof(BT) < 4 ? 1024 : 0;
+constexpr int kPrefetchBytes = 2048;
 
 // Packs x into 6-row tiles (element (r, k) of tile t at t*k*6 + k*6 + r) so that each tile's
 // broadcasts are one sequential stream instead of up to six rows 4*K bytes apart.
