@@ -33,7 +33,7 @@ struct BuildOptions {
   bool tune = true;                // time kernel candidates per weight shape and record the winners
   // fp8 engines: GEMMs accumulate at the tensor cores' own precision (cuBLASLt's fast
   // accumulation) rather than promoting partial sums to f32. On an H200 (llama-3-8B linears)
-  // 1.07-1.18x the GEMM rate from 256 rows up, level below; the accumulation error (relative
+  // 1.03-1.18x the GEMM rate from 256 rows up (two runs), level below; the accumulation error (relative
   // RMS 1e-3 to 3e-3 against an f32 GEMM of the same e4m3 values) is far below what rounding
   // the operands to e4m3 adds. vLLM's fp8 GEMMs accumulate the same way. False: exact.
   bool fp8_fast_accumulation = true;
