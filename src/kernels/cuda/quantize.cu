@@ -103,9 +103,9 @@ __global__ void QuantizeRowsKernel(const T* x, int64_t rows, int64_t cols, const
 // The same with two blocks of kMaxThreads per multiprocessor (at most 64 registers a thread).
 // Holding four vectors a thread takes up to 96 registers, so one 512-thread block (one row) per
 // multiprocessor: a gated down projection's 512 rows of 14,336 took four waves (24 us on an
-// H200, an 8B fp8 prefill of 512 tokens) and 17 us capped. A capped block alone runs slower
-// (fewer loads in flight), so the cap is taken only when there are more rows than
-// multiprocessors.
+// H200, an 8B fp8 prefill of 512 tokens) and 17 us capped. The cap is taken only when there
+// are more rows than multiprocessors, where a second block can share one; fewer rows run the
+// uncapped kernel as before (the capped one was not measured there).
 template <typename T, typename Q, int V, QuantPrologue kPro, int kHeld>
 __global__ void __launch_bounds__(kMaxThreads, 2)
     QuantizeRowsTwoPerSmKernel(const T* x, int64_t rows, int64_t cols, const float* smooth, Q* q, float* scales) {
