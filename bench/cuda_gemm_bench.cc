@@ -3,13 +3,20 @@
 // 4096 x 14336), for M from decode to prefill sizes.
 //
 //   cuda_gemm_bench [--layers=L] [--ms=1,2,4,...] [--json=FILE] [--model=8b|1b] [--per-shape]
-//   cuda_gemm_bench --fp8 [--layers=L] [--ms=...] [--model=8b|1b]
+//   cuda_gemm_bench --fp8 [--layers=L] [--ms=...] [--model=8b|1b] [--tune-m=M]
+//   cuda_gemm_bench --passes [--layers=L] [--ms=...] [--model=8b|1b]
 //
 // --fp8 times fp8 (e4m3) layers instead, against bf16: the per-token x per-channel scaled
 // GEMMs of fp8 engines, tuned with exact (f32-promoted) and with fast accumulation, cuBLASLt's
 // outer-vector heuristic with each, per-tensor scales (the fastest fp8 kernels cuBLASLt has),
 // the per-token quantization passes of the layer's four inputs, TFLOP/s of each, and the error
 // of exact and fast accumulation against an f32 GEMM of the same quantized values.
+// --tune-m=M tunes every row count's GEMMs at M rows instead of at its own (what an engine's
+// M bucket does: every M it serves runs the choice tuned at the bucket's tuning M).
+//
+// --passes times the memory-bound passes between an fp8 layer's GEMMs instead (the norms with
+// their quantization, the o and down inputs' quantization, RoPE with the KV-cache write), in
+// microseconds and in bytes moved per second, against a device-to-device copy.
 //
 // --model=1b takes the llama-3.2-1B shapes instead (qkv 3072 x 2048, o 2048 x 2048, gate_up
 // 16384 x 2048, down 2048 x 8192). --per-shape adds, for M <= 8, a table of each bf16 linear
@@ -325,7 +332,7 @@ double RelRms(const void* y, DType y_dtype, const float* ref, int64_t count) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
-int RunFp8(int layers, const std::vector<int64_t>& ms, const std::string& json_path) {
+int RunFp8(int layers, const std::vector<int64_t>& ms, const std::string& json_path, int64_t tune_m) {
   std::vector<std::vector<Fp8Weight>> w(std::size(kShapes));
   double weights_per_layer = 0;
   for (size_t si = 0; si < std::size(kShapes); ++si) {
@@ -334,7 +341,9 @@ int RunFp8(int layers, const std::vector<int64_t>& ms, const std::string& json_p
   }
   std::printf("fp8 and bf16 weights ready\n");
   std::fflush(stdout);
-  const Setup setup = MakeSetup(ms);
+  std::vector<int64_t> setup_ms = ms;
+  if (tune_m > 0) setup_ms.push_back(tune_m);
+  const Setup setup = MakeSetup(setup_ms);
   const int64_t max_m = setup.max_m, max_n = setup.max_n, max_k = setup.max_k;
   void* x = setup.x;
   LtGemm& gemm = *setup.gemm;
@@ -350,8 +359,8 @@ int RunFp8(int layers, const std::vector<int64_t>& ms, const std::string& json_p
   std::fflush(stdout);
   nlohmann::json rows = nlohmann::json::array();
   for (int64_t m : ms) {
-    // Quantize x once for this M (row scales per token).
-    CHECK_OK(ferry::cuda::QuantizeRowsFp8(x, m, max_k, xq, xs, DType::kBF16, stream));
+    // Quantize x once for this M (row scales per token; the tuning M's rows too).
+    CHECK_OK(ferry::cuda::QuantizeRowsFp8(x, std::max(m, tune_m), max_k, xq, xs, DType::kBF16, stream));
     // The quantized rows are [m, max_k]; each shape reads its first k columns with ldx = max_k.
     Fp8Inputs in{x, xq, xs};
     auto problem = [&](Fp8Mode mode, const Shape& s) {
@@ -359,12 +368,14 @@ int RunFp8(int layers, const std::vector<int64_t>& ms, const std::string& json_p
       p.ldx = max_k;
       return p;
     };
-    // Tuned choices per shape for bf16 and both fp8 accumulations.
+    // Tuned choices per shape for bf16 and both fp8 accumulations, at this M or at tune_m.
     std::vector<GemmChoice> tuned[3];
     const Fp8Mode tuned_modes[3] = {Fp8Mode::kBf16, Fp8Mode::kRowColExact, Fp8Mode::kRowColFast};
     for (int t = 0; t < 3; ++t) {
       for (size_t si = 0; si < std::size(kShapes); ++si) {
-        auto c = gemm.Tune(problem(tuned_modes[t], kShapes[si]), Fp8Args(tuned_modes[t], w[si][0], in, y), stream);
+        GemmProblem tp = problem(tuned_modes[t], kShapes[si]);
+        if (tune_m > 0) tp.m = tune_m;
+        auto c = gemm.Tune(tp, Fp8Args(tuned_modes[t], w[si][0], in, y), stream);
         CHECK_OK(c);
         tuned[t].push_back(*c);
       }
@@ -492,6 +503,151 @@ int RunFp8(int layers, const std::vector<int64_t>& ms, const std::string& json_p
   return 0;
 }
 
+// ---- passes mode ----
+
+// A bf16 buffer of `count` random values in [-1, 1) on the device.
+void* RandomBf16(int64_t count, uint64_t seed) {
+  const std::vector<float> f = Random(count, seed, 1.0f);
+  std::vector<uint16_t> b(f.size());
+  for (size_t i = 0; i < f.size(); ++i) b[i] = ferry::F32ToBf16(f[i]);
+  void* d = DeviceAlloc(b.size() * 2);
+  CHECK_CUDA(cudaMemcpy(d, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
+  return d;
+}
+
+// One layer's activations for the passes at the largest M, each layer in its own memory (so a
+// pass reads what the GEMM before it would have left in HBM, not another layer's L2 lines).
+struct PassLayer {
+  void* residual = nullptr;  // bf16 [M, H]
+  void* delta = nullptr;     // bf16 [M, H]
+  void* attn = nullptr;      // bf16 [M, H], the o projection's input
+  void* gate_up = nullptr;   // bf16 [M, 2 I], the down projection's input before SiLU-mul
+  void* qkv = nullptr;       // bf16 [M, (heads + 2 kv heads) D]
+  void* q_out = nullptr;     // bf16 [M, heads D]
+  void* k_cache = nullptr;   // e4m3 [blocks, kv heads, 16, D]
+  void* v_cache = nullptr;
+  void* q8 = nullptr;        // e4m3 [M, max(H, I)]
+  float* scales = nullptr;   // [M]
+  void* copy = nullptr;      // the copy's destination
+};
+
+// The memory-bound passes of an fp8 decoder layer, each timed over L layers in one graph at
+// every M: the residual-add RMSNorm fused with the next GEMM's per-token quantization (twice
+// a layer), the per-token quantization of the o projection's input, SiLU(gate) * up fused with
+// the down projection's quantization, and RoPE with the fp8 KV-cache write. Bytes each pass
+// must move and the rate it reaches, against a device-to-device copy of the widest pass's
+// bytes in the same run.
+int RunPasses(int layers, const std::vector<int64_t>& ms, int head_dim) {
+  const int64_t hidden = kShapes[1].n, inter = kShapes[3].k, qkv_cols = kShapes[0].n;
+  const int heads = static_cast<int>(hidden / head_dim);
+  const int kv_heads = static_cast<int>((qkv_cols - hidden) / 2 / head_dim);
+  constexpr int kBlockTokens = 16;
+  const int64_t max_m = *std::max_element(ms.begin(), ms.end());
+  const int64_t blocks = (max_m + kBlockTokens - 1) / kBlockTokens;
+  const int64_t cache_elems = blocks * kv_heads * kBlockTokens * head_dim;
+  std::vector<PassLayer> l(static_cast<size_t>(layers));
+  PassLayer first;
+  first.residual = RandomBf16(max_m * hidden, 11);
+  first.delta = RandomBf16(max_m * hidden, 12);
+  first.attn = RandomBf16(max_m * hidden, 13);
+  first.gate_up = RandomBf16(max_m * 2 * inter, 14);
+  first.qkv = RandomBf16(max_m * qkv_cols, 15);
+  for (int i = 0; i < layers; ++i) {
+    PassLayer& p = l[i];
+    auto copy = [&](void* src, int64_t bytes) {
+      if (i == 0) return src;
+      void* d = DeviceAlloc(bytes);
+      CHECK_CUDA(cudaMemcpy(d, src, bytes, cudaMemcpyDeviceToDevice));
+      return d;
+    };
+    p.residual = copy(first.residual, max_m * hidden * 2);
+    p.delta = copy(first.delta, max_m * hidden * 2);
+    p.attn = copy(first.attn, max_m * hidden * 2);
+    p.gate_up = copy(first.gate_up, max_m * 2 * inter * 2);
+    p.qkv = copy(first.qkv, max_m * qkv_cols * 2);
+    p.q_out = DeviceAlloc(max_m * heads * head_dim * 2);
+    p.k_cache = DeviceAlloc(cache_elems);
+    p.v_cache = DeviceAlloc(cache_elems);
+    p.q8 = DeviceAlloc(max_m * std::max(hidden, inter));
+    p.scales = static_cast<float*>(DeviceAlloc(max_m * 4));
+    p.copy = DeviceAlloc(max_m * inter * 5 / 2 + 16);
+  }
+  std::vector<float> gamma(static_cast<size_t>(hidden), 1.0f), inv_freq(static_cast<size_t>(head_dim / 2));
+  for (int i = 0; i < head_dim / 2; ++i) inv_freq[i] = std::pow(500000.0f, -2.0f * i / head_dim);
+  std::vector<int32_t> positions(static_cast<size_t>(max_m)), slots(static_cast<size_t>(max_m));
+  for (int64_t t = 0; t < max_m; ++t) {
+    positions[t] = static_cast<int32_t>(100 + t);
+    slots[t] = static_cast<int32_t>(t);
+  }
+  float* d_gamma = static_cast<float*>(DeviceAlloc(gamma.size() * 4));
+  float* d_freq = static_cast<float*>(DeviceAlloc(inv_freq.size() * 4));
+  auto* d_pos = static_cast<int32_t*>(DeviceAlloc(positions.size() * 4));
+  auto* d_slots = static_cast<int32_t*>(DeviceAlloc(slots.size() * 4));
+  CHECK_CUDA(cudaMemcpy(d_gamma, gamma.data(), gamma.size() * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(d_freq, inv_freq.data(), inv_freq.size() * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(d_pos, positions.data(), positions.size() * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(d_slots, slots.data(), slots.size() * 4, cudaMemcpyHostToDevice));
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::printf("\n%d layers, hidden %lld, intermediate %lld, %d / %d heads of %d; us per pass and GB/s moved\n\n",
+              layers, static_cast<long long>(hidden), static_cast<long long>(inter), heads, kv_heads, head_dim);
+  std::printf(
+      "| M | add-RMSNorm + quantize | quantize o input | SiLU-mul + quantize | RoPE + fp8 KV write | copy of the "
+      "SiLU-mul pass's bytes |\n|---|---|---|---|---|---|\n");
+  using ferry::cuda::QuantPrologue;
+  for (int64_t m : ms) {
+    const double b_norm = static_cast<double>(m * hidden) * 7 + m * 4;
+    const double b_quant = static_cast<double>(m * hidden) * 3 + m * 4;
+    const double b_down = static_cast<double>(m * inter) * 5 + m * 4;
+    const double b_rope = static_cast<double>(m) * (qkv_cols * 2 + heads * head_dim * 2 + 2 * kv_heads * head_dim);
+    const double t_norm = TimeGraph(stream, [&] {
+                            for (auto& p : l) {
+                              CHECK_OK(ferry::cuda::RmsNormQuantize(p.residual, p.delta, d_gamma, 1e-5f, m, hidden,
+                                                                     nullptr, p.q8, DType::kF8E4M3, p.scales,
+                                                                     DType::kBF16, stream));
+                            }
+                          }) /
+                          layers;
+    const double t_quant = TimeGraph(stream, [&] {
+                             for (auto& p : l) {
+                               CHECK_OK(ferry::cuda::QuantizeRowsFp8(p.attn, m, hidden, p.q8, p.scales, DType::kBF16,
+                                                                      stream));
+                             }
+                           }) /
+                           layers;
+    const double t_down = TimeGraph(stream, [&] {
+                            for (auto& p : l) {
+                              CHECK_OK(ferry::cuda::QuantizeRowsFp8(p.gate_up, m, inter, p.q8, p.scales, DType::kBF16,
+                                                                     stream, QuantPrologue::kSiluMul));
+                            }
+                          }) /
+                          layers;
+    const double t_rope = TimeGraph(stream, [&] {
+                            for (auto& p : l) {
+                              CHECK_OK(ferry::cuda::RopeQkvWriteKv(p.qkv, p.q_out, m, heads, kv_heads, head_dim, d_pos,
+                                                                    d_freq, d_slots, kBlockTokens, p.k_cache, p.v_cache,
+                                                                    DType::kBF16, DType::kF8E4M3, stream));
+                            }
+                          }) /
+                          layers;
+    // A copy that reads and writes the SiLU-mul pass's bytes (half each way).
+    const size_t copy_bytes = static_cast<size_t>(b_down / 2);
+    const double t_copy = TimeGraph(stream, [&] {
+                            for (auto& p : l) {
+                              CHECK_CUDA(cudaMemcpyAsync(p.copy, p.gate_up, copy_bytes, cudaMemcpyDeviceToDevice,
+                                                         stream));
+                            }
+                          }) /
+                          layers;
+    auto gbs = [](double bytes, double us) { return bytes / (us * 1e3); };
+    std::printf("| %lld | %.2f (%.0f) | %.2f (%.0f) | %.2f (%.0f) | %.2f (%.0f) | %.2f (%.0f) |\n",
+                static_cast<long long>(m), t_norm, gbs(b_norm, t_norm), t_quant, gbs(b_quant, t_quant), t_down,
+                gbs(b_down, t_down), t_rope, gbs(b_rope, t_rope), t_copy, gbs(2.0 * copy_bytes, t_copy));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 std::vector<int64_t> ParseList(const char* text) {
   std::vector<int64_t> v;
   for (const char* p = text; *p != '\0';) {
@@ -511,6 +667,8 @@ int main(int argc, char** argv) {
   std::string json_path;
   bool per_shape = false;
   bool fp8 = false;
+  bool passes = false;
+  int64_t tune_m = 0;
   bool ms_given = false;
   const char* model = "8B";
   for (int i = 1; i < argc; ++i) {
@@ -532,9 +690,13 @@ int main(int argc, char** argv) {
       per_shape = true;
     else if (a == "--fp8")
       fp8 = true;
+    else if (a == "--passes")
+      passes = true;
+    else if (a.rfind("--tune-m=", 0) == 0)
+      tune_m = std::atoll(a.c_str() + 9);
     else {
       std::fprintf(stderr,
-                   "usage: cuda_gemm_bench [--layers=L] [--ms=1,2,...] [--json=FILE] [--model=8b|1b] [--per-shape] [--fp8]\n");
+                   "usage: cuda_gemm_bench [--layers=L] [--ms=1,2,...] [--json=FILE] [--model=8b|1b] [--per-shape] [--fp8 [--tune-m=M]] [--passes]\n");
       return 2;
     }
   }
@@ -543,9 +705,13 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs; %d layers of llama-%s linears per format\n", prop.name, prop.multiProcessorCount,
               layers, model);
   std::fflush(stdout);
+  if (passes) {
+    if (!ms_given) ms = {1, 32, 128, 256, 512, 1024, 2048};
+    return RunPasses(layers, ms, std::string(model) == "8B" ? 128 : 64);
+  }
   if (fp8) {
     if (!ms_given) ms = {1, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096};
-    return RunFp8(layers, ms, json_path);
+    return RunFp8(layers, ms, json_path, tune_m);
   }
 
   std::vector<std::vector<Weight>> bf16(std::size(kShapes)), int4(std::size(kShapes));

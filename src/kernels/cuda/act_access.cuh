@@ -91,10 +91,19 @@ struct alignas(sizeof(T) * N) Vec {
 };
 
 template <typename T, int N>
-__device__ __forceinline__ void LoadF32(const T* p, float (&out)[N]) {
-  const Vec<T, N> a = *reinterpret_cast<const Vec<T, N>*>(p);
+__device__ __forceinline__ Vec<T, N> LoadVec(const T* p) {
+  return *reinterpret_cast<const Vec<T, N>*>(p);
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void Widen(const Vec<T, N>& a, float (&out)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) out[i] = ToF32(a.v[i]);
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void LoadF32(const T* p, float (&out)[N]) {
+  Widen(LoadVec<T, N>(p), out);
 }
 
 template <typename T, int N>
