@@ -660,6 +660,65 @@ TEST_F(GemmTest, Int8WeightOnlyBothRoutes) {
   CheckShapes({GemmKind::kInt8WeightOnly, DType::kBF16, 64, 1000, 1000, true, DType::kBF16}, pb, {1, 64}, 1e-2);
 }
 
+// An fp8 linear's weight-only small-M kernel: e4m3 weights with per-channel scales against
+// unquantized bf16 / f16 activations, 1 to 8 rows (one launch) and 13 (two), with an f32 bias;
+// an odd N and a K past whole unrolled iterations included. The reference multiplies the same
+// activations by the e4m3 values and applies the scales and bias outside.
+TEST_F(GemmTest, Fp8WeightOnlySmallMMatchesReference) {
+  constexpr int64_t kMaxM = 13;
+  uint32_t seed = 700;
+  for (DType act : {DType::kBF16, DType::kF16}) {
+    for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{{1001, 4112}, {2048, 2048}, {64, 8192}}) {
+      HostOperands h;
+      h.n = n;
+      h.k = k;
+      h.x = RandomUniform(static_cast<size_t>(kMaxM * k), -1.0f, 1.0f, ++seed);
+      for (float& v : h.x) v = RoundTo(act, v);
+      const float w_range = std::sqrt(3.0f / static_cast<float>(k));
+      std::vector<float> w = RandomUniform(static_cast<size_t>(n * k), -w_range, w_range, ++seed);
+      for (int64_t c = 0; c < n; ++c) {  // channels of different magnitudes: a misplaced scale shows
+        for (int64_t i = 0; i < k; ++i) w[c * k + i] *= 0.5f + 0.5f * static_cast<float>(c % 3);
+      }
+      std::vector<uint8_t> q;
+      QuantizeFp8Host(w, n, k, /*per_tensor=*/false, q, h.w, h.col_scale);
+      h.bias = RandomUniform(static_cast<size_t>(n), -0.5f, 0.5f, ++seed);
+      DeviceBuffer dx = Upload(Encode(act, h.x)), dw = Upload(q), dscale = Upload(h.col_scale), dbias = Upload(h.bias);
+      const size_t y_bytes = static_cast<size_t>(kMaxM * n) * DTypeSize(act);
+      DeviceBuffer dy(y_bytes);
+      for (int64_t m : {1, 3, 8, 13}) {
+        const std::string what = std::string(DTypeName(act)) + " M=" + std::to_string(m) + " N=" + std::to_string(n) +
+                                 " K=" + std::to_string(k);
+        FERRY_ASSERT_CUDA(cudaMemset(dy.get(), 0xff, y_bytes));
+        FERRY_ASSERT_OK(ferry::cuda::gemm_kernels::Fp8WeightOnlySmallM(
+            dx.get(), act, k, m, dw.get(), dscale.as<float>(), n, k, dbias.get(), DType::kF32, GemmActivation::kNone,
+            dy.get(), n, stream_));
+        FERRY_ASSERT_CUDA(cudaStreamSynchronize(stream_));
+        std::vector<uint8_t> raw(static_cast<size_t>(m * n) * DTypeSize(act));
+        FERRY_ASSERT_CUDA(cudaMemcpy(raw.data(), dy.get(), raw.size(), cudaMemcpyDeviceToHost));
+        std::vector<float> got(static_cast<size_t>(m * n));
+        ConvertToF32(act, raw.data(), got.data(), got.size());
+        std::vector<int64_t> rows(static_cast<size_t>(m));
+        for (int64_t r = 0; r < m; ++r) rows[r] = r;
+        const std::vector<double> ref = ReferenceRows(h, rows, GemmActivation::kNone);
+        double err2 = 0.0, ref2 = 0.0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          err2 += (got[i] - ref[i]) * (got[i] - ref[i]);
+          ref2 += ref[i] * ref[i];
+        }
+        // f32 accumulation of exact products: only the output's rounding to bf16 / f16 remains.
+        EXPECT_LT(std::sqrt(err2 / ref2), act == DType::kBF16 ? 4e-3 : 1e-3) << what;
+      }
+    }
+  }
+  // K not a multiple of 16 is refused.
+  DeviceBuffer any(4096);
+  EXPECT_EQ(ferry::cuda::gemm_kernels::Fp8WeightOnlySmallM(any.get(), DType::kBF16, 40, 1, any.get(), any.as<float>(),
+                                                           8, 40, nullptr, DType::kF32, GemmActivation::kNone,
+                                                           any.get(), 8, stream_)
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
 // Dense bf16 / f16 weights on the small-M kernel (a split-K GEMV), forced by small_m_max
 // (two launches past 8 rows) and by a kSmallM choice, bias and activations included; without
 // either, dense problems stay on cuBLASLt.

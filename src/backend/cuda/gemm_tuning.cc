@@ -43,7 +43,19 @@ Result<std::string> GemmTuner::Tune(LinearWeight& w) {
     cuda::GemmArgs a;
     Tensor q, row_scales;
     FERRY_RETURN_IF_ERROR(SetUpGemm(ctx_, xb, *lin, n, yb, p, a, q, row_scales));
-    FERRY_ASSIGN_OR_RETURN(cuda::GemmChoice choice, gemm_.Tune(p, a, ctx_.stream()));
+    cuda::TuneOptions options;
+    if (lin->kind == cuda::GemmKind::kFp8 && m <= cuda::kDenseSmallMMaxM && lin->scales.numel() == n) {
+      // Decode batches: the weight-only GEMV on the unquantized input competes with
+      // cuBLASLt's fp8 GEMMs (their input quantization, which it saves, is not counted).
+      const bool has_bias = lin->bias.defined();
+      options.extra_small_m = [&, m](cudaStream_t stream) {
+        return cuda::gemm_kernels::Fp8WeightOnlySmallM(
+            xb.raw(), act, k, m, lin->weight.raw(), lin->scales.data<float>(), n, k,
+            has_bias ? lin->bias.raw() : nullptr, has_bias ? lin->bias.dtype() : DType::kF32,
+            cuda::GemmActivation::kNone, yb.raw(), n, stream);
+      };
+    }
+    FERRY_ASSIGN_OR_RETURN(cuda::GemmChoice choice, gemm_.Tune(p, a, ctx_.stream(), options));
     report["buckets"].push_back({{"m", m}, {"choice", choice.ToString()}, {"us", choice.measured_us}});
     choices[b] = choice;
   }

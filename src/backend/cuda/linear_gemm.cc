@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels.h"
 
 namespace ferry::backend {
@@ -61,6 +62,47 @@ Status SetUpGemm(CudaContext& ctx, const Tensor& x, const CudaLinear& lin, int64
 
 namespace {
 
+// Whether an fp8 linear's tuned choice for this M bucket is the weight-only small-M kernel.
+bool Fp8WeightOnlyChosen(const CudaLinear& lin, const cuda::GemmChoice* choice) {
+  return lin.kind == cuda::GemmKind::kFp8 && choice != nullptr && choice->route == cuda::GemmChoice::Route::kSmallM &&
+         lin.scales.defined() && lin.scales.numel() == lin.weight.dim(0);
+}
+
+// An fp8 linear through the weight-only small-M kernel: its input is formed in the activation
+// dtype by the pass the quantization would have done it in (the norm, the gating, the GELU),
+// and read unquantized.
+Status RunFp8WeightOnly(CudaContext& ctx, const Tensor& x, const CudaLinear& lin, int64_t n, int64_t k, Tensor& y,
+                        cuda::QuantPrologue prologue, const NormInput* norm) {
+  const int64_t m = y.dim(0);
+  const DType act = x.dtype();
+  Tensor in = x;
+  if (norm != nullptr || prologue != cuda::QuantPrologue::kNone) {
+    FERRY_ASSIGN_OR_RETURN(in, ctx.Allocate({m, k}, act));
+  }
+  if (norm != nullptr) {
+    if (norm->delta != nullptr) {
+      FERRY_RETURN_IF_ERROR(cuda::AddRmsNorm(norm->residual->raw(), norm->delta->raw(), norm->gamma, norm->eps, m, k,
+                                             in.raw(), act, ctx.stream()));
+    } else {
+      FERRY_RETURN_IF_ERROR(cuda::RmsNorm(norm->residual->raw(), norm->gamma, norm->eps, m, k, in.raw(), act,
+                                          ctx.stream()));
+    }
+  } else if (prologue == cuda::QuantPrologue::kSiluMul) {
+    FERRY_RETURN_IF_ERROR(cuda::SiluMul(x.raw(), m, k, in.raw(), act, ctx.stream()));
+  } else if (prologue == cuda::QuantPrologue::kGeluTanhMul) {
+    FERRY_RETURN_IF_ERROR(cuda::GeluTanhMul(x.raw(), m, k, in.raw(), act, ctx.stream()));
+  } else if (prologue == cuda::QuantPrologue::kGeluErf) {
+    FERRY_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(in.raw(), x.raw(), x.nbytes(), cudaMemcpyDeviceToDevice, ctx.stream()));
+    FERRY_RETURN_IF_ERROR(cuda::Gelu(in.raw(), in.numel(), act, ctx.stream()));
+  }
+  const bool has_bias = lin.bias.defined();
+  return cuda::gemm_kernels::Fp8WeightOnlySmallM(in.raw(), act, k, m, lin.weight.raw(), lin.scales.data<float>(), n, k,
+                                                 has_bias ? lin.bias.raw() : nullptr,
+                                                 has_bias ? lin.bias.dtype() : DType::kF32,
+                                                 cuda::GemmActivation::kNone, y.raw(), n, ctx.stream());
+}
+
 Status RunPrepared(CudaContext& ctx, cuda::LtGemm& gemm, const Tensor& x, const LinearWeight& w, Tensor& y,
                    cuda::QuantPrologue prologue, const NormInput* norm = nullptr) {
   const auto* lin = static_cast<const CudaLinear*>(w.packed.get());
@@ -72,15 +114,16 @@ Status RunPrepared(CudaContext& ctx, cuda::LtGemm& gemm, const Tensor& x, const 
                            std::to_string(n) + ", " + std::to_string(k) + "]");
   }
   if (m == 0) return Status::Ok();
+  const cuda::GemmChoice* choice = nullptr;
+  const int bucket = cuda::GemmMBucket(m);
+  if (bucket < static_cast<int>(lin->choices.size()) && lin->choices[bucket].has_value())
+    choice = &*lin->choices[bucket];
+  if (Fp8WeightOnlyChosen(*lin, choice)) return RunFp8WeightOnly(ctx, x, *lin, n, k, y, prologue, norm);
   cuda::GemmProblem p;
   cuda::GemmArgs a;
   Tensor q, row_scales;
   FERRY_RETURN_IF_ERROR(SetUpGemm(ctx, x, *lin, n, y, p, a, q, row_scales, prologue, norm));
   p.small_m_max = w.small_m_max;
-  const cuda::GemmChoice* choice = nullptr;
-  const int bucket = cuda::GemmMBucket(m);
-  if (bucket < static_cast<int>(lin->choices.size()) && lin->choices[bucket].has_value())
-    choice = &*lin->choices[bucket];
   return gemm.Run(p, a, ctx.stream(), choice);
 }
 

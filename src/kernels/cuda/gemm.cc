@@ -783,7 +783,7 @@ Result<GemmChoice> LtGemm::Tune(const GemmProblem& p, const GemmArgs& args, cuda
     c.route = GemmChoice::Route::kSmallM;
     candidates.push_back(c);
   }
-  if (options.dense_small_m && DenseSmallMApplies(p, args) && p.m <= kDenseSmallMMaxM) {
+  if ((options.dense_small_m && DenseSmallMApplies(p, args) && p.m <= kDenseSmallMMaxM) || options.extra_small_m) {
     GemmChoice c;
     c.route = GemmChoice::Route::kSmallM;
     candidates.push_back(c);
@@ -849,7 +849,9 @@ Result<GemmChoice> LtGemm::Tune(const GemmProblem& p, const GemmArgs& args, cuda
   EventPair events;
   FERRY_RETURN_IF_ERROR(events.Init());
   const auto run_candidate = [&](const GemmChoice& c) -> Status {
-    if (c.route == GemmChoice::Route::kSmallM) return RunSmallM(p, args, tune_stream);
+    if (c.route == GemmChoice::Route::kSmallM) {
+      return options.extra_small_m ? options.extra_small_m(tune_stream) : RunSmallM(p, args, tune_stream);
+    }
     if (c.route == GemmChoice::Route::kInt4Mma) return RunInt4Mma(p, args, tune_stream);
     cublasLtMatmulAlgo_t algo;
     std::memcpy(algo.data, c.algo.data(), sizeof(algo.data));

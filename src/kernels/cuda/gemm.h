@@ -18,7 +18,11 @@
 //                          otherwise cuBLASLt writes the f32 accumulator to scratch and an
 //                          epilogue kernel applies scales, bias and activation. Fast (reduced
 //                          precision) fp8 accumulation only when the problem asks for it
-//                          (fp8_fast_accum).
+//                          (fp8_fast_accum). For decode batches an fp8 linear may instead run
+//                          gemm_kernels::Fp8WeightOnlySmallM (the small-M kernel on its e4m3
+//                          weight and unquantized activations) outside Run: an engine stores that
+//                          as a kSmallM choice, which backend/cuda/linear_gemm.cc takes before
+//                          quantizing anything (Run refuses it for a kFp8 problem).
 //   kInt8 (W8A8)           int8 x int8 -> int32 through cuBLASLt (IMMA) into scratch, then the
 //                          epilogue kernel: y = acc * x_scale[m] * w_scale[n] (+ bias) (+ GELU).
 //                          With out_dtype kI32 the raw accumulator is the output.
@@ -54,6 +58,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -136,7 +141,8 @@ struct GemmArgs {
 struct GemmChoice {
   enum class Route : uint8_t {
     kCublasLt = 0,     // the cuBLASLt algorithm in `algo`
-    kSmallM = 1,       // kInt8WeightOnly, kInt4WeightOnly, kBF16, kF16: ferry's small-M kernel
+    kSmallM = 1,       // kInt8WeightOnly, kInt4WeightOnly, kBF16, kF16: ferry's small-M kernel;
+                       // in an fp8 linear's choices: its weight-only small-M kernel (not Run's)
     kCublasLtAcc = 2,  // kFp8 per-row/col only: `algo` on the f32-accumulator route (unit
                        // scales into scratch, then ScaleEpilogue), whose kernels (split-K,
                        // small tiles) can beat the outer-vector ones for small M
@@ -194,6 +200,9 @@ struct TuneOptions {
   // cuBLASLt and keep the faster. On an H200 (bench/cuda_gemm_bench, 8 layers of llama-3-8B
   // linears) it took 0.93x / 0.91x cuBLASLt's heuristic at M = 1 / 2 and lost from M = 4.
   bool dense_small_m = true;
+  // A small-M kernel outside LtGemm's own routes, timed as one more candidate (route kSmallM)
+  // on the tuning stream: an fp8 linear's weight-only GEMV, which reads x unquantized.
+  std::function<Status(cudaStream_t)> extra_small_m;
 };
 
 // Owns a cuBLASLt handle, a device workspace, a scratch buffer (accumulators, dequantized
@@ -315,6 +324,14 @@ bool SmallMSupported(const void* x, DType x_dtype, int64_t ldx, const int8_t* w,
 Status Int8WeightOnlySmallM(const void* x, DType x_dtype, int64_t ldx, int64_t m, const int8_t* w,
                             const float* scale, int64_t n, int64_t k, const void* bias, DType bias_dtype,
                             GemmActivation act, void* y, int64_t ldy, cudaStream_t stream);
+
+// The same kernel on e4m3 weights with per-channel scales (an fp8 linear's weight) and
+// unquantized activations (x and y in x_dtype): for decode batches an fp8 linear may run it
+// instead of quantizing its input for cuBLASLt (the tuner times both up to kDenseSmallMMaxM
+// rows). Needs SmallMSupported (the same alignment as int8).
+Status Fp8WeightOnlySmallM(const void* x, DType x_dtype, int64_t ldx, int64_t m, const void* w, const float* scale,
+                           int64_t n, int64_t k, const void* bias, DType bias_dtype, GemmActivation act, void* y,
+                           int64_t ldy, cudaStream_t stream);
 
 // The same kernel on dense weights (kBF16, kF16: x, w and y in one dtype), no scale: a
 // split-K GEMV for decode batches, which the tuner times against cuBLASLt for M <= 8.

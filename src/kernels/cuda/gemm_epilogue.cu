@@ -220,12 +220,29 @@ __device__ __forceinline__ void Int8x16ToF32(const int4 v, float (&out)[16]) {
 __device__ __forceinline__ void LoadWeights16(const int8_t* row, int64_t c, float (&out)[16]) {
   Int8x16ToF32(__ldg(reinterpret_cast<const int4*>(row) + c), out);
 }
+// e4m3 weights: 16 bytes widened pairwise (each pair through f16, exact for e4m3).
+__device__ __forceinline__ void LoadWeights16(const __nv_fp8_e4m3* row, int64_t c, float (&out)[16]) {
+  const int4 v = __ldg(reinterpret_cast<const int4*>(row) + c);
+  const uint32_t words[4] = {static_cast<uint32_t>(v.x), static_cast<uint32_t>(v.y), static_cast<uint32_t>(v.z),
+                             static_cast<uint32_t>(v.w)};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const __half2_raw pair =
+          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(words[i] >> (16 * h)), __NV_E4M3);
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&pair));
+      out[4 * i + 2 * h] = f.x;
+      out[4 * i + 2 * h + 1] = f.y;
+    }
+  }
+}
 template <typename W>
 __device__ __forceinline__ void LoadWeights16(const W* row, int64_t c, float (&out)[16]) {
   Load16(row + c * 16, out);
 }
 
-// W: int8_t (scale per output channel) or T itself (dense, scale null).
+// W: int8_t or e4m3 (scale per output channel) or T itself (dense, scale null).
 template <typename T, typename W, int kRows>
 __global__ void __launch_bounds__(kSmallMThreads, 3)
     SmallMKernel(const T* __restrict__ x, int64_t ldx, const W* __restrict__ w, const float* __restrict__ scale,
@@ -376,6 +393,20 @@ Status Int8WeightOnlySmallM(const void* x, DType x_dtype, int64_t ldx, int64_t m
   if (m == 0) return Status::Ok();
   return DispatchAct(x_dtype, "int8 weight-only small-M kernel", [&](auto tag) {
     return LaunchSmallM<decltype(tag)>(x, ldx, m, w, scale, n, k, bias, bias_dtype, act, y, ldy, stream);
+  });
+}
+
+Status Fp8WeightOnlySmallM(const void* x, DType x_dtype, int64_t ldx, int64_t m, const void* w, const float* scale,
+                           int64_t n, int64_t k, const void* bias, DType bias_dtype, GemmActivation act, void* y,
+                           int64_t ldy, cudaStream_t stream) {
+  if (!SmallMSupported(x, x_dtype, ldx, static_cast<const int8_t*>(w), k)) {
+    return InvalidArgument("fp8 weight-only small-M kernel needs K % 16 == 0 and 16-byte aligned rows");
+  }
+  if (scale == nullptr) return InvalidArgument("fp8 weight-only small-M kernel needs the per-channel scales");
+  if (m == 0) return Status::Ok();
+  return DispatchAct(x_dtype, "fp8 weight-only small-M kernel", [&](auto tag) {
+    return LaunchSmallM<decltype(tag)>(x, ldx, m, static_cast<const __nv_fp8_e4m3*>(w), scale, n, k, bias,
+                                       bias_dtype, act, y, ldy, stream);
   });
 }
 

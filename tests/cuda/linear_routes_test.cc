@@ -1,0 +1,187 @@
+// The routes of an fp8 linear on the GPU: a decode bucket tuned to the weight-only small-M
+// kernel reads its input unquantized, however the input is formed (as it is, by the norm in
+// front of the linear, by the gated MLP's activation).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/linear_weights.h"
+#include "backend/cuda_backend.h"
+#include "core/dtype.h"
+#include "cuda_test_util.h"
+#include "kernels/cuda/gemm.h"
+
+namespace ferry::backend {
+namespace {
+
+std::vector<float> RandomValues(size_t n, float scale, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+float Bf16(float v) { return Bf16ToF32(F32ToBf16(v)); }
+
+Tensor HostBf16(const std::vector<float>& v, const Shape& shape) {
+  Tensor t = Tensor::Empty(shape, DType::kBF16);
+  ConvertFromF32(DType::kBF16, v.data(), t.raw(), v.size());
+  return t;
+}
+
+// A bf16 host matrix on the device: its rows looked up as an embedding table. The backend
+// keeps tables by their host address, so every table stays alive in `keep`.
+Tensor OnDevice(Backend& be, const Tensor& host, std::vector<Tensor>& keep) {
+  keep.push_back(host);
+  EXPECT_TRUE(be.PreloadWeight(host).ok());
+  std::vector<int32_t> ids(static_cast<size_t>(host.dim(0)));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+  auto out = be.Allocate(host.shape(), DType::kBF16);
+  EXPECT_TRUE(out.ok());
+  const Tensor idx = Tensor::FromBorrowed(ids.data(), {host.dim(0)}, DType::kI32, nullptr, Device::Cpu());
+  EXPECT_TRUE(be.Embedding(host, idx, *out).ok());
+  EXPECT_TRUE(be.Synchronize().ok());
+  return *out;
+}
+
+// Relative RMS distance of y (device, [m, n]) from x_rows (host, [m, k], the values the
+// linear should multiply) times the dequantized weight wd [n, k].
+double RelError(Backend& be, const Tensor& y, const std::vector<double>& x_rows, const std::vector<double>& wd,
+                int64_t m, int64_t n, int64_t k) {
+  auto host = be.ToHost(y);
+  EXPECT_TRUE(host.ok());
+  double err2 = 0.0, ref2 = 0.0;
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < n; ++c) {
+      double ref = 0.0;
+      for (int64_t i = 0; i < k; ++i) ref += x_rows[r * k + i] * wd[c * k + i];
+      const double got = host->data<float>()[r * n + c];
+      err2 += (got - ref) * (got - ref);
+      ref2 += ref * ref;
+    }
+  }
+  return std::sqrt(err2 / ref2);
+}
+
+TEST(CudaLinearRoutesTest, Fp8WeightOnlyRouteTakesEveryInputForm) {
+  FERRY_SKIP_WITHOUT_GPU();
+  auto gpu = QueryCudaDevice(0);
+  ASSERT_TRUE(gpu.ok());
+  if (gpu->cc_major * 10 + gpu->cc_minor < 89) GTEST_SKIP() << "fp8 needs sm_89+";
+  CudaBackendOptions o;
+  o.activations = DType::kBF16;
+  o.kv_cache = DType::kBF16;
+  auto made = MakeCudaBackend(o);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  Backend& be = **made;
+  const int64_t n = 384, k = 1024, max_m = 8;
+  const float eps = 1e-5f;
+
+  LinearWeight w;
+  w.weight = Tensor::Empty({n, k}, DType::kF32);
+  const std::vector<float> wf = RandomValues(static_cast<size_t>(n * k), 0.05f, 1);
+  std::copy(wf.begin(), wf.end(), w.weight.data<float>());
+  w.format = WeightFormat::kFp8;
+  FERRY_ASSERT_OK(be.PrepareLinear(w));
+  FERRY_ASSERT_OK(be.FinishLoading());
+  auto* lin = static_cast<CudaLinear*>(w.packed.get());
+  ASSERT_NE(lin, nullptr);
+  ASSERT_EQ(lin->kind, cuda::GemmKind::kFp8);
+  // The e4m3 weight as the device holds it, dequantized.
+  auto s = be.SerializeLinear(w);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const Tensor& wq = s->blobs.at(0);
+  const Tensor& scales = s->blobs.at(1);
+  std::vector<double> wd(static_cast<size_t>(n * k));
+  for (int64_t c = 0; c < n; ++c) {
+    for (int64_t i = 0; i < k; ++i) {
+      wd[c * k + i] = static_cast<double>(F8E4M3ToF32(wq.data<uint8_t>()[c * k + i])) * scales.data<float>()[c];
+    }
+  }
+
+  // Host inputs: x for the plain form, residual + delta and gamma for the norm, gate | up.
+  const std::vector<float> x = RandomValues(static_cast<size_t>(max_m * k), 1.0f, 2);
+  const std::vector<float> res = RandomValues(static_cast<size_t>(max_m * k), 1.0f, 3);
+  const std::vector<float> delta = RandomValues(static_cast<size_t>(max_m * k), 1.0f, 4);
+  const std::vector<float> gate_up = RandomValues(static_cast<size_t>(max_m * 2 * k), 2.0f, 5);
+  std::vector<float> gamma = RandomValues(static_cast<size_t>(k), 0.5f, 6);
+  for (float& g : gamma) g += 1.0f;
+  Tensor gamma_t = Tensor::Empty({k}, DType::kF32);
+  std::copy(gamma.begin(), gamma.end(), gamma_t.data<float>());
+
+  std::vector<Tensor> keep;
+  cuda::GemmChoice small;
+  small.route = cuda::GemmChoice::Route::kSmallM;
+  for (const bool weight_only : {true, false}) {
+    // Weight-only: the decode buckets (up to 8 rows) take the small-M kernel; otherwise
+    // cuBLASLt's fp8 GEMM on activations quantized per token.
+    lin->choices.assign(cuda::kGemmMBuckets, std::nullopt);
+    if (weight_only) {
+      for (int b = 0; b < cuda::kGemmMBuckets; ++b) {
+        if (cuda::GemmBucketTuneM(b) <= cuda::kDenseSmallMMaxM) lin->choices[b] = small;
+      }
+    }
+    // Reference activations are what the weight-only route multiplies: rounded to bf16.
+    // The quantized route also rounds them to e4m3, about 2^-4 relative.
+    const double bound = weight_only ? 6e-3 : 8e-2;
+    for (const int64_t m : {int64_t{1}, int64_t{5}, max_m}) {
+      SCOPED_TRACE(std::string(weight_only ? "weight-only" : "quantized") + ", M=" + std::to_string(m));
+      const std::vector<float> xm(x.begin(), x.begin() + m * k);
+      std::vector<double> xr(static_cast<size_t>(m * k));
+      for (size_t i = 0; i < xr.size(); ++i) xr[i] = Bf16(xm[i]);
+      auto y = be.Allocate({m, n}, DType::kBF16);
+      ASSERT_TRUE(y.ok());
+
+      // As it is.
+      Tensor dx = OnDevice(be, HostBf16(xm, {m, k}), keep);
+      FERRY_ASSERT_OK(be.Linear(dx, w, *y));
+      EXPECT_LT(RelError(be, *y, xr, wd, m, n, k), bound) << "plain";
+
+      // After the norm, with the residual add: h = RmsNorm(residual + delta) * gamma.
+      std::vector<double> hr(static_cast<size_t>(m * k));
+      for (int64_t r = 0; r < m; ++r) {
+        double ss = 0.0;
+        std::vector<float> sum(static_cast<size_t>(k));
+        for (int64_t i = 0; i < k; ++i) {
+          sum[i] = Bf16(res[r * k + i]) + Bf16(delta[r * k + i]);
+          ss += static_cast<double>(sum[i]) * sum[i];
+        }
+        const double rs = 1.0 / std::sqrt(ss / static_cast<double>(k) + eps);
+        for (int64_t i = 0; i < k; ++i) hr[r * k + i] = Bf16(static_cast<float>(sum[i] * rs * gamma[i]));
+      }
+      Tensor dres = OnDevice(be, HostBf16(std::vector<float>(res.begin(), res.begin() + m * k), {m, k}), keep);
+      Tensor ddelta =
+          OnDevice(be, HostBf16(std::vector<float>(delta.begin(), delta.begin() + m * k), {m, k}), keep);
+      auto h = be.Allocate({m, k}, DType::kBF16);
+      ASSERT_TRUE(h.ok());
+      FERRY_ASSERT_OK(be.NormLinear(dres, &ddelta, gamma_t, eps, *h, w, *y));
+      EXPECT_LT(RelError(be, *y, hr, wd, m, n, k), bound) << "norm + residual add";
+      // The residual now holds the sum; the norm alone (no delta) gives the same h.
+      FERRY_ASSERT_OK(be.NormLinear(dres, nullptr, gamma_t, eps, *h, w, *y));
+      EXPECT_LT(RelError(be, *y, hr, wd, m, n, k), bound) << "norm";
+
+      // After the gating: silu(gate) * up.
+      std::vector<double> gr(static_cast<size_t>(m * k));
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t i = 0; i < k; ++i) {
+          const double g = Bf16(gate_up[r * 2 * k + i]), u = Bf16(gate_up[r * 2 * k + k + i]);
+          gr[r * k + i] = Bf16(static_cast<float>(g / (1.0 + std::exp(-g)) * u));
+        }
+      }
+      Tensor dgu =
+          OnDevice(be, HostBf16(std::vector<float>(gate_up.begin(), gate_up.begin() + m * 2 * k), {m, 2 * k}), keep);
+      auto mlp = be.Allocate({m, k}, DType::kBF16);
+      ASSERT_TRUE(mlp.ok());
+      FERRY_ASSERT_OK(be.GatedLinear(dgu, /*gelu_tanh=*/false, *mlp, w, *y));
+      EXPECT_LT(RelError(be, *y, gr, wd, m, n, k), bound) << "gated";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ferry::backend
