@@ -332,7 +332,7 @@ double RelRms(const void* y, DType y_dtype, const float* ref, int64_t count) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
-int RunFp8(int layers, const std::vector<int64_t>& ms, const std::string& json_path, int64_t tune_m) {
+int RunFp8(int layers, const std::vector<int64_t>& ms, const std::string& json_path, int64_t tune_m, bool per_shape) {
   std::vector<std::vector<Fp8Weight>> w(std::size(kShapes));
   double weights_per_layer = 0;
   for (size_t si = 0; si < std::size(kShapes); ++si) {
@@ -354,8 +354,8 @@ int RunFp8(int layers, const std::vector<int64_t>& ms, const std::string& json_p
 
   std::printf(
       "\n| M | bf16 tuned | fp8 tuned, exact acc | fp8 tuned, fast acc | fast / exact | fp8 heuristic, exact | "
-      "fp8 heuristic, fast | fp8 per-tensor, exact | fp8 per-tensor, fast | quantize 4 inputs | fp8 fast + quantize "
-      "vs bf16 |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "fp8 heuristic, fast | fp8 per-tensor, exact | fp8 per-tensor, fast | fp8 per-tensor tuned, fast | quantize 4 "
+      "inputs | fp8 fast + quantize vs bf16 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::fflush(stdout);
   nlohmann::json rows = nlohmann::json::array();
   for (int64_t m : ms) {
@@ -369,9 +369,9 @@ int RunFp8(int layers, const std::vector<int64_t>& ms, const std::string& json_p
       return p;
     };
     // Tuned choices per shape for bf16 and both fp8 accumulations, at this M or at tune_m.
-    std::vector<GemmChoice> tuned[3];
-    const Fp8Mode tuned_modes[3] = {Fp8Mode::kBf16, Fp8Mode::kRowColExact, Fp8Mode::kRowColFast};
-    for (int t = 0; t < 3; ++t) {
+    std::vector<GemmChoice> tuned[4];
+    const Fp8Mode tuned_modes[4] = {Fp8Mode::kBf16, Fp8Mode::kRowColExact, Fp8Mode::kRowColFast, Fp8Mode::kTensorFast};
+    for (int t = 0; t < 4; ++t) {
       for (size_t si = 0; si < std::size(kShapes); ++si) {
         GemmProblem tp = problem(tuned_modes[t], kShapes[si]);
         if (tune_m > 0) tp.m = tune_m;
@@ -380,10 +380,11 @@ int RunFp8(int layers, const std::vector<int64_t>& ms, const std::string& json_p
         tuned[t].push_back(*c);
       }
     }
-    auto time_mode = [&](Fp8Mode mode, const std::vector<GemmChoice>* choices) {
+    auto time_mode = [&](Fp8Mode mode, const std::vector<GemmChoice>* choices, int only = -1) {
       return TimeGraph(stream, [&] {
                for (int l = 0; l < layers; ++l) {
                  for (size_t si = 0; si < std::size(kShapes); ++si) {
+                   if (only >= 0 && static_cast<int>(si) != only) continue;
                    CHECK_OK(gemm.Run(problem(mode, kShapes[si]), Fp8Args(mode, w[si][l], in, y), stream,
                                      choices != nullptr ? &(*choices)[si] : nullptr));
                  }
@@ -398,6 +399,7 @@ int RunFp8(int layers, const std::vector<int64_t>& ms, const std::string& json_p
     const double t_h_fast = time_mode(Fp8Mode::kRowColFast, nullptr);
     const double t_t_exact = time_mode(Fp8Mode::kTensorExact, nullptr);
     const double t_t_fast = time_mode(Fp8Mode::kTensorFast, nullptr);
+    const double t_tt_fast = time_mode(Fp8Mode::kTensorFast, &tuned[3]);
     // The layer's four per-token quantizations (its inputs' K), as an fp8 layer runs them
     // (the norm-fused ones and SiLU-mul-fused one cost about as much as a plain pass).
     const double t_quant = TimeGraph(stream, [&] {
@@ -409,10 +411,19 @@ int RunFp8(int layers, const std::vector<int64_t>& ms, const std::string& json_p
     auto tf = [&](double us) { return flop / (us * 1e6); };
     std::printf(
         "| %lld | %.1f (%.0f) | %.1f (%.0f) | %.1f (%.0f) | %.2fx | %.1f (%.0f) | %.1f (%.0f) | %.1f (%.0f) | %.1f "
-        "(%.0f) | %.1f | %.2fx |\n",
+        "(%.0f) | %.1f (%.0f) | %.1f | %.2fx |\n",
         static_cast<long long>(m), t_bf16, tf(t_bf16), t_exact, tf(t_exact), t_fast, tf(t_fast), t_exact / t_fast,
-        t_h_exact, tf(t_h_exact), t_h_fast, tf(t_h_fast), t_t_exact, tf(t_t_exact), t_t_fast, tf(t_t_fast), t_quant,
-        t_bf16 / (t_fast + t_quant));
+        t_h_exact, tf(t_h_exact), t_h_fast, tf(t_h_fast), t_t_exact, tf(t_t_exact), t_t_fast, tf(t_t_fast), t_tt_fast,
+        tf(t_tt_fast), t_quant, t_bf16 / (t_fast + t_quant));
+    if (per_shape) {
+      // Each linear alone: tuned per-row/col (fast) against tuned per-tensor (fast).
+      for (size_t si = 0; si < std::size(kShapes); ++si) {
+        const double rc = time_mode(Fp8Mode::kRowColFast, &tuned[2], static_cast<int>(si));
+        const double pt = time_mode(Fp8Mode::kTensorFast, &tuned[3], static_cast<int>(si));
+        std::printf("|   %s (%lld x %lld) | per-row/col %.1f | per-tensor %.1f | %.2fx |\n", kShapes[si].name,
+                    static_cast<long long>(kShapes[si].n), static_cast<long long>(kShapes[si].k), rc, pt, rc / pt);
+      }
+    }
     std::fflush(stdout);
     rows.push_back({{"m", m},
                     {"bf16_us", t_bf16},
@@ -422,6 +433,7 @@ int RunFp8(int layers, const std::vector<int64_t>& ms, const std::string& json_p
                     {"fp8_heuristic_fast_us", t_h_fast},
                     {"fp8_tensor_exact_us", t_t_exact},
                     {"fp8_tensor_fast_us", t_t_fast},
+                    {"fp8_tensor_fast_tuned_us", t_tt_fast},
                     {"quantize_us", t_quant}});
   }
   std::printf("(us per layer of the four linears; TFLOP/s in brackets)\n");
@@ -711,7 +723,7 @@ int main(int argc, char** argv) {
   }
   if (fp8) {
     if (!ms_given) ms = {1, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096};
-    return RunFp8(layers, ms, json_path, tune_m);
+    return RunFp8(layers, ms, json_path, tune_m, per_shape);
   }
 
   std::vector<std::vector<Weight>> bf16(std::size(kShapes)), int4(std::size(kShapes));
