@@ -1,6 +1,6 @@
-// The routes of an fp8 linear on the GPU: a decode bucket tuned to the weight-only small-M
-// kernel reads its input unquantized, however the input is formed (as it is, by the norm in
-// front of the linear, by the gated MLP's activation).
+// The routes of an fp8 or W8A8 linear on the GPU: a decode bucket tuned to the small-M kernel
+// reads its input unquantized, however the input is formed (as it is, by the norm in front of
+// the linear, by the gated MLP's activation).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -68,11 +68,8 @@ double RelError(Backend& be, const Tensor& y, const std::vector<double>& x_rows,
   return std::sqrt(err2 / ref2);
 }
 
-TEST(CudaLinearRoutesTest, Fp8WeightOnlyRouteTakesEveryInputForm) {
-  FERRY_SKIP_WITHOUT_GPU();
-  auto gpu = QueryCudaDevice(0);
-  ASSERT_TRUE(gpu.ok());
-  if (gpu->cc_major * 10 + gpu->cc_minor < 89) GTEST_SKIP() << "fp8 needs sm_89+";
+// fp8 (e4m3, per-channel scales) or W8A8 (int8 against x / smooth, per-channel scales).
+void CheckUnquantizedRoute(WeightFormat format) {
   CudaBackendOptions o;
   o.activations = DType::kBF16;
   o.kv_cache = DType::kBF16;
@@ -86,13 +83,20 @@ TEST(CudaLinearRoutesTest, Fp8WeightOnlyRouteTakesEveryInputForm) {
   w.weight = Tensor::Empty({n, k}, DType::kF32);
   const std::vector<float> wf = RandomValues(static_cast<size_t>(n * k), 0.05f, 1);
   std::copy(wf.begin(), wf.end(), w.weight.data<float>());
-  w.format = WeightFormat::kFp8;
+  w.format = format;
+  const bool fp8 = format == WeightFormat::kFp8;
+  if (!fp8) {  // SmoothQuant factors from 0.5 to 2
+    w.smooth = Tensor::Empty({k}, DType::kF32);
+    const std::vector<float> sm = RandomValues(static_cast<size_t>(k), 0.75f, 7);
+    for (int64_t i = 0; i < k; ++i) w.smooth.data<float>()[i] = 1.25f + sm[i];
+  }
   FERRY_ASSERT_OK(be.PrepareLinear(w));
   FERRY_ASSERT_OK(be.FinishLoading());
   auto* lin = static_cast<CudaLinear*>(w.packed.get());
   ASSERT_NE(lin, nullptr);
-  ASSERT_EQ(lin->kind, cuda::GemmKind::kFp8);
-  // The e4m3 weight as the device holds it, dequantized.
+  ASSERT_EQ(lin->kind, fp8 ? cuda::GemmKind::kFp8 : cuda::GemmKind::kInt8);
+  // The weight as the device holds it (blobs: weight, scales, then smooth), dequantized: e4m3
+  // or int8 times the channel's scale, and for W8A8 over the input column's factor.
   auto s = be.SerializeLinear(w);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   const Tensor& wq = s->blobs.at(0);
@@ -100,7 +104,9 @@ TEST(CudaLinearRoutesTest, Fp8WeightOnlyRouteTakesEveryInputForm) {
   std::vector<double> wd(static_cast<size_t>(n * k));
   for (int64_t c = 0; c < n; ++c) {
     for (int64_t i = 0; i < k; ++i) {
-      wd[c * k + i] = static_cast<double>(F8E4M3ToF32(wq.data<uint8_t>()[c * k + i])) * scales.data<float>()[c];
+      const size_t at = static_cast<size_t>(c * k + i);
+      const double q = fp8 ? static_cast<double>(F8E4M3ToF32(wq.data<uint8_t>()[at])) : wq.data<int8_t>()[at];
+      wd[at] = q * scales.data<float>()[c] / (fp8 ? 1.0 : static_cast<double>(s->blobs.at(2).data<float>()[i]));
     }
   }
 
@@ -127,8 +133,8 @@ TEST(CudaLinearRoutesTest, Fp8WeightOnlyRouteTakesEveryInputForm) {
       }
     }
     // Reference activations are what the weight-only route multiplies: rounded to bf16.
-    // The quantized route also rounds them to e4m3, about 2^-4 relative.
-    const double bound = weight_only ? 6e-3 : 8e-2;
+    // The quantized route also rounds them to e4m3 (about 2^-4 relative) or int8.
+    const double bound = weight_only ? 6e-3 : (fp8 ? 8e-2 : 3e-2);
     for (const int64_t m : {int64_t{1}, int64_t{5}, max_m}) {
       SCOPED_TRACE(std::string(weight_only ? "weight-only" : "quantized") + ", M=" + std::to_string(m));
       const std::vector<float> xm(x.begin(), x.begin() + m * k);
@@ -181,6 +187,21 @@ TEST(CudaLinearRoutesTest, Fp8WeightOnlyRouteTakesEveryInputForm) {
       EXPECT_LT(RelError(be, *y, gr, wd, m, n, k), bound) << "gated";
     }
   }
+}
+
+TEST(CudaLinearRoutesTest, Fp8WeightOnlyRouteTakesEveryInputForm) {
+  FERRY_SKIP_WITHOUT_GPU();
+  auto gpu = QueryCudaDevice(0);
+  ASSERT_TRUE(gpu.ok());
+  if (gpu->cc_major * 10 + gpu->cc_minor < 89) GTEST_SKIP() << "fp8 needs sm_89+";
+  CheckUnquantizedRoute(WeightFormat::kFp8);
+}
+
+// A W8A8 weight on the same route: the input is divided by the SmoothQuant factors in the
+// kernel (a reciprocal kept with the weight) instead of in the quantization pass.
+TEST(CudaLinearRoutesTest, W8A8UnquantizedRouteAppliesTheSmoothingFactors) {
+  FERRY_SKIP_WITHOUT_GPU();
+  CheckUnquantizedRoute(WeightFormat::kInt8W8A8);
 }
 
 }  // namespace

@@ -44,15 +44,11 @@ Result<std::string> GemmTuner::Tune(LinearWeight& w) {
     Tensor q, row_scales;
     FERRY_RETURN_IF_ERROR(SetUpGemm(ctx_, xb, *lin, n, yb, p, a, q, row_scales));
     cuda::TuneOptions options;
-    if (lin->kind == cuda::GemmKind::kFp8 && m <= cuda::kDenseSmallMMaxM && lin->scales.numel() == n) {
-      // Decode batches: the weight-only GEMV on the unquantized input competes with
-      // cuBLASLt's fp8 GEMMs (their input quantization, which it saves, is not counted).
-      const bool has_bias = lin->bias.defined();
+    if (m <= cuda::kDenseSmallMMaxM && UnquantizedSmallMApplies(*lin)) {
+      // Decode batches of fp8 and W8A8 weights: the small-M kernel on the unquantized input
+      // competes with cuBLASLt's GEMMs (their input quantization, which it saves, is not counted).
       options.extra_small_m = [&, m](cudaStream_t stream) {
-        return cuda::gemm_kernels::Fp8WeightOnlySmallM(
-            xb.raw(), act, k, m, lin->weight.raw(), lin->scales.data<float>(), n, k,
-            has_bias ? lin->bias.raw() : nullptr, has_bias ? lin->bias.dtype() : DType::kF32,
-            cuda::GemmActivation::kNone, yb.raw(), n, stream);
+        return RunUnquantizedSmallM(*lin, xb.raw(), act, m, n, k, yb.raw(), stream);
       };
     }
     FERRY_ASSIGN_OR_RETURN(cuda::GemmChoice choice, gemm_.Tune(p, a, ctx_.stream(), options));

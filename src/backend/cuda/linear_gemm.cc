@@ -60,19 +60,39 @@ Status SetUpGemm(CudaContext& ctx, const Tensor& x, const CudaLinear& lin, int64
   return Status::Ok();
 }
 
-namespace {
-
-// Whether an fp8 linear's tuned choice for this M bucket is the weight-only small-M kernel.
-bool Fp8WeightOnlyChosen(const CudaLinear& lin, const cuda::GemmChoice* choice) {
-  return lin.kind == cuda::GemmKind::kFp8 && choice != nullptr && choice->route == cuda::GemmChoice::Route::kSmallM &&
-         lin.scales.defined() && lin.scales.numel() == lin.weight.dim(0);
+bool UnquantizedSmallMApplies(const CudaLinear& lin) {
+  return (lin.kind == cuda::GemmKind::kFp8 || lin.kind == cuda::GemmKind::kInt8) && lin.scales.defined() &&
+         lin.scales.numel() == lin.weight.dim(0) && lin.smooth.defined() == lin.inv_smooth.defined();
 }
 
-// An fp8 linear through the weight-only small-M kernel: its input is formed in the activation
+Status RunUnquantizedSmallM(const CudaLinear& lin, const void* x, DType act, int64_t m, int64_t n, int64_t k, void* y,
+                            cudaStream_t stream) {
+  const bool has_bias = lin.bias.defined();
+  const void* bias = has_bias ? lin.bias.raw() : nullptr;
+  const DType bias_dtype = has_bias ? lin.bias.dtype() : DType::kF32;
+  if (lin.kind == cuda::GemmKind::kFp8) {
+    return cuda::gemm_kernels::Fp8WeightOnlySmallM(x, act, k, m, lin.weight.raw(), lin.scales.data<float>(), n, k, bias,
+                                                   bias_dtype, cuda::GemmActivation::kNone, y, n, stream);
+  }
+  return cuda::gemm_kernels::Int8SmoothedSmallM(
+      x, act, k, m, lin.weight.data<int8_t>(), lin.scales.data<float>(),
+      lin.inv_smooth.defined() ? lin.inv_smooth.data<float>() : nullptr, n, k, bias, bias_dtype,
+      cuda::GemmActivation::kNone, y, n, stream);
+}
+
+namespace {
+
+// Whether a quantized linear's tuned choice for this M bucket is the small-M kernel on the
+// unquantized input.
+bool UnquantizedSmallMChosen(const CudaLinear& lin, const cuda::GemmChoice* choice) {
+  return choice != nullptr && choice->route == cuda::GemmChoice::Route::kSmallM && UnquantizedSmallMApplies(lin);
+}
+
+// An fp8 or W8A8 linear through the small-M kernel: its input is formed in the activation
 // dtype by the pass the quantization would have done it in (the norm, the gating, the GELU),
 // and read unquantized.
-Status RunFp8WeightOnly(CudaContext& ctx, const Tensor& x, const CudaLinear& lin, int64_t n, int64_t k, Tensor& y,
-                        cuda::QuantPrologue prologue, const NormInput* norm) {
+Status RunUnquantized(CudaContext& ctx, const Tensor& x, const CudaLinear& lin, int64_t n, int64_t k, Tensor& y,
+                      cuda::QuantPrologue prologue, const NormInput* norm) {
   const int64_t m = y.dim(0);
   const DType act = x.dtype();
   Tensor in = x;
@@ -96,11 +116,7 @@ Status RunFp8WeightOnly(CudaContext& ctx, const Tensor& x, const CudaLinear& lin
         cudaMemcpyAsync(in.raw(), x.raw(), x.nbytes(), cudaMemcpyDeviceToDevice, ctx.stream()));
     FERRY_RETURN_IF_ERROR(cuda::Gelu(in.raw(), in.numel(), act, ctx.stream()));
   }
-  const bool has_bias = lin.bias.defined();
-  return cuda::gemm_kernels::Fp8WeightOnlySmallM(in.raw(), act, k, m, lin.weight.raw(), lin.scales.data<float>(), n, k,
-                                                 has_bias ? lin.bias.raw() : nullptr,
-                                                 has_bias ? lin.bias.dtype() : DType::kF32,
-                                                 cuda::GemmActivation::kNone, y.raw(), n, ctx.stream());
+  return RunUnquantizedSmallM(lin, in.raw(), act, m, n, k, y.raw(), ctx.stream());
 }
 
 Status RunPrepared(CudaContext& ctx, cuda::LtGemm& gemm, const Tensor& x, const LinearWeight& w, Tensor& y,
@@ -118,7 +134,7 @@ Status RunPrepared(CudaContext& ctx, cuda::LtGemm& gemm, const Tensor& x, const 
   const int bucket = cuda::GemmMBucket(m);
   if (bucket < static_cast<int>(lin->choices.size()) && lin->choices[bucket].has_value())
     choice = &*lin->choices[bucket];
-  if (Fp8WeightOnlyChosen(*lin, choice)) return RunFp8WeightOnly(ctx, x, *lin, n, k, y, prologue, norm);
+  if (UnquantizedSmallMChosen(*lin, choice)) return RunUnquantized(ctx, x, *lin, n, k, y, prologue, norm);
   cuda::GemmProblem p;
   cuda::GemmArgs a;
   Tensor q, row_scales;

@@ -155,6 +155,13 @@ Result<bool> PrepareInt4(CudaContext& ctx, WeightLoader& loader, DType activatio
   return true;
 }
 
+// 1 / each of a host f32 vector's values, on the device.
+Result<Tensor> UploadReciprocal(WeightLoader& loader, const Tensor& host) {
+  Tensor inv = Tensor::Empty(host.shape(), DType::kF32);
+  for (int64_t i = 0; i < host.numel(); ++i) inv.data<float>()[i] = 1.0f / host.data<float>()[i];
+  return loader.Upload(inv, DType::kF32);
+}
+
 }  // namespace
 
 Status PrepareCudaLinear(CudaContext& ctx, WeightLoader& loader, const cuda::LtGemm& gemm, DType activations,
@@ -245,6 +252,7 @@ Status PrepareCudaLinear(CudaContext& ctx, WeightLoader& loader, const cuda::LtG
         smooth_host = w.smooth.ToF32();
         if (smooth_host.numel() != k) return InvalidArgument("SmoothQuant factors do not match the weight");
         FERRY_ASSIGN_OR_RETURN(lin->smooth, loader.Upload(smooth_host, DType::kF32));
+        FERRY_ASSIGN_OR_RETURN(lin->inv_smooth, UploadReciprocal(loader, smooth_host));
       }
       std::vector<int8_t> q;
       std::vector<float> scales;
@@ -333,7 +341,10 @@ Result<LinearWeight> DeserializeCudaLinear(WeightLoader& loader, const Serialize
     const std::string name = names[i];
     if (name == "weight") lin->weight = dev;
     else if (name == "scales") lin->scales = dev;
-    else if (name == "smooth") lin->smooth = dev;
+    else if (name == "smooth") {
+      lin->smooth = dev;
+      FERRY_ASSIGN_OR_RETURN(lin->inv_smooth, UploadReciprocal(loader, b.ToF32()));
+    }
     else if (name == "zeros") lin->zeros = dev;
     else if (name == "bias") lin->bias = dev;
     else return DataLoss("unknown linear blob '" + name + "'");

@@ -22,6 +22,7 @@ struct CudaLinear {
   Tensor zeros;        // int4: u8 [out, groups] zero points (undefined otherwise)
   int64_t group_size = 0;  // int4: input columns per group
   Tensor smooth;       // f32 [in]: SmoothQuant factors for W8A8 (undefined: none)
+  Tensor inv_smooth;   // f32 [in]: 1 / smooth, for the small-M kernel on the unquantized input
   Tensor bias;         // [out] or undefined: the activation dtype for float kinds (cuBLASLt adds
                        // it in its epilogue), f32 for int8 and fp8 (added by ferry's epilogue)
   WeightFormat format = WeightFormat::kNative;

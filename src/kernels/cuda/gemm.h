@@ -18,11 +18,12 @@
 //                          otherwise cuBLASLt writes the f32 accumulator to scratch and an
 //                          epilogue kernel applies scales, bias and activation. Fast (reduced
 //                          precision) fp8 accumulation only when the problem asks for it
-//                          (fp8_fast_accum). For decode batches an fp8 linear may instead run
-//                          gemm_kernels::Fp8WeightOnlySmallM (the small-M kernel on its e4m3
-//                          weight and unquantized activations) outside Run: an engine stores that
-//                          as a kSmallM choice, which backend/cuda/linear_gemm.cc takes before
-//                          quantizing anything (Run refuses it for a kFp8 problem).
+//                          (fp8_fast_accum). For decode batches an fp8 (or W8A8) linear may
+//                          instead run the small-M kernel on its stored weight and unquantized
+//                          activations (gemm_kernels::Fp8WeightOnlySmallM, Int8SmoothedSmallM)
+//                          outside Run: an engine stores that as a kSmallM choice, which
+//                          backend/cuda/linear_gemm.cc takes before quantizing anything (Run
+//                          refuses it for a kFp8 or kInt8 problem).
 //   kInt8 (W8A8)           int8 x int8 -> int32 through cuBLASLt (IMMA) into scratch, then the
 //                          epilogue kernel: y = acc * x_scale[m] * w_scale[n] (+ bias) (+ GELU).
 //                          With out_dtype kI32 the raw accumulator is the output.
@@ -142,7 +143,8 @@ struct GemmChoice {
   enum class Route : uint8_t {
     kCublasLt = 0,     // the cuBLASLt algorithm in `algo`
     kSmallM = 1,       // kInt8WeightOnly, kInt4WeightOnly, kBF16, kF16: ferry's small-M kernel;
-                       // in an fp8 linear's choices: its weight-only small-M kernel (not Run's)
+                       // in an fp8 or W8A8 linear's choices: the small-M kernel on its
+                       // unquantized input (backend/cuda/linear_gemm.cc; not Run's)
     kCublasLtAcc = 2,  // kFp8 per-row/col only: `algo` on the f32-accumulator route (unit
                        // scales into scratch, then ScaleEpilogue), whose kernels (split-K,
                        // small tiles) can beat the outer-vector ones for small M
@@ -332,6 +334,13 @@ Status Int8WeightOnlySmallM(const void* x, DType x_dtype, int64_t ldx, int64_t m
 Status Fp8WeightOnlySmallM(const void* x, DType x_dtype, int64_t ldx, int64_t m, const void* w, const float* scale,
                            int64_t n, int64_t k, const void* bias, DType bias_dtype, GemmActivation act, void* y,
                            int64_t ldy, cudaStream_t stream);
+
+// The same kernel on a W8A8 linear's int8 weight (quantized against x / smooth) with its
+// unquantized input: each input column is multiplied by inv_smooth[k] (1 / the SmoothQuant
+// factors; null: none, Int8WeightOnlySmallM) before the product. inv_smooth 16-byte aligned.
+Status Int8SmoothedSmallM(const void* x, DType x_dtype, int64_t ldx, int64_t m, const int8_t* w, const float* scale,
+                          const float* inv_smooth, int64_t n, int64_t k, const void* bias, DType bias_dtype,
+                          GemmActivation act, void* y, int64_t ldy, cudaStream_t stream);
 
 // The same kernel on dense weights (kBF16, kF16: x, w and y in one dtype), no scale: a
 // split-K GEMV for decode batches, which the tuner times against cuBLASLt for M <= 8.

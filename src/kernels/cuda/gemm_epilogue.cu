@@ -242,11 +242,13 @@ __device__ __forceinline__ void LoadWeights16(const W* row, int64_t c, float (&o
   Load16(row + c * 16, out);
 }
 
-// W: int8_t or e4m3 (scale per output channel) or T itself (dense, scale null).
-template <typename T, typename W, int kRows>
+// W: int8_t or e4m3 (scale per output channel) or T itself (dense, scale null). kXMul: each
+// input column is multiplied by x_mul[k] first (a W8A8 weight's 1 / SmoothQuant factors).
+template <typename T, typename W, int kRows, bool kXMul = false>
 __global__ void __launch_bounds__(kSmallMThreads, 3)
     SmallMKernel(const T* __restrict__ x, int64_t ldx, const W* __restrict__ w, const float* __restrict__ scale,
-                 int64_t n, int64_t k, BiasRef<T> bias, GemmActivation act, T* __restrict__ y, int64_t ldy) {
+                 int64_t n, int64_t k, BiasRef<T> bias, GemmActivation act, T* __restrict__ y, int64_t ldy,
+                 const float* __restrict__ x_mul) {
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kSmallMCols;
   // The block's weight rows do not depend on earlier kernels: start them towards L2 while
   // the kernel before this one finishes.
@@ -269,10 +271,16 @@ __global__ void __launch_bounds__(kSmallMThreads, 3)
     float wf[kSmallMCols][16];
 #pragma unroll
     for (int j = 0; j < kSmallMCols; ++j) LoadWeights16(w_rows[j], c, wf[j]);
+    float xm[kXMul ? 16 : 1];
+    if constexpr (kXMul) Load16(x_mul + c * 16, xm);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       float xv[16];
       Load16(x + r * ldx + c * 16, xv);
+      if constexpr (kXMul) {
+#pragma unroll
+        for (int e = 0; e < 16; ++e) xv[e] *= xm[e];
+      }
 #pragma unroll
       for (int j = 0; j < kSmallMCols; ++j) {
 #pragma unroll
@@ -308,10 +316,10 @@ __global__ void __launch_bounds__(kSmallMThreads, 3)
   }
 }
 
-template <typename T, typename W>
+template <typename T, typename W, bool kXMul = false>
 Status LaunchSmallM(const void* x, int64_t ldx, int64_t m, const W* w, const float* scale, int64_t n, int64_t k,
                     const void* bias, DType bias_dtype, GemmActivation act, void* y, int64_t ldy,
-                    cudaStream_t stream) {
+                    cudaStream_t stream, const float* x_mul = nullptr) {
   const BiasRef<T> b = MakeBias<T>(bias, bias_dtype);
   const int64_t blocks = (n + kSmallMCols - 1) / kSmallMCols;
   if (blocks > 0x7fffffff) return InvalidArgument("small-M GEMM: N too large");
@@ -323,8 +331,8 @@ Status LaunchSmallM(const void* x, int64_t ldx, int64_t m, const W* w, const flo
     switch (rows) {
 #define FERRY_SMALL_M_CASE(R)                                                                          \
   case R:                                                                                              \
-    LaunchKernel(SmallMKernel<T, W, R>, grid, kSmallMThreads, 0, stream, xr, ldx, w, scale, n, k, b,   \
-                 act, yr, ldy);                                                                        \
+    LaunchKernel(SmallMKernel<T, W, R, kXMul>, grid, kSmallMThreads, 0, stream, xr, ldx, w, scale, n, k, \
+                 b, act, yr, ldy, x_mul);                                                              \
     break;
       FERRY_SMALL_M_CASE(1)
       FERRY_SMALL_M_CASE(2)
@@ -407,6 +415,22 @@ Status Fp8WeightOnlySmallM(const void* x, DType x_dtype, int64_t ldx, int64_t m,
   return DispatchAct(x_dtype, "fp8 weight-only small-M kernel", [&](auto tag) {
     return LaunchSmallM<decltype(tag)>(x, ldx, m, static_cast<const __nv_fp8_e4m3*>(w), scale, n, k, bias,
                                        bias_dtype, act, y, ldy, stream);
+  });
+}
+
+Status Int8SmoothedSmallM(const void* x, DType x_dtype, int64_t ldx, int64_t m, const int8_t* w, const float* scale,
+                          const float* inv_smooth, int64_t n, int64_t k, const void* bias, DType bias_dtype,
+                          GemmActivation act, void* y, int64_t ldy, cudaStream_t stream) {
+  if (inv_smooth == nullptr) {
+    return Int8WeightOnlySmallM(x, x_dtype, ldx, m, w, scale, n, k, bias, bias_dtype, act, y, ldy, stream);
+  }
+  if (!SmallMSupported(x, x_dtype, ldx, w, k) || !kernels_internal::Aligned(inv_smooth, 16)) {
+    return InvalidArgument("int8 small-M kernel needs K % 16 == 0 and 16-byte aligned rows and factors");
+  }
+  if (m == 0) return Status::Ok();
+  return DispatchAct(x_dtype, "int8 small-M kernel", [&](auto tag) {
+    return LaunchSmallM<decltype(tag), int8_t, true>(x, ldx, m, w, scale, n, k, bias, bias_dtype, act, y, ldy, stream,
+                                                     inv_smooth);
   });
 }
 
