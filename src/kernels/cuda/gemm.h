@@ -203,7 +203,7 @@ struct TuneOptions {
   // linears) it took 0.93x / 0.91x cuBLASLt's heuristic at M = 1 / 2 and lost from M = 4.
   bool dense_small_m = true;
   // A small-M kernel outside LtGemm's own routes, timed as one more candidate (route kSmallM)
-  // on the tuning stream: an fp8 linear's weight-only GEMV, which reads x unquantized.
+  // on the tuning stream: an fp8 or W8A8 linear's small-M kernel, which reads x unquantized.
   std::function<Status(cudaStream_t)> extra_small_m;
 };
 
