@@ -11,7 +11,10 @@
 #   MAX_NUM_SEQS (default: the concurrency)  MAX_BATCHED_TOKENS=8192  THREADS (CPU)
 #   ASYNC=auto|on|off (batching.async_scheduling; auto: asynchronous steps on a GPU)
 # Writes OUT_DIR/LABEL-cN.{json,txt} (the client's report) and -server.log, and prints one
-# line per run: completed, failed, output tok/s, TPOT / ITL / TTFT p50 and p99.
+# line per run: completed, failed, output tok/s, TPOT / ITL / TTFT p50 and p99, and from the
+# server's /metrics (scraped before and after the client, so warm-up included) the engine's
+# steps: how many, the mean step time, sequences and tokens a step, and the share of the
+# client's wall time the device spent in steps (OUT_DIR/LABEL-cN-steps.txt).
 # The server inherits the environment (FERRY_DECODE_ATTENTION=rows and the like).
 #
 # The H200 runs in docs/performance.md ("Serving the 8B shape in fp8"):
@@ -62,11 +65,34 @@ EOF
     wait $pid || true
     continue
   fi
+  curl -sf "http://127.0.0.1:$port/metrics" >"$out/$name-metrics-before.txt" || true
+  client_t0=$(date +%s%N)
   "$ferry" bench serve --url "http://127.0.0.1:$port" --model m --num-prompts "${PROMPTS:-$((per_client * c))}" \
     --max-concurrency "$c" --input-len "$input_len" --output-len "$output_len" --warmup "$c" --no-progress \
     --label "$name" --json "$out/$name.json" >"$out/$name.txt" 2>&1 || true
+  client_ns=$(( $(date +%s%N) - client_t0 ))
+  curl -sf "http://127.0.0.1:$port/metrics" >"$out/$name-metrics-after.txt" || true
   kill -TERM $pid
   wait $pid || true
+  python3 - "$out/$name-metrics-before.txt" "$out/$name-metrics-after.txt" "$client_ns" <<'PY' \
+    | tee "$out/$name-steps.txt" || true
+import re, sys
+def read(path):
+    v = {}
+    for line in open(path):
+        m = re.match(r'ferry:(engine_step_seconds|batch_size|iteration_tokens_total)_(sum|count)\{[^}]*\} (\S+)', line)
+        if m: v[m.group(1) + '_' + m.group(2)] = float(m.group(3))
+    return v
+a, b = read(sys.argv[1]), read(sys.argv[2])
+d = {k: b[k] - a.get(k, 0.0) for k in b}
+steps = d.get('engine_step_seconds_count', 0)
+if steps > 0:
+    wall = float(sys.argv[3]) / 1e9
+    print(f"steps {steps:.0f}: {1e3 * d['engine_step_seconds_sum'] / steps:.2f} ms a step, "
+          f"{d['batch_size_sum'] / d['batch_size_count']:.1f} sequences and "
+          f"{d['iteration_tokens_total_sum'] / d['iteration_tokens_total_count']:.1f} tokens a step, "
+          f"device in steps {100 * d['engine_step_seconds_sum'] / wall:.1f} % of the client's {wall:.1f} s")
+PY
   python3 - "$out/$name.json" "$name" <<'PY' || echo "$2: no report (see $out/$name.txt)"
 import json, sys
 r = json.load(open(sys.argv[1]))

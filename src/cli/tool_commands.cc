@@ -71,6 +71,8 @@ struct BenchModelOptions {
   std::string kv_cache = "auto";
   bool eager = false;
   bool map_weights = false;
+  std::string serving_mix;  // "IN/OUT": the serving mix's prompt and output lengths
+  int mix_batched_tokens = 8192;
 };
 
 int RunBenchModel(const BenchModelOptions& o) {
@@ -99,6 +101,18 @@ int RunBenchModel(const BenchModelOptions& o) {
   mo.encoder_batch = o.encoder_batch;
   mo.encoder_seq_len = o.encoder_seq_len;
   mo.step_graphs = !o.eager;
+  if (!o.serving_mix.empty()) {
+    int in = 0, out = 0;
+    char tail = 0;
+    if (std::sscanf(o.serving_mix.c_str(), "%d/%d%c", &in, &out, &tail) != 2 || in <= 0 || out <= 0) {
+      return Fail(InvalidArgument("--serving-mix takes IN/OUT, two positive token counts (e.g. 128/128), not '" +
+                                  o.serving_mix + "'"));
+    }
+    if (!engine->is_decoder()) return Fail(InvalidArgument("--serving-mix is for decoders"));
+    mo.mix_prompt_len = in;
+    mo.mix_output_len = out;
+    mo.mix_batched_tokens = o.mix_batched_tokens;
+  }
   if (!engine->is_decoder() && o.encoder_seq_len > engine->config().max_position_embeddings) {
     return Fail(InvalidArgument("--encoder-seq-len " + std::to_string(o.encoder_seq_len) + " exceeds the model's " +
                                 std::to_string(engine->config().max_position_embeddings) + " positions"));
@@ -121,6 +135,16 @@ int RunBenchModel(const BenchModelOptions& o) {
                                {"tokens_per_s_range", {d.min, d.max}},
                                {"step_ms", r->decode_step_ms[i].second}});
       }
+      for (const tools::MixResult& m : r->mix) {
+        j["serving_mix"].push_back({{"batch", m.batch},
+                                    {"prompt_len", mo.mix_prompt_len},
+                                    {"output_len", mo.mix_output_len},
+                                    {"output_tokens_per_s", m.output_tokens_per_s.median},
+                                    {"output_tokens_per_s_range", {m.output_tokens_per_s.min, m.output_tokens_per_s.max}},
+                                    {"step_ms", m.step_ms},
+                                    {"seqs_per_step", m.seqs_per_step},
+                                    {"tokens_per_step", m.tokens_per_step}});
+      }
       j["runs"] = o.repeats;
       j["weight_gb"] = r->weight_gb;
       j["step_graphs"] = r->step_graphs;
@@ -135,6 +159,13 @@ int RunBenchModel(const BenchModelOptions& o) {
                       d.max);
         }
         std::printf("  (median of %d runs)\n", o.repeats);
+        for (const tools::MixResult& m : r->mix) {
+          std::printf("threads=%d  serving mix(batch %d, %d/%d): %.1f out tok/s [%.1f-%.1f], step %.2f ms, "
+                      "%.1f sequences and %.1f tokens a step\n",
+                      t, m.batch, mo.mix_prompt_len, mo.mix_output_len, m.output_tokens_per_s.median,
+                      m.output_tokens_per_s.min, m.output_tokens_per_s.max, m.step_ms, m.seqs_per_step,
+                      m.tokens_per_step);
+        }
       }
     } else {
       j["encoder_batch"] = mo.encoder_batch;
@@ -238,6 +269,11 @@ void RegisterBench(CLI::App& app, int& exit_code) {
   sub->add_option("--encoder-seq-len", o->encoder_seq_len, "Encoders: tokens per sequence");
   sub->add_flag("--eager", o->eager, "Decode without step graphs (CUDA graphs), for comparison");
   sub->add_flag("--map-weights", o->map_weights, "CPU engine files: weights from the file's mapping, not a huge-page copy");
+  sub->add_option("--serving-mix", o->serving_mix,
+                  "IN/OUT: also run each --batch as a closed-loop server would (sequences replaced as they "
+                  "finish by prompts of IN tokens generating OUT), and report output tok/s and the step");
+  sub->add_option("--mix-batched-tokens", o->mix_batched_tokens,
+                  "The serving mix's max_num_batched_tokens (default 8192)");
   sub->add_flag("--json", o->json, "JSON output");
   sub->callback([o, &exit_code] { exit_code = RunBenchModel(*o); });
   auto so = std::make_shared<BenchStructuredOptions>();

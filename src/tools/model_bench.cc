@@ -98,6 +98,89 @@ Status BenchDecoder(const std::shared_ptr<engine::Engine>& model, const ModelBen
   return Status::Ok();
 }
 
+// The step statistics of the mix's core.
+class StepTally : public sched::BatcherObserver {
+ public:
+  void OnStep(const sched::StepStats& s) override {
+    steps += 1;
+    seqs += s.num_seqs;
+    tokens += s.num_tokens;
+  }
+  void OnPreemption(int count) override { preemptions += count; }
+  int64_t steps = 0, seqs = 0, tokens = 0, preemptions = 0;
+};
+
+Status BenchMix(const std::shared_ptr<engine::Engine>& model, const ModelBenchOptions& o, ModelBenchResult& r) {
+  const int vocab = model->config().vocab_size;
+  const int in_len = o.mix_prompt_len, out_len = o.mix_output_len;
+  for (int batch : o.decode_batches) {
+    // A core of its own, configured as the server's: batching defaults (the step-time target
+    // included) but for the sizes, and synchronous steps, so each step is the engine's own.
+    sched::EngineCoreOptions co;
+    co.batching.max_num_seqs = batch;
+    co.batching.max_seq_len = in_len + out_len + 1;
+    co.batching.max_num_batched_tokens = std::max(o.mix_batched_tokens, batch);
+    co.batching.max_queue_requests = 2 * batch;
+    co.batching.max_queue_tokens = static_cast<int64_t>(2 * batch) * (in_len + out_len);
+    co.step_graphs = o.step_graphs;
+    co.batching.async_scheduling = sched::AsyncScheduling::kOff;
+    FERRY_ASSIGN_OR_RETURN(auto core, sched::EngineCore::Create("bench-mix", model, co));
+    StepTally tally;
+    core->SetObserver(&tally);
+    uint64_t next_handle = 1;
+    uint64_t seed = 1000;
+    std::vector<sched::GenerationEvent> events;
+    int64_t generated = 0;
+    auto add = [&](int max_tokens) {
+      core->Add(next_handle++, sched::FixedLengthGreedy("bench", RandomIds(in_len, vocab, seed++), max_tokens));
+    };
+    auto step = [&]() -> Status {
+      events.clear();
+      if (!core->Step(events)) return Internal("the benchmark's step could not be scheduled");
+      for (const sched::GenerationEvent& ev : events) {
+        if (!ev.error.ok()) return ev.error;
+        generated += static_cast<int64_t>(ev.tokens.size());
+        if (ev.finished) add(out_len);
+      }
+      return Status::Ok();
+    };
+    // The first sequences finish one after another (lengths spread over 1..out_len), so the
+    // arrivals are spread as in a closed loop that has been running for a while.
+    for (int b = 0; b < batch; ++b) add(1 + static_cast<int>(static_cast<int64_t>(b) * out_len / batch));
+    const uint64_t first_replacement = next_handle;
+    // Warm-up: until every initial sequence has finished and its replacement has started.
+    for (int guard = 0; core->running() + core->waiting() > 0; ++guard) {
+      FERRY_RETURN_IF_ERROR(step());
+      bool initial_left = false;
+      for (uint64_t h = 1; h < first_replacement && !initial_left; ++h) initial_left = core->Contains(h);
+      if (!initial_left) break;
+      if (guard > 100 * (out_len + batch)) return Internal("the serving mix did not reach a steady state");
+    }
+    std::vector<double> rates, step_ms, seqs, tokens;
+    for (int rep = 0; rep < o.repeats; ++rep) {
+      tally = StepTally();
+      generated = 0;
+      const auto t0 = Clock::now();
+      for (int i = 0; i < out_len; ++i) FERRY_RETURN_IF_ERROR(step());
+      const double s = Seconds(t0, Clock::now());
+      if (tally.preemptions > 0) return Internal("the serving mix preempted sequences: the KV cache is too small");
+      rates.push_back(static_cast<double>(generated) / s);
+      step_ms.push_back(1e3 * s / static_cast<double>(std::max<int64_t>(tally.steps, 1)));
+      seqs.push_back(static_cast<double>(tally.seqs) / std::max<int64_t>(tally.steps, 1));
+      tokens.push_back(static_cast<double>(tally.tokens) / std::max<int64_t>(tally.steps, 1));
+    }
+    MixResult m;
+    m.batch = batch;
+    m.output_tokens_per_s = SpreadOf(rates);
+    m.step_ms = SpreadOf(step_ms).median;
+    m.seqs_per_step = SpreadOf(seqs).median;
+    m.tokens_per_step = SpreadOf(tokens).median;
+    r.mix.push_back(m);
+    core->SetObserver(nullptr);
+  }
+  return Status::Ok();
+}
+
 Status BenchEncoder(const std::shared_ptr<engine::Engine>& model, const ModelBenchOptions& o, ModelBenchResult& r) {
   const int vocab = model->config().vocab_size;
   std::vector<engine::EncodedInput> inputs(o.encoder_batch);
@@ -135,10 +218,14 @@ Result<ModelBenchResult> BenchModel(std::shared_ptr<engine::Engine> model, const
       options.encoder_batch <= 0 || options.encoder_seq_len <= 0) {
     return InvalidArgument("benchmark lengths must be positive");
   }
+  if (options.mix_prompt_len < 0 || (options.mix_prompt_len > 0 && options.mix_output_len <= 0)) {
+    return InvalidArgument("the serving mix needs a positive prompt and output length");
+  }
   ModelBenchResult r;
   if (model->is_decoder()) {
     if (options.decode_batches.empty()) return InvalidArgument("no decode batch sizes");
     FERRY_RETURN_IF_ERROR(BenchDecoder(model, options, r));
+    if (options.mix_prompt_len > 0) FERRY_RETURN_IF_ERROR(BenchMix(model, options, r));
   } else {
     FERRY_RETURN_IF_ERROR(BenchEncoder(model, options, r));
   }

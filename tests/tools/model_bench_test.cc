@@ -39,6 +39,36 @@ TEST(ModelBenchTest, MeasuresPrefillAndEveryDecodeBatch) {
   EXPECT_EQ(r->decode_tokens_per_s_runs[1].median, r->decode_tokens_per_s[1].second);
 }
 
+// The serving mix keeps every slot busy: each step carries all `batch` sequences (finished
+// ones replaced at once), each of them yields a token (a decode row, or a prompt's first
+// token), and the prompts that arrived are computed alongside the decode rows.
+TEST(ModelBenchTest, ServingMixKeepsTheBatchFullAndPrefillsTheArrivals) {
+  auto e = engine::Engine::Load(testing::FixturePath("models/llama3-tiny"));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  ModelBenchOptions o;
+  o.prompt_len = 16;
+  o.decode_batches = {4};
+  o.decode_context = 8;
+  o.decode_steps = 2;
+  o.repeats = 1;
+  o.mix_prompt_len = 10;
+  o.mix_output_len = 5;
+  auto r = BenchModel(*e, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->mix.size(), 1u);
+  const MixResult& m = r->mix[0];
+  EXPECT_EQ(m.batch, 4);
+  EXPECT_DOUBLE_EQ(m.seqs_per_step, 4.0);
+  // Over 5 steps each of the 4 slots finishes about once: about 4 prompts of 10 tokens join
+  // 5 steps of 4 rows each, so a step computes well over its 4 decode rows.
+  EXPECT_GT(m.tokens_per_step, 4.0 + 4.0 * 10 / 5 / 2);
+  EXPECT_LE(m.tokens_per_step, 4.0 * 10);
+  EXPECT_GT(m.step_ms, 0);
+  EXPECT_NEAR(m.output_tokens_per_s.median, 4 * 1e3 / m.step_ms, 1e-6 * m.output_tokens_per_s.median);
+  o.mix_output_len = 0;
+  EXPECT_FALSE(BenchModel(*e, o).ok());
+}
+
 TEST(ModelBenchTest, EncodersTakeTheirBatchAndSequenceLength) {
   auto e = engine::Engine::Load(testing::FixturePath("models/bert-tiny"));
   ASSERT_TRUE(e.ok()) << e.status().ToString();
