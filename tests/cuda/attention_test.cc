@@ -196,8 +196,9 @@ std::string Describe(const PagedCase& c) {
                                                            : "");
 }
 
-// Runs one paged batch on the GPU (twice: the results must be bitwise identical) and on
-// the CPU backend, and compares.
+// Runs one paged batch on the GPU and on the CPU backend, and compares. The GPU runs it
+// twice, first with the prefill grid sized from the whole batch, then from the host's count
+// of the prefill rows (as an eager step passes it): the results must be bitwise identical.
 void RunPaged(const PagedCase& c) {
   const std::string what = Describe(c);
   std::mt19937 rng(c.seed);
@@ -289,9 +290,22 @@ void RunPaged(const PagedCase& c) {
   a.workspace = d_ws.get();
   a.workspace_bytes = d_ws.bytes();
 
+  int prefill_tokens = 0, prefill_seqs = 0, prefill_seq_begin = num_seqs;
+  for (int s = 0; s < num_seqs; ++s) {
+    if (q_len[s] <= 1) continue;
+    prefill_tokens += q_len[s];
+    prefill_seqs += 1;
+    prefill_seq_begin = std::min(prefill_seq_begin, s);
+  }
+
   Stream stream;
   std::vector<float> first;
   for (int run = 0; run < 2; ++run) {
+    if (run == 1) {
+      a.prefill_tokens = prefill_tokens;
+      a.prefill_seqs = prefill_seqs;
+      a.prefill_seq_begin = prefill_seq_begin;
+    }
     // NaN everywhere (0xff bytes are NaN in f32, bf16 and f16), the workspace included.
     ASSERT_EQ(cudaMemset(d_out.get(), 0xff, d_out.bytes()), cudaSuccess);
     if (d_ws.bytes() > 0) {
@@ -306,7 +320,7 @@ void RunPaged(const PagedCase& c) {
       first = std::move(got);
     } else {
       EXPECT_EQ(std::memcmp(first.data(), got.data(), first.size() * sizeof(float)), 0)
-          << what << ": two runs on the same inputs differ";
+          << what << ": the run with the host's prefill counts differs from the one without";
     }
   }
 }
@@ -438,6 +452,19 @@ TEST(CudaPagedAttention, MixedBatch) {
   PagedCase c;
   c.seqs = {{1, 700}, {200, 200}, {1, 33}, {37, 300}, {1, 1}, {64, 193}, {1, 4000}, {2, 50}, {5, 5}};
   c.seed = 5;
+  RunForDtypes(c);
+}
+
+// A serving step's order: many decode rows first, then the prompts that arrived (and a
+// chunk of a longer one), so the prefill CTAs search past the decode rows.
+TEST(CudaPagedAttention, MixedBatchDecodesFirst) {
+  FERRY_SKIP_WITHOUT_GPU();
+  PagedCase c;
+  for (int i = 0; i < 150; ++i) c.seqs.push_back({1, 1 + (i * 37) % 300});
+  c.seqs.push_back({128, 128});
+  c.seqs.push_back({77, 77});
+  c.seqs.push_back({64, 400});
+  c.seed = 15;
   RunForDtypes(c);
 }
 
@@ -634,6 +661,16 @@ TEST(CudaPagedAttention, RejectsBadArguments) {
   EXPECT_EQ(cuda::PagedAttention(a, nullptr).code(), StatusCode::kInvalidArgument);
   a.num_heads = 4;
   a.decode_kernel = cuda::PagedAttentionArgs::DecodeKernel::kAuto;
+  // The host's prefill counts: both or neither, and within the batch.
+  a.prefill_tokens = 1;
+  EXPECT_EQ(cuda::PagedAttention(a, nullptr).code(), StatusCode::kInvalidArgument);
+  a.prefill_seqs = 2;
+  EXPECT_EQ(cuda::PagedAttention(a, nullptr).code(), StatusCode::kInvalidArgument);
+  a.prefill_seqs = 1;
+  a.prefill_seq_begin = 2;
+  EXPECT_EQ(cuda::PagedAttention(a, nullptr).code(), StatusCode::kInvalidArgument);
+  a.prefill_tokens = a.prefill_seqs = -1;
+  a.prefill_seq_begin = 0;
   // A long context is split and then needs a workspace.
   a.max_context_len = 8192;
   EXPECT_EQ(cuda::PagedAttention(a, nullptr).code(), StatusCode::kInvalidArgument);

@@ -79,6 +79,19 @@ Status CudaAttention::Paged(const Tensor& q, const KvLayer& layer, const Attenti
   a.window = params.window;
   a.softcap = params.softcap;
   a.decode_kernel = DecodeKernelChoice();
+  if (batch.max_q_len > 1 && static_cast<int>(batch.spans.size()) == S) {
+    // An eager step with prompt rows (step graphs are decode-only): the prefill launch covers
+    // just the sequences with more than one query row.
+    a.prefill_tokens = 0;
+    a.prefill_seqs = 0;
+    a.prefill_seq_begin = S;
+    for (int i = 0; i < S; ++i) {
+      if (batch.spans[i].q_len <= 1) continue;
+      a.prefill_tokens += batch.spans[i].q_len;
+      a.prefill_seqs += 1;
+      a.prefill_seq_begin = std::min(a.prefill_seq_begin, i);
+    }
+  }
   FERRY_ASSIGN_OR_RETURN(size_t ws, cuda::PagedAttentionWorkspaceBytes(S, params.num_heads, params.num_kv_heads,
                                                                        params.head_dim, max_ctx));
   Tensor workspace;

@@ -66,6 +66,15 @@ struct PagedAttentionArgs {
   // shorter contexts, and a longer context is still correct, only less evenly split.
   int max_q_len = 0;
   int max_context_len = 0;
+  // What the host knows of the batch's prefill rows (sequences with q_len > 1), where it
+  // knows it (an eager step; -1: not known, and the prefill grid is sized from num_tokens and
+  // num_seqs, every decode row and sequence counted, the extra CTAs finding nothing to do).
+  // prefill_tokens: the sum of their q_len; prefill_seqs: how many; prefill_seq_begin: no
+  // sequence before it has q_len > 1. In a mixed step of 1,024 decode rows and 8 prompts,
+  // the bound was 1,159 CTAs per KV head for 64 that had work.
+  int prefill_tokens = -1;
+  int prefill_seqs = -1;
+  int prefill_seq_begin = 0;
 
   int num_heads = 0;
   int num_kv_heads = 0;  // divides num_heads (GQA/MQA)

@@ -135,6 +135,10 @@ Status CheckArgs(const PagedAttentionArgs& a) {
   if (a.num_seqs > 65535) return bad("at most 65535 sequences per call");
   if (a.block_tokens <= 0 || a.max_blocks_per_seq <= 0) return bad("block_tokens and max_blocks_per_seq must be positive");
   if (a.max_q_len <= 0 || a.max_context_len <= 0) return bad("max_q_len and max_context_len must be positive");
+  if ((a.prefill_tokens >= 0) != (a.prefill_seqs >= 0) || a.prefill_tokens > a.num_tokens ||
+      a.prefill_seqs > a.num_seqs || a.prefill_seq_begin < 0 || a.prefill_seq_begin > a.num_seqs) {
+    return bad("prefill_tokens, prefill_seqs and prefill_seq_begin must be -1, -1, 0 or describe the batch");
+  }
   if (!a.q || !a.out || !a.k_cache || !a.v_cache || !a.q_begin || !a.q_len || !a.context_len || !a.block_tables) {
     return bad("null q, out, cache or batch array");
   }
@@ -290,9 +294,13 @@ Status PagedAttention(const PagedAttentionArgs& a, cudaStream_t stream) {
   } else {
     FERRY_RETURN_IF_ERROR(LaunchDecodeForAct<Half>(p, a.kv_dtype, a.head_dim, columns, stream));
   }
-  if (a.max_q_len > 1) {
-    FERRY_RETURN_IF_ERROR(
-        attention_detail::LaunchPagedPrefill(p, a.act_dtype, a.kv_dtype, a.head_dim, a.num_tokens, stream));
+  if (a.max_q_len > 1 && a.prefill_seqs != 0) {
+    // The host's count of the prefill rows where it has one; else every row and sequence.
+    const bool known = a.prefill_tokens >= 0 && a.prefill_seqs >= 0;
+    p.item_seq_begin = known ? a.prefill_seq_begin : 0;
+    FERRY_RETURN_IF_ERROR(attention_detail::LaunchPagedPrefill(p, a.act_dtype, a.kv_dtype, a.head_dim,
+                                                               known ? a.prefill_tokens : a.num_tokens,
+                                                               known ? a.prefill_seqs : a.num_seqs, stream));
   }
   return Status::Ok();
 }

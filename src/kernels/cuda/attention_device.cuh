@@ -44,6 +44,9 @@ struct Params {
   const int32_t* q_len = nullptr;
   const int32_t* context_len = nullptr;  // null for dense
   int num_seqs = 0;
+  // Prefill and dense CTAs look for their sequence from this one on: every sequence before it
+  // has no prefill rows (a mixed step's decode rows come first). 0: from the start.
+  int item_seq_begin = 0;
   int num_heads = 0;
   int num_kv_heads = 0;
   int group = 0;  // num_heads / num_kv_heads

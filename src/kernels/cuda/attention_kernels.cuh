@@ -125,9 +125,10 @@ __global__ void __launch_bounds__(128, (kMode != Mode::kDecode && HD <= 64) ? 4 
         return mine ? (ql * group + C::kRows - 1) / C::kRows : 0;
       };
       int s = -1, local = 0;
-      const bool ok = FindItem(p.q_len, p.num_seqs, static_cast<int>(blockIdx.x), tiles, s, local);
+      const int begin = p.item_seq_begin;
+      const bool ok = FindItem(p.q_len + begin, p.num_seqs - begin, static_cast<int>(blockIdx.x), tiles, s, local);
       if (lane == 0) {
-        found[0] = ok ? s : -1;
+        found[0] = ok ? begin + s : -1;
         found[1] = local;
       }
     }
@@ -656,7 +657,10 @@ Status LaunchWithSmem(dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t str
 }
 
 // Prefill rows (q_len > 1) of a paged batch, on the tensor cores. act/kv: the dtypes.
-Status LaunchPagedPrefill(const Params& p, DType act, DType kv, int head_dim, int num_tokens, cudaStream_t stream);
+// The prefill grid covers num_tokens query rows in num_seqs sequences (bounds: every
+// sequence's tiles are rounded up), searched for from p.item_seq_begin on.
+Status LaunchPagedPrefill(const Params& p, DType act, DType kv, int head_dim, int num_tokens, int num_seqs,
+                          cudaStream_t stream);
 // All spans of a dense batch on the tensor cores (act bf16 or f16).
 Status LaunchDenseFlash(const Params& p, DType act, int head_dim, int num_tokens, cudaStream_t stream);
 // Every row of a paged (kMode kDecode/kPrefill ignored: all rows) or dense batch on the f32

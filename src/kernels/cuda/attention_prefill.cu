@@ -26,10 +26,10 @@ Result<unsigned> TileBound(int num_tokens, int group, int num_seqs) {
 // 64-row CTAs of 4 warps. CTAs of 8 warps (128 rows sharing each K/V tile) measured the same
 // on bert-base's 512-token windows (H200), so one shape serves every caller.
 template <typename T, typename KvT, int HD, Mode kMode>
-Status LaunchPrefillKernel(const Params& p, int num_tokens, cudaStream_t stream) {
+Status LaunchPrefillKernel(const Params& p, int num_tokens, int num_seqs, cudaStream_t stream) {
   using C = FlashConfig<T, KvT, HD, 4, 1, kPrefillKeyTile>;
   static_assert(C::kRows == kPrefillRows);
-  FERRY_ASSIGN_OR_RETURN(const unsigned tiles, TileBound(num_tokens, p.group, p.num_seqs));
+  FERRY_ASSIGN_OR_RETURN(const unsigned tiles, TileBound(num_tokens, p.group, num_seqs));
   const dim3 grid(tiles, p.num_kv_heads);
   if (p.softcap > 0.0f) {
     return LaunchWithSmem<FlashAttentionKernel<T, KvT, HD, 4, 1, kPrefillKeyTile, kMode, true>>(
@@ -41,23 +41,24 @@ Status LaunchPrefillKernel(const Params& p, int num_tokens, cudaStream_t stream)
 
 }  // namespace
 
-Status LaunchPagedPrefill(const Params& p, DType act, DType kv, int head_dim, int num_tokens, cudaStream_t stream) {
+Status LaunchPagedPrefill(const Params& p, DType act, DType kv, int head_dim, int num_tokens, int num_seqs,
+                          cudaStream_t stream) {
   return WithHeadDim("PagedAttention", head_dim, [&](auto hd) -> Status {
     constexpr int HD = decltype(hd)::value;
     if (act == DType::kBF16) {
-      if (kv == DType::kF8E4M3) return LaunchPrefillKernel<Bf16, Fp8, HD, Mode::kPrefill>(p, num_tokens, stream);
-      return LaunchPrefillKernel<Bf16, Bf16, HD, Mode::kPrefill>(p, num_tokens, stream);
+      if (kv == DType::kF8E4M3) return LaunchPrefillKernel<Bf16, Fp8, HD, Mode::kPrefill>(p, num_tokens, num_seqs, stream);
+      return LaunchPrefillKernel<Bf16, Bf16, HD, Mode::kPrefill>(p, num_tokens, num_seqs, stream);
     }
-    if (kv == DType::kF8E4M3) return LaunchPrefillKernel<Half, Fp8, HD, Mode::kPrefill>(p, num_tokens, stream);
-    return LaunchPrefillKernel<Half, Half, HD, Mode::kPrefill>(p, num_tokens, stream);
+    if (kv == DType::kF8E4M3) return LaunchPrefillKernel<Half, Fp8, HD, Mode::kPrefill>(p, num_tokens, num_seqs, stream);
+    return LaunchPrefillKernel<Half, Half, HD, Mode::kPrefill>(p, num_tokens, num_seqs, stream);
   });
 }
 
 Status LaunchDenseFlash(const Params& p, DType act, int head_dim, int num_tokens, cudaStream_t stream) {
   return WithHeadDim("DenseAttention", head_dim, [&](auto hd) -> Status {
     constexpr int HD = decltype(hd)::value;
-    if (act == DType::kBF16) return LaunchPrefillKernel<Bf16, Bf16, HD, Mode::kDense>(p, num_tokens, stream);
-    return LaunchPrefillKernel<Half, Half, HD, Mode::kDense>(p, num_tokens, stream);
+    if (act == DType::kBF16) return LaunchPrefillKernel<Bf16, Bf16, HD, Mode::kDense>(p, num_tokens, p.num_seqs, stream);
+    return LaunchPrefillKernel<Half, Half, HD, Mode::kDense>(p, num_tokens, p.num_seqs, stream);
   });
 }
 
