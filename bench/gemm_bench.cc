@@ -1,7 +1,7 @@
 // Linear at llama-3.2-1B shapes in every weight format: ferry's kernels (GEMV for small M,
 // blocked GEMM for large M) for f32, bf16, int8 weight-only and int8 W8A8, next to oneDNN's
-// f32 matmul and oneDNN's s8 matmul (the W8A8 product with oneDNN doing the int8 GEMM), and
-// a plain memory-read baseline.
+// f32 matmul and oneDNN's s8 matmul (the W8A8 product with oneDNN doing the int8 GEMM), a
+// plain memory-read baseline and the f32 FMA peak (BM_FmaPeak, 512- and 256-bit).
 //
 //   gemm_bench [--threads=N] [google-benchmark flags]
 //   e.g. gemm_bench --threads=2 --benchmark_min_time=0.2 --benchmark_repetitions=5
@@ -281,6 +281,61 @@ void BM_MemoryRead(benchmark::State& state) {
                                               benchmark::Counter::kIs1000);
 }
 
+// The f32 FMA peak of the compute threads: each thread runs independent chains of packed
+// FMAs (more chains than the FMA latency times the FMA ports, so the ports never wait),
+// 512-bit or 256-bit. GFLOP/s counts 2 per lane and FMA: the ceiling for any f32 GEMM here.
+template <int kChains>
+__attribute__((target("avx512f"))) float FmaChains512(int64_t iters) {
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(0.001f * static_cast<float>(c));
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
+  }
+  __m512 sum = acc[0];
+  for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
+  float lanes[16];
+  _mm512_storeu_ps(lanes, sum);
+  return lanes[0];
+}
+
+template <int kChains>
+float FmaChains256(int64_t iters) {
+  __m256 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_ps(0.001f * static_cast<float>(c));
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm256_fmadd_ps(acc[c], a, b);
+  }
+  __m256 sum = acc[0];
+  for (int c = 1; c < kChains; ++c) sum = _mm256_add_ps(sum, acc[c]);
+  float lanes[8];
+  _mm256_storeu_ps(lanes, sum);
+  return lanes[0];
+}
+
+void BM_FmaPeak(benchmark::State& state, int bits) {
+  if (bits == 512 && !__builtin_cpu_supports("avx512f")) {
+    state.SkipWithError("this CPU has no AVX-512");
+    return;
+  }
+  constexpr int kChains = 12;
+  const int64_t iters = 1 << 18;
+  const int threads = ferry::ComputeThreads();
+  for (auto _ : state) {
+    std::vector<float> out(threads);
+    ferry::ParallelFor(threads, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        out[t] = bits == 512 ? FmaChains512<kChains>(iters) : FmaChains256<kChains>(iters);
+      }
+    });
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double flops = 2.0 * (bits / 32) * kChains * static_cast<double>(iters) * threads;
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
 // A float format on one GEMM register tile (AVX2 or AVX-512), whatever the default.
 void BM_FerryGemmOn(benchmark::State& state, int64_t m, int64_t n, int64_t k, WeightFormat format,
                     cpu::GemmKernel kernel) {
@@ -321,6 +376,8 @@ void Register(const std::string& name, Args&&... args) {
 // is built once for both decode sizes.
 void RegisterAll() {
   Register("BM_MemoryRead", BM_MemoryRead);
+  Register("BM_FmaPeak/avx512", BM_FmaPeak, 512);
+  Register("BM_FmaPeak/avx2", BM_FmaPeak, 256);
   const std::vector<std::pair<WeightFormat, std::string>> formats = {{WeightFormat::kF32, "f32"},
                                                                      {WeightFormat::kBF16, "bf16"},
                                                                      {WeightFormat::kInt8, "int8wo"},

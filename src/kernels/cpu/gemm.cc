@@ -74,6 +74,55 @@ __attribute__((target("avx512f"))) void MicroKernel512(int64_t kc, const float* 
   }
 }
 
+// The AVX-512 tile over two adjacent micro-panels (6 x 32): C[0:MR, 0:16 + ncols1] (+)= A · [B0 B1].
+// Each k loads two B vectors and MR broadcasts for 2 MR FMAs (the one-panel tile loads MR + 1
+// for MR FMAs, which keeps the two load ports, not the FMA ports, the limit), and the 2 MR
+// accumulators are independent chains. The first panel is whole; the second has ncols1 columns.
+template <int MR>
+__attribute__((target("avx512f"))) void MicroKernel512Pair(int64_t kc, const float* a, const float* b0,
+                                                           const float* b1, float* c, int64_t ldc, int ncols1,
+                                                           bool accumulate, const float* bias) {
+  __m512 acc0[MR], acc1[MR];
+#pragma GCC unroll 6
+  for (int m = 0; m < MR; ++m) acc0[m] = acc1[m] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 v0 = _mm512_loadu_ps(b0 + k * kPanelCols);
+    const __m512 v1 = _mm512_loadu_ps(b1 + k * kPanelCols);
+    const float* ak = a + k * kMaxTileRows;
+#pragma GCC unroll 6
+    for (int m = 0; m < MR; ++m) {
+      const __m512 am = _mm512_set1_ps(ak[m]);
+      acc0[m] = _mm512_fmadd_ps(am, v0, acc0[m]);
+      acc1[m] = _mm512_fmadd_ps(am, v1, acc1[m]);
+    }
+  }
+  const __mmask16 cols1 = ncols1 >= kPanelCols ? __mmask16{0xffff} : static_cast<__mmask16>((1u << ncols1) - 1);
+  const bool add_bias = !accumulate && bias != nullptr;
+  const __m512 bias0 = add_bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+  const __m512 bias1 = add_bias ? _mm512_maskz_loadu_ps(cols1, bias + kPanelCols) : _mm512_setzero_ps();
+#pragma GCC unroll 6
+  for (int m = 0; m < MR; ++m) {
+    float* cm = c + m * ldc;
+    const __m512 prev0 = accumulate ? _mm512_loadu_ps(cm) : bias0;
+    const __m512 prev1 = accumulate ? _mm512_maskz_loadu_ps(cols1, cm + kPanelCols) : bias1;
+    _mm512_storeu_ps(cm, _mm512_add_ps(acc0[m], prev0));
+    _mm512_mask_storeu_ps(cm + kPanelCols, cols1, _mm512_add_ps(acc1[m], prev1));
+  }
+}
+
+inline void TileRowsPair512(int rows, int64_t kc, const float* a, const float* b0, const float* b1, float* c,
+                            int64_t ldc, int ncols1, bool accumulate, const float* bias) {
+  switch (rows) {
+    case 1: return MicroKernel512Pair<1>(kc, a, b0, b1, c, ldc, ncols1, accumulate, bias);
+    case 2: return MicroKernel512Pair<2>(kc, a, b0, b1, c, ldc, ncols1, accumulate, bias);
+    case 3: return MicroKernel512Pair<3>(kc, a, b0, b1, c, ldc, ncols1, accumulate, bias);
+    case 4: return MicroKernel512Pair<4>(kc, a, b0, b1, c, ldc, ncols1, accumulate, bias);
+    case 5: return MicroKernel512Pair<5>(kc, a, b0, b1, c, ldc, ncols1, accumulate, bias);
+    default: return MicroKernel512Pair<6>(kc, a, b0, b1, c, ldc, ncols1, accumulate, bias);
+  }
+}
+
 template <GemmKernel kKernel>
 inline void TileRows(int rows, int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int ncols,
                      bool accumulate, const float* bias) {
@@ -107,18 +156,25 @@ void PackRows(const float* x, int64_t lda, int64_t mc, int64_t kc, float* out) {
 }
 
 // Rows [r_begin, r_end) x panels [p_begin, p_end) of the product.
+// The AVX-512 tile reads two micro-panels per K chunk: at most 256 rows each (2 x 16 KiB of
+// f32 in L1 with the A tile), where the one-panel tiles take blk.k_chunk.
+constexpr int64_t kPairKChunk = 256;
+
 template <typename BT, GemmKernel kKernel>
 void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int64_t p_begin, int64_t p_end,
                const PackedWeight& w, const float* bias, float* y, int64_t ldy, const GemmBlocking& blk) {
   thread_local GemmScratch scratch;
   const int64_t k = w.k;
-  const int64_t chunks = (k + blk.k_chunk - 1) / blk.k_chunk;
+  const int64_t k_chunk = kKernel == GemmKernel::kAvx512 ? std::min(blk.k_chunk, kPairKChunk) : blk.k_chunk;
+  const int64_t chunks = (k + k_chunk - 1) / k_chunk;
   const int64_t kc_max = (k + chunks - 1) / chunks;
   const int64_t mc_max = std::min(blk.row_block, r_end - r_begin);
   const size_t a_need = static_cast<size_t>((mc_max + kMaxTileRows) * kc_max);
   if (scratch.a.size() < a_need) scratch.a.resize(a_need);
-  if (!std::is_same_v<BT, float> && scratch.b.size() < static_cast<size_t>(kc_max * kPanelCols)) {
-    scratch.b.resize(static_cast<size_t>(kc_max * kPanelCols));
+  // The AVX-512 tile takes panels in pairs: two widened micro-panels side by side.
+  constexpr int64_t kStep = kKernel == GemmKernel::kAvx512 ? 2 : 1;
+  if (!std::is_same_v<BT, float> && scratch.b.size() < static_cast<size_t>(kStep * kc_max * kPanelCols)) {
+    scratch.b.resize(static_cast<size_t>(kStep * kc_max * kPanelCols));
   }
   for (int64_t k0 = 0; k0 < k; k0 += kc_max) {
     const int64_t kc = std::min(kc_max, k - k0);
@@ -126,21 +182,35 @@ void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int6
     for (int64_t i0 = r_begin; i0 < r_end; i0 += blk.row_block) {
       const int64_t mc = std::min(blk.row_block, r_end - i0);
       PackRows(x + i0 * lda + k0, lda, mc, kc, scratch.a.data());
-      for (int64_t p = p_begin; p < p_end; ++p) {
+      // Panel p's micro-panel for this K chunk as f32 (slot: which scratch half widens it).
+      auto micro_panel = [&](int64_t p, int64_t slot) -> const float* {
         const BT* src = static_cast<const BT*>(w.panel(p)) + k0 * kPanelCols;
-        const float* b;
+        float* dst = scratch.b.data() + slot * kc_max * kPanelCols;
         if constexpr (std::is_same_v<BT, float>) {
-          b = src;
+          (void)dst;
+          return src;
         } else if constexpr (std::is_same_v<BT, int8_t>) {
-          WidenPanel(src, kc, w.scale_data() + p * kPanelCols, scratch.b.data());
-          b = scratch.b.data();
+          WidenPanel(src, kc, w.scale_data() + p * kPanelCols, dst);
+          return dst;
         } else {
-          WidenPanel(src, kc * kPanelCols, scratch.b.data());
-          b = scratch.b.data();
+          WidenPanel(src, kc * kPanelCols, dst);
+          return dst;
         }
-        const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.n - p * kPanelCols));
+      };
+      for (int64_t p = p_begin; p < p_end; p += kStep) {
+        const float* b = micro_panel(p, 0);
         const float* panel_bias = bias != nullptr ? bias + p * kPanelCols : nullptr;
         float* yp = y + i0 * ldy + p * kPanelCols;
+        if (kStep == 2 && p + 1 < p_end) {
+          const float* b1 = micro_panel(p + 1, 1);
+          const int ncols1 = static_cast<int>(std::min<int64_t>(kPanelCols, w.n - (p + 1) * kPanelCols));
+          for (int64_t r = 0; r < mc; r += kMaxTileRows) {
+            TileRowsPair512(static_cast<int>(std::min<int64_t>(kMaxTileRows, mc - r)), kc, scratch.a.data() + r * kc,
+                            b, b1, yp + r * ldy, ldy, ncols1, accumulate, panel_bias);
+          }
+          continue;
+        }
+        const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.n - p * kPanelCols));
         for (int64_t r = 0; r < mc; r += kMaxTileRows) {
           TileRows<kKernel>(static_cast<int>(std::min<int64_t>(kMaxTileRows, mc - r)), kc, scratch.a.data() + r * kc,
                             b, yp + r * ldy, ldy, ncols, accumulate, panel_bias);

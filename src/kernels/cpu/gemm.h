@@ -20,10 +20,11 @@ struct GemmBlocking {
   int64_t row_block = 288;  // packed x block: 288 x 384 f32 = 432 KiB, stays in L2
 };
 
-// The register tile the GEMM runs: AVX2 (6 x 16 in 12 ymm), or AVX-512 (6 x 16 in 6 zmm, K
-// unrolled into a second set) where the CPU has AVX-512F, unless the environment says
-// FERRY_GEMM_KERNEL=avx2 at start-up. Their sums round differently (the AVX-512 tile adds
-// even and odd k apart), within f32 accumulation error.
+// The register tile the GEMM runs: AVX2 (6 x 16 in 12 ymm), or AVX-512 where the CPU has
+// AVX-512F (6 x 32 over two adjacent panels in 12 zmm; a panel left without a partner runs
+// 6 x 16 in 6 zmm with K unrolled into a second set), unless the environment says
+// FERRY_GEMM_KERNEL=avx2 at start-up. Their sums round differently (the order of the k
+// terms differs), within f32 accumulation error.
 enum class GemmKernel { kAvx2, kAvx512 };
 bool GemmKernelSupported(GemmKernel kernel);
 GemmKernel ActiveGemmKernel();
