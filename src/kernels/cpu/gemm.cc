@@ -111,6 +111,47 @@ __attribute__((target("avx512f"))) void MicroKernel512Pair(int64_t kc, const flo
   }
 }
 
+// Two 6-row A tiles (a0, a1: consecutive packed tiles) against the same two micro-panels:
+// 12 x 32 in 24 zmm accumulators, each B vector feeding twelve rows.
+__attribute__((target("avx512f"))) void MicroKernel512Pair12(int64_t kc, const float* a0, const float* a1,
+                                                             const float* b0, const float* b1, float* c, int64_t ldc,
+                                                             int ncols1, bool accumulate, const float* bias) {
+  constexpr int MR = kMaxTileRows;
+  __m512 acc0[2 * MR], acc1[2 * MR];
+#pragma GCC unroll 12
+  for (int m = 0; m < 2 * MR; ++m) acc0[m] = acc1[m] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 v0 = _mm512_loadu_ps(b0 + k * kPanelCols);
+    const __m512 v1 = _mm512_loadu_ps(b1 + k * kPanelCols);
+    const float* ak0 = a0 + k * MR;
+    const float* ak1 = a1 + k * MR;
+#pragma GCC unroll 6
+    for (int m = 0; m < MR; ++m) {
+      const __m512 am = _mm512_set1_ps(ak0[m]);
+      acc0[m] = _mm512_fmadd_ps(am, v0, acc0[m]);
+      acc1[m] = _mm512_fmadd_ps(am, v1, acc1[m]);
+    }
+#pragma GCC unroll 6
+    for (int m = 0; m < MR; ++m) {
+      const __m512 am = _mm512_set1_ps(ak1[m]);
+      acc0[MR + m] = _mm512_fmadd_ps(am, v0, acc0[MR + m]);
+      acc1[MR + m] = _mm512_fmadd_ps(am, v1, acc1[MR + m]);
+    }
+  }
+  const __mmask16 cols1 = ncols1 >= kPanelCols ? __mmask16{0xffff} : static_cast<__mmask16>((1u << ncols1) - 1);
+  const bool add_bias = !accumulate && bias != nullptr;
+  const __m512 bias0 = add_bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+  const __m512 bias1 = add_bias ? _mm512_maskz_loadu_ps(cols1, bias + kPanelCols) : _mm512_setzero_ps();
+#pragma GCC unroll 12
+  for (int m = 0; m < 2 * MR; ++m) {
+    float* cm = c + m * ldc;
+    const __m512 prev0 = accumulate ? _mm512_loadu_ps(cm) : bias0;
+    const __m512 prev1 = accumulate ? _mm512_maskz_loadu_ps(cols1, cm + kPanelCols) : bias1;
+    _mm512_storeu_ps(cm, _mm512_add_ps(acc0[m], prev0));
+    _mm512_mask_storeu_ps(cm + kPanelCols, cols1, _mm512_add_ps(acc1[m], prev1));
+  }
+}
+
 inline void TileRowsPair512(int rows, int64_t kc, const float* a, const float* b0, const float* b1, float* c,
                             int64_t ldc, int ncols1, bool accumulate, const float* bias) {
   switch (rows) {
@@ -204,7 +245,12 @@ void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int6
         if (kStep == 2 && p + 1 < p_end) {
           const float* b1 = micro_panel(p + 1, 1);
           const int ncols1 = static_cast<int>(std::min<int64_t>(kPanelCols, w.n - (p + 1) * kPanelCols));
-          for (int64_t r = 0; r < mc; r += kMaxTileRows) {
+          int64_t r = 0;
+          for (; r + 2 * kMaxTileRows <= mc; r += 2 * kMaxTileRows) {
+            MicroKernel512Pair12(kc, scratch.a.data() + r * kc, scratch.a.data() + (r + kMaxTileRows) * kc, b, b1,
+                                 yp + r * ldy, ldy, ncols1, accumulate, panel_bias);
+          }
+          for (; r < mc; r += kMaxTileRows) {
             TileRowsPair512(static_cast<int>(std::min<int64_t>(kMaxTileRows, mc - r)), kc, scratch.a.data() + r * kc,
                             b, b1, yp + r * ldy, ldy, ncols1, accumulate, panel_bias);
           }

@@ -21,8 +21,9 @@ struct GemmBlocking {
 };
 
 // The register tile the GEMM runs: AVX2 (6 x 16 in 12 ymm), or AVX-512 where the CPU has
-// AVX-512F (6 x 32 over two adjacent panels in 12 zmm; a panel left without a partner runs
-// 6 x 16 in 6 zmm with K unrolled into a second set), unless the environment says
+// AVX-512F (12 x 32 over two adjacent panels in 24 zmm, 6 x 32 for the rows past the last
+// twelve; a panel left without a partner runs 6 x 16 in 6 zmm with K unrolled into a second
+// set), unless the environment says
 // FERRY_GEMM_KERNEL=avx2 at start-up. Their sums round differently (the order of the k
 // terms differs), within f32 accumulation error.
 enum class GemmKernel { kAvx2, kAvx512 };
