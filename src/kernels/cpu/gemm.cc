@@ -74,35 +74,18 @@ __attribute__((target("avx512f"))) void MicroKernel512(int64_t kc, const float* 
   }
 }
 
-// The AVX-512 tile over two adjacent micro-panels (6 x 32): C[0:MR, 0:16 + ncols1] (+)= A · [B0 B1].
-// Each k loads two B vectors and MR broadcasts for 2 MR FMAs (the one-panel tile loads MR + 1
-// for MR FMAs, which keeps the two load ports, not the FMA ports, the limit), and the 2 MR
-// accumulators are independent chains. The first panel is whole; the second has ncols1 columns.
-template <int MR>
-__attribute__((target("avx512f"))) void MicroKernel512Pair(int64_t kc, const float* a, const float* b0,
-                                                           const float* b1, float* c, int64_t ldc, int ncols1,
-                                                           bool accumulate, const float* bias) {
-  __m512 acc0[MR], acc1[MR];
-#pragma GCC unroll 6
-  for (int m = 0; m < MR; ++m) acc0[m] = acc1[m] = _mm512_setzero_ps();
-#pragma GCC unroll 2
-  for (int64_t k = 0; k < kc; ++k) {
-    const __m512 v0 = _mm512_loadu_ps(b0 + k * kPanelCols);
-    const __m512 v1 = _mm512_loadu_ps(b1 + k * kPanelCols);
-    const float* ak = a + k * kMaxTileRows;
-#pragma GCC unroll 6
-    for (int m = 0; m < MR; ++m) {
-      const __m512 am = _mm512_set1_ps(ak[m]);
-      acc0[m] = _mm512_fmadd_ps(am, v0, acc0[m]);
-      acc1[m] = _mm512_fmadd_ps(am, v1, acc1[m]);
-    }
-  }
+// C[0:ROWS, 0:16 + ncols1] (+)= the accumulators of a two-panel tile (acc0: the first, whole
+// panel; acc1: the second, ncols1 columns), with the bias on the first K chunk.
+template <int ROWS>
+__attribute__((target("avx512f"), always_inline)) inline void StorePairTile(const __m512* acc0, const __m512* acc1,
+                                                                           float* c, int64_t ldc, int ncols1,
+                                                                           bool accumulate, const float* bias) {
   const __mmask16 cols1 = ncols1 >= kPanelCols ? __mmask16{0xffff} : static_cast<__mmask16>((1u << ncols1) - 1);
   const bool add_bias = !accumulate && bias != nullptr;
   const __m512 bias0 = add_bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
   const __m512 bias1 = add_bias ? _mm512_maskz_loadu_ps(cols1, bias + kPanelCols) : _mm512_setzero_ps();
-#pragma GCC unroll 6
-  for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 12
+  for (int m = 0; m < ROWS; ++m) {
     float* cm = c + m * ldc;
     const __m512 prev0 = accumulate ? _mm512_loadu_ps(cm) : bias0;
     const __m512 prev1 = accumulate ? _mm512_maskz_loadu_ps(cols1, cm + kPanelCols) : bias1;
@@ -111,56 +94,46 @@ __attribute__((target("avx512f"))) void MicroKernel512Pair(int64_t kc, const flo
   }
 }
 
-// Two 6-row A tiles (a0, a1: consecutive packed tiles) against the same two micro-panels:
-// 12 x 32 in 24 zmm accumulators, each B vector feeding twelve rows.
-__attribute__((target("avx512f"))) void MicroKernel512Pair12(int64_t kc, const float* a0, const float* a1,
-                                                             const float* b0, const float* b1, float* c, int64_t ldc,
-                                                             int ncols1, bool accumulate, const float* bias) {
-  constexpr int MR = kMaxTileRows;
-  __m512 acc0[2 * MR], acc1[2 * MR];
+// The AVX-512 tile over two adjacent micro-panels: C[0:kTiles*MR, 0:16 + ncols1] (+)=
+// A · [B0 B1] for kTiles packed A tiles (a0, and a1 when kTiles is 2). Each k loads two B
+// vectors and kTiles * MR broadcasts for 2 kTiles MR FMAs (the one-panel tile loads MR + 1
+// for MR FMAs, which keeps the two load ports, not the FMA ports, the limit), and the
+// accumulators are independent chains. The first panel is whole; the second has ncols1
+// columns. kTiles = 2 (12 x 32, 24 accumulators) uses each B vector for twelve rows.
+template <int MR, int kTiles>
+__attribute__((target("avx512f"))) void MicroKernel512Pair(int64_t kc, const float* a0, const float* a1,
+                                                           const float* b0, const float* b1, float* c, int64_t ldc,
+                                                           int ncols1, bool accumulate, const float* bias) {
+  constexpr int kRows = kTiles * MR;
+  __m512 acc0[kRows], acc1[kRows];
 #pragma GCC unroll 12
-  for (int m = 0; m < 2 * MR; ++m) acc0[m] = acc1[m] = _mm512_setzero_ps();
+  for (int m = 0; m < kRows; ++m) acc0[m] = acc1[m] = _mm512_setzero_ps();
   for (int64_t k = 0; k < kc; ++k) {
     const __m512 v0 = _mm512_loadu_ps(b0 + k * kPanelCols);
     const __m512 v1 = _mm512_loadu_ps(b1 + k * kPanelCols);
-    const float* ak0 = a0 + k * MR;
-    const float* ak1 = a1 + k * MR;
+#pragma GCC unroll 2
+    for (int t = 0; t < kTiles; ++t) {
+      const float* ak = (t == 0 ? a0 : a1) + k * kMaxTileRows;
 #pragma GCC unroll 6
-    for (int m = 0; m < MR; ++m) {
-      const __m512 am = _mm512_set1_ps(ak0[m]);
-      acc0[m] = _mm512_fmadd_ps(am, v0, acc0[m]);
-      acc1[m] = _mm512_fmadd_ps(am, v1, acc1[m]);
-    }
-#pragma GCC unroll 6
-    for (int m = 0; m < MR; ++m) {
-      const __m512 am = _mm512_set1_ps(ak1[m]);
-      acc0[MR + m] = _mm512_fmadd_ps(am, v0, acc0[MR + m]);
-      acc1[MR + m] = _mm512_fmadd_ps(am, v1, acc1[MR + m]);
+      for (int m = 0; m < MR; ++m) {
+        const __m512 am = _mm512_set1_ps(ak[m]);
+        acc0[t * MR + m] = _mm512_fmadd_ps(am, v0, acc0[t * MR + m]);
+        acc1[t * MR + m] = _mm512_fmadd_ps(am, v1, acc1[t * MR + m]);
+      }
     }
   }
-  const __mmask16 cols1 = ncols1 >= kPanelCols ? __mmask16{0xffff} : static_cast<__mmask16>((1u << ncols1) - 1);
-  const bool add_bias = !accumulate && bias != nullptr;
-  const __m512 bias0 = add_bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
-  const __m512 bias1 = add_bias ? _mm512_maskz_loadu_ps(cols1, bias + kPanelCols) : _mm512_setzero_ps();
-#pragma GCC unroll 12
-  for (int m = 0; m < 2 * MR; ++m) {
-    float* cm = c + m * ldc;
-    const __m512 prev0 = accumulate ? _mm512_loadu_ps(cm) : bias0;
-    const __m512 prev1 = accumulate ? _mm512_maskz_loadu_ps(cols1, cm + kPanelCols) : bias1;
-    _mm512_storeu_ps(cm, _mm512_add_ps(acc0[m], prev0));
-    _mm512_mask_storeu_ps(cm + kPanelCols, cols1, _mm512_add_ps(acc1[m], prev1));
-  }
+  StorePairTile<kRows>(acc0, acc1, c, ldc, ncols1, accumulate, bias);
 }
 
 inline void TileRowsPair512(int rows, int64_t kc, const float* a, const float* b0, const float* b1, float* c,
                             int64_t ldc, int ncols1, bool accumulate, const float* bias) {
   switch (rows) {
-    case 1: return MicroKernel512Pair<1>(kc, a, b0, b1, c, ldc, ncols1, accumulate, bias);
-    case 2: return MicroKernel512Pair<2>(kc, a, b0, b1, c, ldc, ncols1, accumulate, bias);
-    case 3: return MicroKernel512Pair<3>(kc, a, b0, b1, c, ldc, ncols1, accumulate, bias);
-    case 4: return MicroKernel512Pair<4>(kc, a, b0, b1, c, ldc, ncols1, accumulate, bias);
-    case 5: return MicroKernel512Pair<5>(kc, a, b0, b1, c, ldc, ncols1, accumulate, bias);
-    default: return MicroKernel512Pair<6>(kc, a, b0, b1, c, ldc, ncols1, accumulate, bias);
+    case 1: return MicroKernel512Pair<1, 1>(kc, a, nullptr, b0, b1, c, ldc, ncols1, accumulate, bias);
+    case 2: return MicroKernel512Pair<2, 1>(kc, a, nullptr, b0, b1, c, ldc, ncols1, accumulate, bias);
+    case 3: return MicroKernel512Pair<3, 1>(kc, a, nullptr, b0, b1, c, ldc, ncols1, accumulate, bias);
+    case 4: return MicroKernel512Pair<4, 1>(kc, a, nullptr, b0, b1, c, ldc, ncols1, accumulate, bias);
+    case 5: return MicroKernel512Pair<5, 1>(kc, a, nullptr, b0, b1, c, ldc, ncols1, accumulate, bias);
+    default: return MicroKernel512Pair<6, 1>(kc, a, nullptr, b0, b1, c, ldc, ncols1, accumulate, bias);
   }
 }
 
@@ -247,8 +220,9 @@ void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int6
           const int ncols1 = static_cast<int>(std::min<int64_t>(kPanelCols, w.n - (p + 1) * kPanelCols));
           int64_t r = 0;
           for (; r + 2 * kMaxTileRows <= mc; r += 2 * kMaxTileRows) {
-            MicroKernel512Pair12(kc, scratch.a.data() + r * kc, scratch.a.data() + (r + kMaxTileRows) * kc, b, b1,
-                                 yp + r * ldy, ldy, ncols1, accumulate, panel_bias);
+            MicroKernel512Pair<kMaxTileRows, 2>(kc, scratch.a.data() + r * kc,
+                                                scratch.a.data() + (r + kMaxTileRows) * kc, b, b1, yp + r * ldy, ldy,
+                                                ncols1, accumulate, panel_bias);
           }
           for (; r < mc; r += kMaxTileRows) {
             TileRowsPair512(static_cast<int>(std::min<int64_t>(kMaxTileRows, mc - r)), kc, scratch.a.data() + r * kc,
