@@ -48,11 +48,11 @@ constexpr int kPrefetchBytes = 1024;
 constexpr int64_t kGemmChunkQuads = 128;
 constexpr int64_t kGemmRowBlock = 288;
 // The VNNI kernel does four times the work per byte of C it reads and writes between K
-// ranges, so it takes longer ones: 512 quads (32 KiB of a panel, in a 48 KiB L1; the row
-// block's activations, 1.2 MiB, in L2). Against 128 on a Xeon with AVX-512 VNNI, 2 threads,
-// M = 512: 619 -> 724, 445 -> 717 and 608 -> 661 GFLOP/s at N x K = 3072 x 2048,
-// 16384 x 2048 and 2048 x 8192 (bench/gemm_bench).
-constexpr int64_t kVnniGemmChunkQuads = 512;
+// ranges, so it takes longer ones. With one panel a tile, 512 quads (32 KiB of a panel, in a
+// 48 KiB L1) measured 619 -> 724, 445 -> 717 and 608 -> 661 GFLOP/s against 128 at N x K =
+// 3072 x 2048, 16384 x 2048 and 2048 x 8192 (Xeon with AVX-512 VNNI, 2 threads, M = 512,
+// bench/gemm_bench). Its tile now reads two panels, so 256 quads keep both in L1.
+constexpr int64_t kVnniPairChunkQuads = 256;
 // Threads split the panels when each gets at least this many, otherwise the rows.
 constexpr int64_t kMinPanelsPerThread = 4;
 
@@ -218,6 +218,61 @@ __attribute__((target("avx2,fma,avx512f,avx512vl,avx512vnni"))) void Int8TileVnn
   StoreInt8Tile<MR>(halves, c, ldc, ncols, first, last, row_scale, col_scale, bias);
 }
 
+// The VNNI tile over two adjacent panels (MR x 32): per quad two weight vectors and their
+// column sums, and MR broadcasts each feeding two vpdpbusd (the one-panel tile loads a
+// broadcast per vpdpbusd). 2 MR + 2 independent chains cover the instruction's latency, so
+// there is no second set. The first panel is whole; the second has ncols1 columns.
+template <int MR>
+__attribute__((target("avx2,fma,avx512f,avx512vl,avx512vnni"))) void Int8TileVnniPair(
+    int64_t quads, const int8_t* a, int64_t a_stride, const int8_t* b0, const int8_t* b1, float* c, int64_t ldc,
+    int ncols1, bool first, bool last, const float* row_scale, const float* col_scale, const float* bias) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  __m512i acc[2][MR];
+#pragma GCC unroll 4
+  for (int m = 0; m < MR; ++m) acc[0][m] = acc[1][m] = _mm512_setzero_si512();
+  __m512i wsum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+#pragma GCC unroll 2
+  for (int64_t j = 0; j < quads; ++j) {
+    const __m512i w0 = _mm512_loadu_si512(b0 + j * 4 * kPanelCols);
+    const __m512i w1 = _mm512_loadu_si512(b1 + j * 4 * kPanelCols);
+    wsum[0] = DotBytes(wsum[0], ones, w0);
+    wsum[1] = DotBytes(wsum[1], ones, w1);
+    const int8_t* aj = a + j * a_stride * 8;
+#pragma GCC unroll 4
+    for (int m = 0; m < MR; ++m) {
+      int32_t word;
+      std::memcpy(&word, aj + 8 * m + 4, 4);
+      const __m512i u = _mm512_set1_epi32(word);
+      acc[0][m] = DotBytes(acc[0][m], u, w0);
+      acc[1][m] = DotBytes(acc[1][m], u, w1);
+    }
+  }
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const __m512i shift = _mm512_maskz_slli_epi32(0xffff, wsum[h], 7);
+    __m256i halves[MR][2];
+#pragma GCC unroll 4
+    for (int m = 0; m < MR; ++m) {
+      const __m512i s = _mm512_sub_epi32(acc[h][m], shift);
+      halves[m][0] = _mm512_maskz_extracti64x4_epi64(0xf, s, 0);
+      halves[m][1] = _mm512_maskz_extracti64x4_epi64(0xf, s, 1);
+    }
+    StoreInt8Tile<MR>(halves, c + h * kPanelCols, ldc, h == 0 ? kPanelCols : ncols1, first, last, row_scale,
+                      col_scale + h * kPanelCols, bias != nullptr ? bias + h * kPanelCols : nullptr);
+  }
+}
+
+inline void Int8TileRowsVnniPair(int rows, int64_t quads, const int8_t* a, int64_t a_stride, const int8_t* b0,
+                                 const int8_t* b1, float* c, int64_t ldc, int ncols1, bool first, bool last,
+                                 const float* rs, const float* cs, const float* bias) {
+  switch (rows) {
+    case 1: return Int8TileVnniPair<1>(quads, a, a_stride, b0, b1, c, ldc, ncols1, first, last, rs, cs, bias);
+    case 2: return Int8TileVnniPair<2>(quads, a, a_stride, b0, b1, c, ldc, ncols1, first, last, rs, cs, bias);
+    case 3: return Int8TileVnniPair<3>(quads, a, a_stride, b0, b1, c, ldc, ncols1, first, last, rs, cs, bias);
+    default: return Int8TileVnniPair<4>(quads, a, a_stride, b0, b1, c, ldc, ncols1, first, last, rs, cs, bias);
+  }
+}
+
 template <bool kVnni, int MR, int kPrefetchBytes>
 inline void Int8TileOf(int64_t quads, const int8_t* a, int64_t a_stride, const int8_t* b, float* c, int64_t ldc,
                        int ncols, bool first, bool last, const float* rs, const float* cs, const float* bias) {
@@ -349,7 +404,9 @@ template <bool kVnni>
 void Int8GemmRange(const int8_t* aq, int tile_rows, int64_t r_begin, int64_t r_end, int64_t p_begin, int64_t p_end,
                    const float* row_scale, const PackedWeight& w, const float* bias, float* y, int64_t ldy) {
   const int64_t quads = w.k_stored / 4;
-  constexpr int64_t kChunkQuads = kVnni ? kVnniGemmChunkQuads : kGemmChunkQuads;
+  // The VNNI tile takes panels in pairs, two micro-panels of kVnniPairChunkQuads quads in L1.
+  constexpr int64_t kChunkQuads = kVnni ? kVnniPairChunkQuads : kGemmChunkQuads;
+  constexpr int64_t kStep = kVnni ? 2 : 1;
   const int64_t chunks = (quads + kChunkQuads - 1) / kChunkQuads;
   const int64_t kc_max = (quads + chunks - 1) / chunks;
   const float* scales = w.scale_data();
@@ -357,15 +414,23 @@ void Int8GemmRange(const int8_t* aq, int tile_rows, int64_t r_begin, int64_t r_e
     const int64_t kc = std::min(kc_max, quads - j0);
     for (int64_t i0 = r_begin; i0 < r_end; i0 += kGemmRowBlock) {
       const int64_t i1 = std::min(r_end, i0 + kGemmRowBlock);
-      for (int64_t p = p_begin; p < p_end; ++p) {
+      for (int64_t p = p_begin; p < p_end; p += kStep) {
         const int8_t* b = static_cast<const int8_t*>(w.panel(p)) + j0 * 4 * kPanelCols;
         const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.n - p * kPanelCols));
         const float* panel_bias = bias != nullptr ? bias + p * kPanelCols : nullptr;
+        const bool pair = kStep == 2 && p + 1 < p_end;
+        const int8_t* b1 = pair ? static_cast<const int8_t*>(w.panel(p + 1)) + j0 * 4 * kPanelCols : nullptr;
+        const int ncols1 = pair ? static_cast<int>(std::min<int64_t>(kPanelCols, w.n - (p + 1) * kPanelCols)) : 0;
         for (int64_t r = i0; r < i1; r += kTileRows) {
           const int rows = static_cast<int>(std::min<int64_t>(kTileRows, i1 - r));
           const int8_t* a = aq + ((r / kTileRows) * quads + j0) * tile_rows * 8;
-          Int8TileRows<kVnni>(rows, kc, a, tile_rows, b, y + r * ldy + p * kPanelCols, ldy, ncols, j0 == 0,
-                       j0 + kc >= quads, row_scale + r, scales + p * kPanelCols, panel_bias);
+          if (pair) {
+            Int8TileRowsVnniPair(rows, kc, a, tile_rows, b, b1, y + r * ldy + p * kPanelCols, ldy, ncols1, j0 == 0,
+                                 j0 + kc >= quads, row_scale + r, scales + p * kPanelCols, panel_bias);
+          } else {
+            Int8TileRows<kVnni>(rows, kc, a, tile_rows, b, y + r * ldy + p * kPanelCols, ldy, ncols, j0 == 0,
+                                j0 + kc >= quads, row_scale + r, scales + p * kPanelCols, panel_bias);
+          }
         }
       }
     }
