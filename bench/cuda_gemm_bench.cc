@@ -5,6 +5,7 @@
 //   cuda_gemm_bench [--layers=L] [--ms=1,2,4,...] [--json=FILE] [--model=8b|1b] [--per-shape]
 //   cuda_gemm_bench --fp8 [--layers=L] [--ms=...] [--model=8b|1b] [--tune-m=M]
 //   cuda_gemm_bench --passes [--layers=L] [--ms=...] [--model=8b|1b]
+//   cuda_gemm_bench --w8 [--layers=L] [--ms=...] [--model=8b|1b] [--per-shape]
 //
 // --fp8 times fp8 (e4m3) layers instead, against bf16: the per-token x per-channel scaled
 // GEMMs of fp8 engines, tuned with exact (f32-promoted) and with fast accumulation, cuBLASLt's
@@ -13,6 +14,12 @@
 // of exact and fast accumulation against an f32 GEMM of the same quantized values.
 // --tune-m=M tunes every row count's GEMMs at M rows instead of at its own (what an engine's
 // M bucket does: every M it serves runs the choice tuned at the bucket's tuning M).
+//
+// --w8 times the 8-bit decode GEMMs: fp8 (fast accumulation, per-token x per-channel scales)
+// and int8 (W8A8) layers tuned on cuBLASLt's kernels alone, ferry's 8-bit tensor-core kernel
+// (GemmChoice::Route::kW8Mma) alone, and tuned over both, against tuned bf16; with the weight
+// bytes per second of each and the relative difference of the kernel's output from cuBLASLt's.
+// The int8 layers reuse the fp8 layers' bytes as int8 values (the time does not depend on them).
 //
 // --passes times the memory-bound passes between an fp8 layer's GEMMs instead (the norms with
 // their quantization, the o and down inputs' quantization, RoPE with the KV-cache write), in
@@ -311,6 +318,129 @@ GemmArgs Fp8Args(Fp8Mode mode, const Fp8Weight& w, const Fp8Inputs& in, void* y)
     a.w_scale = w.scale;
   }
   return a;
+}
+
+// ---- w8 mode ----
+
+// Relative RMS difference of two bf16 [m, ldy] outputs over their first n columns.
+double RelDiffBf16(const void* a, const void* b, int64_t m, int64_t n, int64_t ldy) {
+  std::vector<uint16_t> ha(static_cast<size_t>(m * ldy)), hb(ha.size());
+  CHECK_CUDA(cudaMemcpy(ha.data(), a, ha.size() * 2, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(hb.data(), b, hb.size() * 2, cudaMemcpyDeviceToHost));
+  double num = 0, den = 0;
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < n; ++c) {
+      const double va = ferry::Bf16ToF32(ha[r * ldy + c]), vb = ferry::Bf16ToF32(hb[r * ldy + c]);
+      num += (va - vb) * (va - vb);
+      den += vb * vb;
+    }
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+int RunW8(int layers, const std::vector<int64_t>& ms, bool per_shape) {
+  std::vector<std::vector<Fp8Weight>> w(std::size(kShapes));
+  double weights_per_layer = 0;
+  for (size_t si = 0; si < std::size(kShapes); ++si) {
+    w[si] = MakeFp8Layers(kShapes[si], layers, si + 1);
+    weights_per_layer += static_cast<double>(kShapes[si].n * kShapes[si].k);
+  }
+  std::printf("fp8 and bf16 weights ready\n");
+  std::fflush(stdout);
+  const Setup setup = MakeSetup(ms);
+  const int64_t max_m = setup.max_m, max_n = setup.max_n, max_k = setup.max_k;
+  LtGemm& gemm = *setup.gemm;
+  cudaStream_t stream = setup.stream;
+  void* xq = DeviceAlloc(static_cast<size_t>(max_m * max_k));
+  float* xs = static_cast<float*>(DeviceAlloc(max_m * 4));
+  void* y = DeviceAlloc(static_cast<size_t>(max_m * max_n) * 2);
+  void* y_ref = DeviceAlloc(static_cast<size_t>(max_m * max_n) * 2);
+  CHECK_OK(ferry::cuda::QuantizeRowsFp8(setup.x, max_m, max_k, xq, xs, DType::kBF16, stream));
+  const Fp8Inputs in{setup.x, xq, xs};
+
+  enum Kind { kBf16, kFp8, kInt8 };
+  const auto problem = [&](Kind kind, int64_t m, const Shape& s) {
+    GemmProblem p = Fp8Problem(kind == kBf16 ? Fp8Mode::kBf16 : Fp8Mode::kRowColFast, m, s);
+    if (kind == kInt8) p.kind = GemmKind::kInt8;
+    if (kind != kBf16) p.ldx = max_k;
+    return p;
+  };
+  const auto args = [&](Kind kind, const Fp8Weight& wt, void* out) {
+    return Fp8Args(kind == kBf16 ? Fp8Mode::kBf16 : Fp8Mode::kRowColFast, wt, in, out);
+  };
+  GemmChoice w8;
+  w8.route = GemmChoice::Route::kW8Mma;
+
+  std::printf(
+      "\n| M | bf16 tuned | fp8 cuBLASLt tuned | fp8 w8 kernel | fp8 tuned (both) | bf16 / fp8 tuned | int8 cuBLASLt "
+      "tuned | int8 w8 kernel | int8 tuned (both) | w8 fp8 weight TB/s | w8 vs cuBLASLt (fp8, int8 rel. diff) "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::fflush(stdout);
+  for (int64_t m : ms) {
+    if (m > ferry::cuda::kW8MmaMaxM) continue;
+    // tuned[kind][with w8][shape]
+    std::vector<GemmChoice> tuned[3][2];
+    for (int kind = 0; kind < 3; ++kind) {
+      for (int with = 0; with < 2; ++with) {
+        if (kind == kBf16 && with == 1) continue;
+        ferry::cuda::TuneOptions options;
+        options.w8_mma = with == 1;
+        for (size_t si = 0; si < std::size(kShapes); ++si) {
+          auto c = gemm.Tune(problem(static_cast<Kind>(kind), m, kShapes[si]),
+                             args(static_cast<Kind>(kind), w[si][0], y), stream, options);
+          CHECK_OK(c);
+          tuned[kind][with].push_back(*c);
+        }
+      }
+    }
+    const auto time = [&](Kind kind, const std::vector<GemmChoice>* choices, const GemmChoice* forced, int only) {
+      return TimeGraph(stream, [&] {
+               for (int l = 0; l < layers; ++l) {
+                 for (size_t si = 0; si < std::size(kShapes); ++si) {
+                   if (only >= 0 && static_cast<int>(si) != only) continue;
+                   const GemmChoice* c = forced != nullptr ? forced : &(*choices)[si];
+                   CHECK_OK(gemm.Run(problem(kind, m, kShapes[si]), args(kind, w[si][l], y), stream, c));
+                 }
+               }
+             }) /
+             layers;
+    };
+    const double t_bf16 = time(kBf16, &tuned[kBf16][0], nullptr, -1);
+    const double t_fp8_lt = time(kFp8, &tuned[kFp8][0], nullptr, -1);
+    const double t_fp8_w8 = time(kFp8, nullptr, &w8, -1);
+    const double t_fp8 = time(kFp8, &tuned[kFp8][1], nullptr, -1);
+    const double t_i8_lt = time(kInt8, &tuned[kInt8][0], nullptr, -1);
+    const double t_i8_w8 = time(kInt8, nullptr, &w8, -1);
+    const double t_i8 = time(kInt8, &tuned[kInt8][1], nullptr, -1);
+    // The kernel's output against cuBLASLt's on the first shape.
+    double diff[2];
+    for (int kind = kFp8; kind <= kInt8; ++kind) {
+      const Kind kd = static_cast<Kind>(kind);
+      const GemmProblem p = problem(kd, m, kShapes[0]);
+      CHECK_OK(gemm.Run(p, args(kd, w[0][0], y_ref), stream, &tuned[kind][0][0]));
+      CHECK_OK(gemm.Run(p, args(kd, w[0][0], y), stream, &w8));
+      CHECK_CUDA(cudaStreamSynchronize(stream));
+      diff[kind - kFp8] = RelDiffBf16(y, y_ref, m, p.n, p.y_stride());
+    }
+    std::printf("| %lld | %.1f | %.1f | %.1f | %.1f | %.2fx | %.1f | %.1f | %.1f | %.2f | %.1e, %.1e |\n",
+                static_cast<long long>(m), t_bf16, t_fp8_lt, t_fp8_w8, t_fp8, t_bf16 / t_fp8, t_i8_lt, t_i8_w8, t_i8,
+                weights_per_layer / (t_fp8_w8 * 1e6), diff[0], diff[1]);
+    if (per_shape) {
+      for (size_t si = 0; si < std::size(kShapes); ++si) {
+        const int only = static_cast<int>(si);
+        const double lt = time(kFp8, &tuned[kFp8][0], nullptr, only);
+        const double k8 = time(kFp8, nullptr, &w8, only);
+        const double bytes = static_cast<double>(kShapes[si].n * kShapes[si].k);
+        std::printf("|   %s (%lld x %lld) | fp8 cuBLASLt %.1f us (%.2f TB/s) [%s] | w8 %.1f us (%.2f TB/s) | %.2fx |\n",
+                    kShapes[si].name, static_cast<long long>(kShapes[si].n), static_cast<long long>(kShapes[si].k), lt,
+                    bytes / (lt * 1e6), tuned[kFp8][0][si].ToString().substr(0, 6).c_str(), k8, bytes / (k8 * 1e6),
+                    lt / k8);
+      }
+    }
+    std::fflush(stdout);
+  }
+  std::printf("(us per layer of the four linears)\n");
+  return 0;
 }
 
 // Relative RMS error of y (bf16 or f32 [m, n]) against ref (f32 [m, n]), both on the device.
@@ -680,6 +810,7 @@ int main(int argc, char** argv) {
   bool per_shape = false;
   bool fp8 = false;
   bool passes = false;
+  bool w8 = false;
   int64_t tune_m = 0;
   bool ms_given = false;
   const char* model = "8B";
@@ -704,11 +835,13 @@ int main(int argc, char** argv) {
       fp8 = true;
     else if (a == "--passes")
       passes = true;
+    else if (a == "--w8")
+      w8 = true;
     else if (a.rfind("--tune-m=", 0) == 0)
       tune_m = std::atoll(a.c_str() + 9);
     else {
       std::fprintf(stderr,
-                   "usage: cuda_gemm_bench [--layers=L] [--ms=1,2,...] [--json=FILE] [--model=8b|1b] [--per-shape] [--fp8 [--tune-m=M]] [--passes]\n");
+                   "usage: cuda_gemm_bench [--layers=L] [--ms=1,2,...] [--json=FILE] [--model=8b|1b] [--per-shape] [--fp8 [--tune-m=M]] [--passes] [--w8]\n");
       return 2;
     }
   }
@@ -720,6 +853,10 @@ int main(int argc, char** argv) {
   if (passes) {
     if (!ms_given) ms = {1, 32, 128, 256, 512, 1024, 2048};
     return RunPasses(layers, ms, std::string(model) == "8B" ? 128 : 64);
+  }
+  if (w8) {
+    if (!ms_given) ms = {1, 8, 16, 32, 64};
+    return RunW8(layers, ms, per_shape);
   }
   if (fp8) {
     if (!ms_given) ms = {1, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096};

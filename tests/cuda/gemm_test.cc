@@ -628,6 +628,145 @@ TEST_F(GemmTest, Int8W8A8MatchesReference) {
   CheckShapes({GemmKind::kInt8, DType::kF16, 64, 5632, 2048, true, DType::kF32}, pf, {7, 64}, 1e-2);
 }
 
+// ferry's 8-bit tensor-core kernel (GemmChoice::Route::kW8Mma) for decode batches: every row
+// count up to kW8MmaMaxM (token tiles of 8, 16, 32, 64 and their remainders), N with and without
+// a partial 128-channel tile, K split across blocks or not, bias, activations and output types.
+// Both are held to the reference like cuBLASLt's routes; repeated calls must give the same bytes
+// (the split-K counters reset themselves), and the padding of strided rows stays untouched.
+TEST_F(GemmTest, W8MmaKernelMatchesReferenceAndIsDeterministic) {
+  if (cc_ != 90) GTEST_SKIP() << "the 8-bit tensor-core kernel needs compute capability 9.0";
+  GemmChoice w8;
+  w8.route = GemmChoice::Route::kW8Mma;
+  const std::vector<int64_t> ms = {1, 7, 8, 9, 16, 17, 32, 33, 64};
+  // (N, K): K split across a cluster of 8 and of 2 blocks, a partial last tile (N = 1008) and
+  // one tile (N = 96) with K = 384, and a wide unsplit one.
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {2048, 2048}, {2048, 8192}, {1008, 1024}, {96, 384}, {28672, 512}};
+  for (const bool int8 : {true, false}) {
+    for (const auto& [n, k] : shapes) {
+      for (const DType out : {DType::kBF16, DType::kF32, DType::kF16}) {
+        OperandSpec spec{int8 ? GemmKind::kInt8 : GemmKind::kFp8, out, 64, n, k, out != DType::kF16, DType::kF32};
+        spec.fp8_scaling = Fp8Scaling::kPerRowCol;
+        HostOperands h;
+        DeviceOperands d;
+        MakeOperands(spec, h, d);
+        if (HasFatalFailure()) return;
+        for (int64_t m : ms) {
+          GemmProblem p;
+          p.kind = spec.kind;
+          p.out_dtype = out;
+          p.fp8_scaling = Fp8Scaling::kPerRowCol;
+          p.fp8_fast_accum = true;
+          p.m = m;
+          p.n = n;
+          p.k = k;
+          p.has_bias = spec.bias;
+          p.bias_dtype = DType::kF32;
+          p.activation = out == DType::kF32 ? GemmActivation::kGeluErf : GemmActivation::kNone;
+          p.ldy = out == DType::kF16 ? n + 8 : 0;  // strided rows: padding must stay untouched
+          CheckResult r;
+          RunAndCheck(*gemm_, p, h, d, stream_, r, &w8);
+          if (HasFatalFailure()) return;
+          EXPECT_LT(r.rel_err, int8 ? 1e-2 : 2e-2) << Describe(p);
+          EXPECT_EQ(r.unwritten, 0) << Describe(p);
+
+          // Two more calls: the same bytes each time, and the padding of strided rows left alone.
+          const int64_t ldy = p.y_stride();
+          const size_t y_bytes = static_cast<size_t>(m * ldy) * DTypeSize(out);
+          std::vector<std::vector<uint8_t>> got;
+          for (int call = 0; call < 2; ++call) {
+            DeviceBuffer y(y_bytes);
+            FERRY_ASSERT_CUDA(cudaMemset(y.get(), 0x5a, y_bytes));
+            FERRY_ASSERT_OK(gemm_->Run(p, ArgsFor(d, y.get()), stream_, &w8));
+            FERRY_ASSERT_CUDA(cudaStreamSynchronize(stream_));
+            got.emplace_back(y_bytes);
+            FERRY_ASSERT_CUDA(cudaMemcpy(got.back().data(), y.get(), y_bytes, cudaMemcpyDeviceToHost));
+          }
+          EXPECT_EQ(got[0], got[1]) << "not deterministic: " << Describe(p);
+          int64_t padding_changed = 0;
+          for (int64_t row = 0; row < m; ++row) {
+            for (int64_t i = n * static_cast<int64_t>(DTypeSize(out)); i < ldy * static_cast<int64_t>(DTypeSize(out));
+                 ++i) {
+              padding_changed += got[0][row * ldy * DTypeSize(out) + i] != 0x5a;
+            }
+          }
+          EXPECT_EQ(padding_changed, 0) << Describe(p);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(gemm_->choice_fallbacks(), 0);
+}
+
+// int8 through the kernel is the exact int32 accumulator times the two scales: f32 outputs equal
+// float(acc) * x_scale * w_scale computed on the host, for K split across blocks or not.
+TEST_F(GemmTest, W8MmaInt8IsTheExactAccumulatorScaled) {
+  if (cc_ != 90) GTEST_SKIP() << "the 8-bit tensor-core kernel needs compute capability 9.0";
+  GemmChoice w8;
+  w8.route = GemmChoice::Route::kW8Mma;
+  for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{{2048, 8192}, {28672, 512}}) {
+    OperandSpec spec{GemmKind::kInt8, DType::kF32, 64, n, k};
+    HostOperands h;
+    DeviceOperands d;
+    MakeOperands(spec, h, d);
+    for (int64_t m : {3, 32, 64}) {
+      GemmProblem p;
+      p.kind = GemmKind::kInt8;
+      p.out_dtype = DType::kF32;
+      p.m = m;
+      p.n = n;
+      p.k = k;
+      DeviceBuffer y(static_cast<size_t>(m * n) * 4);
+      FERRY_ASSERT_OK(gemm_->Run(p, ArgsFor(d, y.get()), stream_, &w8));
+      FERRY_ASSERT_CUDA(cudaStreamSynchronize(stream_));
+      std::vector<float> got(static_cast<size_t>(m * n));
+      FERRY_ASSERT_CUDA(cudaMemcpy(got.data(), y.get(), got.size() * 4, cudaMemcpyDeviceToHost));
+      const std::vector<int64_t> rows = SampleRows(m, 5);
+      const std::vector<double> acc = ReferenceRows(h, rows, GemmActivation::kNone, /*apply_epilogue=*/false);
+      int64_t mismatches = 0;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        for (int64_t c = 0; c < n; ++c) {
+          const float scaled = static_cast<float>(acc[i * n + c]) * h.row_scale[rows[i]];
+          mismatches += got[rows[i] * n + c] != scaled * h.col_scale[c];
+        }
+      }
+      EXPECT_EQ(mismatches, 0) << Describe(p);
+    }
+  }
+  EXPECT_EQ(gemm_->choice_fallbacks(), 0);
+}
+
+// Where the kernel cannot run, its choice falls back to cuBLASLt (counted) or is refused.
+TEST_F(GemmTest, W8MmaChoiceOutsideItsRangeFallsBack) {
+  GemmChoice w8;
+  w8.route = GemmChoice::Route::kW8Mma;
+  OperandSpec spec{GemmKind::kInt8, DType::kBF16, 80, 256, 512};
+  HostOperands h;
+  DeviceOperands d;
+  MakeOperands(spec, h, d);
+  GemmProblem p;
+  p.kind = GemmKind::kInt8;
+  p.out_dtype = DType::kBF16;
+  p.m = 80;  // past kW8MmaMaxM: a bucket's choice met a larger batch
+  p.n = 256;
+  p.k = 512;
+  CheckResult r;
+  RunAndCheck(*gemm_, p, h, d, stream_, r, &w8);
+  EXPECT_LT(r.rel_err, 1e-2);
+  EXPECT_EQ(gemm_->choice_fallbacks(), 1);
+  // Not an 8-bit problem: refused.
+  GemmProblem bf = p;
+  bf.kind = GemmKind::kBF16;
+  DeviceBuffer y(static_cast<size_t>(80 * 256) * 2);
+  EXPECT_EQ(gemm_->Run(bf, ArgsFor(d, y.get()), stream_, &w8).code(), StatusCode::kInvalidArgument);
+  // i32 output (the raw accumulator) is cuBLASLt's only.
+  GemmProblem i32 = p;
+  i32.m = 16;
+  i32.out_dtype = DType::kI32;
+  DeviceBuffer y32(static_cast<size_t>(16 * 256) * 4);
+  EXPECT_EQ(gemm_->Run(i32, ArgsFor(d, y32.get()), stream_, &w8).code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(GemmTest, Int8WeightOnlyBothRoutes) {
   for (DType act : {DType::kBF16, DType::kF16, DType::kF32}) {
     GemmProblem p;
@@ -1189,6 +1328,10 @@ TEST(GemmChoiceTest, RoundTripAndMalformed) {
   Result<GemmChoice> small = GemmChoice::FromString("small_m");
   ASSERT_TRUE(small.ok());
   EXPECT_EQ(small->route, GemmChoice::Route::kSmallM);
+  Result<GemmChoice> w8 = GemmChoice::FromString("w8_mma");
+  ASSERT_TRUE(w8.ok());
+  EXPECT_EQ(w8->route, GemmChoice::Route::kW8Mma);
+  EXPECT_EQ(w8->ToString(), "w8_mma");
   GemmChoice acc = c;
   acc.route = GemmChoice::Route::kCublasLtAcc;
   ASSERT_EQ(acc.ToString().substr(0, 7), "lt_acc:");

@@ -1,6 +1,7 @@
 #include "kernels/cuda/gemm.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -636,6 +637,22 @@ Status LtGemm::RunInt4Mma(const GemmProblem& p, const GemmArgs& args, cudaStream
                                stream);
 }
 
+bool LtGemm::W8MmaApplies(const GemmProblem& p, const GemmArgs& args) const {
+  const bool kind_ok = p.kind == GemmKind::kFp8 || (p.kind == GemmKind::kInt8 && p.out_dtype != DType::kI32);
+  // Hopper's wgmma, built for sm_90a: compute capability 9.0 exactly. fp8 only with fast
+  // accumulation (the tensor cores' accumulator over the whole K), which the kernel uses.
+  const bool accumulation_ok = p.kind != GemmKind::kFp8 || p.fp8_fast_accum;
+  return kind_ok && accumulation_ok && cc_major_ == 9 && cc_minor_ == 0 &&
+         gemm_kernels::W8MmaSupported(args.x, p.x_stride(), args.w, p.m, p.k);
+}
+
+Status LtGemm::RunW8Mma(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream) {
+  const bool per_row_col = p.kind == GemmKind::kInt8 || p.fp8_scaling == Fp8Scaling::kPerRowCol;
+  return gemm_kernels::W8Mma(p.kind == GemmKind::kInt8, args.x, p.x_stride(), p.m, args.w, p.n, p.k, args.x_scale,
+                             per_row_col, args.w_scale, per_row_col, p.has_bias ? args.bias : nullptr, p.bias_dtype,
+                             p.activation, args.y, p.out_dtype, p.y_stride(), stream);
+}
+
 Status LtGemm::RunLt(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream, const GemmChoice* choice,
                      const cublasLtMatmulAlgo_t* forced_algo) {
   // An accumulator-route choice runs on that variant's own plan; where the problem has no
@@ -658,8 +675,9 @@ Status LtGemm::RunLt(const GemmProblem& p, const GemmArgs& args, cudaStream_t st
     algo = *forced_algo;
     algo_ws = choice != nullptr ? choice->workspace_bytes : 0;
   } else if (choice != nullptr && (choice->route == GemmChoice::Route::kSmallM ||
-                                   choice->route == GemmChoice::Route::kInt4Mma)) {
-    ++choice_fallbacks_;  // a kernel choice this problem cannot take (alignment)
+                                   choice->route == GemmChoice::Route::kInt4Mma ||
+                                   choice->route == GemmChoice::Route::kW8Mma)) {
+    ++choice_fallbacks_;  // a kernel choice this problem cannot take (alignment, rows)
   } else if (choice != nullptr && choice->workspace_bytes > workspace_bytes_) {
     ++choice_fallbacks_;  // tuned with a larger workspace than this LtGemm owns
   } else if (choice != nullptr) {
@@ -740,6 +758,15 @@ Status LtGemm::Run(const GemmProblem& p, const GemmArgs& args, cudaStream_t stre
   if (choice != nullptr && choice->route == GemmChoice::Route::kCublasLtAcc && AccVariantIndex(p) < 0) {
     return InvalidArgument("accumulator-route GEMM choice for a problem without one: " + ProblemString(p));
   }
+  if (choice != nullptr && choice->route == GemmChoice::Route::kW8Mma &&
+      !(p.kind == GemmKind::kFp8 || (p.kind == GemmKind::kInt8 && p.out_dtype != DType::kI32))) {
+    return InvalidArgument("8-bit tensor-core GEMM choice for a " + std::string(GemmKindName(p.kind)) + " problem");
+  }
+  // A bucket's choice also runs at its smaller row counts; past kW8MmaMaxM rows, or with
+  // operands the kernel cannot take, RunLt counts the fallback and runs cuBLASLt's heuristic.
+  if (choice != nullptr && choice->route == GemmChoice::Route::kW8Mma && W8MmaApplies(p, args)) {
+    return RunW8Mma(p, args, stream);
+  }
   if (UseSmallM(p, args, choice)) return RunSmallM(p, args, stream);
   if (UseInt4Mma(p, args, choice)) return RunInt4Mma(p, args, stream);
   return RunLt(p, args, stream, choice, nullptr);
@@ -802,6 +829,17 @@ Result<GemmChoice> LtGemm::Tune(const GemmProblem& p, const GemmArgs& args, cuda
       candidates.push_back(c);
     }
   }
+  // Decode batches of 8-bit operands: ferry's tensor-core kernel, scales in its registers.
+  // FERRY_W8_MMA=0 leaves the kernel out of tuning (engines built then never choose it).
+  static const bool w8_allowed = [] {
+    const char* v = std::getenv("FERRY_W8_MMA");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  if (options.w8_mma && w8_allowed && p.m <= kW8MmaTunedMaxM && W8MmaApplies(p, args)) {
+    GemmChoice c;
+    c.route = GemmChoice::Route::kW8Mma;
+    candidates.push_back(c);
+  }
   // The heuristic's algorithms for one plan, as candidates of `route`.
   const auto add_candidates = [&](const Plan& pl, GemmChoice::Route route) -> Status {
     cublasLtMatmulPreference_t pref = nullptr;
@@ -853,6 +891,7 @@ Result<GemmChoice> LtGemm::Tune(const GemmProblem& p, const GemmArgs& args, cuda
       return options.extra_small_m ? options.extra_small_m(tune_stream) : RunSmallM(p, args, tune_stream);
     }
     if (c.route == GemmChoice::Route::kInt4Mma) return RunInt4Mma(p, args, tune_stream);
+    if (c.route == GemmChoice::Route::kW8Mma) return RunW8Mma(p, args, tune_stream);
     cublasLtMatmulAlgo_t algo;
     std::memcpy(algo.data, c.algo.data(), sizeof(algo.data));
     return RunLt(p, args, tune_stream, &c, &algo);

@@ -23,10 +23,14 @@
 //                          activations (gemm_kernels::Fp8WeightOnlySmallM, Int8SmoothedSmallM)
 //                          outside Run: an engine stores that as a kSmallM choice, which
 //                          backend/cuda/linear_gemm.cc takes before quantizing anything (Run
-//                          refuses it for a kFp8 or kInt8 problem).
+//                          refuses it for a kFp8 or kInt8 problem). Up to kW8MmaMaxM rows the
+//                          tuner also times ferry's 8-bit tensor-core kernel (w8_gemm.cu) on the
+//                          quantized operands, with the scales applied in its registers.
 //   kInt8 (W8A8)           int8 x int8 -> int32 through cuBLASLt (IMMA) into scratch, then the
 //                          epilogue kernel: y = acc * x_scale[m] * w_scale[n] (+ bias) (+ GELU).
-//                          With out_dtype kI32 the raw accumulator is the output.
+//                          With out_dtype kI32 the raw accumulator is the output. Up to
+//                          kW8MmaMaxM rows (float outputs) the tuner also times ferry's 8-bit
+//                          tensor-core kernel, which does the same in one pass.
 //   kInt8WeightOnly        small M (decode): one fused kernel reads the int8 weight once and
 //                          dequantizes in registers (half the bytes of a bf16 weight); larger M:
 //                          the weight is dequantized (w * scale, rounded to the activation dtype)
@@ -149,14 +153,16 @@ struct GemmChoice {
                        // scales into scratch, then ScaleEpilogue), whose kernels (split-K,
                        // small tiles) can beat the outer-vector ones for small M
     kInt4Mma = 3,      // kInt4WeightOnly only: ferry's tensor-core kernel
+    kW8Mma = 4,        // kFp8 and kInt8 (float output), up to kW8MmaMaxM rows: ferry's 8-bit
+                       // tensor-core kernel (gemm_kernels::W8Mma)
   };
   Route route = Route::kCublasLt;
   std::array<uint64_t, 8> algo{};  // cublasLtMatmulAlgo_t::data, valid for this cuBLASLt version
   uint64_t workspace_bytes = 0;
   float measured_us = 0.0f;  // Tune's median time (informational)
 
-  // "lt:<8 x 16 hex digits>:<workspace bytes>", the same with "lt_acc:", "small_m" or
-  // "int4_mma".
+  // "lt:<8 x 16 hex digits>:<workspace bytes>", the same with "lt_acc:", "small_m",
+  // "int4_mma" or "w8_mma".
   // measured_us is not stored.
   std::string ToString() const;
   static Result<GemmChoice> FromString(std::string_view text);
@@ -185,6 +191,13 @@ inline constexpr int kDenseSmallMMaxM = 8;
 // kInt4WeightOnly without a choice: the tensor-core kernel up to this M (past the small-M
 // kernel's), dequantization + cuBLASLt beyond.
 inline constexpr int kInt4MmaMaxMDefault = 64;
+// kFp8 / kInt8: the 8-bit tensor-core kernel takes up to this many rows (decode batches); it
+// runs only where a tuned choice names it, and Tune offers it up to kW8MmaTunedMaxM rows. On an
+// H200 it beat cuBLASLt's fp8 and IMMA kernels per layer up to 16 rows (llama-3-8B fp8:
+// 1.08-1.12x; 1B: 1.29-1.38x) and tied them at 32; an 8B fp8 engine that took it at 32 rows decoded 5 %
+// slower at batch 32 than one that did not, so larger buckets keep cuBLASLt.
+inline constexpr int kW8MmaMaxM = 64;
+inline constexpr int kW8MmaTunedMaxM = 16;
 
 struct LtGemmOptions {
   size_t workspace_bytes = size_t{32} << 20;
@@ -205,6 +218,8 @@ struct TuneOptions {
   // A small-M kernel outside LtGemm's own routes, timed as one more candidate (route kSmallM)
   // on the tuning stream: an fp8 or W8A8 linear's small-M kernel, which reads x unquantized.
   std::function<Status(cudaStream_t)> extra_small_m;
+  // kFp8 / kInt8 up to kW8MmaTunedMaxM rows: time ferry's 8-bit tensor-core kernel as well.
+  bool w8_mma = true;
 };
 
 // Owns a cuBLASLt handle, a device workspace, a scratch buffer (accumulators, dequantized
@@ -273,6 +288,8 @@ class LtGemm {
   bool UseSmallM(const GemmProblem& p, const GemmArgs& args, const GemmChoice* choice) const;
   Status RunSmallM(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream);
   bool UseInt4Mma(const GemmProblem& p, const GemmArgs& args, const GemmChoice* choice) const;
+  bool W8MmaApplies(const GemmProblem& p, const GemmArgs& args) const;
+  Status RunW8Mma(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream);
   Status RunInt4Mma(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream);
   Status RunLt(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream, const GemmChoice* choice,
                const cublasLtMatmulAlgo_t* forced_algo);
@@ -367,6 +384,17 @@ size_t Int4MmaScratchBytes(int64_t m, int64_t n, int64_t k);
 Status Int4Mma(const void* x, DType x_dtype, int64_t ldx, int64_t m, const uint32_t* w, const float* scale,
                const uint8_t* zero, int64_t n, int64_t k, int64_t group, const void* bias, DType bias_dtype,
                GemmActivation act, void* y, int64_t ldy, float* partials, cudaStream_t stream);
+
+// The 8-bit tensor-core kernel (kernels/cuda/w8_gemm.cu): y[m, n] = act(acc * xs * ws + bias)
+// with acc = x[m, :] . w[n, :] over e4m3 (int8 false; f32 accumulation, compute capability
+// 8.9+) or int8 (int8 true; exact int32) operands. xs is x_scale[m] (per_row) or x_scale[0], ws
+// w_scale[n] (per_col) or w_scale[0]; y bf16, f16 or f32 with row stride ldy. Hopper only
+// (compute capability 9.0; the code is built for sm_90a). No scratch: split K is summed within a
+// thread-block cluster.
+bool W8MmaSupported(const void* x, int64_t ldx, const void* w, int64_t m, int64_t k);
+Status W8Mma(bool int8, const void* x, int64_t ldx, int64_t m, const void* w, int64_t n, int64_t k,
+             const float* x_scale, bool per_row, const float* w_scale, bool per_col, const void* bias,
+             DType bias_dtype, GemmActivation act, void* y, DType y_dtype, int64_t ldy, cudaStream_t stream);
 
 }  // namespace gemm_kernels
 

@@ -24,6 +24,7 @@ std::string_view GemmKindName(GemmKind kind) {
 std::string GemmChoice::ToString() const {
   if (route == Route::kSmallM) return "small_m";
   if (route == Route::kInt4Mma) return "int4_mma";
+  if (route == Route::kW8Mma) return "w8_mma";
   static const char kHex[] = "0123456789abcdef";
   std::string s = route == Route::kCublasLtAcc ? "lt_acc:" : "lt:";
   for (uint64_t word : algo) {
@@ -41,6 +42,10 @@ Result<GemmChoice> GemmChoice::FromString(std::string_view text) {
   }
   if (text == "int4_mma") {
     c.route = Route::kInt4Mma;
+    return c;
+  }
+  if (text == "w8_mma") {
+    c.route = Route::kW8Mma;
     return c;
   }
   const auto bad = [&] { return InvalidArgument("malformed GEMM choice '" + std::string(text) + "'"); };

@@ -1,0 +1,509 @@
+// 8-bit GEMMs for decode batches (M <= kW8MmaMaxM): y[M, N] = act(x[M, K] . W^T * x_scale[m] *
+// w_scale[n] + bias), with x and W both e4m3 (an fp8 linear) or both int8 (W8A8), x quantized
+// per token and W per output channel, as LtGemm's kFp8 and kInt8 problems store them.
+//
+// Why a kernel of its own: at 8 to 64 rows a GEMM reads its weight once and does 16 to 128 flops
+// per weight byte, so it is bound by the weight's bytes. cuBLASLt's fp8 kernels with per-row and
+// per-column scales (one 128 x 128 tile on an H200) moved an 8B layer's weights at about 2.6 TB/s
+// at 32 rows; its IMMA kernels add a pass for the int32 accumulator.
+//
+// The shape of the kernel (Hopper only: wgmma, compiled for sm_90a):
+//   - The weight is the MMA's A side (64 output channels an instruction) and the tokens the N
+//     side (8, 16, 32 or 64, the batch rounded up), so a decode batch wastes nothing in M.
+//     wgmma m64nNk32 with both operands in shared memory: e4m3 into f32 (the tensor cores' own
+//     accumulator over the whole K, what fp8 engines' fast accumulation asks of cuBLASLt), s8
+//     into s32 (exact).
+//   - A block is one warpgroup that owns 128 output channels (two m64 tiles) and a range of K.
+//     Weight and activation tiles of 128 K-bytes (one 128-byte swizzle atom wide) stream into
+//     shared memory through cp.async, four stages in flight, so one block keeps 48 to 64 KB of
+//     weight loads going. The first stages' weights are requested before the block waits for the
+//     kernel ahead of it (programmatic dependent launch): weights are constant.
+//   - Tiles are stored in the tensor cores' 128-byte swizzle (16-byte chunk c of row r at chunk
+//     c ^ (r % 8)), so the descriptors address them directly; cp.async writes through the
+//     generic proxy, so each thread fences to the async proxy before the stage's barrier.
+//   - When the output tiles alone would leave multiprocessors idle (N / 128 blocks under two a
+//     multiprocessor), K is split across the blocks of a thread-block cluster (up to 8). Each
+//     block leaves its partial tile in its shared memory; after a cluster barrier every block
+//     sums an equal share of the tile over all of them (distributed shared memory, in split
+//     order, so the result does not depend on timing) and stores it. int8 partials stay int32,
+//     so an int8 result is the exact accumulator whatever the split.
+//   - Epilogue in registers: acc * x_scale[m] * w_scale[n] + bias, then the activation, in the
+//     same float operations as LtGemm's scale epilogue pass.
+#include <cooperative_groups.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_common.cuh"
+#include "kernels/cuda/launch.h"
+
+namespace ferry::cuda::gemm_kernels {
+
+namespace {
+
+using kernels_internal::DispatchAct;
+using kernels_internal::FromF32;
+
+constexpr int kBn = 128;       // output channels per block: two m64 tiles
+constexpr int kBk = 128;       // K bytes per stage: one swizzle atom
+constexpr int kThreads = 128;  // one warpgroup
+// Blocks a problem should fill before K is split: two resident per multiprocessor of an H200
+// (132 SMs; a block takes up to 97 KB of shared memory). Only the speed depends on it.
+constexpr int64_t kTargetBlocks = 264;
+constexpr int64_t kMinStagesPerSplit = 2;
+constexpr int64_t kMaxSplits = 8;  // the portable cluster size
+
+// Tokens (the wgmma's N) for m rows: 8, 16, 32 or 64.
+int TokenTile(int64_t m) { return m <= 8 ? 8 : m <= 16 ? 16 : m <= 32 ? 32 : 64; }
+
+// Stages in shared memory: four for up to 16 tokens (17-18 KB a stage, three blocks a
+// multiprocessor), three past that (20-24 KB a stage), so that three blocks still fit: with two,
+// the clusters of a split problem did not all fit at once and ran in a second wave.
+template <int kNt>
+constexpr int Stages() {
+  return kNt <= 16 ? 4 : 3;
+}
+template <int kNt>
+constexpr int StageBytes() {
+  return kBn * kBk + kNt * kBk;  // both multiples of 1024, so every tile stays atom-aligned
+}
+template <int kNt>
+constexpr int SharedBytes() {
+  return Stages<kNt>() * StageBytes<kNt>() + 1024;  // + room to align the base to 1024 bytes
+}
+
+struct Split {
+  int64_t splits = 1;
+  int64_t stages_per_split = 0;
+};
+
+// max_splits: the most the cluster occupancy allows for this many tiles.
+Split SplitsFor(int64_t n, int64_t k, int64_t max_splits) {
+  const int64_t tiles = (n + kBn - 1) / kBn;
+  const int64_t k_tiles = k / kBk;
+  Split s;
+  s.splits = std::clamp<int64_t>(kTargetBlocks / tiles, 1,
+                                 std::clamp<int64_t>(k_tiles / kMinStagesPerSplit, 1, max_splits));
+  s.stages_per_split = (k_tiles + s.splits - 1) / s.splits;
+  s.splits = (k_tiles + s.stages_per_split - 1) / s.stages_per_split;  // drop splits the rounding left empty
+  return s;
+}
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FERRY_W8_WGMMA 1
+#endif
+
+#if defined(FERRY_W8_WGMMA)
+__device__ __forceinline__ void CpAsync16(uint32_t smem_addr, const void* gmem, bool valid) {
+  const int src_bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled, nothing is read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr), "l"(gmem), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// The byte offset of 16-byte chunk `chunk` (0..7) of row `row` in a tile of 128-byte rows, in
+// the tensor cores' 128-byte swizzle.
+__device__ __forceinline__ uint32_t Swizzled(int row, int chunk) {
+  return static_cast<uint32_t>(row * kBk + ((chunk ^ (row & 7)) << 4));
+}
+
+// A K-major shared-memory operand with 128-byte swizzle: rows of 128 bytes, 8-row atoms of
+// 1024 bytes one after another (the stride byte offset); the leading byte offset is unused.
+__device__ __forceinline__ uint64_t Descriptor(uint32_t smem_addr) {
+  return static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(1) << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
+}
+
+#endif  // FERRY_W8_WGMMA
+
+template <bool kInt8>
+struct Acc;
+template <>
+struct Acc<false> {
+  using T = float;
+};
+template <>
+struct Acc<true> {
+  using T = int;
+};
+
+// d (m64 x kNt, f32 or s32) += A (64 x 32 from descriptor a) . B (32 x kNt from descriptor b).
+template <bool kInt8, int kNt>
+struct Wgmma;
+#if defined(FERRY_W8_WGMMA)
+template <>
+struct Wgmma<false, 8> {
+  static __device__ __forceinline__ void Run(float (&d)[4], uint64_t a, uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, %4, %5, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "l"(a), "l"(b), "r"(1));
+  }
+};
+template <>
+struct Wgmma<true, 8> {
+  static __device__ __forceinline__ void Run(int (&d)[4], uint64_t a, uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k32.s32.s8.s8 {%0,%1,%2,%3}, %4, %5, p;\n}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "l"(a), "l"(b), "r"(1));
+  }
+};
+template <>
+struct Wgmma<false, 16> {
+  static __device__ __forceinline__ void Run(float (&d)[8], uint64_t a, uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "l"(a), "l"(b), "r"(1));
+  }
+};
+template <>
+struct Wgmma<true, 16> {
+  static __device__ __forceinline__ void Run(int (&d)[8], uint64_t a, uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k32.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p;\n}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7])
+        : "l"(a), "l"(b), "r"(1));
+  }
+};
+template <>
+struct Wgmma<false, 32> {
+  static __device__ __forceinline__ void Run(float (&d)[16], uint64_t a, uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(a), "l"(b), "r"(1));
+  }
+};
+template <>
+struct Wgmma<true, 32> {
+  static __device__ __forceinline__ void Run(int (&d)[16], uint64_t a, uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p;\n}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15])
+        : "l"(a), "l"(b), "r"(1));
+  }
+};
+template <>
+struct Wgmma<false, 64> {
+  static __device__ __forceinline__ void Run(float (&d)[32], uint64_t a, uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(a), "l"(b), "r"(1));
+  }
+};
+template <>
+struct Wgmma<true, 64> {
+  static __device__ __forceinline__ void Run(int (&d)[32], uint64_t a, uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p;\n}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
+        : "l"(a), "l"(b), "r"(1));
+  }
+};
+__device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void WgmmaWaitAll() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+__device__ __forceinline__ void FenceToAsyncProxy() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+#endif
+
+struct Params {
+  const uint8_t* x;  // [m, ldx] bytes
+  int64_t ldx;
+  int64_t m;
+  const uint8_t* w;  // [n, k] bytes
+  int64_t n, k;
+  const float* x_scale;
+  bool per_row;
+  const float* w_scale;
+  bool per_col;
+  GemmActivation act;
+  int64_t ldy;
+  int64_t stages_per_split;
+  int64_t splits;  // > 1: the blocks of a cluster along y
+};
+
+template <bool kInt8, int kNt, typename Out>
+__global__ void __launch_bounds__(kThreads) W8MmaKernel(Params p, BiasRef<Out> bias, Out* __restrict__ y) {
+#if defined(FERRY_W8_WGMMA)
+  constexpr int kStages = Stages<kNt>();
+  using AccT = typename Acc<kInt8>::T;
+  constexpr int kRegs = kNt / 2;  // accumulators per thread per m64 tile
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t smem_base = (raw_addr + 1023u) & ~1023u;
+  uint8_t* const smem = smem_raw + (smem_base - raw_addr);
+  const int tid = threadIdx.x;
+  const int64_t tile = blockIdx.x;
+  const int64_t n0 = tile * kBn;
+  const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * p.stages_per_split * kBk;
+  const int64_t k_end = min(p.k, k_begin + p.stages_per_split * kBk);
+  const int k_tiles = static_cast<int>((k_end - k_begin) / kBk);
+
+  const auto load_w = [&](int t) {
+    const uint32_t stage = smem_base + (t % kStages) * StageBytes<kNt>();
+    const int64_t k0 = k_begin + static_cast<int64_t>(t) * kBk;
+#pragma unroll
+    for (int i = 0; i < kBn * kBk / 16 / kThreads; ++i) {
+      const int c = tid + i * kThreads;
+      const int row = c >> 3, chunk = c & 7;
+      const bool valid = n0 + row < p.n;
+      const uint8_t* src = p.w + (valid ? (n0 + row) * p.k + k0 + chunk * 16 : 0);
+      CpAsync16(stage + Swizzled(row, chunk), src, valid);
+    }
+  };
+  const auto load_x = [&](int t) {
+    const uint32_t stage = smem_base + (t % kStages) * StageBytes<kNt>() + kBn * kBk;
+    const int64_t k0 = k_begin + static_cast<int64_t>(t) * kBk;
+#pragma unroll
+    for (int c = tid; c < kNt * 8; c += kThreads) {
+      const int row = c >> 3, chunk = c & 7;
+      const bool valid = row < p.m;
+      const uint8_t* src = p.x + (valid ? row * p.ldx + k0 + chunk * 16 : 0);
+      CpAsync16(stage + Swizzled(row, chunk), src, valid);
+    }
+  };
+
+  // Weights are constant: the first stages' loads go out before the wait for earlier kernels.
+#pragma unroll
+  for (int t = 0; t < kStages - 1; ++t) {
+    if (t < k_tiles) load_w(t);
+  }
+  AwaitPriorGrids();
+#pragma unroll
+  for (int t = 0; t < kStages - 1; ++t) {
+    if (t < k_tiles) load_x(t);
+    CpAsyncCommit();
+  }
+
+  AccT acc[2][kRegs];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int r = 0; r < kRegs; ++r) acc[mt][r] = AccT(0);
+  }
+
+  for (int t = 0; t < k_tiles; ++t) {
+    CpAsyncWait<kStages - 2>();
+    FenceToAsyncProxy();
+    // Stage t is in shared memory for every thread, and every warp has finished stage t - 1's
+    // MMAs (each waited for its group), so that slot can take stage t + kStages - 1.
+    __syncthreads();
+    if (t + kStages - 1 < k_tiles) {
+      load_w(t + kStages - 1);
+      load_x(t + kStages - 1);
+    }
+    CpAsyncCommit();
+    const uint32_t ws = smem_base + (t % kStages) * StageBytes<kNt>();
+    const uint32_t xs = ws + kBn * kBk;
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < kBk / 32; ++kk) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        Wgmma<kInt8, kNt>::Run(acc[mt], Descriptor(ws + mt * 64 * kBk + kk * 32), Descriptor(xs + kk * 32));
+      }
+    }
+    WgmmaCommit();
+    WgmmaWaitAll();
+  }
+  CpAsyncWait<0>();
+
+  // Accumulator register i of m64 tile mt of thread `from` holds channel mt * 64 + 16 * warp + g
+  // (+ 8 for i % 4 >= 2) and token 8 * (i / 4) + 2 * tq (+ 1 for odd i).
+  const auto store = [&](int from, int mt, int i, AccT value) {
+    const int from_lane = from & 31;
+    const int64_t col = n0 + mt * 64 + (from >> 5) * 16 + (from_lane >> 2) + ((i & 2) != 0 ? 8 : 0);
+    const int64_t row = 8 * (i / 4) + 2 * (from_lane & 3) + (i & 1);
+    if (col >= p.n || row >= p.m) return;
+    const float col_scale = p.w_scale != nullptr ? p.w_scale[p.per_col ? col : 0] : 1.0f;
+    const float row_scale = p.x_scale != nullptr ? p.x_scale[p.per_row ? row : 0] : 1.0f;
+    const float v = static_cast<float>(value) * row_scale * col_scale + bias.At(col);
+    y[row * p.ldy + col] = FromF32<Out>(Activate(v, p.act));
+  };
+
+  if (p.splits == 1) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+      for (int i = 0; i < kRegs; ++i) store(tid, mt, i, acc[mt][i]);
+    }
+    return;
+  }
+
+  // Split K: partial tiles in shared memory ([vector][thread], four accumulators a vector), then
+  // each block of the cluster sums its share of the vectors over every block, in rank order.
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  constexpr int kVecs = 2 * kRegs / 4;
+  __syncthreads();  // every warp's MMAs have finished reading the stages
+  float4* const partial = reinterpret_cast<float4*>(smem);
+#pragma unroll
+  for (int v = 0; v < kVecs; ++v) {
+    float4 q;
+    memcpy(&q, &acc[(v * 4) / kRegs][(v * 4) % kRegs], sizeof(q));
+    partial[v * kThreads + tid] = q;
+  }
+  cluster.sync();
+  const int splits = static_cast<int>(p.splits);
+  const int rank = static_cast<int>(cluster.block_rank());
+  constexpr int kTotal = kVecs * kThreads;
+  const int share = (kTotal + splits - 1) / splits;
+  const int end = min(kTotal, (rank + 1) * share);
+  for (int f = rank * share + tid; f < end; f += kThreads) {
+    AccT sum[4] = {AccT(0), AccT(0), AccT(0), AccT(0)};
+    for (int s = 0; s < splits; ++s) {
+      const float4 q = cluster.map_shared_rank(partial, s)[f];
+      AccT part[4];
+      memcpy(part, &q, sizeof(q));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sum[e] += part[e];
+    }
+    const int v = f / kThreads, from = f % kThreads;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) store(from, (v * 4 + e) / kRegs, (v * 4 + e) % kRegs, sum[e]);
+  }
+  cluster.sync();  // the other blocks have finished reading this block's partial tile
+#else
+  (void)p, (void)bias, (void)y;
+  __trap();  // LtGemm runs this kernel only on compute capability 9.0 (sm_90a code)
+#endif
+}
+
+template <bool kInt8, int kNt, typename Out>
+Status Launch(Params p, int64_t tiles, const void* bias, DType bias_dtype, void* y, cudaStream_t stream) {
+  constexpr int kSmem = SharedBytes<kNt>();
+  const auto kernel = W8MmaKernel<kInt8, kNt, Out>;
+  static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  FERRY_CUDA_RETURN_IF_ERROR(attr);
+  // How many clusters of each size can be resident at once (asked once per kernel and size): a
+  // split whose clusters would not all fit at once is lowered until they do.
+  static std::atomic<int> resident_clusters[kMaxSplits + 1];  // count + 1; 0: not asked yet
+  const auto clusters_that_fit = [&](int64_t size) {
+    int known = resident_clusters[size].load(std::memory_order_relaxed) - 1;
+    if (known < 0) {
+      cudaLaunchAttribute cluster;
+      cluster.id = cudaLaunchAttributeClusterDimension;
+      cluster.val.clusterDim.x = 1;
+      cluster.val.clusterDim.y = static_cast<unsigned>(size);
+      cluster.val.clusterDim.z = 1;
+      cudaLaunchConfig_t query = {};
+      query.gridDim = dim3(1, static_cast<unsigned>(size));
+      query.blockDim = dim3(kThreads);
+      query.dynamicSmemBytes = kSmem;
+      query.attrs = &cluster;
+      query.numAttrs = 1;
+      int count = 0;
+      if (cudaOccupancyMaxActiveClusters(&count, kernel, &query) != cudaSuccess) {
+        (void)cudaGetLastError();
+        count = 0;  // no clusters of this size: do not split this far
+      }
+      resident_clusters[size].store(count + 1, std::memory_order_relaxed);
+      known = count;
+    }
+    return static_cast<int64_t>(known);
+  };
+  Split split = SplitsFor(p.n, p.k, kMaxSplits);
+  while (split.splits > 1 && clusters_that_fit(split.splits) < tiles) split = SplitsFor(p.n, p.k, split.splits - 1);
+  p.splits = split.splits;
+  p.stages_per_split = split.stages_per_split;
+  // LaunchKernel's launch, with the split blocks of a tile as one cluster.
+  cudaLaunchAttribute attributes[2];
+  unsigned count = 0;
+  if (DependentLaunchEnabled()) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
+  if (p.splits > 1) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count].val.clusterDim.x = 1;
+    attributes[count].val.clusterDim.y = static_cast<unsigned>(p.splits);
+    attributes[count].val.clusterDim.z = 1;
+    ++count;
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(p.splits));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmem;
+  config.stream = stream;
+  config.attrs = attributes;
+  config.numAttrs = count;
+  (void)cudaLaunchKernelEx(&config, W8MmaKernel<kInt8, kNt, Out>, p, MakeBias<Out>(bias, bias_dtype),
+                           static_cast<Out*>(y));
+  FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
+  return Status::Ok();
+}
+
+template <bool kInt8, typename Out>
+Status DispatchTiles(const Params& p, int64_t tiles, const void* bias, DType bias_dtype, void* y,
+                     cudaStream_t stream) {
+  switch (TokenTile(p.m)) {
+    case 8:
+      return Launch<kInt8, 8, Out>(p, tiles, bias, bias_dtype, y, stream);
+    case 16:
+      return Launch<kInt8, 16, Out>(p, tiles, bias, bias_dtype, y, stream);
+    case 32:
+      return Launch<kInt8, 32, Out>(p, tiles, bias, bias_dtype, y, stream);
+    default:
+      return Launch<kInt8, 64, Out>(p, tiles, bias, bias_dtype, y, stream);
+  }
+}
+
+}  // namespace
+
+bool W8MmaSupported(const void* x, int64_t ldx, const void* w, int64_t m, int64_t k) {
+  using kernels_internal::Aligned;
+  return m >= 1 && m <= kW8MmaMaxM && k >= kBk && k % kBk == 0 && ldx % 16 == 0 && Aligned(x, 16) && Aligned(w, 16);
+}
+
+Status W8Mma(bool int8, const void* x, int64_t ldx, int64_t m, const void* w, int64_t n, int64_t k,
+             const float* x_scale, bool per_row, const float* w_scale, bool per_col, const void* bias,
+             DType bias_dtype, GemmActivation act, void* y, DType y_dtype, int64_t ldy, cudaStream_t stream) {
+  if (!W8MmaSupported(x, ldx, w, m, k)) {
+    return InvalidArgument("8-bit tensor-core GEMM needs 1 to " + std::to_string(kW8MmaMaxM) +
+                           " rows, K a multiple of 128, 16-byte aligned x and w and x rows of 16-byte multiples");
+  }
+  if (n <= 0) return Status::Ok();
+  Params p;
+  p.x = static_cast<const uint8_t*>(x);
+  p.ldx = ldx;
+  p.m = m;
+  p.w = static_cast<const uint8_t*>(w);
+  p.n = n;
+  p.k = k;
+  p.x_scale = x_scale;
+  p.per_row = per_row;
+  p.w_scale = w_scale;
+  p.per_col = per_col;
+  p.act = act;
+  p.ldy = ldy;
+  p.stages_per_split = 0;  // Launch chooses the split
+  p.splits = 1;
+  const int64_t tiles = (n + kBn - 1) / kBn;
+  if (tiles > 0x7fffffff) return InvalidArgument("8-bit tensor-core GEMM: N too large");
+  return DispatchAct(y_dtype, "8-bit tensor-core GEMM output", [&](auto tag) -> Status {
+    using Out = decltype(tag);
+    return int8 ? DispatchTiles<true, Out>(p, tiles, bias, bias_dtype, y, stream)
+                : DispatchTiles<false, Out>(p, tiles, bias, bias_dtype, y, stream);
+  });
+}
+
+}  // namespace ferry::cuda::gemm_kernels
