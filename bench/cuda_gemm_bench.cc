@@ -320,6 +320,19 @@ GemmArgs Fp8Args(Fp8Mode mode, const Fp8Weight& w, const Fp8Inputs& in, void* y)
   return a;
 }
 
+// Every shape's layers (MakeFp8Layers), and the weights of one layer's linears.
+std::vector<std::vector<Fp8Weight>> MakeFp8LayerSets(int layers, double& weights_per_layer) {
+  std::vector<std::vector<Fp8Weight>> w(std::size(kShapes));
+  weights_per_layer = 0;
+  for (size_t si = 0; si < std::size(kShapes); ++si) {
+    w[si] = MakeFp8Layers(kShapes[si], layers, si + 1);
+    weights_per_layer += static_cast<double>(kShapes[si].n * kShapes[si].k);
+  }
+  std::printf("fp8 and bf16 weights ready\n");
+  std::fflush(stdout);
+  return w;
+}
+
 // ---- w8 mode ----
 
 // Relative RMS difference of two bf16 [m, ldy] outputs over their first n columns.
@@ -339,14 +352,8 @@ double RelDiffBf16(const void* a, const void* b, int64_t m, int64_t n, int64_t l
 }
 
 int RunW8(int layers, const std::vector<int64_t>& ms, bool per_shape) {
-  std::vector<std::vector<Fp8Weight>> w(std::size(kShapes));
   double weights_per_layer = 0;
-  for (size_t si = 0; si < std::size(kShapes); ++si) {
-    w[si] = MakeFp8Layers(kShapes[si], layers, si + 1);
-    weights_per_layer += static_cast<double>(kShapes[si].n * kShapes[si].k);
-  }
-  std::printf("fp8 and bf16 weights ready\n");
-  std::fflush(stdout);
+  const std::vector<std::vector<Fp8Weight>> w = MakeFp8LayerSets(layers, weights_per_layer);
   const Setup setup = MakeSetup(ms);
   const int64_t max_m = setup.max_m, max_n = setup.max_n, max_k = setup.max_k;
   LtGemm& gemm = *setup.gemm;
@@ -463,14 +470,8 @@ double RelRms(const void* y, DType y_dtype, const float* ref, int64_t count) {
 }
 
 int RunFp8(int layers, const std::vector<int64_t>& ms, const std::string& json_path, int64_t tune_m, bool per_shape) {
-  std::vector<std::vector<Fp8Weight>> w(std::size(kShapes));
   double weights_per_layer = 0;
-  for (size_t si = 0; si < std::size(kShapes); ++si) {
-    w[si] = MakeFp8Layers(kShapes[si], layers, si + 1);
-    weights_per_layer += static_cast<double>(kShapes[si].n * kShapes[si].k);
-  }
-  std::printf("fp8 and bf16 weights ready\n");
-  std::fflush(stdout);
+  const std::vector<std::vector<Fp8Weight>> w = MakeFp8LayerSets(layers, weights_per_layer);
   std::vector<int64_t> setup_ms = ms;
   if (tune_m > 0) setup_ms.push_back(tune_m);
   const Setup setup = MakeSetup(setup_ms);

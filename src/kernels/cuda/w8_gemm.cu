@@ -413,7 +413,9 @@ Status Launch(Params p, int64_t tiles, const void* bias, DType bias_dtype, void*
       int count = 0;
       if (cudaOccupancyMaxActiveClusters(&count, kernel, &query) != cudaSuccess) {
         (void)cudaGetLastError();
-        count = 0;  // no clusters of this size: do not split this far
+        // No clusters of this size: do not split this far. Kept like an answer, so that every
+        // later call splits the same way and gives the same bytes.
+        count = 0;
       }
       resident_clusters[size].store(count + 1, std::memory_order_relaxed);
       known = count;
@@ -482,21 +484,9 @@ Status W8Mma(bool int8, const void* x, int64_t ldx, int64_t m, const void* w, in
                            " rows, K a multiple of 128, 16-byte aligned x and w and x rows of 16-byte multiples");
   }
   if (n <= 0) return Status::Ok();
-  Params p;
-  p.x = static_cast<const uint8_t*>(x);
-  p.ldx = ldx;
-  p.m = m;
-  p.w = static_cast<const uint8_t*>(w);
-  p.n = n;
-  p.k = k;
-  p.x_scale = x_scale;
-  p.per_row = per_row;
-  p.w_scale = w_scale;
-  p.per_col = per_col;
-  p.act = act;
-  p.ldy = ldy;
-  p.stages_per_split = 0;  // Launch chooses the split
-  p.splits = 1;
+  // stages_per_split and splits: Launch chooses them.
+  const Params p{static_cast<const uint8_t*>(x), ldx, m, static_cast<const uint8_t*>(w), n, k, x_scale, per_row,
+                 w_scale, per_col, act, ldy, 0, 1};
   const int64_t tiles = (n + kBn - 1) / kBn;
   if (tiles > 0x7fffffff) return InvalidArgument("8-bit tensor-core GEMM: N too large");
   return DispatchAct(y_dtype, "8-bit tensor-core GEMM output", [&](auto tag) -> Status {
