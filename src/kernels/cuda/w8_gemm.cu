@@ -2,8 +2,8 @@
 // w_scale[n] + bias), with x and W both e4m3 (an fp8 linear) or both int8 (W8A8), x quantized
 // per token and W per output channel, as LtGemm's kFp8 and kInt8 problems store them.
 //
-// Why a kernel of its own: at 8 to 64 rows a GEMM reads its weight once and does 16 to 128 flops
-// per weight byte, so it is bound by the weight's bytes. cuBLASLt's fp8 kernels with per-row and
+// Why a kernel of its own: at 1 to 16 rows (where the tuner offers it) a GEMM reads its weight
+// once and does 2 to 32 flops per weight byte, so it is bound by the weight's bytes. cuBLASLt's fp8 kernels with per-row and
 // per-column scales (one 128 x 128 tile on an H200) moved an 8B layer's weights at about 2.6 TB/s
 // at 32 rows; its IMMA kernels add a pass for the int32 accumulator.
 //
@@ -15,14 +15,16 @@
 //     into s32 (exact).
 //   - A block is one warpgroup that owns 128 output channels (two m64 tiles) and a range of K.
 //     Weight and activation tiles of 128 K-bytes (one 128-byte swizzle atom wide) stream into
-//     shared memory through cp.async, four stages in flight, so one block keeps 48 to 64 KB of
-//     weight loads going. The first stages' weights are requested before the block waits for the
-//     kernel ahead of it (programmatic dependent launch): weights are constant.
+//     shared memory through cp.async, three or four stages (Stages()), so that three blocks fit a
+//     multiprocessor with 32 to 48 KB of weight loads in flight each. The first stages' weights
+//     are requested before the block waits for the kernel ahead of it (programmatic dependent
+//     launch): weights are constant.
 //   - Tiles are stored in the tensor cores' 128-byte swizzle (16-byte chunk c of row r at chunk
 //     c ^ (r % 8)), so the descriptors address them directly; cp.async writes through the
 //     generic proxy, so each thread fences to the async proxy before the stage's barrier.
 //   - When the output tiles alone would leave multiprocessors idle (N / 128 blocks under two a
-//     multiprocessor), K is split across the blocks of a thread-block cluster (up to 8). Each
+//     multiprocessor), K is split across the blocks of a thread-block cluster (up to 8, and no
+//     more than lets every cluster be resident at once). Each
 //     block leaves its partial tile in its shared memory; after a cluster barrier every block
 //     sums an equal share of the tile over all of them (distributed shared memory, in split
 //     order, so the result does not depend on timing) and stores it. int8 partials stay int32,
