@@ -324,6 +324,41 @@ TEST(WeightFormatTest, Int8KernelsAgreeBitForBit) {
   kernels::cpu::SetActiveInt8Kernel(saved);
 }
 
+// W8A8 prefill through oneDNN's s8 matmul (CPUs where it runs on AMX) gives the kernels' bytes:
+// the same quantized rows, exact int32 sums and the same epilogue; with SmoothQuant factors, a
+// bias, a partial last panel, and rows below the threshold (the kernels run them either way).
+TEST(WeightFormatTest, Int8OnednnRouteGivesTheKernelsBytes) {
+  if (!kernels::cpu::Int8OnednnSupported()) GTEST_SKIP() << "oneDNN's s8 matmul does not run on AMX here";
+  std::mt19937 rng(16);
+  auto be = backend::MakeCpuBackend();
+  const bool saved = kernels::cpu::Int8OnednnEnabled();
+  for (const Case& c : {Case{64, 48, 2048}, Case{300, 50, 1000}, Case{129, 130, 8193}, Case{512, 256, 512},
+                        Case{63, 40, 256}}) {
+    for (const bool smoothed : {false, true}) {
+      LinearWeight w;
+      w.weight = RandomTensor({c.n, c.k}, rng);
+      w.format = WeightFormat::kInt8W8A8;
+      w.bias = RandomTensor({c.n}, rng);
+      if (smoothed) {
+        std::vector<float> f(static_cast<size_t>(c.k));
+        std::uniform_real_distribution<float> dist(0.25f, 4.0f);
+        for (float& v : f) v = dist(rng);
+        w.smooth = Tensor::FromVector(f, {c.k});
+      }
+      ASSERT_TRUE(be->PrepareLinear(w).ok());
+      const Tensor x = RandomTensor({c.m, c.k}, rng);
+      Tensor y_kernels = Poisoned({c.m, c.n}), y_onednn = Poisoned({c.m, c.n});
+      ASSERT_TRUE(kernels::cpu::SetInt8OnednnEnabled(false));
+      ASSERT_TRUE(be->Linear(x, w, y_kernels).ok());
+      ASSERT_TRUE(kernels::cpu::SetInt8OnednnEnabled(true));
+      ASSERT_TRUE(be->Linear(x, w, y_onednn).ok());
+      EXPECT_EQ(0, std::memcmp(y_kernels.raw(), y_onednn.raw(), y_kernels.nbytes()))
+          << "m=" << c.m << " n=" << c.n << " k=" << c.k << " smoothed=" << smoothed;
+    }
+  }
+  kernels::cpu::SetInt8OnednnEnabled(saved);
+}
+
 TEST(WeightFormatTest, RejectsWhatCannotBeQuantized) {
   std::mt19937 rng(14);
   auto be = backend::MakeCpuBackend();

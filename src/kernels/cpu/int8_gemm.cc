@@ -3,14 +3,18 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/gemm_microkernel.h"
 #include "kernels/cpu/kernel_switch.h"
+#include "kernels/cpu/onednn_matmul.h"
 
 namespace ferry::kernels::cpu {
 namespace {
@@ -28,8 +32,9 @@ namespace {
 // are off by up to 2.7M of 8.3M (bench/gemm_bench.cc checks this at start-up). It would
 // need 7-bit weights. It is also not faster where it matters: it recomputes the s8
 // compensation over all of W per call (decode M = 1: 11 ms vs 0.43 ms here for 3072 x 2048),
-// and at M = 512 on two threads it does 170-223 GFLOP/s against 181-196 here. With VNNI
-// (vpdpbusd, no saturation) it would be worth revisiting.
+// and at M = 512 on two threads it does 170-223 GFLOP/s against 181-196 here. Where oneDNN
+// runs s8 on AMX tiles (exact, and about twice the VNNI kernel at M = 512), prefill goes
+// there: Int8LinearOnednn below.
 //
 // Rows per register tile: 4 x 2 accumulators + 2 weight vectors + ones + 2 broadcasts + a
 // temporary = 14 ymm. Six rows would need 18 and spill; unlike an f32 tile, the arithmetic
@@ -322,6 +327,7 @@ inline void StoreQuads(__m128i q, bool vnni, int8_t* out, int64_t quad_stride) {
   _mm_storel_epi64(reinterpret_cast<__m128i*>(out + 3 * quad_stride), _mm_unpackhi_epi64(hi, hi));
 }
 
+// quad_stride 0: q[0..k) row-major (oneDNN's s8 source) instead of quads with second halves.
 void QuantizeRow(const float* x, int64_t k, int64_t k_stored, const float* smooth, bool vnni, float* tmp, int8_t* out,
                  int64_t quad_stride, float* scale) {
   const float* xs = x;
@@ -350,10 +356,18 @@ void QuantizeRow(const float* x, int64_t k, int64_t k_stored, const float* smoot
     // packs interleaves 128-bit lanes; the permute restores k order.
     const __m256i q16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(quantize8(xs + i), quantize8(xs + i + 8)), 0xd8);
     const __m128i q8 = _mm_packs_epi16(_mm256_castsi256_si128(q16), _mm256_extracti128_si256(q16, 1));
-    StoreQuads(q8, vnni, out + (i / 4) * quad_stride, quad_stride);
+    if (quad_stride == 0) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), q8);
+    } else {
+      StoreQuads(q8, vnni, out + (i / 4) * quad_stride, quad_stride);
+    }
   }
-  for (; i < k_stored; ++i) {
+  for (; i < (quad_stride == 0 ? k : k_stored); ++i) {
     const int8_t q = i < k ? static_cast<int8_t>(std::clamp(std::nearbyint(xs[i] * inv), -127.0f, 127.0f)) : 0;
+    if (quad_stride == 0) {
+      out[i] = q;
+      continue;
+    }
     int8_t* quad = out + (i / 4) * quad_stride;
     quad[i % 4] = q;
     quad[4 + i % 4] = SecondHalf(q, vnni);
@@ -362,9 +376,10 @@ void QuantizeRow(const float* x, int64_t k, int64_t k_stored, const float* smoot
 
 // Per thread, kept across calls: fresh buffers each call would page-fault every time.
 struct Int8Scratch {
-  std::vector<int8_t> q;         // quantized activation tiles
+  std::vector<int8_t> q;         // quantized activation tiles (or rows, for oneDNN)
   std::vector<float> row_scale;  // per row
   std::vector<float> tmp;        // one smoothed row
+  std::vector<int32_t> acc;      // oneDNN's int32 sums
 };
 
 Int8Scratch& ThreadScratch() {
@@ -478,8 +493,105 @@ void QuantizeActivations(const float* x, int64_t lda, int64_t m, int64_t k, int6
   });
 }
 
+namespace {
+
+// oneDNN's s8 matmul counts as fast here only where it runs on AMX tiles: on AVX2 it is
+// gemm:jit, which can saturate (the comment at the top), and with VNNI alone it did not beat
+// the VNNI kernel by enough to pay for a second copy of the weights.
+bool OnednnInt8OnAmx() {
+  static const bool amx = OnednnInt8MatmulImpl().find("amx") != std::string::npos;
+  return amx;
+}
+
+std::atomic<bool>& OnednnInt8Switch() {
+  static std::atomic<bool> on{[] {
+    const char* v = std::getenv("FERRY_INT8_ONEDNN");
+    return OnednnInt8OnAmx() && (v == nullptr || std::strcmp(v, "0") != 0);
+  }()};
+  return on;
+}
+
+// W[N, K] int8 row-major from the quad panels, reordered into oneDNN's layout; built once per
+// weight (null when oneDNN refuses, and then the weight keeps ferry's kernels).
+const OnednnInt8Weight* OnednnWeightOf(const PackedWeight& w) {
+  DerivedLayouts& d = *w.derived;
+  std::call_once(d.onednn_s8_once, [&] {
+    std::vector<int8_t> rows(static_cast<size_t>(w.n * w.k));
+    ParallelFor(w.n, kPanelCols, [&](int64_t n_begin, int64_t n_end) {
+      for (int64_t n = n_begin; n < n_end; ++n) {
+        const int8_t* panel = static_cast<const int8_t*>(w.panel(n / kPanelCols));
+        const int64_t c = n % kPanelCols;
+        for (int64_t k = 0; k < w.k; ++k) rows[n * w.k + k] = panel[(k / 4) * 64 + c * 4 + k % 4];
+      }
+    });
+    Result<std::shared_ptr<OnednnInt8Weight>> packed = PackOnednnInt8Weight(rows.data(), w.n, w.k);
+    if (packed.ok()) d.onednn_s8 = std::move(*packed);
+  });
+  return static_cast<const OnednnInt8Weight*>(d.onednn_s8.get());
+}
+
+// y = fma(float(acc), col_scale * row_scale, bias): StoreInt8Tile's arithmetic, so the same bytes.
+void ScaleInt32Rows(const int32_t* acc, int64_t m, int64_t n, const float* row_scale, const float* col_scale,
+                    const float* bias, float* y, int64_t ldy) {
+  ParallelFor(m, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(n, 1)), [&](int64_t r_begin, int64_t r_end) {
+    for (int64_t r = r_begin; r < r_end; ++r) {
+      const int32_t* a = acc + r * n;
+      float* yr = y + r * ldy;
+      const __m256 rs = _mm256_set1_ps(row_scale[r]);
+      int64_t j = 0;
+      for (; j + 8 <= n; j += 8) {
+        const __m256 b = bias != nullptr ? _mm256_loadu_ps(bias + j) : _mm256_setzero_ps();
+        const __m256 v = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + j)));
+        _mm256_storeu_ps(yr + j, _mm256_fmadd_ps(v, _mm256_mul_ps(_mm256_loadu_ps(col_scale + j), rs), b));
+      }
+      for (; j < n; ++j) {
+        yr[j] = std::fma(static_cast<float>(a[j]), col_scale[j] * row_scale[r], bias != nullptr ? bias[j] : 0.0f);
+      }
+    }
+  });
+}
+
+// The oneDNN route; false when this weight has no oneDNN layout (the caller runs its kernels).
+bool Int8LinearOnednn(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
+                      int64_t ldy) {
+  const OnednnInt8Weight* ow = OnednnWeightOf(w);
+  if (ow == nullptr) return false;
+  Int8Scratch& scratch = ThreadScratch();
+  if (scratch.q.size() < static_cast<size_t>(m * w.k)) scratch.q.resize(static_cast<size_t>(m * w.k));
+  if (scratch.row_scale.size() < static_cast<size_t>(m)) scratch.row_scale.resize(static_cast<size_t>(m));
+  if (scratch.acc.size() < static_cast<size_t>(m * w.n)) scratch.acc.resize(static_cast<size_t>(m * w.n));
+  int8_t* q = scratch.q.data();
+  float* rs = scratch.row_scale.data();
+  const float* smooth = w.smooth_data();
+  ParallelFor(m, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(w.k, 1)), [&](int64_t r_begin, int64_t r_end) {
+    Int8Scratch& local = ThreadScratch();
+    if (smooth != nullptr && local.tmp.size() < static_cast<size_t>(w.k)) local.tmp.resize(static_cast<size_t>(w.k));
+    for (int64_t r = r_begin; r < r_end; ++r) {
+      QuantizeRow(x + r * lda, w.k, w.k, smooth, /*vnni=*/false, local.tmp.data(), q + r * w.k, /*quad_stride=*/0,
+                  rs + r);
+    }
+  });
+  if (!OnednnInt8Matmul(q, m, *ow, scratch.acc.data()).ok()) return false;
+  ScaleInt32Rows(scratch.acc.data(), m, w.n, rs, w.scale_data(), bias, y, ldy);
+  return true;
+}
+
+}  // namespace
+
+bool Int8OnednnSupported() { return OnednnInt8OnAmx(); }
+bool Int8OnednnEnabled() { return OnednnInt8Switch().load(std::memory_order_relaxed); }
+bool SetInt8OnednnEnabled(bool enabled) {
+  if (enabled && !Int8OnednnSupported()) return false;
+  OnednnInt8Switch().store(enabled, std::memory_order_relaxed);
+  return true;
+}
+
 void Int8Linear(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
                 int64_t ldy, int64_t gemv_max_rows) {
+  if (m > gemv_max_rows && m >= kInt8OnednnMinRows && Int8OnednnEnabled() &&
+      Int8LinearOnednn(x, lda, m, w, bias, y, ldy)) {
+    return;
+  }
   Int8Scratch& scratch = ThreadScratch();
   const bool gemv = m <= gemv_max_rows;
   // Fewer rows than a tile need no padding rows.

@@ -24,6 +24,19 @@ Int8Kernel ActiveInt8Kernel();
 bool SetActiveInt8Kernel(Int8Kernel kernel);
 std::string_view Int8KernelName(Int8Kernel kernel);
 
+// Prefill (more than gemv_max_rows and at least kInt8OnednnMinRows rows) on CPUs where
+// oneDNN's s8 matmul runs on AMX tiles: the same quantized rows go to oneDNN in row-major
+// order, W in oneDNN's layout (built from the panels on first use and kept with the weight:
+// the W8A8 weights are then held twice), and the same epilogue runs on its exact int32 sums,
+// so the results are the same bytes as the VNNI and AVX2 kernels'. On a 2-core Xeon with AMX,
+// oneDNN's s8 matmul did about twice the GFLOP/s of the VNNI kernel at 512 rows. On by default
+// where supported; FERRY_INT8_ONEDNN=0 at start-up turns it off.
+inline constexpr int64_t kInt8OnednnMinRows = 64;
+bool Int8OnednnSupported();
+bool Int8OnednnEnabled();
+// For tests and benchmarks; false when this CPU cannot run it (enabling).
+bool SetInt8OnednnEnabled(bool enabled);
+
 // Quantizes rows [0, m) of x to int8 with a per-row dynamic scale, in the tile layout the
 // W8A8 kernels read. Each row: x' = x / smooth (smooth null: x' = x), amax = max |x'|,
 // q = round_half_even(x' * (127 / amax)) in f32 (|q| <= 127), row_scale = amax / 127 (q = 0

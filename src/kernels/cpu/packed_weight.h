@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 
 #include "core/status.h"
 #include "core/tensor.h"
@@ -27,6 +28,14 @@ enum class PanelLayout : uint8_t {
 
 // K as a panel of `layout` stores it (kQuads pads it with zero weights).
 inline int64_t StoredK(PanelLayout layout, int64_t k) { return layout == PanelLayout::kQuads ? (k + 3) / 4 * 4 : k; }
+
+// Another layout of a packed weight that a kernel builds on first use and keeps for the
+// weight's lifetime: oneDNN's s8 matmul layout, for W8A8 prefill on CPUs where oneDNN runs it
+// on AMX (int8_gemm.cc). Shared by copies of the PackedWeight.
+struct DerivedLayouts {
+  std::once_flag onednn_s8_once;
+  std::shared_ptr<void> onednn_s8;  // an OnednnInt8Weight, or null when it could not be built
+};
 
 // A weight W[N, K] rearranged into column panels of kPanelCols output features, the last
 // one zero-padded. Panels sit back to back, so the panels a thread owns form one
@@ -52,6 +61,7 @@ struct PackedWeight {
   // The weight data PrepareLinear packed this from, only to notice a pack paired with
   // another weight; null when loaded from an engine file. Never dereferenced.
   const void* source = nullptr;
+  std::shared_ptr<DerivedLayouts> derived = std::make_shared<DerivedLayouts>();
 
   // Activations are quantized to int8 per row (W8A8).
   bool int8_activations() const { return format == WeightFormat::kInt8W8A8; }
