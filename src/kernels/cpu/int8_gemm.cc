@@ -588,8 +588,8 @@ bool SetInt8OnednnEnabled(bool enabled) {
 
 void Int8Linear(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
                 int64_t ldy, int64_t gemv_max_rows) {
-  if (m > gemv_max_rows && m >= kInt8OnednnMinRows && Int8OnednnEnabled() &&
-      Int8LinearOnednn(x, lda, m, w, bias, y, ldy)) {
+  if (m > gemv_max_rows && m >= kInt8OnednnMinRows && w.n * w.k >= kInt8OnednnMinWeightBytes &&
+      Int8OnednnEnabled() && Int8LinearOnednn(x, lda, m, w, bias, y, ldy)) {
     return;
   }
   Int8Scratch& scratch = ThreadScratch();

@@ -24,14 +24,18 @@ Int8Kernel ActiveInt8Kernel();
 bool SetActiveInt8Kernel(Int8Kernel kernel);
 std::string_view Int8KernelName(Int8Kernel kernel);
 
-// Prefill (more than gemv_max_rows and at least kInt8OnednnMinRows rows) on CPUs where
-// oneDNN's s8 matmul runs on AMX tiles: the same quantized rows go to oneDNN in row-major
+// Prefill (more than gemv_max_rows and at least kInt8OnednnMinRows rows) of weights of at least
+// kInt8OnednnMinWeightBytes on CPUs where oneDNN's s8 matmul runs on AMX tiles: the same quantized rows go to oneDNN in row-major
 // order, W in oneDNN's layout (built from the panels on first use and kept with the weight:
 // the W8A8 weights are then held twice), and the same epilogue runs on its exact int32 sums,
 // so the results are the same bytes as the VNNI and AVX2 kernels'. On a 2-core Xeon with AMX,
 // oneDNN's s8 matmul did about twice the GFLOP/s of the VNNI kernel at 512 rows. On by default
 // where supported; FERRY_INT8_ONEDNN=0 at start-up turns it off.
 inline constexpr int64_t kInt8OnednnMinRows = 64;
+// Smaller weights stay on ferry's kernels: bert-base's (768 x 768 to 3072 x 768) encoded 32 x
+// 128 tokens at 0.91-0.96x through oneDNN, while a 1B decoder's (2048 x 2048 and up) prefilled
+// at 1.44x.
+inline constexpr int64_t kInt8OnednnMinWeightBytes = int64_t{2048} * 2048;
 bool Int8OnednnSupported();
 bool Int8OnednnEnabled();
 // For tests and benchmarks; false when this CPU cannot run it (enabling).
