@@ -182,6 +182,64 @@ TEST(CudaKernels, AddRmsNormMatchesCpu) {
   }
 }
 
+// The column multiplier of the passes that form a W8A8 linear's unquantized input (its
+// 1 / SmoothQuant factors): the norms multiply gamma by it, the gatings their product, in f32
+// before the one rounding to the activation dtype. Wide rows take the vector paths, odd ones
+// the scalar paths.
+TEST(CudaKernels, ColumnMultiplierOfTheNormsAndGatings) {
+  FERRY_SKIP_WITHOUT_GPU();
+  auto cpu = backend::MakeCpuBackend();
+  uint64_t seed = 260;
+  for (DType act : ActDTypes()) {
+    for (const RowShape& s : std::vector<RowShape>{{3, 2048}, {2, 13}}) {
+      const size_t n = static_cast<size_t>(s.rows * s.cols);
+      const std::vector<float> x = RoundTo(act, RandomFloats(n, ++seed, -3.0f, 3.0f));
+      const std::vector<float> delta = RoundTo(act, RandomFloats(n, ++seed, -1.0f, 1.0f));
+      const std::vector<float> gamma = RandomFloats(static_cast<size_t>(s.cols), ++seed, 0.5f, 1.5f);
+      const std::vector<float> mul = RandomFloats(static_cast<size_t>(s.cols), ++seed, 0.05f, 4.0f);
+      std::vector<float> gamma_mul(gamma.size());
+      for (size_t c = 0; c < gamma.size(); ++c) gamma_mul[c] = gamma[c] * mul[c];
+      DeviceBuffer dg = Upload(gamma);
+      DeviceBuffer dm = Upload(mul);
+
+      Tensor want = Tensor::Empty({s.rows, s.cols}, DType::kF32);
+      FERRY_ASSERT_OK(cpu->RmsNorm(HostTensor(x, {s.rows, s.cols}), HostTensor(gamma_mul, {s.cols}), 1e-5f, want));
+      DeviceBuffer dx = UploadAs(act, x);
+      DeviceBuffer dout = PoisonedBuffer(n * DTypeSize(act));
+      FERRY_ASSERT_OK(RmsNorm(dx.get(), dg.as<float>(), 1e-5f, s.rows, s.cols, dout.get(), act, nullptr,
+                              dm.as<float>()));
+      FERRY_ASSERT_SYNC();
+      ExpectClose(DownloadAs(act, dout, n), TensorValues(want), Tolerance(act),
+                  Label("RmsNorm x col_mul", act, ShapeText(s.rows, s.cols)));
+
+      Tensor cpu_residual = HostTensor(x, {s.rows, s.cols});
+      FERRY_ASSERT_OK(cpu->AddRmsNorm(cpu_residual, HostTensor(delta, {s.rows, s.cols}),
+                                      HostTensor(gamma_mul, {s.cols}), 1e-6f, want));
+      DeviceBuffer dres = UploadAs(act, x);
+      DeviceBuffer ddelta = UploadAs(act, delta);
+      FERRY_ASSERT_OK(AddRmsNorm(dres.get(), ddelta.get(), dg.as<float>(), 1e-6f, s.rows, s.cols, dout.get(), act,
+                                 nullptr, dm.as<float>()));
+      FERRY_ASSERT_SYNC();
+      ExpectClose(DownloadAs(act, dout, n), TensorValues(want), Tolerance(act),
+                  Label("AddRmsNorm x col_mul", act, ShapeText(s.rows, s.cols)));
+
+      const std::vector<float> gu = RoundTo(act, RandomFloats(2 * n, ++seed, -6.0f, 6.0f));
+      DeviceBuffer dgu = UploadAs(act, gu);
+      for (bool tanh : {false, true}) {
+        FERRY_ASSERT_OK(tanh ? cpu->GeluTanhMul(HostTensor(gu, {s.rows, 2 * s.cols}), want)
+                             : cpu->SiluMul(HostTensor(gu, {s.rows, 2 * s.cols}), want));
+        std::vector<float> expected = TensorValues(want);
+        for (size_t i = 0; i < n; ++i) expected[i] *= mul[i % static_cast<size_t>(s.cols)];
+        FERRY_ASSERT_OK(tanh ? GeluTanhMul(dgu.get(), s.rows, s.cols, dout.get(), act, nullptr, dm.as<float>())
+                             : SiluMul(dgu.get(), s.rows, s.cols, dout.get(), act, nullptr, dm.as<float>()));
+        FERRY_ASSERT_SYNC();
+        ExpectClose(DownloadAs(act, dout, n), expected, Tolerance(act),
+                    Label(tanh ? "GeluTanhMul x col_mul" : "SiluMul x col_mul", act, ShapeText(s.rows, s.cols)));
+      }
+    }
+  }
+}
+
 TEST(CudaKernels, AddRmsNormRejectsAliasedResidual) {
   FERRY_SKIP_WITHOUT_GPU();
   DeviceBuffer buf(64 * 4), g(64 * 4);

@@ -47,8 +47,11 @@ Result<std::string> GemmTuner::Tune(LinearWeight& w) {
     if (m <= cuda::kDenseSmallMMaxM && UnquantizedSmallMApplies(*lin)) {
       // Decode batches of fp8 and W8A8 weights: the small-M kernel on the unquantized input
       // competes with cuBLASLt's GEMMs (their input quantization, which it saves, is not counted).
+      // Timed as it runs behind a norm or a gating, which apply a W8A8 weight's SmoothQuant
+      // factors (three of a decoder layer's four linears); behind attention (o) the kernel
+      // multiplies them in as well.
       options.extra_small_m = [&, m](cudaStream_t stream) {
-        return RunUnquantizedSmallM(*lin, xb.raw(), act, m, n, k, yb.raw(), stream);
+        return RunUnquantizedSmallM(*lin, xb.raw(), act, m, n, k, yb.raw(), stream, /*smoothed_input=*/true);
       };
     }
     FERRY_ASSIGN_OR_RETURN(cuda::GemmChoice choice, gemm_.Tune(p, a, ctx_.stream(), options));

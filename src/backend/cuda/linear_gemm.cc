@@ -66,7 +66,7 @@ bool UnquantizedSmallMApplies(const CudaLinear& lin) {
 }
 
 Status RunUnquantizedSmallM(const CudaLinear& lin, const void* x, DType act, int64_t m, int64_t n, int64_t k, void* y,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, bool smoothed_input) {
   const bool has_bias = lin.bias.defined();
   const void* bias = has_bias ? lin.bias.raw() : nullptr;
   const DType bias_dtype = has_bias ? lin.bias.dtype() : DType::kF32;
@@ -76,7 +76,7 @@ Status RunUnquantizedSmallM(const CudaLinear& lin, const void* x, DType act, int
   }
   return cuda::gemm_kernels::Int8SmoothedSmallM(
       x, act, k, m, lin.weight.data<int8_t>(), lin.scales.data<float>(),
-      lin.inv_smooth.defined() ? lin.inv_smooth.data<float>() : nullptr, n, k, bias, bias_dtype,
+      lin.inv_smooth.defined() && !smoothed_input ? lin.inv_smooth.data<float>() : nullptr, n, k, bias, bias_dtype,
       cuda::GemmActivation::kNone, y, n, stream);
 }
 
@@ -90,11 +90,16 @@ bool UnquantizedSmallMChosen(const CudaLinear& lin, const cuda::GemmChoice* choi
 
 // An fp8 or W8A8 linear through the small-M kernel: its input is formed in the activation
 // dtype by the pass the quantization would have done it in (the norm, the gating, the GELU),
-// and read unquantized.
+// and read unquantized. A W8A8 weight's 1 / SmoothQuant factors are applied by the norm and
+// the gatings as they form the input (one multiply there, instead of a vector every block of
+// the GEMM re-reads); an input formed elsewhere is multiplied in the GEMM.
 Status RunUnquantized(CudaContext& ctx, const Tensor& x, const CudaLinear& lin, int64_t n, int64_t k, Tensor& y,
                       cuda::QuantPrologue prologue, const NormInput* norm) {
   const int64_t m = y.dim(0);
   const DType act = x.dtype();
+  const float* inv_smooth =
+      lin.kind == cuda::GemmKind::kInt8 && lin.inv_smooth.defined() ? lin.inv_smooth.data<float>() : nullptr;
+  bool smoothed = false;
   Tensor in = x;
   if (norm != nullptr || prologue != cuda::QuantPrologue::kNone) {
     FERRY_ASSIGN_OR_RETURN(in, ctx.Allocate({m, k}, act));
@@ -102,21 +107,24 @@ Status RunUnquantized(CudaContext& ctx, const Tensor& x, const CudaLinear& lin, 
   if (norm != nullptr) {
     if (norm->delta != nullptr) {
       FERRY_RETURN_IF_ERROR(cuda::AddRmsNorm(norm->residual->raw(), norm->delta->raw(), norm->gamma, norm->eps, m, k,
-                                             in.raw(), act, ctx.stream()));
+                                             in.raw(), act, ctx.stream(), inv_smooth));
     } else {
       FERRY_RETURN_IF_ERROR(cuda::RmsNorm(norm->residual->raw(), norm->gamma, norm->eps, m, k, in.raw(), act,
-                                          ctx.stream()));
+                                          ctx.stream(), inv_smooth));
     }
+    smoothed = true;
   } else if (prologue == cuda::QuantPrologue::kSiluMul) {
-    FERRY_RETURN_IF_ERROR(cuda::SiluMul(x.raw(), m, k, in.raw(), act, ctx.stream()));
+    FERRY_RETURN_IF_ERROR(cuda::SiluMul(x.raw(), m, k, in.raw(), act, ctx.stream(), inv_smooth));
+    smoothed = true;
   } else if (prologue == cuda::QuantPrologue::kGeluTanhMul) {
-    FERRY_RETURN_IF_ERROR(cuda::GeluTanhMul(x.raw(), m, k, in.raw(), act, ctx.stream()));
+    FERRY_RETURN_IF_ERROR(cuda::GeluTanhMul(x.raw(), m, k, in.raw(), act, ctx.stream(), inv_smooth));
+    smoothed = true;
   } else if (prologue == cuda::QuantPrologue::kGeluErf) {
     FERRY_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(in.raw(), x.raw(), x.nbytes(), cudaMemcpyDeviceToDevice, ctx.stream()));
     FERRY_RETURN_IF_ERROR(cuda::Gelu(in.raw(), in.numel(), act, ctx.stream()));
   }
-  return RunUnquantizedSmallM(lin, in.raw(), act, m, n, k, y.raw(), ctx.stream());
+  return RunUnquantizedSmallM(lin, in.raw(), act, m, n, k, y.raw(), ctx.stream(), smoothed);
 }
 
 Status RunPrepared(CudaContext& ctx, cuda::LtGemm& gemm, const Tensor& x, const LinearWeight& w, Tensor& y,

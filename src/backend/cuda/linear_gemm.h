@@ -27,13 +27,13 @@ Status SetUpGemm(CudaContext& ctx, const Tensor& x, const CudaLinear& lin, int64
                  cuda::GemmArgs& a, Tensor& q, Tensor& row_scales,
                  cuda::QuantPrologue prologue = cuda::QuantPrologue::kNone, const NormInput* norm = nullptr);
 // fp8 and W8A8 weights (per-channel scales) for decode batches: the small-M kernel on the
-// weight as it is stored and the unquantized input x [m, k] (activation dtype `act`; a W8A8
-// weight's input multiplied by 1 / its SmoothQuant factors in the kernel), y [m, n]. An
-// engine's `small_m` choice for such a weight's bucket selects it. Applies: the weight has
-// what the kernel needs.
+// weight as it is stored and the unquantized input x [m, k] (activation dtype `act`), y [m, n].
+// A W8A8 weight's input is multiplied by 1 / its SmoothQuant factors: in the kernel, or, with
+// smoothed_input, already by the pass that formed x. An engine's `small_m` choice for such a
+// weight's bucket selects it. Applies: the weight has what the kernel needs.
 bool UnquantizedSmallMApplies(const CudaLinear& lin);
 Status RunUnquantizedSmallM(const CudaLinear& lin, const void* x, DType act, int64_t m, int64_t n, int64_t k, void* y,
-                            cudaStream_t stream);
+                            cudaStream_t stream, bool smoothed_input = false);
 // y[M, N] = x[M, K] · W[N, K]^T (+ bias), enqueued on the context's stream.
 Status RunLinear(CudaContext& ctx, cuda::LtGemm& gemm, const Tensor& x, const LinearWeight& w, Tensor& y);
 // y = GELU(x) · W^T (+ bias): for W8A8 and fp8 weights the GELU is part of the activation

@@ -95,7 +95,7 @@ Status LaunchMap(const char* what, void* x, const void* y, int64_t n, DType act,
 // out[r, j] = act(gate_up[r, j]) * gate_up[r, inter + j] (act: SiLU, GELU-tanh or exact
 // GELU); V divides inter.
 template <typename T, int V, int kAct = kGatedSilu>
-__global__ void SiluMulKernel(const T* gate_up, int64_t rows, int64_t inter, T* out) {
+__global__ void SiluMulKernel(const T* gate_up, int64_t rows, int64_t inter, T* out, const float* col_mul) {
   AwaitPriorGrids();
   const int64_t nvec = inter / V;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -109,6 +109,12 @@ __global__ void SiluMulKernel(const T* gate_up, int64_t rows, int64_t inter, T* 
       LoadF32<T, V>(u + j * V, b);
 #pragma unroll
       for (int k = 0; k < V; ++k) a[k] = GatedActivation<kAct>(a[k]) * b[k];
+      if (col_mul != nullptr) {
+        float c[V];
+        LoadF32<float, V>(col_mul + j * V, c);
+#pragma unroll
+        for (int k = 0; k < V; ++k) a[k] *= c[k];
+      }
       StoreF32<T, V>(o + j * V, a);
     }
   }
@@ -183,62 +189,40 @@ __global__ void ConvertKernel(const S* src, D* dst, int64_t n) {
 
 }  // namespace
 
-Status SiluMul(const void* gate_up, int64_t rows, int64_t inter, void* out, DType act, cudaStream_t stream) {
-  if (rows < 0 || inter < 0) return InvalidArgument("SiluMul: negative shape");
+template <int kAct>
+Status LaunchGatedMul(const char* what, const void* gate_up, int64_t rows, int64_t inter, void* out, DType act,
+                      cudaStream_t stream, const float* col_mul) {
+  if (rows < 0 || inter < 0) return InvalidArgument(std::string(what) + ": negative shape");
   if (rows == 0 || inter == 0) return Status::Ok();
-  if (gate_up == nullptr || out == nullptr) return InvalidArgument("SiluMul: null pointer");
-  return DispatchAct(act, "SiluMul", [&](auto tag) -> Status {
+  if (gate_up == nullptr || out == nullptr) return InvalidArgument(std::string(what) + ": null pointer");
+  return DispatchAct(act, what, [&](auto tag) -> Status {
     using T = decltype(tag);
     constexpr int V = kVec16<T>;
     const T* g = static_cast<const T*>(gate_up);
     T* o = static_cast<T*>(out);
-    if (inter % V == 0 && Aligned(gate_up, 16) && Aligned(out, 16)) {
-      LaunchKernel(SiluMulKernel<T, V>, RowGrid(rows, inter / V), kThreads, 0, stream, g, rows, inter, o);
+    if (inter % V == 0 && Aligned(gate_up, 16) && Aligned(out, 16) && Aligned(col_mul, 16)) {
+      LaunchKernel(SiluMulKernel<T, V, kAct>, RowGrid(rows, inter / V), kThreads, 0, stream, g, rows, inter, o,
+                   col_mul);
     } else {
-      LaunchKernel(SiluMulKernel<T, 1>, RowGrid(rows, inter), kThreads, 0, stream, g, rows, inter, o);
+      LaunchKernel(SiluMulKernel<T, 1, kAct>, RowGrid(rows, inter), kThreads, 0, stream, g, rows, inter, o, col_mul);
     }
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
     return Status::Ok();
   });
 }
 
-Status GeluTanhMul(const void* gate_up, int64_t rows, int64_t inter, void* out, DType act, cudaStream_t stream) {
-  if (rows < 0 || inter < 0) return InvalidArgument("GeluTanhMul: negative shape");
-  if (rows == 0 || inter == 0) return Status::Ok();
-  if (gate_up == nullptr || out == nullptr) return InvalidArgument("GeluTanhMul: null pointer");
-  return DispatchAct(act, "GeluTanhMul", [&](auto tag) -> Status {
-    using T = decltype(tag);
-    constexpr int V = kVec16<T>;
-    const T* g = static_cast<const T*>(gate_up);
-    T* o = static_cast<T*>(out);
-    if (inter % V == 0 && Aligned(gate_up, 16) && Aligned(out, 16)) {
-      LaunchKernel(SiluMulKernel<T, V, kGatedGeluTanh>, RowGrid(rows, inter / V), kThreads, 0, stream, g, rows, inter,
-                   o);
-    } else {
-      LaunchKernel(SiluMulKernel<T, 1, kGatedGeluTanh>, RowGrid(rows, inter), kThreads, 0, stream, g, rows, inter, o);
-    }
-    FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
-    return Status::Ok();
-  });
+Status SiluMul(const void* gate_up, int64_t rows, int64_t inter, void* out, DType act, cudaStream_t stream,
+               const float* col_mul) {
+  return LaunchGatedMul<kGatedSilu>("SiluMul", gate_up, rows, inter, out, act, stream, col_mul);
+}
+
+Status GeluTanhMul(const void* gate_up, int64_t rows, int64_t inter, void* out, DType act, cudaStream_t stream,
+                   const float* col_mul) {
+  return LaunchGatedMul<kGatedGeluTanh>("GeluTanhMul", gate_up, rows, inter, out, act, stream, col_mul);
 }
 
 Status GeluMul(const void* gate_up, int64_t rows, int64_t inter, void* out, DType act, cudaStream_t stream) {
-  if (rows < 0 || inter < 0) return InvalidArgument("GeluMul: negative shape");
-  if (rows == 0 || inter == 0) return Status::Ok();
-  if (gate_up == nullptr || out == nullptr) return InvalidArgument("GeluMul: null pointer");
-  return DispatchAct(act, "GeluMul", [&](auto tag) -> Status {
-    using T = decltype(tag);
-    constexpr int V = kVec16<T>;
-    const T* g = static_cast<const T*>(gate_up);
-    T* o = static_cast<T*>(out);
-    if (inter % V == 0 && Aligned(gate_up, 16) && Aligned(out, 16)) {
-      LaunchKernel(SiluMulKernel<T, V, kGatedGelu>, RowGrid(rows, inter / V), kThreads, 0, stream, g, rows, inter, o);
-    } else {
-      LaunchKernel(SiluMulKernel<T, 1, kGatedGelu>, RowGrid(rows, inter), kThreads, 0, stream, g, rows, inter, o);
-    }
-    FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
-    return Status::Ok();
-  });
+  return LaunchGatedMul<kGatedGelu>("GeluMul", gate_up, rows, inter, out, act, stream, nullptr);
 }
 
 Status Scale(void* x, int64_t n, float s, DType act, cudaStream_t stream) {

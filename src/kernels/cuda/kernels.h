@@ -30,13 +30,15 @@ Status EmbeddingGather(const void* table, DType table_dtype, const int32_t* ids,
                        DType act, cudaStream_t stream);
 
 // out = x * rsqrt(mean(x^2) + eps) * gamma over each row of [rows, cols]; out may be x.
+// col_mul (f32 [cols], optional) multiplies gamma in f32: the norm in front of a W8A8 linear
+// read unquantized applies the linear's 1 / SmoothQuant factors there.
 Status RmsNorm(const void* x, const float* gamma, float eps, int64_t rows, int64_t cols, void* out, DType act,
-               cudaStream_t stream);
+               cudaStream_t stream, const float* col_mul = nullptr);
 
 // residual += delta (stored rounded to `act`); out = RmsNorm(residual) of the f32 sum, as
-// the CPU computes it. out must not alias residual (it may alias delta).
+// the CPU computes it. out must not alias residual (it may alias delta). col_mul as RmsNorm's.
 Status AddRmsNorm(void* residual, const void* delta, const float* gamma, float eps, int64_t rows, int64_t cols,
-                  void* out, DType act, cudaStream_t stream);
+                  void* out, DType act, cudaStream_t stream, const float* col_mul = nullptr);
 
 // The norm in front of a W8A8 or fp8 GEMM and that GEMM's activation quantization, in one
 // pass: residual += delta (delta null: residual is only read), y = RmsNorm(the f32 sum), and
@@ -86,11 +88,15 @@ Status RopeQkvWriteKv(const void* qkv, void* q_out, int64_t tokens, int num_head
                       const int32_t* positions, const float* inv_freq, const int32_t* slots, int block_tokens,
                       void* k_cache, void* v_cache, DType act, DType cache_dtype, cudaStream_t stream);
 
-// out[r, :] = silu(gate_up[r, :inter]) * gate_up[r, inter:]; gate_up [rows, 2*inter].
-Status SiluMul(const void* gate_up, int64_t rows, int64_t inter, void* out, DType act, cudaStream_t stream);
+// out[r, :] = silu(gate_up[r, :inter]) * gate_up[r, inter:]; gate_up [rows, 2*inter]. col_mul
+// (f32 [inter], optional): each column is also multiplied by it before the rounding to `act`.
+Status SiluMul(const void* gate_up, int64_t rows, int64_t inter, void* out, DType act, cudaStream_t stream,
+               const float* col_mul = nullptr);
 
-// out[r, :] = gelu_tanh(gate_up[r, :inter]) * gate_up[r, inter:] (GeGLU, tanh approximation).
-Status GeluTanhMul(const void* gate_up, int64_t rows, int64_t inter, void* out, DType act, cudaStream_t stream);
+// out[r, :] = gelu_tanh(gate_up[r, :inter]) * gate_up[r, inter:] (GeGLU, tanh approximation);
+// col_mul as SiluMul's.
+Status GeluTanhMul(const void* gate_up, int64_t rows, int64_t inter, void* out, DType act, cudaStream_t stream,
+                   const float* col_mul = nullptr);
 
 // out[r, :] = gelu(gate_up[r, :inter]) * gate_up[r, inter:] (GeGLU, exact erf GELU).
 Status GeluMul(const void* gate_up, int64_t rows, int64_t inter, void* out, DType act, cudaStream_t stream);

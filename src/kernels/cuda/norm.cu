@@ -40,9 +40,22 @@ __device__ __forceinline__ void LoadParams(const float* p, int64_t j, float (&ou
   }
 }
 
+// gamma for vector j, times col_mul (when not null) in f32: a W8A8 linear's 1 / SmoothQuant
+// factors applied where its unquantized input is formed.
+template <int V>
+__device__ __forceinline__ void LoadGamma(const float* gamma, const float* col_mul, int64_t j, float (&g)[V]) {
+  LoadParams<V>(gamma, j, g);
+  if (col_mul != nullptr) {
+    float m[V];
+    LoadParams<V>(col_mul, j, m);
+#pragma unroll
+    for (int k = 0; k < V; ++k) g[k] *= m[k];
+  }
+}
+
 // RMSNorm. kIters > 0: the row is held in registers; 0: read twice.
 template <typename T, int V, int kIters>
-__global__ void __launch_bounds__(kMaxThreads) RmsNormKernel(const T* x, const float* gamma, float eps, int64_t rows, int64_t cols, T* out) {
+__global__ void __launch_bounds__(kMaxThreads) RmsNormKernel(const T* x, const float* gamma, const float* col_mul, float eps, int64_t rows, int64_t cols, T* out) {
   AwaitPriorGrids();
   __shared__ float scratch[32];
   const int64_t nvec = cols / V;
@@ -68,7 +81,7 @@ __global__ void __launch_bounds__(kMaxThreads) RmsNormKernel(const T* x, const f
         const int64_t j = threadIdx.x + static_cast<int64_t>(it) * blockDim.x;
         if (j < nvec) {
           float g[V];
-          LoadParams<V>(gamma, j, g);
+          LoadGamma<V>(gamma, col_mul, j, g);
 #pragma unroll
           for (int k = 0; k < V; ++k) v[it][k] = v[it][k] * scale * g[k];
           StoreF32<T, V>(orow + j * V, v[it]);
@@ -86,7 +99,7 @@ __global__ void __launch_bounds__(kMaxThreads) RmsNormKernel(const T* x, const f
       for (int64_t j = threadIdx.x; j < nvec; j += blockDim.x) {
         float v[V], g[V];
         LoadF32<T, V>(xr + j * V, v);
-        LoadParams<V>(gamma, j, g);
+        LoadGamma<V>(gamma, col_mul, j, g);
 #pragma unroll
         for (int k = 0; k < V; ++k) v[k] = v[k] * scale * g[k];
         StoreF32<T, V>(orow + j * V, v);
@@ -98,8 +111,8 @@ __global__ void __launch_bounds__(kMaxThreads) RmsNormKernel(const T* x, const f
 // residual += delta; out = RMSNorm(the f32 sum). Each thread writes only the elements it
 // read, so out may alias delta.
 template <typename T, int V, int kIters>
-__global__ void __launch_bounds__(kMaxThreads) AddRmsNormKernel(T* residual, const T* delta, const float* gamma, float eps, int64_t rows,
-                                 int64_t cols, T* out) {
+__global__ void __launch_bounds__(kMaxThreads) AddRmsNormKernel(T* residual, const T* delta, const float* gamma, const float* col_mul, float eps,
+                                 int64_t rows, int64_t cols, T* out) {
   AwaitPriorGrids();
   __shared__ float scratch[32];
   const int64_t nvec = cols / V;
@@ -132,7 +145,7 @@ __global__ void __launch_bounds__(kMaxThreads) AddRmsNormKernel(T* residual, con
         const int64_t j = threadIdx.x + static_cast<int64_t>(it) * blockDim.x;
         if (j < nvec) {
           float g[V];
-          LoadParams<V>(gamma, j, g);
+          LoadGamma<V>(gamma, col_mul, j, g);
 #pragma unroll
           for (int k = 0; k < V; ++k) v[it][k] = v[it][k] * scale * g[k];
           StoreF32<T, V>(orow + j * V, v[it]);
@@ -157,7 +170,7 @@ __global__ void __launch_bounds__(kMaxThreads) AddRmsNormKernel(T* residual, con
         float a[V], b[V], g[V];
         LoadF32<T, V>(res + j * V, a);
         LoadF32<T, V>(d + j * V, b);
-        LoadParams<V>(gamma, j, g);
+        LoadGamma<V>(gamma, col_mul, j, g);
 #pragma unroll
         for (int k = 0; k < V; ++k) a[k] += b[k];
         StoreF32<T, V>(res + j * V, a);
@@ -410,16 +423,16 @@ Status HeadRmsNorm(void* x, int64_t rows, int64_t cols, int64_t col_begin, int h
 }
 
 Status RmsNorm(const void* x, const float* gamma, float eps, int64_t rows, int64_t cols, void* out, DType act,
-               cudaStream_t stream) {
+               cudaStream_t stream, const float* col_mul) {
   FERRY_RETURN_IF_ERROR(CheckRowArgs("RmsNorm", rows, cols));
   if (rows == 0) return Status::Ok();
   if (x == nullptr || gamma == nullptr || out == nullptr) return InvalidArgument("RmsNorm: null pointer");
   return DispatchAct(act, "RmsNorm", [&](auto tag) -> Status {
     using T = decltype(tag);
-    const RowPlan plan = PlanRows(cols, kVec16<T>, Aligned(x, 16) && Aligned(out, 16) && Aligned(gamma, 16));
+    const RowPlan plan = PlanRows(cols, kVec16<T>, Aligned(x, 16) && Aligned(out, 16) && Aligned(gamma, 16) && Aligned(col_mul, 16));
     DispatchRowPlan<T>(plan, [&](auto v, auto iters) {
       LaunchKernel(RmsNormKernel<T, decltype(v)::value, decltype(iters)::value>, RowBlocks(rows), plan.threads, 0,
-                   stream, static_cast<const T*>(x), gamma, eps, rows, cols, static_cast<T*>(out));
+                   stream, static_cast<const T*>(x), gamma, col_mul, eps, rows, cols, static_cast<T*>(out));
     });
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
     return Status::Ok();
@@ -427,7 +440,7 @@ Status RmsNorm(const void* x, const float* gamma, float eps, int64_t rows, int64
 }
 
 Status AddRmsNorm(void* residual, const void* delta, const float* gamma, float eps, int64_t rows, int64_t cols,
-                  void* out, DType act, cudaStream_t stream) {
+                  void* out, DType act, cudaStream_t stream, const float* col_mul) {
   FERRY_RETURN_IF_ERROR(CheckRowArgs("AddRmsNorm", rows, cols));
   if (rows == 0) return Status::Ok();
   if (residual == nullptr || delta == nullptr || gamma == nullptr || out == nullptr) {
@@ -437,10 +450,11 @@ Status AddRmsNorm(void* residual, const void* delta, const float* gamma, float e
   return DispatchAct(act, "AddRmsNorm", [&](auto tag) -> Status {
     using T = decltype(tag);
     const RowPlan plan = PlanRows(
-        cols, kVec16<T>, Aligned(residual, 16) && Aligned(delta, 16) && Aligned(out, 16) && Aligned(gamma, 16));
+        cols, kVec16<T>,
+        Aligned(residual, 16) && Aligned(delta, 16) && Aligned(out, 16) && Aligned(gamma, 16) && Aligned(col_mul, 16));
     DispatchRowPlan<T>(plan, [&](auto v, auto iters) {
       LaunchKernel(AddRmsNormKernel<T, decltype(v)::value, decltype(iters)::value>, RowBlocks(rows), plan.threads, 0,
-                   stream, static_cast<T*>(residual), static_cast<const T*>(delta), gamma, eps, rows, cols,
+                   stream, static_cast<T*>(residual), static_cast<const T*>(delta), gamma, col_mul, eps, rows, cols,
                    static_cast<T*>(out));
     });
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();

@@ -1,0 +1,28 @@
+#!/bin/bash
+# int8 small-M widening without I2F: GEMM tests, then 1B engines (new binary; int8 kinds also with the old one).
+source .devpack/setup.sh
+O=$OUT/r11; mkdir -p $O
+cd /tmp
+t0=$(date +%s)
+timeout 150 cuda_test --gtest_filter='GemmTest.*:*SmallM*:*Linear*:*W8A8*:*Int8*' > $O/cuda_test.txt 2>&1; echo "tests rc=$? $(( $(date +%s)-t0 ))s"
+grep -E "tests? ran|PASSED|FAILED" $O/cuda_test.txt | head -10
+F=ferry; FO=ferry_old
+S1=/tmp/s1b; mkdir -p $S1
+timeout 30 $F make-checkpoint --preset llama-3.2-1b --dtype bf16 -o $S1/ckpt > /dev/null; echo "ckpt $(( $(date +%s)-t0 ))s"
+for p in bf16 fp8 int8 int8-wo; do timeout 60 $F build --model $S1/ckpt --device cuda --precision $p --calibration-tokens 2048 -o $S1/$p.ferry > $O/build-1b-$p.log 2>&1; echo "1b $p built rc=$? $(( $(date +%s)-t0 ))s"; done
+for p in int8 int8-wo; do timeout 60 $FO build --model $S1/ckpt --device cuda --precision $p --calibration-tokens 2048 -o $S1/$p-old.ferry > $O/build-1b-$p-old.log 2>&1; echo "1b $p-old built rc=$? $(( $(date +%s)-t0 ))s"; done
+for r in 1 2; do
+  for p in bf16 fp8 int8 int8-old int8-wo int8-wo-old; do
+    B=$F; [[ $p == *-old ]] && B=$FO
+    timeout 45 $B bench model --model $S1/$p.ferry --device cuda --threads 1 --prompt-len 1024 --batch 1,8,16,32 --decode-context 512 --decode-steps 32 --repeats 3 --json > $O/1b-r$r-$p.json 2>&1; echo "1b r$r $p rc=$? $(( $(date +%s)-t0 ))s"
+  done
+done
+python3 - $O <<'PY'
+import json,sys,glob,os
+for f in sorted(glob.glob(sys.argv[1]+'/*-r*.json')):
+    try: r=json.load(open(f))[0]
+    except Exception as e: print(f, 'bad', e); continue
+    print(os.path.basename(f), 'prefill', round(r['prefill_tokens_per_s']), 'decode', [(d['batch'], round(d['tokens_per_s'])) for d in r['decode']])
+PY
+grep -h "choice\|small" $O/build-1b-int8.log | head -5
+cd $OUT && tar cJf r11.tar.xz r11 && rm -rf r11
