@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "core/thread_pool.h"
 #include "kernel_test_util.h"
+#include "kernels/cpu/amx_gemm.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/int8_gemm.h"
 #include "kernels/cpu/linear.h"
@@ -358,6 +359,50 @@ TEST(WeightFormatTest, Int8OnednnRouteGivesTheKernelsBytes) {
     }
   }
   kernels::cpu::SetInt8OnednnEnabled(saved);
+}
+
+// bf16 and int8 weight-only prefill on AMX tiles: the f32 kernels' product of the same weights
+// and the activations rounded to bf16, to f32 summation error (the tiles sum in another order,
+// and apply int8 scales to the sums); within bf16 rounding of the product of the unrounded
+// activations. Partial last panels, an odd panel count (a block of one panel), K off the tiles'
+// 32, row counts off their 32, several row groups and K chunks, with and without a bias; below
+// kAmxMinRows the f32 kernels run either way.
+TEST(WeightFormatTest, AmxRouteIsTheProductOfBf16Activations) {
+  if (!kernels::cpu::AmxBf16Supported()) GTEST_SKIP() << "no AMX-BF16 here";
+  std::mt19937 rng(17);
+  auto be = backend::MakeCpuBackend();
+  const bool saved = kernels::cpu::AmxBf16Enabled();
+  for (const WeightFormat format : {WeightFormat::kBF16, WeightFormat::kInt8}) {
+    for (const Case& c : {Case{64, 48, 2048}, Case{70, 33, 1001}, Case{300, 50, 1000}, Case{257, 290, 1100},
+                          Case{64, 16, 32}, Case{40, 64, 512}, Case{96, 2048, 520}, Case{70, 40, 4200}}) {
+      for (const bool with_bias : {false, true}) {
+        const std::string what = std::string(backend::WeightFormatName(format)) + " m=" + std::to_string(c.m) +
+                                 " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
+                                 (with_bias ? " bias" : "");
+        LinearWeight w;
+        w.weight = RandomTensor({c.n, c.k}, rng);
+        w.format = format;
+        if (with_bias) w.bias = RandomTensor({c.n}, rng);
+        ASSERT_TRUE(be->PrepareLinear(w).ok()) << what;
+        const Tensor x = RandomTensor({c.m, c.k}, rng, -2.0f, 2.0f);
+        const Tensor x_bf16 = ConvertTo(x, DType::kBF16).ToF32();
+        Tensor y_amx = Poisoned({c.m, c.n}), y_rounded = Poisoned({c.m, c.n}), y_f32 = Poisoned({c.m, c.n});
+        ASSERT_TRUE(kernels::cpu::SetAmxBf16Enabled(false));
+        ASSERT_TRUE(be->Linear(x_bf16, w, y_rounded).ok()) << what;
+        ASSERT_TRUE(be->Linear(x, w, y_f32).ok()) << what;
+        ASSERT_TRUE(kernels::cpu::SetAmxBf16Enabled(true));
+        ASSERT_TRUE(be->Linear(x, w, y_amx).ok()) << what;
+        if (c.m < kernels::cpu::kAmxMinRows) {
+          EXPECT_EQ(0, std::memcmp(y_amx.raw(), y_f32.raw(), y_f32.nbytes())) << what << ": below kAmxMinRows";
+          continue;
+        }
+        ExpectClose(y_amx, testing::Values(y_rounded), 2e-6 * std::sqrt(static_cast<double>(c.k)),
+                    what + ": against the f32 kernels on bf16 activations");
+        ExpectClose(y_amx, testing::Values(y_f32), 2e-2, what + ": against the f32 kernels");
+      }
+    }
+  }
+  kernels::cpu::SetAmxBf16Enabled(saved);
 }
 
 TEST(WeightFormatTest, RejectsWhatCannotBeQuantized) {

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/amx_gemm.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/int8_gemm.h"
@@ -44,6 +45,8 @@ Status Linear(const Tensor& x, const PackedWeight& w, const Tensor& bias, Tensor
     Int8Linear(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld, config.gemv_max_rows);
   } else if (xm.rows <= config.gemv_max_rows) {
     GemvPacked(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld);
+  } else if (AmxGemmApplies(w, xm.rows)) {
+    GemmAmxBf16(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld);
   } else {
     GemmPacked(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld);
   }
