@@ -110,15 +110,21 @@ FERRY_AMX_TARGET void RoundRows(const float* x, int64_t lda, int64_t m, int64_t 
 // ones start from an undefined register and warn (-Wmaybe-uninitialized).
 constexpr __mmask16 kAll = 0xffff;
 
-// One K row of a panel's 16 columns, as bf16 bit patterns in the low halves of 16 lanes.
+// One K row of a panel's 16 columns in the 16 lanes of a B tile row, as bf16 bit patterns:
+// in the low halves (kHigh false: the even k) or the high halves (the odd k).
+template <bool kHigh>
 FERRY_AMX_TARGET inline __m512i PanelRow(const uint16_t* row) {
-  return _mm512_maskz_cvtepu16_epi32(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)));
+  const __m512i v = _mm512_maskz_cvtepu16_epi32(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)));
+  return kHigh ? _mm512_maskz_slli_epi32(kAll, v, 16) : v;
 }
-// int8 weights are small integers, exact in bf16.
+// int8 weights are small integers: their f32 values have nothing below the top 16 bits, which
+// are then exactly their bf16 patterns.
+template <bool kHigh>
 FERRY_AMX_TARGET inline __m512i PanelRow(const int8_t* row) {
-  const __m512 f = _mm512_maskz_cvtepi32_ps(
-      kAll, _mm512_maskz_cvtepi8_epi32(kAll, _mm_loadu_si128(reinterpret_cast<const __m128i*>(row))));
-  return _mm512_maskz_cvtepu16_epi32(kAll, (__m256i)_mm512_cvtneps_pbh(f));
+  const __m512i f = _mm512_castps_si512(_mm512_maskz_cvtepi32_ps(
+      kAll, _mm512_maskz_cvtepi8_epi32(kAll, _mm_loadu_si128(reinterpret_cast<const __m128i*>(row)))));
+  return kHigh ? _mm512_and_si512(f, _mm512_set1_epi32(static_cast<int>(0xffff0000u)))
+               : _mm512_maskz_srli_epi32(kAll, f, 16);
 }
 
 // Panel p's weights for k in [k0, k0 + kc) (kc a multiple of 32) in the order a B tile
@@ -130,9 +136,9 @@ FERRY_AMX_TARGET void PairPanel(const PackedWeight& w, int64_t p, int64_t k0, in
   const __m512i zero = _mm512_setzero_si512();
   for (int64_t j = 0; j < kc / 2; ++j) {
     const int64_t k = k0 + 2 * j;
-    const __m512i even = k < w.k ? PanelRow(src + k * kPanelCols) : zero;
-    const __m512i odd = k + 1 < w.k ? PanelRow(src + (k + 1) * kPanelCols) : zero;
-    _mm512_storeu_si512(out + j * 16, _mm512_or_si512(even, _mm512_maskz_slli_epi32(kAll, odd, 16)));
+    const __m512i even = k < w.k ? PanelRow<false>(src + k * kPanelCols) : zero;
+    const __m512i odd = k + 1 < w.k ? PanelRow<true>(src + (k + 1) * kPanelCols) : zero;
+    _mm512_storeu_si512(out + j * 16, _mm512_or_si512(even, odd));
   }
 }
 
