@@ -334,6 +334,8 @@ TEST(WeightFormatTest, Int8OnednnRouteGivesTheKernelsBytes) {
   std::mt19937 rng(16);
   auto be = backend::MakeCpuBackend();
   const bool saved = kernels::cpu::Int8OnednnEnabled();
+  const bool saved_amx = kernels::cpu::AmxEnabled();
+  kernels::cpu::SetAmxEnabled(false);  // ferry's own AMX route comes first
   for (const Case& c : {Case{64, 2048, 2048}, Case{129, 1030, 4099}, Case{300, 4096, 1024}, Case{63, 2048, 2048},
                         Case{300, 50, 1000}}) {
     for (const bool smoothed : {false, true}) {
@@ -359,6 +361,7 @@ TEST(WeightFormatTest, Int8OnednnRouteGivesTheKernelsBytes) {
     }
   }
   kernels::cpu::SetInt8OnednnEnabled(saved);
+  kernels::cpu::SetAmxEnabled(saved_amx);
 }
 
 // bf16 and int8 weight-only prefill on AMX tiles: the f32 kernels' product of the same weights
@@ -368,10 +371,10 @@ TEST(WeightFormatTest, Int8OnednnRouteGivesTheKernelsBytes) {
 // 32, row counts off their 32, several row groups and K chunks, with and without a bias; below
 // kAmxMinRows the f32 kernels run either way.
 TEST(WeightFormatTest, AmxRouteIsTheProductOfBf16Activations) {
-  if (!kernels::cpu::AmxBf16Supported()) GTEST_SKIP() << "no AMX-BF16 here";
+  if (!kernels::cpu::AmxSupported()) GTEST_SKIP() << "no AMX here";
   std::mt19937 rng(17);
   auto be = backend::MakeCpuBackend();
-  const bool saved = kernels::cpu::AmxBf16Enabled();
+  const bool saved = kernels::cpu::AmxEnabled();
   for (const WeightFormat format : {WeightFormat::kBF16, WeightFormat::kInt8}) {
     for (const Case& c : {Case{64, 48, 2048}, Case{70, 33, 1001}, Case{300, 50, 1000}, Case{257, 290, 1100},
                           Case{64, 16, 32}, Case{40, 64, 512}, Case{96, 2048, 520}, Case{70, 40, 4200}}) {
@@ -387,10 +390,10 @@ TEST(WeightFormatTest, AmxRouteIsTheProductOfBf16Activations) {
         const Tensor x = RandomTensor({c.m, c.k}, rng, -2.0f, 2.0f);
         const Tensor x_bf16 = ConvertTo(x, DType::kBF16).ToF32();
         Tensor y_amx = Poisoned({c.m, c.n}), y_rounded = Poisoned({c.m, c.n}), y_f32 = Poisoned({c.m, c.n});
-        ASSERT_TRUE(kernels::cpu::SetAmxBf16Enabled(false));
+        ASSERT_TRUE(kernels::cpu::SetAmxEnabled(false));
         ASSERT_TRUE(be->Linear(x_bf16, w, y_rounded).ok()) << what;
         ASSERT_TRUE(be->Linear(x, w, y_f32).ok()) << what;
-        ASSERT_TRUE(kernels::cpu::SetAmxBf16Enabled(true));
+        ASSERT_TRUE(kernels::cpu::SetAmxEnabled(true));
         ASSERT_TRUE(be->Linear(x, w, y_amx).ok()) << what;
         if (c.m < kernels::cpu::kAmxMinRows) {
           EXPECT_EQ(0, std::memcmp(y_amx.raw(), y_f32.raw(), y_f32.nbytes())) << what << ": below kAmxMinRows";
@@ -402,7 +405,42 @@ TEST(WeightFormatTest, AmxRouteIsTheProductOfBf16Activations) {
       }
     }
   }
-  kernels::cpu::SetAmxBf16Enabled(saved);
+  kernels::cpu::SetAmxEnabled(saved);
+}
+
+// W8A8 prefill on ferry's own AMX route (tdpbssd on the quad panels) gives the kernels' bytes:
+// exact int32 sums and the same epilogue. Odd K (a last K step shorter than the tiles' 64), K
+// over several chunks, partial and unpaired last panels, row counts off the tiles' 32 and over
+// several row groups, SmoothQuant factors and bias; below kAmxMinRows the kernels run either way.
+TEST(WeightFormatTest, Int8AmxRouteGivesTheKernelsBytes) {
+  if (!kernels::cpu::AmxSupported()) GTEST_SKIP() << "no AMX here";
+  std::mt19937 rng(18);
+  auto be = backend::MakeCpuBackend();
+  const bool saved_amx = kernels::cpu::AmxEnabled(), saved_onednn = kernels::cpu::Int8OnednnEnabled();
+  kernels::cpu::SetInt8OnednnEnabled(false);
+  for (const Case& c : {Case{64, 2048, 2048}, Case{129, 1030, 4099}, Case{300, 50, 1000}, Case{70, 33, 8200},
+                        Case{257, 16, 64}, Case{63, 48, 512}, Case{96, 768, 3072}}) {
+    for (const bool smoothed : {false, true}) {
+      LinearWeight w;
+      w.weight = RandomTensor({c.n, c.k}, rng);
+      w.format = WeightFormat::kInt8W8A8;
+      if (smoothed) {
+        w.bias = RandomTensor({c.n}, rng);
+        w.smooth = RandomTensor({c.k}, rng, 0.25f, 4.0f);
+      }
+      ASSERT_TRUE(be->PrepareLinear(w).ok());
+      const Tensor x = RandomTensor({c.m, c.k}, rng);
+      Tensor y_kernels = Poisoned({c.m, c.n}), y_amx = Poisoned({c.m, c.n});
+      ASSERT_TRUE(kernels::cpu::SetAmxEnabled(false));
+      ASSERT_TRUE(be->Linear(x, w, y_kernels).ok());
+      ASSERT_TRUE(kernels::cpu::SetAmxEnabled(true));
+      ASSERT_TRUE(be->Linear(x, w, y_amx).ok());
+      EXPECT_EQ(0, std::memcmp(y_kernels.raw(), y_amx.raw(), y_kernels.nbytes()))
+          << "m=" << c.m << " n=" << c.n << " k=" << c.k << " smoothed=" << smoothed;
+    }
+  }
+  kernels::cpu::SetAmxEnabled(saved_amx);
+  kernels::cpu::SetInt8OnednnEnabled(saved_onednn);
 }
 
 TEST(WeightFormatTest, RejectsWhatCannotBeQuantized) {

@@ -15,8 +15,9 @@
 #include "core/thread_pool.h"
 
 // Every function that touches tiles or 512-bit registers carries this target; the rest of the
-// build stays at AVX2 and the route is taken only where AmxBf16Supported().
-#define FERRY_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
+// build stays at AVX2 and the route is taken only where AmxSupported().
+#define FERRY_AMX_TARGET \
+  __attribute__((target("amx-tile,amx-bf16,amx-int8,avx512f,avx512bw,avx512vl,avx512bf16")))
 
 namespace ferry::kernels::cpu {
 namespace {
@@ -46,12 +47,12 @@ struct alignas(64) TileConfig {
   uint8_t rows[16];
 };
 
-bool CpuHasAmxBf16() {
+bool CpuHasAmx() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-  const bool amx_bf16 = (edx >> 22) & 1u, amx_tile = (edx >> 24) & 1u, avx512f = (ebx >> 16) & 1u,
-             avx512bw = (ebx >> 30) & 1u, avx512vl = (ebx >> 31) & 1u;
-  if (!(amx_bf16 && amx_tile && avx512f && avx512bw && avx512vl)) return false;
+  const bool amx_bf16 = (edx >> 22) & 1u, amx_tile = (edx >> 24) & 1u, amx_int8 = (edx >> 25) & 1u,
+             avx512f = (ebx >> 16) & 1u, avx512bw = (ebx >> 30) & 1u, avx512vl = (ebx >> 31) & 1u;
+  if (!(amx_bf16 && amx_tile && amx_int8 && avx512f && avx512bw && avx512vl)) return false;
   if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
   return (eax >> 5) & 1u;  // AVX512_BF16
 }
@@ -67,7 +68,7 @@ bool RequestTileState() {
 std::atomic<bool>& Switch() {
   static std::atomic<bool> on{[] {
     const char* v = std::getenv("FERRY_AMX");
-    return AmxBf16Supported() && (v == nullptr || std::strcmp(v, "0") != 0);
+    return AmxSupported() && (v == nullptr || std::strcmp(v, "0") != 0);
   }()};
   return on;
 }
@@ -239,17 +240,114 @@ FERRY_AMX_TARGET void AmxRange(const uint16_t* a, int64_t kp, int64_t ld, int64_
   _tile_release();
 }
 
+// W8A8 column blocks [blk_begin, blk_end) over all rows: the same blocking as AmxRange, with
+// 64 K a step (tdpbssd: s8 x s8 into int32) and the B tiles read straight from the quad
+// panels. A K tail shorter than a step is copied into a zero-padded tile first (the panel's
+// next bytes belong to another panel, or to no allocation at all).
+FERRY_AMX_TARGET void AmxInt8Range(const int8_t* q, int64_t ldq, const float* row_scale, int64_t m, int64_t m_pad,
+                                   const PackedWeight& w, const float* bias, float* y, int64_t ldy, int64_t blk_begin,
+                                   int64_t blk_end) {
+  constexpr int64_t kStep = 64;                     // K per tile step
+  constexpr int64_t kTileBytes = kTileRows * 64;    // one B tile
+  constexpr int64_t ldc = kBlocksPerGroup * kBlockCols;
+  thread_local std::vector<int32_t> cbuf;
+  thread_local std::vector<int8_t> zeros;  // the missing partner of an odd last panel
+  alignas(64) int8_t tail[2][kTileBytes];
+  if (cbuf.size() < static_cast<size_t>(kRowGroup * ldc)) cbuf.resize(static_cast<size_t>(kRowGroup * ldc));
+  if (zeros.size() < static_cast<size_t>(ldq * kPanelCols)) zeros.assign(static_cast<size_t>(ldq * kPanelCols), 0);
+  const int64_t full_steps = w.k_stored / kStep * kStep;  // K covered by whole tiles of a panel
+  const float* col_scale = w.scale_data();
+  ConfigureTiles();
+  for (int64_t r0 = 0; r0 < m_pad; r0 += kRowGroup) {
+    const int64_t rows = std::min(kRowGroup, m_pad - r0);
+    for (int64_t g0 = blk_begin; g0 < blk_end; g0 += kBlocksPerGroup) {
+      const int64_t blocks = std::min(kBlocksPerGroup, blk_end - g0);
+      for (int64_t k0 = 0; k0 < ldq; k0 += kKChunk) {
+        const int64_t kc = std::min(kKChunk, ldq - k0);
+        for (int64_t b = 0; b < blocks; ++b) {
+          const int64_t p0 = 2 * (g0 + b);
+          const bool pair = p0 + 1 < w.num_panels;
+          // Byte k*16 of a panel starts K quad k/4 (64 bytes a quad line).
+          const int8_t* b0 = static_cast<const int8_t*>(w.panel(p0));
+          const int8_t* b1 = pair ? static_cast<const int8_t*>(w.panel(p0 + 1)) : zeros.data();
+          const bool has_tail = k0 + kc > full_steps;
+          if (has_tail) {
+            const int64_t valid = (w.k_stored - full_steps) * kPanelCols;  // bytes of the last partial step
+            std::memset(tail, 0, sizeof(tail));
+            std::memcpy(tail[0], b0 + full_steps * kPanelCols, static_cast<size_t>(valid));
+            if (pair) std::memcpy(tail[1], b1 + full_steps * kPanelCols, static_cast<size_t>(valid));
+          }
+          for (int64_t i = 0; i < rows; i += kBlockRows) {
+            int32_t* c = cbuf.data() + i * ldc + b * kBlockCols;
+            if (k0 == 0) {
+              _tile_zero(0);
+              _tile_zero(1);
+              _tile_zero(2);
+              _tile_zero(3);
+            } else {
+              _tile_loadd(0, c, ldc * 4);
+              _tile_loadd(1, c + kTileRows, ldc * 4);
+              _tile_loadd(2, c + kTileRows * ldc, ldc * 4);
+              _tile_loadd(3, c + kTileRows * ldc + kTileRows, ldc * 4);
+            }
+            const int8_t* a0 = q + (r0 + i) * ldq;
+            const int8_t* a1 = a0 + kTileRows * ldq;
+            for (int64_t s = k0; s < k0 + kc; s += kStep) {
+              const bool whole = s < full_steps;
+              if (s + kStep < k0 + kc) {
+                for (int64_t r = 0; r < kTileRows; ++r) {
+                  _mm_prefetch(reinterpret_cast<const char*>(a0 + r * ldq + s + kStep), _MM_HINT_T0);
+                  _mm_prefetch(reinterpret_cast<const char*>(a1 + r * ldq + s + kStep), _MM_HINT_T0);
+                }
+              }
+              _tile_loadd(4, a0 + s, ldq);
+              _tile_loadd(5, a1 + s, ldq);
+              _tile_loadd(6, whole ? b0 + s * kPanelCols : tail[0], 64);
+              _tile_loadd(7, whole ? b1 + s * kPanelCols : (pair ? tail[1] : zeros.data()), 64);
+              _tile_dpbssd(0, 4, 6);
+              _tile_dpbssd(1, 4, 7);
+              _tile_dpbssd(2, 5, 6);
+              _tile_dpbssd(3, 5, 7);
+            }
+            _tile_stored(0, c, ldc * 4);
+            _tile_stored(1, c + kTileRows, ldc * 4);
+            _tile_stored(2, c + kTileRows * ldc, ldc * 4);
+            _tile_stored(3, c + kTileRows * ldc + kTileRows, ldc * 4);
+          }
+        }
+      }
+      // y = fma(float(acc), col_scale * row_scale, bias): the W8A8 kernels' epilogue.
+      const int64_t c0 = g0 * kBlockCols, cols = blocks * kBlockCols;
+      for (int64_t i = 0; i < rows && r0 + i < m; ++i) {
+        const int32_t* cr = cbuf.data() + i * ldc;
+        float* yr = y + (r0 + i) * ldy;
+        const __m512 rs = _mm512_set1_ps(row_scale[r0 + i]);
+        for (int64_t j = 0; j < cols && c0 + j < w.n; j += 16) {
+          const int64_t col = c0 + j;
+          const __mmask16 mask =
+              w.n - col >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (w.n - col)) - 1u);
+          const __m512 acc = _mm512_maskz_cvtepi32_ps(kAll, _mm512_loadu_si512(cr + j));
+          const __m512 bv = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + col) : _mm512_setzero_ps();
+          const __m512 scale = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, col_scale + col), rs);
+          _mm512_mask_storeu_ps(yr + col, mask, _mm512_fmadd_ps(acc, scale, bv));
+        }
+      }
+    }
+  }
+  _tile_release();
+}
+
 }  // namespace
 
-bool AmxBf16Supported() {
-  static const bool supported = CpuHasAmxBf16() && RequestTileState();
+bool AmxSupported() {
+  static const bool supported = CpuHasAmx() && RequestTileState();
   return supported;
 }
 
-bool AmxBf16Enabled() { return Switch().load(std::memory_order_relaxed); }
+bool AmxEnabled() { return Switch().load(std::memory_order_relaxed); }
 
-bool SetAmxBf16Enabled(bool enabled) {
-  if (enabled && !AmxBf16Supported()) return false;
+bool SetAmxEnabled(bool enabled) {
+  if (enabled && !AmxSupported()) return false;
   Switch().store(enabled, std::memory_order_relaxed);
   return true;
 }
@@ -257,7 +355,7 @@ bool SetAmxBf16Enabled(bool enabled) {
 bool AmxGemmApplies(const PackedWeight& w, int64_t m) {
   if (m < kAmxMinRows || w.layout != PanelLayout::kRows || w.int8_activations()) return false;
   if (w.dtype != DType::kBF16 && !(w.dtype == DType::kI8 && w.scales.defined())) return false;
-  return AmxBf16Enabled();
+  return AmxEnabled();
 }
 
 void GemmAmxBf16(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
@@ -281,6 +379,23 @@ void GemmAmxBf16(const float* x, int64_t lda, int64_t m, const PackedWeight& w, 
     } else {
       AmxRange<uint16_t>(ap, kp, ld, m, m_pad, w, bias, y, ldy, b_begin, b_end);
     }
+  });
+}
+
+}  // namespace ferry::kernels::cpu
+
+namespace ferry::kernels::cpu {
+
+int64_t AmxInt8RowPad() { return kBlockRows; }
+int64_t AmxInt8Ld(const PackedWeight& w) { return (w.k_stored + 63) / 64 * 64; }
+
+void GemmAmxInt8(const int8_t* q, int64_t ldq, const float* row_scale, int64_t m, const PackedWeight& w,
+                 const float* bias, float* y, int64_t ldy) {
+  if (m <= 0 || w.n <= 0) return;
+  const int64_t m_pad = (m + kBlockRows - 1) / kBlockRows * kBlockRows;
+  const int64_t blocks = (w.num_panels + 1) / 2;
+  ParallelFor(blocks, 1, [&](int64_t b_begin, int64_t b_end) {
+    AmxInt8Range(q, ldq, row_scale, m, m_pad, w, bias, y, ldy, b_begin, b_end);
   });
 }
 

@@ -1,4 +1,4 @@
-// Prefill GEMMs on AMX tiles for bf16 and int8 weight-only weights: y[M, N] = x[M, K] ·
+// Prefill GEMMs on AMX tiles. bf16 and int8 weight-only weights: y[M, N] = x[M, K] ·
 // W[N, K]^T (· per-column scale) (+ bias), straight from ferry's panels (no second copy of the
 // weight). The activations are rounded to bf16 (round to nearest even) and the products
 // summed in f32 by the tiles; int8 weights become bf16 exactly and their scales apply to the
@@ -15,14 +15,15 @@ namespace ferry::kernels::cpu {
 // Rows from which a linear of an eligible weight runs on the tiles.
 inline constexpr int64_t kAmxMinRows = 64;
 
-// The CPU has AMX-BF16 and AVX512-BF16 and the kernel granted this process the tile state.
-bool AmxBf16Supported();
+// The CPU has AMX-BF16, AMX-INT8 and AVX512-BF16 and the kernel granted this process the tile
+// state.
+bool AmxSupported();
 // Supported, and not turned off by FERRY_AMX=0 in the environment at start-up or by
-// SetAmxBf16Enabled(false).
-bool AmxBf16Enabled();
-// Tests and benchmarks compare the two routes; returns false (and changes nothing) when
-// enabling on a CPU without support.
-bool SetAmxBf16Enabled(bool enabled);
+// SetAmxEnabled(false). Covers both routes below.
+bool AmxEnabled();
+// Tests and benchmarks compare the routes; returns false (and changes nothing) when enabling
+// on a CPU without support.
+bool SetAmxEnabled(bool enabled);
 
 // bf16 weights and int8 weight-only weights (kRows panels), at least kAmxMinRows rows, enabled.
 bool AmxGemmApplies(const PackedWeight& w, int64_t m);
@@ -30,5 +31,15 @@ bool AmxGemmApplies(const PackedWeight& w, int64_t m);
 // Requires AmxGemmApplies(w, m) (apart from the row count, which may be any m > 0).
 void GemmAmxBf16(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
                  int64_t ldy);
+
+// W8A8 (kQuads panels, whose 64-byte lines are exactly the int8 B tile's rows): q [m_pad, ldq]
+// int8 activations row-major, m_pad = m rounded up to AmxInt8RowPad(), ldq = AmxInt8Ld(w),
+// zeros past K and in the padding rows; row_scale [m]. The tiles' int32 sums are exact, and
+// the epilogue is the W8A8 kernels' own, y = fma(float(acc), col_scale * row_scale, bias), so
+// the results are their bytes.
+int64_t AmxInt8RowPad();
+int64_t AmxInt8Ld(const PackedWeight& w);
+void GemmAmxInt8(const int8_t* q, int64_t ldq, const float* row_scale, int64_t m, const PackedWeight& w,
+                 const float* bias, float* y, int64_t ldy);
 
 }  // namespace ferry::kernels::cpu

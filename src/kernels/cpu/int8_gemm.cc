@@ -14,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/gemm_microkernel.h"
 #include "kernels/cpu/kernel_switch.h"
+#include "kernels/cpu/amx_gemm.h"
 #include "kernels/cpu/onednn_matmul.h"
 
 namespace ferry::kernels::cpu {
@@ -576,6 +577,35 @@ bool Int8LinearOnednn(const float* x, int64_t lda, int64_t m, const PackedWeight
   return true;
 }
 
+// The AMX route: the same quantized rows, row-major and zero-padded to the tiles' K step and
+// row blocks, through tdpbssd and the same epilogue.
+void Int8LinearAmx(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
+                   int64_t ldy) {
+  Int8Scratch& scratch = ThreadScratch();
+  const int64_t ldq = AmxInt8Ld(w);
+  const int64_t pad = AmxInt8RowPad();
+  const int64_t m_pad = (m + pad - 1) / pad * pad;
+  if (scratch.q.size() < static_cast<size_t>(m_pad * ldq)) scratch.q.resize(static_cast<size_t>(m_pad * ldq));
+  if (scratch.row_scale.size() < static_cast<size_t>(m)) scratch.row_scale.resize(static_cast<size_t>(m));
+  int8_t* q = scratch.q.data();
+  float* rs = scratch.row_scale.data();
+  const float* smooth = w.smooth_data();
+  ParallelFor(m_pad, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(w.k, 1)), [&](int64_t r_begin, int64_t r_end) {
+    Int8Scratch& local = ThreadScratch();
+    if (smooth != nullptr && local.tmp.size() < static_cast<size_t>(w.k)) local.tmp.resize(static_cast<size_t>(w.k));
+    for (int64_t r = r_begin; r < r_end; ++r) {
+      int8_t* qr = q + r * ldq;
+      int64_t written = 0;
+      if (r < m) {
+        QuantizeRow(x + r * lda, w.k, w.k, smooth, /*vnni=*/false, local.tmp.data(), qr, /*quad_stride=*/0, rs + r);
+        written = w.k;
+      }
+      std::memset(qr + written, 0, static_cast<size_t>(ldq - written));
+    }
+  });
+  GemmAmxInt8(q, ldq, rs, m, w, bias, y, ldy);
+}
+
 }  // namespace
 
 bool Int8OnednnSupported() { return OnednnInt8OnAmx(); }
@@ -588,6 +618,10 @@ bool SetInt8OnednnEnabled(bool enabled) {
 
 void Int8Linear(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
                 int64_t ldy, int64_t gemv_max_rows) {
+  if (m > gemv_max_rows && m >= kAmxMinRows && AmxEnabled()) {
+    Int8LinearAmx(x, lda, m, w, bias, y, ldy);
+    return;
+  }
   if (m > gemv_max_rows && m >= kInt8OnednnMinRows && w.n * w.k >= kInt8OnednnMinWeightBytes &&
       Int8OnednnEnabled() && Int8LinearOnednn(x, lda, m, w, bias, y, ldy)) {
     return;
