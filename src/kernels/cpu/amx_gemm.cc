@@ -83,33 +83,46 @@ FERRY_AMX_TARGET void ConfigureTiles() {
   _tile_loadconfig(&cfg);
 }
 
-// Rows [r_begin, r_end) of the bf16 activations a [m_pad, kp] (row stride ld): x rounded to
-// nearest even, zeros past K and for the padding rows past m.
-FERRY_AMX_TARGET void RoundRows(const float* x, int64_t lda, int64_t m, int64_t k, int64_t kp, int64_t ld,
-                                int64_t r_begin, int64_t r_end, uint16_t* a) {
+// The zero-masked forms of the widening and shift intrinsics throughout: GCC 12's unmasked
+// ones start from an undefined register and warn (-Wmaybe-uninitialized).
+constexpr __mmask16 kAll = 0xffff;
+
+// Activations as kAmxTerms bf16 planes whose sum is x: plane 0 is x rounded to nearest even,
+// each next plane the remainder rounded again. Three planes hold all of an f32's 24 significant
+// bits, so the tiles multiply the activations the f32 kernels multiply, and the results differ
+// from theirs only by the order of the f32 sums (the weights, bf16 or int8, are exact in bf16).
+constexpr int kAmxTerms = 3;
+
+// 16 activations into the planes at dst, dst + plane, ...
+FERRY_AMX_TARGET inline void Split16(__m512 v, int64_t plane, uint16_t* dst) {
+  for (int t = 0; t < kAmxTerms; ++t) {
+    const __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + t * plane), h);
+    v = _mm512_sub_ps(v, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, _mm512_maskz_cvtepu16_epi32(kAll, h), 16)));
+  }
+}
+
+// Rows [r_begin, r_end) of the planes a [kAmxTerms][m_pad, kp] (row stride ld, plane stride
+// plane): zeros past K and for the padding rows past m.
+FERRY_AMX_TARGET void SplitRows(const float* x, int64_t lda, int64_t m, int64_t k, int64_t kp, int64_t ld,
+                                int64_t plane, int64_t r_begin, int64_t r_end, uint16_t* a) {
   const __m256i zero = _mm256_setzero_si256();
   for (int64_t r = r_begin; r < r_end; ++r) {
     uint16_t* ar = a + r * ld;
     int64_t c = 0;
     if (r < m) {
       const float* xr = x + r * lda;
-      for (; c + 16 <= k; c += 16) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(ar + c), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(xr + c)));
-      }
+      for (; c + 16 <= k; c += 16) Split16(_mm512_loadu_ps(xr + c), plane, ar + c);
       if (c < k) {
-        const __mmask16 mask = static_cast<__mmask16>((1u << (k - c)) - 1u);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(ar + c),
-                            (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, xr + c)));
+        Split16(_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << (k - c)) - 1u), xr + c), plane, ar + c);
         c += 16;
       }
     }
-    for (; c < kp; c += 16) _mm256_storeu_si256(reinterpret_cast<__m256i*>(ar + c), zero);
+    for (; c < kp; c += 16) {
+      for (int t = 0; t < kAmxTerms; ++t) _mm256_storeu_si256(reinterpret_cast<__m256i*>(ar + t * plane + c), zero);
+    }
   }
 }
-
-// The zero-masked forms of the widening and shift intrinsics throughout: GCC 12's unmasked
-// ones start from an undefined register and warn (-Wmaybe-uninitialized).
-constexpr __mmask16 kAll = 0xffff;
 
 // One K row of a panel's 16 columns in the 16 lanes of a B tile row, as bf16 bit patterns:
 // in the low halves (kHigh false: the even k) or the high halves (the odd k).
@@ -165,7 +178,8 @@ FERRY_AMX_TARGET void StoreGroup(const float* c, int64_t ldc, int64_t r0, int64_
 
 // Column blocks [blk_begin, blk_end) (two panels each) over all rows.
 template <typename BT>
-FERRY_AMX_TARGET void AmxRange(const uint16_t* a, int64_t kp, int64_t ld, int64_t m, int64_t m_pad, const PackedWeight& w,
+FERRY_AMX_TARGET void AmxRange(const uint16_t* a, int64_t kp, int64_t ld, int64_t plane, int64_t m, int64_t m_pad,
+                               const PackedWeight& w,
                                const float* bias, float* y, int64_t ldy, int64_t blk_begin, int64_t blk_end) {
   thread_local std::vector<uint32_t> bbuf;
   thread_local std::vector<float> cbuf;
@@ -212,20 +226,24 @@ FERRY_AMX_TARGET void AmxRange(const uint16_t* a, int64_t kp, int64_t ld, int64_
               // prefetchers do not follow (1.36 -> 1.46 TFLOP/s on the 1B qkv shape).
               if (s + kTileK < kc) {
                 for (int64_t r = 0; r < kTileRows; ++r) {
-                  _mm_prefetch(reinterpret_cast<const char*>(a0 + r * ld + s + kTileK), _MM_HINT_T0);
-                  _mm_prefetch(reinterpret_cast<const char*>(a1 + r * ld + s + kTileK), _MM_HINT_T0);
+                  for (int t = 0; t < kAmxTerms; ++t) {
+                    _mm_prefetch(reinterpret_cast<const char*>(a0 + t * plane + r * ld + s + kTileK), _MM_HINT_T0);
+                    _mm_prefetch(reinterpret_cast<const char*>(a1 + t * plane + r * ld + s + kTileK), _MM_HINT_T0);
+                  }
                   _mm_prefetch(reinterpret_cast<const char*>(b0 + (s + kTileK) / 2 * 16 + r * 16), _MM_HINT_T0);
                   _mm_prefetch(reinterpret_cast<const char*>(b1 + (s + kTileK) / 2 * 16 + r * 16), _MM_HINT_T0);
                 }
               }
-              _tile_loadd(4, a0 + s, a_stride);
-              _tile_loadd(5, a1 + s, a_stride);
               _tile_loadd(6, b0 + s / 2 * 16, 64);
               _tile_loadd(7, b1 + s / 2 * 16, 64);
-              _tile_dpbf16ps(0, 4, 6);
-              _tile_dpbf16ps(1, 4, 7);
-              _tile_dpbf16ps(2, 5, 6);
-              _tile_dpbf16ps(3, 5, 7);
+              for (int t = 0; t < kAmxTerms; ++t) {  // each activation plane against the same B tiles
+                _tile_loadd(4, a0 + t * plane + s, a_stride);
+                _tile_loadd(5, a1 + t * plane + s, a_stride);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+              }
             }
             _tile_stored(0, c, ldc * 4);
             _tile_stored(1, c + kTileRows, ldc * 4);
@@ -366,18 +384,19 @@ void GemmAmxBf16(const float* x, int64_t lda, int64_t m, const PackedWeight& w, 
   // fall in one L1 set.
   const int64_t ld = kp + 32;
   const int64_t m_pad = (m + kBlockRows - 1) / kBlockRows * kBlockRows;
+  const int64_t plane = m_pad * ld;
   thread_local std::vector<uint16_t> a;
-  if (a.size() < static_cast<size_t>(m_pad * ld)) a.resize(static_cast<size_t>(m_pad * ld));
+  if (a.size() < static_cast<size_t>(kAmxTerms * plane)) a.resize(static_cast<size_t>(kAmxTerms * plane));
   uint16_t* ap = a.data();
   ParallelFor(m_pad, kTileRows, [&](int64_t r_begin, int64_t r_end) {
-    RoundRows(x, lda, m, w.k, kp, ld, r_begin, r_end, ap);
+    SplitRows(x, lda, m, w.k, kp, ld, plane, r_begin, r_end, ap);
   });
   const int64_t blocks = (w.num_panels + 1) / 2;
   ParallelFor(blocks, 1, [&](int64_t b_begin, int64_t b_end) {
     if (w.dtype == DType::kI8) {
-      AmxRange<int8_t>(ap, kp, ld, m, m_pad, w, bias, y, ldy, b_begin, b_end);
+      AmxRange<int8_t>(ap, kp, ld, plane, m, m_pad, w, bias, y, ldy, b_begin, b_end);
     } else {
-      AmxRange<uint16_t>(ap, kp, ld, m, m_pad, w, bias, y, ldy, b_begin, b_end);
+      AmxRange<uint16_t>(ap, kp, ld, plane, m, m_pad, w, bias, y, ldy, b_begin, b_end);
     }
   });
 }

@@ -24,7 +24,9 @@ Int8Kernel ActiveInt8Kernel();
 bool SetActiveInt8Kernel(Int8Kernel kernel);
 std::string_view Int8KernelName(Int8Kernel kernel);
 
-// Prefill (more than gemv_max_rows and at least kInt8OnednnMinRows rows) of weights of at least
+// Prefill (more than gemv_max_rows and at least kAmxMinRows rows) runs on ferry's own AMX route
+// where AmxEnabled() (amx_gemm.h: the quad panels as they are, the same quantized rows and
+// epilogue, so the same bytes). Otherwise, prefill (at least kInt8OnednnMinRows rows) of weights of at least
 // kInt8OnednnMinWeightBytes on CPUs where oneDNN's s8 matmul runs on AMX tiles: the same quantized rows go to oneDNN in row-major
 // order, W in oneDNN's layout (built from the panels on first use and kept with the weight:
 // the W8A8 weights are then held twice), and the same epilogue runs on its exact int32 sums,
