@@ -1,9 +1,9 @@
 // Prefill GEMMs on AMX tiles. bf16 and int8 weight-only weights: y[M, N] = x[M, K] ·
 // W[N, K]^T (· per-column scale) (+ bias), straight from ferry's panels (no second copy of the
-// weight). The activations are rounded to bf16 (round to nearest even) and the products
-// summed in f32 by the tiles; int8 weights become bf16 exactly and their scales apply to the
-// sums. So the results differ from the f32 kernels' by the activations' rounding, as a GPU's
-// bf16 GEMM does; decode (up to kAmxMinRows rows) keeps the f32 kernels.
+// weight). The activations go in as three bf16 planes whose sum is exactly x (24 significant
+// bits) and the weights are exact in bf16 (int8 ones too; their scales apply to the sums), so
+// the tiles multiply what the f32 kernels multiply and only the order of the f32 sums differs.
+// Decode (fewer than kAmxMinRows rows) keeps the f32 kernels.
 #pragma once
 
 #include <cstdint>
