@@ -176,6 +176,31 @@ FERRY_AMX_TARGET void StoreGroup(const float* c, int64_t ldc, int64_t r0, int64_
   }
 }
 
+// The four C tiles of a 32 x 32 block of 4-byte sums at c (ldc elements a row): zeroed for the
+// first K chunk, else reloaded; and stored back.
+template <typename T>
+FERRY_AMX_TARGET inline void LoadSums(bool first, const T* c, int64_t ldc) {
+  static_assert(sizeof(T) == 4);
+  if (first) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    return;
+  }
+  _tile_loadd(0, c, ldc * 4);
+  _tile_loadd(1, c + kTileRows, ldc * 4);
+  _tile_loadd(2, c + kTileRows * ldc, ldc * 4);
+  _tile_loadd(3, c + kTileRows * ldc + kTileRows, ldc * 4);
+}
+template <typename T>
+FERRY_AMX_TARGET inline void StoreSums(T* c, int64_t ldc) {
+  _tile_stored(0, c, ldc * 4);
+  _tile_stored(1, c + kTileRows, ldc * 4);
+  _tile_stored(2, c + kTileRows * ldc, ldc * 4);
+  _tile_stored(3, c + kTileRows * ldc + kTileRows, ldc * 4);
+}
+
 // Column blocks [blk_begin, blk_end) (two panels each) over all rows.
 template <typename BT>
 FERRY_AMX_TARGET void AmxRange(const uint16_t* a, int64_t kp, int64_t ld, int64_t plane, int64_t m, int64_t m_pad,
@@ -208,17 +233,7 @@ FERRY_AMX_TARGET void AmxRange(const uint16_t* a, int64_t kp, int64_t ld, int64_
           }
           for (int64_t i = 0; i < rows; i += kBlockRows) {
             float* c = cbuf.data() + i * ldc + b * kBlockCols;
-            if (k0 == 0) {
-              _tile_zero(0);
-              _tile_zero(1);
-              _tile_zero(2);
-              _tile_zero(3);
-            } else {
-              _tile_loadd(0, c, ldc * 4);
-              _tile_loadd(1, c + kTileRows, ldc * 4);
-              _tile_loadd(2, c + kTileRows * ldc, ldc * 4);
-              _tile_loadd(3, c + kTileRows * ldc + kTileRows, ldc * 4);
-            }
+            LoadSums(k0 == 0, c, ldc);
             const uint16_t* a0 = a + (r0 + i) * ld + k0;
             const uint16_t* a1 = a0 + kTileRows * ld;
             for (int64_t s = 0; s < kc; s += kTileK) {
@@ -245,10 +260,7 @@ FERRY_AMX_TARGET void AmxRange(const uint16_t* a, int64_t kp, int64_t ld, int64_
                 _tile_dpbf16ps(3, 5, 7);
               }
             }
-            _tile_stored(0, c, ldc * 4);
-            _tile_stored(1, c + kTileRows, ldc * 4);
-            _tile_stored(2, c + kTileRows * ldc, ldc * 4);
-            _tile_stored(3, c + kTileRows * ldc + kTileRows, ldc * 4);
+            StoreSums(c, ldc);
           }
         }
       }
@@ -297,17 +309,7 @@ FERRY_AMX_TARGET void AmxInt8Range(const int8_t* q, int64_t ldq, const float* ro
           }
           for (int64_t i = 0; i < rows; i += kBlockRows) {
             int32_t* c = cbuf.data() + i * ldc + b * kBlockCols;
-            if (k0 == 0) {
-              _tile_zero(0);
-              _tile_zero(1);
-              _tile_zero(2);
-              _tile_zero(3);
-            } else {
-              _tile_loadd(0, c, ldc * 4);
-              _tile_loadd(1, c + kTileRows, ldc * 4);
-              _tile_loadd(2, c + kTileRows * ldc, ldc * 4);
-              _tile_loadd(3, c + kTileRows * ldc + kTileRows, ldc * 4);
-            }
+            LoadSums(k0 == 0, c, ldc);
             const int8_t* a0 = q + (r0 + i) * ldq;
             const int8_t* a1 = a0 + kTileRows * ldq;
             for (int64_t s = k0; s < k0 + kc; s += kStep) {
@@ -327,10 +329,7 @@ FERRY_AMX_TARGET void AmxInt8Range(const int8_t* q, int64_t ldq, const float* ro
               _tile_dpbssd(2, 5, 6);
               _tile_dpbssd(3, 5, 7);
             }
-            _tile_stored(0, c, ldc * 4);
-            _tile_stored(1, c + kTileRows, ldc * 4);
-            _tile_stored(2, c + kTileRows * ldc, ldc * 4);
-            _tile_stored(3, c + kTileRows * ldc + kTileRows, ldc * 4);
+            StoreSums(c, ldc);
           }
         }
       }
