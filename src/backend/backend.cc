@@ -12,6 +12,11 @@ Status Backend::GeluLinear(Tensor& x, const LinearWeight& w, Tensor& y) {
   FERRY_RETURN_IF_ERROR(Gelu(x));
   return Linear(x, w, y);
 }
+Status Backend::GeluFeedForward(const Tensor& x, const LinearWeight& w_in, Tensor& mid, const LinearWeight& w_out,
+                                Tensor& y) {
+  FERRY_RETURN_IF_ERROR(Linear(x, w_in, mid));
+  return GeluLinear(mid, w_out, y);
+}
 Status Backend::GatedLinear(const Tensor& gate_up, bool gelu_tanh, Tensor& mlp, const LinearWeight& w, Tensor& y) {
   FERRY_RETURN_IF_ERROR(gelu_tanh ? GeluTanhMul(gate_up, mlp) : SiluMul(gate_up, mlp));
   return Linear(mlp, w, y);

@@ -170,6 +170,11 @@ class Backend {
   // Backends that quantize activations fold the GELU into the quantization pass; the
   // default runs Gelu then Linear.
   virtual Status GeluLinear(Tensor& x, const LinearWeight& w, Tensor& y);
+  // BERT's feed-forward: mid = x · W_in^T (+ bias), y = GELU(mid) · W_out^T (+ bias); mid
+  // ([M, I]) is scratch. The default runs Linear then GeluLinear; the CPU applies the GELU
+  // as the first GEMM stores its output.
+  virtual Status GeluFeedForward(const Tensor& x, const LinearWeight& w_in, Tensor& mid, const LinearWeight& w_out,
+                                 Tensor& y);
   // y = (act(gate) * up) · W^T (+ bias) for gate_up = [gate | up] ([M, 2I]); act is SiLU or,
   // with gelu_tanh, the tanh GELU. mlp ([M, I]) is scratch, left holding act(gate) * up or
   // unchanged. The default runs SiluMul (GeluTanhMul) then Linear.

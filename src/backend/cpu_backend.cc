@@ -104,7 +104,15 @@ Result<LinearWeight> CpuBackend::DeserializeLinear(const SerializedLinear& s) {
   return w;
 }
 
-Status CpuBackend::Linear(const Tensor& x, const LinearWeight& w, Tensor& y) {
+Status CpuBackend::Linear(const Tensor& x, const LinearWeight& w, Tensor& y) { return LinearWith(x, w, y, false); }
+
+Status CpuBackend::GeluFeedForward(const Tensor& x, const LinearWeight& w_in, Tensor& mid, const LinearWeight& w_out,
+                                   Tensor& y) {
+  FERRY_RETURN_IF_ERROR(LinearWith(x, w_in, mid, true));
+  return LinearWith(mid, w_out, y, false);
+}
+
+Status CpuBackend::LinearWith(const Tensor& x, const LinearWeight& w, Tensor& y, bool gelu) {
   const cpu::PackedWeight* pw = cpu::AsPackedWeight(w.packed);
   // A pack remembers the tensor it was made from; if the weight still has data and it is
   // other data (the LinearWeight was copied and its weight replaced), the pack is stale.
@@ -122,14 +130,14 @@ Status CpuBackend::Linear(const Tensor& x, const LinearWeight& w, Tensor& y) {
     return InvalidArgument("Linear: the packed weight is [" + std::to_string(pw->n) + ", " + std::to_string(pw->k) +
                            "] but the layer says [" + std::to_string(w.out) + ", " + std::to_string(w.in) + "]");
   }
+  cpu::LinearConfig config = options_.linear;
+  config.gelu = gelu;
   if (w.small_m_max != 0) {
     // The engine builder timed both kernels for this weight's shape and recorded where the
     // one-pass decode kernel stops winning.
-    cpu::LinearConfig tuned = options_.linear;
-    tuned.gemv_max_rows = std::max(w.small_m_max, 0);  // negative: never the small-M kernel
-    return cpu::Linear(x, *pw, w.bias, y, tuned);
+    config.gemv_max_rows = std::max(w.small_m_max, 0);  // negative: never the small-M kernel
   }
-  return cpu::Linear(x, *pw, w.bias, y, options_.linear);
+  return cpu::Linear(x, *pw, w.bias, y, config);
 }
 
 Status CpuBackend::Embedding(const Tensor& table, const Tensor& ids, Tensor& out) {
@@ -190,6 +198,11 @@ Status CpuBackend::PagedAttention(const Tensor& q, const KvLayer& layer, const A
 Status CpuBackend::DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionBatch& batch,
                                   const AttentionParams& params, Tensor& out) {
   return cpu::DenseAttention(q, k, v, batch.spans, params, out);
+}
+
+Status CpuBackend::DenseAttentionQkv(const Tensor& qkv, const AttentionBatch& batch, const AttentionParams& params,
+                                     Tensor&, Tensor&, Tensor&, Tensor& out) {
+  return cpu::DenseAttentionQkv(qkv, batch.spans, params, out);
 }
 
 Result<Tensor> CpuBackend::ToHost(const Tensor& t) {

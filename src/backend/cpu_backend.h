@@ -48,6 +48,8 @@ class CpuBackend final : public Backend {
   // Uses w.packed; a weight that was never prepared (or whose pack was made from another
   // tensor) is packed on the fly, which is correct but slow.
   Status Linear(const Tensor& x, const LinearWeight& w, Tensor& y) override;
+  Status GeluFeedForward(const Tensor& x, const LinearWeight& w_in, Tensor& mid, const LinearWeight& w_out,
+                         Tensor& y) override;
   // Times the one-pass decode kernel against the blocked GEMM for 1 to 64 rows and sets
   // w.small_m_max to the largest row count where decode is at least as fast (cpu_tuning.cc).
   // The crossover depends on the compute threads at the time of the call.
@@ -82,11 +84,16 @@ class CpuBackend final : public Backend {
                         const AttentionParams& params, Tensor& out) override;
   Status DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionBatch& batch,
                         const AttentionParams& params, Tensor& out) override;
+  // Reads q, k and v in place from qkv's columns (the scratch q, k, v are not used).
+  Status DenseAttentionQkv(const Tensor& qkv, const AttentionBatch& batch, const AttentionParams& params, Tensor& q,
+                           Tensor& k, Tensor& v, Tensor& out) override;
 
   Result<Tensor> ToHost(const Tensor& t) override;
   Status Synchronize() override { return Status::Ok(); }
 
  private:
+  // Linear, with the GELU applied to y when `gelu`.
+  Status LinearWith(const Tensor& x, const LinearWeight& w, Tensor& y, bool gelu);
   // (format, out, in): weights of one shape and format share their tuned crossover.
   using TuneKey = std::tuple<int, int64_t, int64_t>;
 

@@ -254,13 +254,13 @@ Status EncoderModel::Forward(const EncoderBatch& batch, EncoderOutput& out) {
     FERRY_RETURN_IF_ERROR(RunLinear(li, "attn_out", attn, L.attn_out, tmp));
     FERRY_RETURN_IF_ERROR(be.LayerNorm(tmp, x, L.attn_ln_gamma, L.attn_ln_beta, c.layer_norm_eps, tmp2));
     std::swap(x, tmp2);
-    FERRY_RETURN_IF_ERROR(RunLinear(li, "inter", x, L.inter, inter));
     if (observer_) {
-      // Calibration observes the second FFN GEMM's input, GELU(inter).
+      // Calibration observes both FFN GEMMs' inputs, x and GELU(inter).
+      FERRY_RETURN_IF_ERROR(RunLinear(li, "inter", x, L.inter, inter));
       FERRY_RETURN_IF_ERROR(be.Gelu(inter));
       FERRY_RETURN_IF_ERROR(RunLinear(li, "out", inter, L.out, tmp));
     } else {
-      FERRY_RETURN_IF_ERROR(be.GeluLinear(inter, L.out, tmp));
+      FERRY_RETURN_IF_ERROR(be.GeluFeedForward(x, L.inter, inter, L.out, tmp));
     }
     FERRY_RETURN_IF_ERROR(be.LayerNorm(tmp, x, L.out_ln_gamma, L.out_ln_beta, c.layer_norm_eps, tmp2));
     std::swap(x, tmp2);

@@ -1,11 +1,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <cstring>
+#include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "kernel_test_util.h"
+#include "kernels/cpu/activations.h"
+#include "kernels/cpu/gemm.h"
 
 namespace ferry {
 namespace {
@@ -151,6 +157,47 @@ TEST(ActivationsTest, ScaleAndSoftCap) {
   }
   Tensor x = RandomTensor({2, 3}, rng);
   EXPECT_FALSE(be->SoftCap(x, 0.0f).ok());
+}
+
+
+// The AVX-512 forms of the element-wise passes give the AVX2 forms' bytes lane for lane, over
+// the whole range (tails, underflow, overflow, zeros of both signs, denormals, infinities)
+// and row widths off the vector widths.
+TEST(ActivationsTest, Avx512FormsGiveTheAvx2Bytes) {
+  using kernels::cpu::GemmKernel;
+  if (!kernels::cpu::GemmKernelSupported(GemmKernel::kAvx512)) GTEST_SKIP() << "no AVX-512 here";
+  std::mt19937 rng(44);
+  auto be = backend::MakeCpuBackend();
+  const GemmKernel saved = kernels::cpu::ActiveGemmKernel();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> specials = {0.0f,    -0.0f,   1e-40f, -1e-40f, 1e-30f, -1e-30f, 88.5f,  -88.5f, 100.0f,
+                                       -100.0f, -20.0f,  20.0f,  0.25f,   -0.25f, 0.2499f, 5.0f,  -5.0f,  inf,
+                                       -inf,    3.4e38f, -3.4e38f};
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 5}, {3, 64}, {17, 1000}, {5, 2 * 257}}) {
+    Tensor x = RandomTensor({rows, cols}, rng, -30, 30);
+    for (size_t i = 0; i < specials.size() && i < static_cast<size_t>(x.numel()); ++i) x.data<float>()[i] = specials[i];
+    using Pass = std::function<Status(const Tensor&, Tensor&)>;
+    const std::vector<std::pair<const char*, Pass>> passes = {
+        {"gelu", [&](const Tensor& in, Tensor& out) { out = in.Clone(); return be->Gelu(out); }},
+        {"tanh", [&](const Tensor& in, Tensor& out) { out = in.Clone(); return be->Tanh(out); }},
+        {"softcap", [&](const Tensor& in, Tensor& out) { out = in.Clone(); return be->SoftCap(out, 30.0f); }},
+        {"scale", [&](const Tensor& in, Tensor& out) { out = in.Clone(); return be->Scale(out, 0.37f); }},
+        {"silu_mul", [&](const Tensor& in, Tensor& out) { out = Poisoned({rows, cols / 2}); return be->SiluMul(in, out); }},
+        {"gelu_mul", [&](const Tensor& in, Tensor& out) { out = Poisoned({rows, cols / 2}); return be->GeluMul(in, out); }},
+        {"gelu_tanh_mul",
+         [&](const Tensor& in, Tensor& out) { out = Poisoned({rows, cols / 2}); return be->GeluTanhMul(in, out); }},
+    };
+    for (const auto& [name, pass] : passes) {
+      if (std::string(name).find("mul") != std::string::npos && cols % 2 != 0) continue;
+      Tensor narrow, wide;
+      ASSERT_TRUE(kernels::cpu::SetActiveGemmKernel(GemmKernel::kAvx2));
+      ASSERT_TRUE(pass(x, narrow).ok()) << name;
+      ASSERT_TRUE(kernels::cpu::SetActiveGemmKernel(GemmKernel::kAvx512));
+      ASSERT_TRUE(pass(x, wide).ok()) << name;
+      EXPECT_EQ(0, std::memcmp(narrow.raw(), wide.raw(), narrow.nbytes())) << name << " " << rows << "x" << cols;
+    }
+  }
+  kernels::cpu::SetActiveGemmKernel(saved);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -9,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "kernel_test_util.h"
+#include "kernels/cpu/gemm.h"
 
 namespace ferry {
 namespace {
@@ -430,6 +432,65 @@ TEST(AttentionTest, RejectsBadInput) {
 
   Tensor k = RandomTensor({4, 100}, *std::make_unique<std::mt19937>(1));
   EXPECT_FALSE(be->DenseAttention(st.q, k, k, st.spans, st.params, out).ok()) << "dense k width";
+}
+
+
+// The encoders' attention on one projection's output, [q | k | v] read in place, gives the
+// bytes of the same attention on the three column blocks copied out; and the AVX-512 tiles
+// give the AVX2 tiles' bytes. Spans of 1 to 200 rows (tiles of every remainder), grouped
+// heads and a head_dim that is not a multiple of 32.
+TEST(AttentionTest, PackedQkvAndAvx512TilesGiveTheSameBytes) {
+  using kernels::cpu::GemmKernel;
+  std::mt19937 rng(76);
+  auto be = backend::MakeCpuBackend();
+  const GemmKernel saved = kernels::cpu::ActiveGemmKernel();
+  struct Heads {
+    int heads, kv_heads, head_dim;
+  };
+  for (const Heads h : {Heads{12, 12, 64}, Heads{8, 2, 64}, Heads{4, 4, 80}, Heads{6, 3, 48}}) {
+    AttentionParams p;
+    p.num_heads = h.heads;
+    p.num_kv_heads = h.kv_heads;
+    p.head_dim = h.head_dim;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(h.head_dim));
+    p.causal = false;
+    std::vector<SeqSpan> spans;
+    int32_t rows = 0;
+    for (int len : {1, 2, 7, 8, 13, 14, 50, 128, 200}) {
+      spans.push_back({rows, len, 0, nullptr});
+      rows += len;
+    }
+    const int64_t qw = static_cast<int64_t>(h.heads) * h.head_dim, kvw = static_cast<int64_t>(h.kv_heads) * h.head_dim;
+    const Tensor qkv = RandomTensor({rows, qw + 2 * kvw}, rng, -2, 2);
+    Tensor q = Poisoned({rows, qw}), k = Poisoned({rows, kvw}), v = Poisoned({rows, kvw});
+    ASSERT_TRUE(be->CopyColumns(qkv, 0, q).ok());
+    ASSERT_TRUE(be->CopyColumns(qkv, qw, k).ok());
+    ASSERT_TRUE(be->CopyColumns(qkv, qw + kvw, v).ok());
+    const std::string what = std::to_string(h.heads) + "/" + std::to_string(h.kv_heads) + " heads of " +
+                             std::to_string(h.head_dim);
+    std::vector<Tensor> outs;
+    for (const GemmKernel kernel : {GemmKernel::kAvx2, GemmKernel::kAvx512}) {
+      if (!kernels::cpu::SetActiveGemmKernel(kernel)) continue;
+      Tensor copied = Poisoned({rows, qw}), packed = Poisoned({rows, qw});
+      Tensor sq = Poisoned({rows, qw}), sk = Poisoned({rows, kvw}), sv = Poisoned({rows, kvw});
+      ASSERT_TRUE(be->DenseAttention(q, k, v, spans, p, copied).ok()) << what;
+      ASSERT_TRUE(be->DenseAttentionQkv(qkv, spans, p, sq, sk, sv, packed).ok()) << what;
+      EXPECT_EQ(0, std::memcmp(copied.raw(), packed.raw(), copied.nbytes())) << what << ": packed qkv";
+      outs.push_back(copied);
+    }
+    if (outs.size() == 2) {
+      EXPECT_EQ(0, std::memcmp(outs[0].raw(), outs[1].raw(), outs[0].nbytes())) << what << ": AVX-512 tiles";
+    }
+  }
+  kernels::cpu::SetActiveGemmKernel(saved);
+  Tensor out = Poisoned({4, 64}), scratch = Poisoned({4, 64});
+  AttentionParams p;
+  p.num_heads = 1;
+  p.num_kv_heads = 1;
+  p.head_dim = 64;
+  std::vector<SeqSpan> spans = {{0, 4, 0, nullptr}};
+  EXPECT_FALSE(be->DenseAttentionQkv(RandomTensor({4, 100}, rng), spans, p, scratch, scratch, scratch, out).ok())
+      << "qkv width";
 }
 
 }  // namespace

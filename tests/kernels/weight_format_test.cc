@@ -478,5 +478,46 @@ TEST(WeightFormatTest, NamesRoundTrip) {
   EXPECT_FALSE(backend::ParseWeightFormat("int4").ok());
 }
 
+
+// BERT's feed-forward with the GELU applied as the first GEMM stores its output gives the
+// bytes of Linear, Gelu and Linear one after another: every CPU weight format, decode and
+// prefill row counts, the AMX routes on and off.
+TEST(WeightFormatTest, GeluFeedForwardGivesTheSeparatePassesBytes) {
+  std::mt19937 rng(19);
+  auto be = backend::MakeCpuBackend();
+  const bool saved_amx = kernels::cpu::AmxEnabled();
+  for (const bool amx : {false, true}) {
+    if (amx && !kernels::cpu::AmxSupported()) continue;
+    ASSERT_TRUE(kernels::cpu::SetAmxEnabled(amx));
+    for (const WeightFormat format :
+         {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kInt8, WeightFormat::kInt8W8A8}) {
+      for (const int64_t m : {3, 70, 300}) {
+        const int64_t hidden = 96, inter = 200;
+        const std::string what = std::string(backend::WeightFormatName(format)) + " m=" + std::to_string(m) +
+                                 (amx ? " amx" : "");
+        LinearWeight w_in, w_out;
+        w_in.weight = RandomTensor({inter, hidden}, rng);
+        w_in.bias = RandomTensor({inter}, rng);
+        w_out.weight = RandomTensor({hidden, inter}, rng);
+        w_out.bias = RandomTensor({hidden}, rng);
+        w_in.format = w_out.format = format;
+        if (format == WeightFormat::kInt8W8A8) w_in.smooth = RandomTensor({hidden}, rng, 0.5f, 2.0f);
+        ASSERT_TRUE(be->PrepareLinear(w_in).ok()) << what;
+        ASSERT_TRUE(be->PrepareLinear(w_out).ok()) << what;
+        const Tensor x = RandomTensor({m, hidden}, rng, -3.0f, 3.0f);
+        Tensor mid = Poisoned({m, inter}), y = Poisoned({m, hidden});
+        Tensor mid_ref = Poisoned({m, inter}), y_ref = Poisoned({m, hidden});
+        ASSERT_TRUE(be->GeluFeedForward(x, w_in, mid, w_out, y).ok()) << what;
+        ASSERT_TRUE(be->Linear(x, w_in, mid_ref).ok()) << what;
+        ASSERT_TRUE(be->Gelu(mid_ref).ok()) << what;
+        ASSERT_TRUE(be->Linear(mid_ref, w_out, y_ref).ok()) << what;
+        EXPECT_EQ(0, std::memcmp(mid.raw(), mid_ref.raw(), mid.nbytes())) << what << ": GELU(x W_in)";
+        EXPECT_EQ(0, std::memcmp(y.raw(), y_ref.raw(), y.nbytes())) << what << ": y";
+      }
+    }
+  }
+  kernels::cpu::SetAmxEnabled(saved_amx);
+}
+
 }  // namespace
 }  // namespace ferry

@@ -10,6 +10,8 @@ namespace ferry::kernels::cpu {
 Status SiluMul(const Tensor& gate_up, Tensor& out);
 // In place, exact (erf) GELU.
 Status Gelu(Tensor& x);
+// The same on rows [0, rows) x [0, cols) of row-major f32 data (row stride ld).
+void GeluRows(float* data, int64_t rows, int64_t cols, int64_t ld);
 // out[M, I] = gelu_tanh(gate_up[:, :I]) * gate_up[:, I:] (GeGLU with the tanh approximation,
 // transformers' gelu_pytorch_tanh).
 Status GeluTanhMul(const Tensor& gate_up, Tensor& out);

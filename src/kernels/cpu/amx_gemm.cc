@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/vec_math.h"
 
 // Every function that touches tiles or 512-bit registers carries this target; the rest of the
 // build stays at AVX2 and the route is taken only where AmxSupported().
@@ -157,9 +158,9 @@ FERRY_AMX_TARGET void PairPanel(const PackedWeight& w, int64_t p, int64_t k0, in
 }
 
 // y for rows [r0, r0 + rows) of m and columns [c0, c0 + cols) of n from the group's sums c
-// (row stride ldc): times the int8 scales, plus the bias.
+// (row stride ldc): times the int8 scales, plus the bias, then GELU when asked.
 FERRY_AMX_TARGET void StoreGroup(const float* c, int64_t ldc, int64_t r0, int64_t rows, int64_t m, int64_t c0,
-                                 int64_t cols, int64_t n, const float* scale, const float* bias, float* y,
+                                 int64_t cols, int64_t n, const float* scale, const float* bias, bool gelu, float* y,
                                  int64_t ldy) {
   for (int64_t i = 0; i < rows && r0 + i < m; ++i) {
     const float* cr = c + i * ldc;
@@ -171,6 +172,7 @@ FERRY_AMX_TARGET void StoreGroup(const float* c, int64_t ldc, int64_t r0, int64_
       __m512 v = _mm512_loadu_ps(cr + j);
       if (scale != nullptr) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, scale + col));
       if (bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, bias + col));
+      if (gelu) v = Gelu(v);
       _mm512_mask_storeu_ps(yr + col, mask, v);
     }
   }
@@ -204,8 +206,8 @@ FERRY_AMX_TARGET inline void StoreSums(T* c, int64_t ldc) {
 // Column blocks [blk_begin, blk_end) (two panels each) over all rows.
 template <typename BT>
 FERRY_AMX_TARGET void AmxRange(const uint16_t* a, int64_t kp, int64_t ld, int64_t plane, int64_t m, int64_t m_pad,
-                               const PackedWeight& w,
-                               const float* bias, float* y, int64_t ldy, int64_t blk_begin, int64_t blk_end) {
+                               const PackedWeight& w, const float* bias, bool gelu, float* y, int64_t ldy,
+                               int64_t blk_begin, int64_t blk_end) {
   thread_local std::vector<uint32_t> bbuf;
   thread_local std::vector<float> cbuf;
   constexpr int64_t kPanelChunk = kKChunk / 2 * 16;  // uint32 of one panel's paired K chunk
@@ -264,7 +266,7 @@ FERRY_AMX_TARGET void AmxRange(const uint16_t* a, int64_t kp, int64_t ld, int64_
           }
         }
       }
-      StoreGroup(cbuf.data(), ldc, r0, rows, m, g0 * kBlockCols, blocks * kBlockCols, w.n, scale, bias, y, ldy);
+      StoreGroup(cbuf.data(), ldc, r0, rows, m, g0 * kBlockCols, blocks * kBlockCols, w.n, scale, bias, gelu, y, ldy);
     }
   }
   _tile_release();
@@ -275,8 +277,8 @@ FERRY_AMX_TARGET void AmxRange(const uint16_t* a, int64_t kp, int64_t ld, int64_
 // panels. A K tail shorter than a step is copied into a zero-padded tile first (the panel's
 // next bytes belong to another panel, or to no allocation at all).
 FERRY_AMX_TARGET void AmxInt8Range(const int8_t* q, int64_t ldq, const float* row_scale, int64_t m, int64_t m_pad,
-                                   const PackedWeight& w, const float* bias, float* y, int64_t ldy, int64_t blk_begin,
-                                   int64_t blk_end) {
+                                   const PackedWeight& w, const float* bias, bool gelu, float* y, int64_t ldy,
+                                   int64_t blk_begin, int64_t blk_end) {
   constexpr int64_t kStep = 64;                     // K per tile step
   constexpr int64_t kTileBytes = kTileRows * 64;    // one B tile
   constexpr int64_t ldc = kBlocksPerGroup * kBlockCols;
@@ -346,7 +348,8 @@ FERRY_AMX_TARGET void AmxInt8Range(const int8_t* q, int64_t ldq, const float* ro
           const __m512 acc = _mm512_maskz_cvtepi32_ps(kAll, _mm512_loadu_si512(cr + j));
           const __m512 bv = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + col) : _mm512_setzero_ps();
           const __m512 scale = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, col_scale + col), rs);
-          _mm512_mask_storeu_ps(yr + col, mask, _mm512_fmadd_ps(acc, scale, bv));
+          const __m512 v = _mm512_fmadd_ps(acc, scale, bv);
+          _mm512_mask_storeu_ps(yr + col, mask, gelu ? Gelu(v) : v);
         }
       }
     }
@@ -376,7 +379,7 @@ bool AmxGemmApplies(const PackedWeight& w, int64_t m) {
 }
 
 void GemmAmxBf16(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
-                 int64_t ldy) {
+                 int64_t ldy, bool gelu) {
   if (m <= 0 || w.n <= 0) return;
   const int64_t kp = (w.k + kTileK - 1) / kTileK * kTileK;
   // One cache line more than K per row: a tile's 16 row reads at a power-of-two stride would all
@@ -393,9 +396,9 @@ void GemmAmxBf16(const float* x, int64_t lda, int64_t m, const PackedWeight& w, 
   const int64_t blocks = (w.num_panels + 1) / 2;
   ParallelFor(blocks, 1, [&](int64_t b_begin, int64_t b_end) {
     if (w.dtype == DType::kI8) {
-      AmxRange<int8_t>(ap, kp, ld, plane, m, m_pad, w, bias, y, ldy, b_begin, b_end);
+      AmxRange<int8_t>(ap, kp, ld, plane, m, m_pad, w, bias, gelu, y, ldy, b_begin, b_end);
     } else {
-      AmxRange<uint16_t>(ap, kp, ld, plane, m, m_pad, w, bias, y, ldy, b_begin, b_end);
+      AmxRange<uint16_t>(ap, kp, ld, plane, m, m_pad, w, bias, gelu, y, ldy, b_begin, b_end);
     }
   });
 }
@@ -408,12 +411,12 @@ int64_t AmxInt8RowPad() { return kBlockRows; }
 int64_t AmxInt8Ld(const PackedWeight& w) { return (w.k_stored + 63) / 64 * 64; }
 
 void GemmAmxInt8(const int8_t* q, int64_t ldq, const float* row_scale, int64_t m, const PackedWeight& w,
-                 const float* bias, float* y, int64_t ldy) {
+                 const float* bias, float* y, int64_t ldy, bool gelu) {
   if (m <= 0 || w.n <= 0) return;
   const int64_t m_pad = (m + kBlockRows - 1) / kBlockRows * kBlockRows;
   const int64_t blocks = (w.num_panels + 1) / 2;
   ParallelFor(blocks, 1, [&](int64_t b_begin, int64_t b_end) {
-    AmxInt8Range(q, ldq, row_scale, m, m_pad, w, bias, y, ldy, b_begin, b_end);
+    AmxInt8Range(q, ldq, row_scale, m, m_pad, w, bias, gelu, y, ldy, b_begin, b_end);
   });
 }
 

@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_microkernel.h"
 #include "kernels/cpu/kv_write.h"
 #include "kernels/cpu/parallel.h"
@@ -203,6 +204,92 @@ void DotScoresRows(int rows, const float* q, int head_dim, const KeyRun<KT>& run
   }
 }
 
+// The AVX-512 form of the attention tiles: C[0:R, 0:16 V] (+)= A[0:R, 0:kc] · B, A row-major
+// (lda); B is V blocks of 16 columns `bstep` floats apart, each with its rows ldb apart (key
+// micro-panels, or V rows in place). Each element is one FMA chain over k in order from zero, then C (accumulate) or
+// +0 is added: the arithmetic of the AVX2 micro-kernel's tiles of three rows and more, so
+// those rows get the same bytes.
+template <int R, int V>
+__attribute__((target("avx512f"))) void AttentionTile512(int64_t kc, const float* a, int64_t lda, const float* b,
+                                                          int64_t ldb, int64_t bstep, float* c, int64_t ldc,
+                                                          bool accumulate) {
+  __m512 acc[R][V];
+#pragma GCC unroll 12
+  for (int m = 0; m < R; ++m) {
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v) acc[m][v] = _mm512_setzero_ps();
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    __m512 bv[V];
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v) bv[v] = _mm512_loadu_ps(b + k * ldb + v * bstep);
+#pragma GCC unroll 12
+    for (int m = 0; m < R; ++m) {
+      const __m512 am = _mm512_set1_ps(a[m * lda + k]);
+#pragma GCC unroll 2
+      for (int v = 0; v < V; ++v) acc[m][v] = _mm512_fmadd_ps(am, bv[v], acc[m][v]);
+    }
+  }
+#pragma GCC unroll 12
+  for (int m = 0; m < R; ++m) {
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v) {
+      float* cm = c + m * ldc + kPanelCols * v;
+      const __m512 prev = accumulate ? _mm512_loadu_ps(cm) : _mm512_setzero_ps();
+      _mm512_storeu_ps(cm, _mm512_add_ps(acc[m][v], prev));
+    }
+  }
+}
+
+template <int V>
+void AttentionTileRows512(int rows, int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb, int64_t bstep,
+                          float* c, int64_t ldc, bool accumulate) {
+  switch (rows) {
+    case 3: return AttentionTile512<3, V>(kc, a, lda, b, ldb, bstep, c, ldc, accumulate);
+    case 4: return AttentionTile512<4, V>(kc, a, lda, b, ldb, bstep, c, ldc, accumulate);
+    case 5: return AttentionTile512<5, V>(kc, a, lda, b, ldb, bstep, c, ldc, accumulate);
+    case 6: return AttentionTile512<6, V>(kc, a, lda, b, ldb, bstep, c, ldc, accumulate);
+    case 7: return AttentionTile512<7, V>(kc, a, lda, b, ldb, bstep, c, ldc, accumulate);
+    case 8: return AttentionTile512<8, V>(kc, a, lda, b, ldb, bstep, c, ldc, accumulate);
+    case 9: return AttentionTile512<9, V>(kc, a, lda, b, ldb, bstep, c, ldc, accumulate);
+    case 10: return AttentionTile512<10, V>(kc, a, lda, b, ldb, bstep, c, ldc, accumulate);
+    case 11: return AttentionTile512<11, V>(kc, a, lda, b, ldb, bstep, c, ldc, accumulate);
+    default: return AttentionTile512<12, V>(kc, a, lda, b, ldb, bstep, c, ldc, accumulate);
+  }
+}
+
+// C[0:rows, 0:16 panels] (+)= A · B for B in `panels` (1 or 2) blocks of 16 columns `bstep`
+// elements apart. AVX-512 tiles of up to 12 rows for f32 B; the AVX2 micro-kernel for the
+// baseline, for 16-bit V read in place, and for the rows the AVX2 kernel would leave in a last
+// tile of one or two rows (where it sums k in two chains), so both give the same bytes.
+template <typename BT>
+void AttentionTiles(bool wide, int rows, int64_t kc, const float* a, int64_t lda, const BT* b, int64_t ldb,
+                    int64_t bstep, int panels, float* c, int64_t ldc, bool accumulate) {
+  int r0 = 0;
+  if (std::is_same_v<BT, float> && wide) {
+    constexpr int kWideRows = 12;
+    const int last = rows % kMaxTileRows <= 2 ? rows % kMaxTileRows : 0;
+    // Every tile below has 3 rows or more: rows - last is a multiple of 6 or leaves 3-5.
+    for (; r0 < rows - last; r0 += kWideRows) {
+      const int r = std::min(kWideRows, rows - last - r0);
+      const float* ar = a + static_cast<int64_t>(r0) * lda;
+      const float* br = reinterpret_cast<const float*>(b);
+      if (panels == 2) {
+        AttentionTileRows512<2>(r, kc, ar, lda, br, ldb, bstep, c + r0 * ldc, ldc, accumulate);
+      } else {
+        AttentionTileRows512<1>(r, kc, ar, lda, br, ldb, bstep, c + r0 * ldc, ldc, accumulate);
+      }
+    }
+    r0 = rows - last;
+  }
+  for (int p = 0; p < panels; ++p) {
+    for (int r = r0; r < rows; r += kMaxTileRows) {
+      MicroKernelRows(std::min(kMaxTileRows, rows - r), kc, a + static_cast<int64_t>(r) * lda, lda, b + p * bstep, ldb,
+                      c + r * ldc + p * kPanelCols, ldc, kPanelCols, accumulate, nullptr);
+    }
+  }
+}
+
 // Online-softmax update of one row of S (in place into P) over `width` (a multiple of 8)
 // columns, of which columns [lo, valid) are real scores. Returns the factor the row's running
 // output must be rescaled by.
@@ -311,6 +398,7 @@ void RunItem(const WorkItem& item, const RowMajor& qm, const SeqSpan& span, cons
   // the chunk is widened/padded once into scratch.
   const bool v_in_place = hd % kPanelCols == 0 && (std::is_same_v<KT, float> || rows <= kMaxTileRows);
   const bool dot_scores = rows <= kDotRows && hd % 8 == 0;
+  const bool wide = ActiveGemmKernel() == GemmKernel::kAvx512;
 
   // A chunk gathers up to kKeyChunk keys from consecutive runs (cache blocks) so that the
   // softmax bookkeeping is paid per 64 keys even with small blocks. Runs are merged only
@@ -328,14 +416,12 @@ void RunItem(const WorkItem& item, const RowMajor& qm, const SeqSpan& span, cons
     } else {
       for (int i = 0; i < chunk.num_runs; ++i) TransposeKeys(chunk.runs[i], hd, chunk.first[i], sc.kt.data());
       ZeroKeyColumns(count, count_pad, hd, sc.kt.data());
-      // S[rows, count_pad] = Qs · K^T
-      for (int p = 0; p < count_pad / kPanelCols; ++p) {
-        const float* kt = sc.kt.data() + static_cast<int64_t>(p) * hd * kPanelCols;
-        for (int r0 = 0; r0 < rows; r0 += kMaxTileRows) {
-          MicroKernelRows(std::min(kMaxTileRows, rows - r0), hd, sc.q.data() + static_cast<int64_t>(r0) * hd, hd, kt,
-                          kPanelCols, sc.s.data() + static_cast<int64_t>(r0) * kKeyChunk + p * kPanelCols, kKeyChunk,
-                          kPanelCols, false, nullptr);
-        }
+      // S[rows, count_pad] = Qs · K^T, two key micro-panels at a time.
+      const int key_panels = count_pad / kPanelCols;
+      for (int p = 0; p < key_panels; p += 2) {
+        AttentionTiles(wide, rows, hd, sc.q.data(), hd, sc.kt.data() + static_cast<int64_t>(p) * hd * kPanelCols,
+                       kPanelCols, static_cast<int64_t>(hd) * kPanelCols, std::min(2, key_panels - p),
+                       sc.s.data() + p * kPanelCols, kKeyChunk, false);
       }
     }
     const int width = static_cast<int>(RoundUp(count, 8));
@@ -362,12 +448,9 @@ void RunItem(const WorkItem& item, const RowMajor& qm, const SeqSpan& span, cons
     if (v_in_place) {
       for (int i = 0; i < chunk.num_runs; ++i) {
         const KeyRun<KT>& run = chunk.runs[i];
-        for (int64_t c0 = 0; c0 < hd; c0 += kPanelCols) {
-          for (int r0 = 0; r0 < rows; r0 += kMaxTileRows) {
-            MicroKernelRows(std::min(kMaxTileRows, rows - r0), run.count,
-                            sc.s.data() + static_cast<int64_t>(r0) * kKeyChunk + chunk.first[i], kKeyChunk, run.v + c0,
-                            run.v_stride, sc.o.data() + r0 * hdp + c0, hdp, kPanelCols, true, nullptr);
-          }
+        for (int64_t c0 = 0; c0 < hd; c0 += 2 * kPanelCols) {
+          AttentionTiles(wide, rows, run.count, sc.s.data() + chunk.first[i], kKeyChunk, run.v + c0, run.v_stride,
+                         kPanelCols, hd - c0 > kPanelCols ? 2 : 1, sc.o.data() + c0, hdp, true);
         }
       }
     } else {
@@ -381,11 +464,9 @@ void RunItem(const WorkItem& item, const RowMajor& qm, const SeqSpan& span, cons
           for (int64_t d = hd; d < hdp; ++d) dst[d] = 0.0f;
         }
       }
-      for (int64_t c0 = 0; c0 < hdp; c0 += kPanelCols) {
-        for (int r0 = 0; r0 < rows; r0 += kMaxTileRows) {
-          MicroKernelRows(std::min(kMaxTileRows, rows - r0), count, sc.s.data() + static_cast<int64_t>(r0) * kKeyChunk,
-                          kKeyChunk, vs + c0, hdp, sc.o.data() + r0 * hdp + c0, hdp, kPanelCols, true, nullptr);
-        }
+      for (int64_t c0 = 0; c0 < hdp; c0 += 2 * kPanelCols) {
+        AttentionTiles(wide, rows, count, sc.s.data(), kKeyChunk, vs + c0, hdp, kPanelCols,
+                       hdp - c0 > kPanelCols ? 2 : 1, sc.o.data() + c0, hdp, true);
       }
     }
     j0 += count;
@@ -524,6 +605,21 @@ Status PagedAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
   return Status::Ok();
 }
 
+namespace {
+
+Status DenseAttentionViews(const RowMajor& qm, const RowMajor& km, const RowMajor& vm,
+                           std::span<const SeqSpan> spans, const AttentionParams& params, const RowMajor& om) {
+  const Geometry g = MakeGeometry(params);
+  // The dense path sees each span as a sequence of its own: context = its rows.
+  std::vector<SeqSpan> dense_spans(spans.begin(), spans.end());
+  for (SeqSpan& s : dense_spans) s.context_len = s.q_len;
+  const std::vector<WorkItem> items = MakeItems(dense_spans, g, true);
+  RunAll<float>(items, dense_spans, qm, DenseKeys{km.data, vm.data, km.ld, vm.ld, g.head_dim}, g, om);
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, std::span<const SeqSpan> spans,
                       const AttentionParams& params, Tensor& out) {
   FERRY_ASSIGN_OR_RETURN(const RowMajor qm, CheckRows("DenseAttention: q", q, -1, -1));
@@ -535,13 +631,24 @@ Status DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, std::sp
   if (RowsOverlap(qm, om) || RowsOverlap(km, om) || RowsOverlap(vm, om)) {
     return InvalidArgument("DenseAttention: out must not alias q, k or v");
   }
-  const Geometry g = MakeGeometry(params);
-  // The dense path sees each span as a sequence of its own: context = its rows.
-  std::vector<SeqSpan> dense_spans(spans.begin(), spans.end());
-  for (SeqSpan& s : dense_spans) s.context_len = s.q_len;
-  const std::vector<WorkItem> items = MakeItems(dense_spans, g, true);
-  RunAll<float>(items, dense_spans, qm, DenseKeys{km.data, vm.data, km.ld, vm.ld, g.head_dim}, g, om);
-  return Status::Ok();
+  return DenseAttentionViews(qm, km, vm, spans, params, om);
+}
+
+Status DenseAttentionQkv(const Tensor& qkv, std::span<const SeqSpan> spans, const AttentionParams& params,
+                         Tensor& out) {
+  if (params.num_heads <= 0 || params.num_kv_heads <= 0 || params.head_dim <= 0) {
+    return InvalidArgument("DenseAttentionQkv: num_heads, num_kv_heads and head_dim must be positive");
+  }
+  const int64_t q_width = static_cast<int64_t>(params.num_heads) * params.head_dim;
+  const int64_t kv_width = static_cast<int64_t>(params.num_kv_heads) * params.head_dim;
+  FERRY_ASSIGN_OR_RETURN(const RowMajor all, CheckRows("DenseAttentionQkv: qkv", qkv, -1, q_width + 2 * kv_width));
+  FERRY_ASSIGN_OR_RETURN(const RowMajor om, CheckRows("DenseAttentionQkv: out", out, all.rows, q_width));
+  const RowMajor qm{all.data, all.rows, q_width, all.ld};
+  const RowMajor km{all.data + q_width, all.rows, kv_width, all.ld};
+  const RowMajor vm{all.data + q_width + kv_width, all.rows, kv_width, all.ld};
+  FERRY_RETURN_IF_ERROR(CheckCommon("DenseAttentionQkv", qm, params, spans));
+  if (RowsOverlap(all, om)) return InvalidArgument("DenseAttentionQkv: out must not alias qkv");
+  return DenseAttentionViews(qm, km, vm, spans, params, om);
 }
 
 }  // namespace ferry::kernels::cpu

@@ -26,4 +26,10 @@ Status PagedAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_ca
 Status DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, std::span<const SeqSpan> spans,
                       const AttentionParams& params, Tensor& out);
 
+// The same reading q, k and v in place from the columns of one projection's output,
+// qkv [T, (num_heads + 2 num_kv_heads) head_dim] = [q | k | v] (no copies into separate
+// tensors); the same bytes as DenseAttention on the three column blocks.
+Status DenseAttentionQkv(const Tensor& qkv, std::span<const SeqSpan> spans, const AttentionParams& params,
+                         Tensor& out);
+
 }  // namespace ferry::kernels::cpu

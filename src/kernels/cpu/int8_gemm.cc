@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/activations.h"
 #include "kernels/cpu/gemm_microkernel.h"
 #include "kernels/cpu/kernel_switch.h"
 #include "kernels/cpu/amx_gemm.h"
@@ -580,7 +581,7 @@ bool Int8LinearOnednn(const float* x, int64_t lda, int64_t m, const PackedWeight
 // The AMX route: the same quantized rows, row-major and zero-padded to the tiles' K step and
 // row blocks, through tdpbssd and the same epilogue.
 void Int8LinearAmx(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
-                   int64_t ldy) {
+                   int64_t ldy, bool gelu) {
   Int8Scratch& scratch = ThreadScratch();
   const int64_t ldq = AmxInt8Ld(w);
   const int64_t pad = AmxInt8RowPad();
@@ -603,7 +604,7 @@ void Int8LinearAmx(const float* x, int64_t lda, int64_t m, const PackedWeight& w
       std::memset(qr + written, 0, static_cast<size_t>(ldq - written));
     }
   });
-  GemmAmxInt8(q, ldq, rs, m, w, bias, y, ldy);
+  GemmAmxInt8(q, ldq, rs, m, w, bias, y, ldy, gelu);
 }
 
 }  // namespace
@@ -616,12 +617,11 @@ bool SetInt8OnednnEnabled(bool enabled) {
   return true;
 }
 
-void Int8Linear(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
-                int64_t ldy, int64_t gemv_max_rows) {
-  if (m > gemv_max_rows && m >= kAmxMinRows && AmxEnabled()) {
-    Int8LinearAmx(x, lda, m, w, bias, y, ldy);
-    return;
-  }
+namespace {
+
+// The routes other than AMX's.
+void Int8LinearOther(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
+                     int64_t ldy, int64_t gemv_max_rows) {
   if (m > gemv_max_rows && m >= kInt8OnednnMinRows && w.n * w.k >= kInt8OnednnMinWeightBytes &&
       Int8OnednnEnabled() && Int8LinearOnednn(x, lda, m, w, bias, y, ldy)) {
     return;
@@ -660,6 +660,18 @@ void Int8Linear(const float* x, int64_t lda, int64_t m, const PackedWeight& w, c
   } else {
     ParallelFor(m, kTileRows, [&](int64_t r_begin, int64_t r_end) { range(r_begin, r_end, 0, w.num_panels); });
   }
+}
+
+}  // namespace
+
+void Int8Linear(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
+                int64_t ldy, int64_t gemv_max_rows, bool gelu) {
+  if (m > gemv_max_rows && m >= kAmxMinRows && AmxEnabled()) {
+    Int8LinearAmx(x, lda, m, w, bias, y, ldy, gelu);
+    return;
+  }
+  Int8LinearOther(x, lda, m, w, bias, y, ldy, gemv_max_rows);
+  if (gelu) GeluRows(y, m, w.n, ldy);
 }
 
 }  // namespace ferry::kernels::cpu

@@ -56,8 +56,9 @@ void QuantizeActivations(const float* x, int64_t lda, int64_t m, int64_t k, int6
 // y = (acc * row_scale[m] * col_scale[n]) + bias[n], acc the exact int32 dot product of the
 // quantized row and column. Rows up to `gemv_max_rows` stream the weights once (decode);
 // larger M runs the cache-blocked GEMM. The int32 partial sums of a K range live in y
-// itself until the last range, so the result does not depend on the blocking.
+// itself until the last range, so the result does not depend on the blocking. With `gelu`,
+// y = GELU(...) (in the AMX route's epilogue, else a pass over y: the same bytes).
 void Int8Linear(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
-                int64_t ldy, int64_t gemv_max_rows);
+                int64_t ldy, int64_t gemv_max_rows, bool gelu = false);
 
 }  // namespace ferry::kernels::cpu

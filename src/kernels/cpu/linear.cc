@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/activations.h"
 #include "kernels/cpu/amx_gemm.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemv.h"
@@ -39,17 +40,23 @@ Status Linear(const Tensor& x, const PackedWeight& w, const Tensor& bias, Tensor
     for (int64_t i = 0; i < xm.rows; ++i) {
       for (int64_t j = 0; j < n; ++j) ym.data[i * ym.ld + j] = bias_ptr != nullptr ? bias_ptr[j] : 0.0f;
     }
+    if (config.gelu) GeluRows(ym.data, ym.rows, n, ym.ld);
     return Status::Ok();
   }
   if (w.int8_activations()) {
-    Int8Linear(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld, config.gemv_max_rows);
-  } else if (xm.rows <= config.gemv_max_rows) {
+    Int8Linear(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld, config.gemv_max_rows, config.gelu);
+    return Status::Ok();
+  }
+  if (xm.rows > config.gemv_max_rows && AmxGemmApplies(w, xm.rows)) {
+    GemmAmxBf16(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld, config.gelu);
+    return Status::Ok();
+  }
+  if (xm.rows <= config.gemv_max_rows) {
     GemvPacked(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld);
-  } else if (AmxGemmApplies(w, xm.rows)) {
-    GemmAmxBf16(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld);
   } else {
     GemmPacked(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld);
   }
+  if (config.gelu) GeluRows(ym.data, ym.rows, n, ym.ld);
   return Status::Ok();
 }
 

@@ -15,6 +15,9 @@ namespace ferry::kernels::cpu {
 struct LinearConfig {
   // Row counts up to this use the one-pass GEMV; larger ones the blocked GEMM.
   int64_t gemv_max_rows = kGemvMaxRows;
+  // y = GELU(x · W^T + bias) (exact erf GELU): in the epilogue of the AMX routes, otherwise
+  // a pass over y; the same bytes either way.
+  bool gelu = false;
 };
 
 // x [M, K] f32 and y [M, N] f32 with unit column stride (rows may be strided); `w` packed
