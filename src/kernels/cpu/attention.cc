@@ -322,6 +322,40 @@ inline float SoftmaxRow(float* s, int lo, int valid, int width, float& m, float&
   return alpha;
 }
 
+// SoftmaxRow on 16 lanes: the same masks, maximum and exponentials per element, and the row
+// sum folded into eight lanes in SoftmaxRow's order (each 16-lane block as its two halves),
+// so the same bytes.
+__attribute__((target("avx512f"))) float SoftmaxRow512(float* s, int lo, int valid, int width, float& m, float& l) {
+  const float neg_inf_f = -std::numeric_limits<float>::infinity();
+  const __m512 neg_inf = _mm512_set1_ps(neg_inf_f);
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512 vmax = neg_inf;
+  for (int j = 0; j < width; j += 16) {
+    const __mmask16 in = width - j >= 16 ? kAllLanes : static_cast<__mmask16>(0x00ff);
+    __mmask16 keep = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(valid - j), lane);
+    if (lo > j) keep &= _mm512_cmpgt_epi32_mask(lane, _mm512_set1_epi32(lo - j - 1));
+    const __m512 v = _mm512_mask_blend_ps(keep, neg_inf, _mm512_maskz_loadu_ps(in, s + j));
+    _mm512_mask_storeu_ps(s + j, in, v);
+    vmax = Max512(vmax, v);
+  }
+  alignas(64) float lanes_max[16];
+  _mm512_store_ps(lanes_max, vmax);
+  const float m_new = std::max(m, *std::max_element(lanes_max, lanes_max + 16));
+  const __m512 vm = _mm512_set1_ps(m_new);
+  __m256 vsum = _mm256_setzero_ps();
+  for (int j = 0; j < width; j += 16) {
+    const __mmask16 in = width - j >= 16 ? kAllLanes : static_cast<__mmask16>(0x00ff);
+    const __m512 p = Exp(_mm512_sub_ps(_mm512_mask_loadu_ps(neg_inf, in, s + j), vm));
+    _mm512_mask_storeu_ps(s + j, in, p);
+    vsum = _mm256_add_ps(vsum, _mm256_loadu_ps(s + j));
+    if (in == kAllLanes) vsum = _mm256_add_ps(vsum, _mm256_loadu_ps(s + j + 8));
+  }
+  const float alpha = m == neg_inf_f ? 0.0f : std::exp(m - m_new);
+  l = l * alpha + HSum(vsum);
+  m = m_new;
+  return alpha;
+}
+
 // Up to kKeyChunk consecutive keys of one KV head, as runs of contiguous rows; run i fills
 // columns [first[i], first[i] + runs[i].count) of the score tile.
 template <typename KT>
@@ -437,7 +471,8 @@ void RunItem(const WorkItem& item, const RowMajor& qm, const SeqSpan& span, cons
         const float inv = 1.0f / g.softcap;
         for (int j = lo; j < valid; ++j) srow[j] = g.softcap * std::tanh(srow[j] * inv);
       }
-      const float alpha = SoftmaxRow(srow, lo, valid, width, sc.m[r], sc.l[r]);
+      const float alpha = wide ? SoftmaxRow512(srow, lo, valid, width, sc.m[r], sc.l[r])
+                               : SoftmaxRow(srow, lo, valid, width, sc.m[r], sc.l[r]);
       if (alpha != 1.0f) {
         float* o = sc.o.data() + r * hdp;
         const __m256 va = _mm256_set1_ps(alpha);

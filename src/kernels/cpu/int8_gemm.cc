@@ -376,6 +376,42 @@ void QuantizeRow(const float* x, int64_t k, int64_t k_stored, const float* smoot
   }
 }
 
+// QuantizeRow's row-major form (quad_stride 0) on 16 lanes, for the AMX route (whose CPUs
+// have AVX-512): the smoothing divide and the absolute maximum in one pass, the rounding in
+// a second. The same divide, maximum, product and round-half-even conversion per element, so
+// the same bytes and scale.
+__attribute__((target("avx512f"))) void QuantizeRowMajor512(const float* x, int64_t k, const float* smooth, float* tmp,
+                                                            int8_t* out, float* scale) {
+  const __m512i zero_i = _mm512_setzero_si512();
+  __m512 vmax = _mm512_setzero_ps();
+  const float* xs = x;
+  int64_t i = 0;
+  for (; i < k; i += 16) {
+    const __mmask16 lanes = k - i >= 16 ? kAllLanes : static_cast<__mmask16>((1u << (k - i)) - 1u);
+    __m512 v = _mm512_maskz_loadu_ps(lanes, x + i);
+    if (smooth != nullptr) {
+      v = _mm512_maskz_div_ps(lanes, v, _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), lanes, smooth + i));
+      _mm512_mask_storeu_ps(tmp + i, lanes, v);
+    }
+    vmax = Max512(vmax, _mm512_abs_ps(v));
+  }
+  if (smooth != nullptr) xs = tmp;
+  alignas(64) float lanes_max[16];
+  _mm512_store_ps(lanes_max, vmax);
+  const float amax = *std::max_element(lanes_max, lanes_max + 16);
+  *scale = amax / 127.0f;
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  const __m512 vinv = _mm512_set1_ps(inv);
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  for (i = 0; i < k; i += 16) {
+    const __mmask16 lanes = k - i >= 16 ? kAllLanes : static_cast<__mmask16>((1u << (k - i)) - 1u);
+    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, xs + i), vinv);
+    const __m512i r = _mm512_mask_cvtps_epi32(zero_i, kAllLanes, v);
+    const __m512i q = _mm512_mask_min_epi32(zero_i, kAllLanes, hi, _mm512_mask_max_epi32(zero_i, kAllLanes, lo, r));
+    _mm512_mask_cvtsepi32_storeu_epi8(out + i, lanes, q);
+  }
+}
+
 // Per thread, kept across calls: fresh buffers each call would page-fault every time.
 struct Int8Scratch {
   std::vector<int8_t> q;         // quantized activation tiles (or rows, for oneDNN)
@@ -598,7 +634,7 @@ void Int8LinearAmx(const float* x, int64_t lda, int64_t m, const PackedWeight& w
       int8_t* qr = q + r * ldq;
       int64_t written = 0;
       if (r < m) {
-        QuantizeRow(x + r * lda, w.k, w.k, smooth, /*vnni=*/false, local.tmp.data(), qr, /*quad_stride=*/0, rs + r);
+        QuantizeRowMajor512(x + r * lda, w.k, smooth, local.tmp.data(), qr, rs + r);
         written = w.k;
       }
       std::memset(qr + written, 0, static_cast<size_t>(ldq - written));
