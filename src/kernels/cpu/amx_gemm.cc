@@ -286,7 +286,8 @@ FERRY_AMX_TARGET void AmxInt8Range(const int8_t* q, int64_t ldq, const float* ro
   thread_local std::vector<int8_t> zeros;  // the missing partner of an odd last panel
   alignas(64) int8_t tail[2][kTileBytes];
   if (cbuf.size() < static_cast<size_t>(kRowGroup * ldc)) cbuf.resize(static_cast<size_t>(kRowGroup * ldc));
-  if (zeros.size() < static_cast<size_t>(ldq * kPanelCols)) zeros.assign(static_cast<size_t>(ldq * kPanelCols), 0);
+  const int64_t kext = AmxInt8K(w);  // K covered by tile steps (ldq may add a padding line)
+  if (zeros.size() < static_cast<size_t>(kext * kPanelCols)) zeros.assign(static_cast<size_t>(kext * kPanelCols), 0);
   const int64_t full_steps = w.k_stored / kStep * kStep;  // K covered by whole tiles of a panel
   const float* col_scale = w.scale_data();
   ConfigureTiles();
@@ -294,8 +295,8 @@ FERRY_AMX_TARGET void AmxInt8Range(const int8_t* q, int64_t ldq, const float* ro
     const int64_t rows = std::min(kRowGroup, m_pad - r0);
     for (int64_t g0 = blk_begin; g0 < blk_end; g0 += kBlocksPerGroup) {
       const int64_t blocks = std::min(kBlocksPerGroup, blk_end - g0);
-      for (int64_t k0 = 0; k0 < ldq; k0 += kKChunk) {
-        const int64_t kc = std::min(kKChunk, ldq - k0);
+      for (int64_t k0 = 0; k0 < kext; k0 += kKChunk) {
+        const int64_t kc = std::min(kKChunk, kext - k0);
         for (int64_t b = 0; b < blocks; ++b) {
           const int64_t p0 = 2 * (g0 + b);
           const bool pair = p0 + 1 < w.num_panels;
@@ -408,7 +409,10 @@ void GemmAmxBf16(const float* x, int64_t lda, int64_t m, const PackedWeight& w, 
 namespace ferry::kernels::cpu {
 
 int64_t AmxInt8RowPad() { return kBlockRows; }
-int64_t AmxInt8Ld(const PackedWeight& w) { return (w.k_stored + 63) / 64 * 64; }
+int64_t AmxInt8K(const PackedWeight& w) { return (w.k_stored + 63) / 64 * 64; }
+// One cache line more than the tiles' K: a tile's 16 rows at a stride of a multiple of 256
+// bytes (K = 2,048 or 3,072) would fall in a few L1 sets.
+int64_t AmxInt8Ld(const PackedWeight& w) { return AmxInt8K(w) + 64; }
 
 void GemmAmxInt8(const int8_t* q, int64_t ldq, const float* row_scale, int64_t m, const PackedWeight& w,
                  const float* bias, float* y, int64_t ldy, bool gelu) {

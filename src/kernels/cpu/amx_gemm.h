@@ -35,11 +35,12 @@ void GemmAmxBf16(const float* x, int64_t lda, int64_t m, const PackedWeight& w, 
                  int64_t ldy, bool gelu = false);
 
 // W8A8 (kQuads panels, whose 64-byte lines are exactly the int8 B tile's rows): q [m_pad, ldq]
-// int8 activations row-major, m_pad = m rounded up to AmxInt8RowPad(), ldq = AmxInt8Ld(w),
-// zeros past K and in the padding rows; row_scale [m]. The tiles' int32 sums are exact, and
+// int8 activations row-major, m_pad = m rounded up to AmxInt8RowPad(), ldq = AmxInt8Ld(w)
+// (>= AmxInt8K(w)), zeros from K to AmxInt8K(w) and in the padding rows; row_scale [m]. The tiles' int32 sums are exact, and
 // the epilogue is the W8A8 kernels' own, y = fma(float(acc), col_scale * row_scale, bias), so
 // the results are their bytes (`gelu`: as for GemmAmxBf16).
 int64_t AmxInt8RowPad();
+int64_t AmxInt8K(const PackedWeight& w);  // K rounded up to the tiles' 64
 int64_t AmxInt8Ld(const PackedWeight& w);
 void GemmAmxInt8(const int8_t* q, int64_t ldq, const float* row_scale, int64_t m, const PackedWeight& w,
                  const float* bias, float* y, int64_t ldy, bool gelu = false);
