@@ -61,6 +61,12 @@ Status ExpandInt4(LinearWeight& w) {
 
 Result<Tensor> CpuBackend::Allocate(const Shape& shape, DType dtype) {
   try {
+    const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+    if (bytes >= kLargeAllocation) {
+      std::shared_ptr<void> block = pool_->Get(bytes);
+      void* data = block.get();
+      return Tensor::FromBorrowed(data, shape, dtype, std::move(block));
+    }
     return Tensor::Empty(shape, dtype);
   } catch (const std::bad_alloc&) {
     return ResourceExhausted("out of host memory for " + std::string(DTypeName(dtype)) + ShapeToString(shape) + " (" +

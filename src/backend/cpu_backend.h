@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/allocator.h"
 #include "kernels/cpu/linear.h"
 
 namespace ferry::backend {
@@ -25,11 +26,15 @@ struct CpuBackendOptions {
 // calls from several threads are correct but share the same cores.
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(CpuBackendOptions options = CpuBackendOptions()) : options_(options) {}
+  explicit CpuBackend(CpuBackendOptions options = CpuBackendOptions())
+      : options_(options), pool_(BlockPool::Create()) {}
 
   Device device() const override { return Device::Cpu(); }
   std::string Name() const override { return "cpu"; }
+  // Tensors of kLargeAllocation bytes and more come from the backend's BlockPool (reused
+  // across passes, bounded by one pass's high-water mark); smaller ones from the heap.
   Result<Tensor> Allocate(const Shape& shape, DType dtype) override;
+  BlockPool::Stats pool_stats() const { return pool_->stats(); }
   // Sets the calling thread's compute threads to the backend's count (options.threads, or
   // what SetThreads set last), when one is set; each forward pass calls it as it starts.
   void BindComputeThreads() override;
@@ -98,6 +103,7 @@ class CpuBackend final : public Backend {
   using TuneKey = std::tuple<int, int64_t, int64_t>;
 
   CpuBackendOptions options_;
+  std::shared_ptr<BlockPool> pool_;
   std::atomic<int> threads_{options_.threads};
   std::mutex tune_mu_;
   std::map<TuneKey, int> tuned_;  // GUARDED_BY(tune_mu_)

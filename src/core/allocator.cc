@@ -2,7 +2,9 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <new>
 
 namespace ferry {
@@ -23,6 +25,76 @@ std::shared_ptr<void> AllocateStorage(size_t bytes) {
   void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
   return std::shared_ptr<void>(p, [length](void* q) { munmap(q, length); });
+}
+
+namespace {
+size_t PageRounded(size_t bytes) {
+  constexpr size_t kPage = 4096;
+  return (bytes + kPage - 1) / kPage * kPage;
+}
+}  // namespace
+
+std::shared_ptr<BlockPool> BlockPool::Create() { return std::shared_ptr<BlockPool>(new BlockPool()); }
+
+BlockPool::~BlockPool() {
+  for (const auto& [length, p] : idle_) munmap(p, length);
+}
+
+std::shared_ptr<void> BlockPool::Get(size_t bytes) {
+  size_t length = PageRounded(bytes);
+  void* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = idle_.lower_bound(length);
+    if (it != idle_.end() && it->first <= 2 * length) {
+      length = it->first;
+      p = it->second;
+      idle_.erase(it);
+      stats_.idle_bytes -= length;
+      ++stats_.reused;
+    }
+  }
+  if (p == nullptr) {
+    p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.live_bytes += length;
+    stats_.high_water = std::max(stats_.high_water, stats_.live_bytes);
+    TrimLocked();
+  }
+  std::weak_ptr<BlockPool> pool = weak_from_this();
+  return std::shared_ptr<void>(p, [pool, length](void* q) {
+    if (std::shared_ptr<BlockPool> owner = pool.lock()) {
+      owner->Return(q, length);
+    } else {
+      munmap(q, length);
+    }
+  });
+}
+
+void BlockPool::Return(void* p, size_t length) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.live_bytes -= length;
+  idle_.emplace(length, p);
+  stats_.idle_bytes += length;
+  TrimLocked();
+}
+
+// Largest idle blocks first, until live + idle fits under the high-water mark.
+void BlockPool::TrimLocked() {
+  while (!idle_.empty() && stats_.live_bytes + stats_.idle_bytes > stats_.high_water) {
+    auto last = std::prev(idle_.end());
+    munmap(last->second, last->first);
+    stats_.idle_bytes -= last->first;
+    idle_.erase(last);
+  }
+}
+
+BlockPool::Stats BlockPool::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
 }
 
 namespace {

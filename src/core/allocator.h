@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 namespace ferry {
@@ -29,6 +31,41 @@ using PinnedAllocFn = void* (*)(size_t);
 using PinnedFreeFn = void (*)(void*);
 void SetPinnedAllocator(PinnedAllocFn alloc, PinnedFreeFn free);
 std::shared_ptr<void> PinnedAlloc(size_t bytes);
+
+// Large tensor storage kept for reuse: a block freed by its last tensor goes back to the
+// pool instead of to the kernel, so a workload that runs pass after pass (prefill batches,
+// encoder batches) does not page-fault and zero its activations afresh each time. Bounded:
+// the pool's idle blocks plus the live ones never exceed the most the live blocks ever
+// reached at once (one pass's activations), and the idle blocks are unmapped when the pool
+// goes. Thread-safe. Blocks are page-rounded mappings; Get reuses the smallest idle block
+// that holds the request and is at most twice its size.
+class BlockPool : public std::enable_shared_from_this<BlockPool> {
+ public:
+  static std::shared_ptr<BlockPool> Create();
+  ~BlockPool();
+  BlockPool(const BlockPool&) = delete;
+  BlockPool& operator=(const BlockPool&) = delete;
+
+  // bytes >= kLargeAllocation; the contents are whatever the block last held.
+  std::shared_ptr<void> Get(size_t bytes);
+
+  struct Stats {
+    size_t live_bytes = 0;
+    size_t idle_bytes = 0;
+    size_t high_water = 0;
+    size_t reused = 0;  // Gets served by an idle block
+  };
+  Stats stats() const;
+
+ private:
+  BlockPool() = default;
+  void Return(void* p, size_t length);
+  void TrimLocked();
+
+  mutable std::mutex mu_;
+  std::multimap<size_t, void*> idle_;  // length -> block
+  Stats stats_;
+};
 
 // Thread-compatible bump allocator. Reset() recycles everything handed out; memory grows
 // to the high-water mark once and is then reused, so steady-state steps never allocate.

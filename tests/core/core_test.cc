@@ -192,6 +192,43 @@ TEST(AllocatorTest, LargeStorageIsAlignedWritableAndGoesBackToTheKernelWhenFreed
   EXPECT_LT(ResidentBytes() - before, (int64_t{8} << 20) + (testing::kAddressSanitizer ? int64_t{64} << 17 : 0));
 }
 
+// The pool hands a freed block to the next request it fits, keeps no more than the live
+// blocks' high-water mark in all, and its blocks outlive it safely.
+TEST(AllocatorTest, BlockPoolReusesBlocksWithinItsHighWaterMark) {
+  const size_t mib = size_t{1} << 20;
+  std::shared_ptr<BlockPool> pool = BlockPool::Create();
+  void* first = nullptr;
+  {
+    std::shared_ptr<void> a = pool->Get(4 * mib);
+    std::shared_ptr<void> b = pool->Get(2 * mib);
+    first = a.get();
+    std::memset(a.get(), 1, 4 * mib);
+    EXPECT_EQ(pool->stats().live_bytes, 6 * mib);
+    EXPECT_EQ(pool->stats().high_water, 6 * mib);
+  }
+  EXPECT_EQ(pool->stats().live_bytes, 0u);
+  EXPECT_EQ(pool->stats().idle_bytes, 6 * mib);
+  {
+    // 3 MiB fits the 4 MiB block (within twice the request), not the 2 MiB one.
+    std::shared_ptr<void> c = pool->Get(3 * mib);
+    EXPECT_EQ(c.get(), first);
+    EXPECT_EQ(pool->stats().reused, 1u);
+    EXPECT_EQ(pool->stats().live_bytes, 4 * mib);
+    // 9 MiB fits nothing: a new block, and live + idle (9 + 4 + 2) would pass the new
+    // high-water mark (13): the idle 2 MiB block goes back to the kernel.
+    std::shared_ptr<void> d = pool->Get(9 * mib);
+    std::memset(d.get(), 2, 9 * mib);
+    EXPECT_EQ(pool->stats().high_water, 13 * mib);
+    EXPECT_EQ(pool->stats().idle_bytes, 0u);
+  }
+  EXPECT_EQ(pool->stats().idle_bytes, 13 * mib);
+  // A block alive when its pool goes is unmapped by its last owner.
+  std::shared_ptr<void> survivor = pool->Get(5 * mib);
+  pool.reset();
+  std::memset(survivor.get(), 3, 5 * mib);
+  survivor.reset();
+}
+
 TEST(ThreadingTest, ParallelForCoversRangeOnce) {
   SetComputeThreads(2);
   std::vector<std::atomic<int>> hits(1000);
