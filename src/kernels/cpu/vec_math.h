@@ -55,6 +55,14 @@ inline float HMax(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// Polynomial coefficients shared by the AVX2 and AVX-512 forms (highest power first).
+// exp: Cephes' polynomial on r = x - n ln2, p(r) r^2 + r + 1.
+inline constexpr float kExpPoly[] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                                     4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+// erfc(z) = t exp(-z^2 + p(t)), t = 1 / (1 + z / 2): Numerical Recipes' Chebyshev fit.
+inline constexpr float kErfcPoly[] = {0.17087277f, -0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f,
+                                      -0.18628806f, 0.09678418f, 0.37409196f, 1.00002368f, -1.26551223f};
+
 // exp(x), relative error ~2 ulp (Cephes' polynomial on x - n*ln2). Inputs below the
 // smallest normal result give exactly 0, so masked (-inf) softmax scores vanish cleanly.
 inline __m256 Exp(__m256 x) {
@@ -66,12 +74,9 @@ inline __m256 Exp(__m256 x) {
   // Two-part ln2 keeps r exact enough for the polynomial.
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  __m256 p = _mm256_set1_ps(kExpPoly[0]);
+#pragma GCC unroll 8
+  for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpPoly[i]));
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   const __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
@@ -86,16 +91,9 @@ inline __m256 Gelu(__m256 x) {
   const __m256 z = _mm256_mul_ps(_mm256_andnot_ps(sign_mask, x), _mm256_set1_ps(0.70710678118654752f));
   const __m256 one = _mm256_set1_ps(1.0f);
   const __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(0.5f), z, one));
-  __m256 p = _mm256_set1_ps(0.17087277f);
-  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.82215223f));
-  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.48851587f));
-  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.13520398f));
-  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.27886807f));
-  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.18628806f));
-  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.09678418f));
-  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.37409196f));
-  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.00002368f));
-  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.26551223f));
+  __m256 p = _mm256_set1_ps(kErfcPoly[0]);
+#pragma GCC unroll 10
+  for (int i = 1; i < 10; ++i) p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(kErfcPoly[i]));
   p = _mm256_fnmadd_ps(z, z, p);
   const __m256 erfc = _mm256_mul_ps(t, Exp(p));
   // x >= 0: 0.5·x·(2 - erfc); x < 0: 0.5·x·erfc.
@@ -148,12 +146,9 @@ FERRY_AVX512_INLINE __m512 Exp(__m512 x) {
   const __m512 n = _mm512_mask_roundscale_ps(xl, kAllLanes, xl, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 p = _mm512_set1_ps(kExpPoly[0]);
+#pragma GCC unroll 8
+  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpPoly[i]));
   p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   const __m512i zero = _mm512_setzero_si512();
   const __m512i biased = _mm512_add_epi32(_mm512_mask_cvtps_epi32(zero, kAllLanes, n), _mm512_set1_epi32(127));
@@ -165,16 +160,9 @@ FERRY_AVX512_INLINE __m512 Gelu(__m512 x) {
   const __m512 z = _mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(0.70710678118654752f));
   const __m512 one = _mm512_set1_ps(1.0f);
   const __m512 t = _mm512_div_ps(one, _mm512_fmadd_ps(_mm512_set1_ps(0.5f), z, one));
-  __m512 p = _mm512_set1_ps(0.17087277f);
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.82215223f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.48851587f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.13520398f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.27886807f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.18628806f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.09678418f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.37409196f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.00002368f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.26551223f));
+  __m512 p = _mm512_set1_ps(kErfcPoly[0]);
+#pragma GCC unroll 10
+  for (int i = 1; i < 10; ++i) p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(kErfcPoly[i]));
   p = _mm512_fnmadd_ps(z, z, p);
   const __m512 erfc = _mm512_mul_ps(t, Exp(p));
   const __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
