@@ -114,7 +114,16 @@ Status Backend::PoolRows(const Tensor& x, const AttentionBatch& batch, PoolMode 
 }
 
 Status Backend::DenseAttentionQkv(const Tensor& qkv, const AttentionBatch& batch, const AttentionParams& params,
-                                  Tensor& q, Tensor& k, Tensor& v, Tensor& out) {
+                                  Tensor& out) {
+  const int64_t q_dim = static_cast<int64_t>(params.num_heads) * params.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(params.num_kv_heads) * params.head_dim;
+  if (qkv.rank() != 2 || qkv.dim(1) != q_dim + 2 * kv_dim) {
+    return InvalidArgument("DenseAttentionQkv: " + qkv.DebugString() + " is not a fused QKV projection of this shape");
+  }
+  const int64_t rows = qkv.dim(0);
+  FERRY_ASSIGN_OR_RETURN(Tensor q, Allocate({rows, q_dim}, qkv.dtype()));
+  FERRY_ASSIGN_OR_RETURN(Tensor k, Allocate({rows, kv_dim}, qkv.dtype()));
+  FERRY_ASSIGN_OR_RETURN(Tensor v, Allocate({rows, kv_dim}, qkv.dtype()));
   FERRY_RETURN_IF_ERROR(CopyColumns(qkv, 0, q));
   FERRY_RETURN_IF_ERROR(CopyColumns(qkv, q.dim(1), k));
   FERRY_RETURN_IF_ERROR(CopyColumns(qkv, q.dim(1) + k.dim(1), v));

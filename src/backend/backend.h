@@ -276,10 +276,10 @@ class Backend {
   virtual Status PoolRows(const Tensor& x, const AttentionBatch& batch, PoolMode mode, Tensor& out);
 
   // DenseAttention on a fused QKV projection qkv [T, (nh + 2 nkv) * hd] (q columns, then k,
-  // then v). q, k and v are scratch for backends that split it with CopyColumns first (the
-  // default); others read it in place.
+  // then v). The CPU and CUDA backends read it in place; the default splits it with
+  // CopyColumns into tensors of its own first.
   virtual Status DenseAttentionQkv(const Tensor& qkv, const AttentionBatch& batch, const AttentionParams& params,
-                                   Tensor& q, Tensor& k, Tensor& v, Tensor& out);
+                                   Tensor& out);
 
   // dst[r, :] = src[r, col_begin : col_begin + dst.cols] for every row (splits a fused
   // QKV result into contiguous Q, K and V). The default works on host memory.

@@ -207,7 +207,7 @@ Status CpuBackend::DenseAttention(const Tensor& q, const Tensor& k, const Tensor
 }
 
 Status CpuBackend::DenseAttentionQkv(const Tensor& qkv, const AttentionBatch& batch, const AttentionParams& params,
-                                     Tensor&, Tensor&, Tensor&, Tensor& out) {
+                                     Tensor& out) {
   return cpu::DenseAttentionQkv(qkv, batch.spans, params, out);
 }
 

@@ -89,9 +89,9 @@ class CpuBackend final : public Backend {
                         const AttentionParams& params, Tensor& out) override;
   Status DenseAttention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionBatch& batch,
                         const AttentionParams& params, Tensor& out) override;
-  // Reads q, k and v in place from qkv's columns (the scratch q, k, v are not used).
-  Status DenseAttentionQkv(const Tensor& qkv, const AttentionBatch& batch, const AttentionParams& params, Tensor& q,
-                           Tensor& k, Tensor& v, Tensor& out) override;
+  // Reads q, k and v in place from qkv's columns.
+  Status DenseAttentionQkv(const Tensor& qkv, const AttentionBatch& batch, const AttentionParams& params,
+                           Tensor& out) override;
 
   Result<Tensor> ToHost(const Tensor& t) override;
   Status Synchronize() override { return Status::Ok(); }

@@ -235,9 +235,6 @@ Status EncoderModel::Forward(const EncoderBatch& batch, EncoderOutput& out) {
   std::swap(x, tmp);
 
   FERRY_ASSIGN_OR_RETURN(Tensor qkv, be.Allocate({T, 3 * H}, act));
-  FERRY_ASSIGN_OR_RETURN(Tensor q, be.Allocate({T, H}, act));
-  FERRY_ASSIGN_OR_RETURN(Tensor k, be.Allocate({T, H}, act));
-  FERRY_ASSIGN_OR_RETURN(Tensor v, be.Allocate({T, H}, act));
   FERRY_ASSIGN_OR_RETURN(Tensor attn, be.Allocate({T, H}, act));
   FERRY_ASSIGN_OR_RETURN(Tensor inter, be.Allocate({T, I}, act));
   backend::AttentionParams ap;
@@ -250,7 +247,7 @@ Status EncoderModel::Forward(const EncoderBatch& batch, EncoderOutput& out) {
     const Layer& L = layers_[l];
     const int li = static_cast<int>(l);
     FERRY_RETURN_IF_ERROR(RunLinear(li, "qkv", x, L.qkv, qkv));
-    FERRY_RETURN_IF_ERROR(be.DenseAttentionQkv(qkv, in.attention, ap, q, k, v, attn));
+    FERRY_RETURN_IF_ERROR(be.DenseAttentionQkv(qkv, in.attention, ap, attn));
     FERRY_RETURN_IF_ERROR(RunLinear(li, "attn_out", attn, L.attn_out, tmp));
     FERRY_RETURN_IF_ERROR(be.LayerNorm(tmp, x, L.attn_ln_gamma, L.attn_ln_beta, c.layer_norm_eps, tmp2));
     std::swap(x, tmp2);

@@ -472,10 +472,13 @@ TEST(AttentionTest, PackedQkvAndAvx512TilesGiveTheSameBytes) {
     for (const GemmKernel kernel : {GemmKernel::kAvx2, GemmKernel::kAvx512}) {
       if (!kernels::cpu::SetActiveGemmKernel(kernel)) continue;
       Tensor copied = Poisoned({rows, qw}), packed = Poisoned({rows, qw});
-      Tensor sq = Poisoned({rows, qw}), sk = Poisoned({rows, kvw}), sv = Poisoned({rows, kvw});
       ASSERT_TRUE(be->DenseAttention(q, k, v, spans, p, copied).ok()) << what;
-      ASSERT_TRUE(be->DenseAttentionQkv(qkv, spans, p, sq, sk, sv, packed).ok()) << what;
+      ASSERT_TRUE(be->DenseAttentionQkv(qkv, spans, p, packed).ok()) << what;
       EXPECT_EQ(0, std::memcmp(copied.raw(), packed.raw(), copied.nbytes())) << what << ": packed qkv";
+      // The portable default (split with CopyColumns into tensors of its own) gives them too.
+      Tensor split = Poisoned({rows, qw});
+      ASSERT_TRUE(be->backend::Backend::DenseAttentionQkv(qkv, spans, p, split).ok()) << what;
+      EXPECT_EQ(0, std::memcmp(copied.raw(), split.raw(), copied.nbytes())) << what << ": the default";
       outs.push_back(copied);
     }
     if (outs.size() == 2) {
@@ -483,14 +486,16 @@ TEST(AttentionTest, PackedQkvAndAvx512TilesGiveTheSameBytes) {
     }
   }
   kernels::cpu::SetActiveGemmKernel(saved);
-  Tensor out = Poisoned({4, 64}), scratch = Poisoned({4, 64});
+  Tensor out = Poisoned({4, 64});
   AttentionParams p;
   p.num_heads = 1;
   p.num_kv_heads = 1;
   p.head_dim = 64;
   std::vector<SeqSpan> spans = {{0, 4, 0, nullptr}};
-  EXPECT_FALSE(be->DenseAttentionQkv(RandomTensor({4, 100}, rng), spans, p, scratch, scratch, scratch, out).ok())
+  EXPECT_FALSE(be->DenseAttentionQkv(RandomTensor({4, 100}, rng), spans, p, out).ok())
       << "qkv width";
+  EXPECT_FALSE(be->backend::Backend::DenseAttentionQkv(RandomTensor({4, 100}, rng), spans, p, out).ok())
+      << "qkv width, the default";
 }
 
 }  // namespace

@@ -240,11 +240,9 @@ class CudaBackend final : public Backend {
                         const AttentionParams& params, Tensor& out) override {
     return attention_.Dense(q.raw(), k.raw(), v.raw(), 0, 0, q.dtype(), q.dim(0), batch, params, out);
   }
-  Status DenseAttentionQkv(const Tensor& qkv, const AttentionBatch& batch, const AttentionParams& params, Tensor& q,
-                           Tensor& k, Tensor& v, Tensor& out) override {
-    (void)q;  // read in place from the fused projection
-    (void)k;
-    (void)v;
+  // Reads q, k and v in place from the fused projection.
+  Status DenseAttentionQkv(const Tensor& qkv, const AttentionBatch& batch, const AttentionParams& params,
+                           Tensor& out) override {
     const int64_t q_dim = static_cast<int64_t>(params.num_heads) * params.head_dim;
     const int64_t kv_dim = static_cast<int64_t>(params.num_kv_heads) * params.head_dim;
     if (qkv.dim(1) != q_dim + 2 * kv_dim) {
