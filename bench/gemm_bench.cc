@@ -13,6 +13,7 @@
 // decode does with a real model; a single 25 MiB weight would otherwise sit in the 32 MiB
 // L3 and overstate bandwidth. The vocabulary projection (N = 128256) runs only at decode
 // sizes: prefill computes logits for the last token of each sequence, never for 512 rows.
+// BM_Bert_*: bert-base's linears at a 32 x 128 encoder batch.
 #include <benchmark/benchmark.h>
 
 #include "bench_threads.h"
@@ -404,6 +405,14 @@ void RegisterAll() {
     }
     for (int64_t m : ms) Register("BM_oneDNN_f32" + shape(m), BM_OnednnF32, m, n, k);
     for (int64_t m : ms) Register("BM_oneDNN_w8a8" + shape(m), BM_OnednnInt8, m, n, k);
+  }
+  // bert-base's four linears at a 32 x 128 batch (4,096 rows): qkv, attention output, the
+  // FFN's two. Named BM_Bert_* so that the default filter of the 1B runs can leave them out.
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{2304, 768}, {768, 768}, {3072, 768}, {768, 3072}}) {
+    const std::string shape = "/M:4096/N:" + std::to_string(n) + "/K:" + std::to_string(k);
+    for (const auto& [format, name] : formats) Register("BM_Bert_" + name + shape, BM_FerryLinear, 4096, n, k, format);
+    Register("BM_Bert_oneDNN_f32" + shape, BM_OnednnF32, 4096, n, k);
+    Register("BM_Bert_oneDNN_w8a8" + shape, BM_OnednnInt8, 4096, n, k);
   }
 }
 

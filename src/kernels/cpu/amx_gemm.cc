@@ -272,10 +272,58 @@ FERRY_AMX_TARGET void AmxRange(const uint16_t* a, int64_t kp, int64_t ld, int64_
   _tile_release();
 }
 
+// A finished 32 x 32 block of W8A8 int32 sums (row stride kBlockCols) on its way to y.
+struct Int8Pending {
+  const int32_t* sums = nullptr;  // none pending when null
+  int64_t row = 0;                // y row of the block's first row
+  int64_t rows = 0;               // the block's rows inside m
+  int64_t col = 0;                // y column of the block's first column
+  int64_t done = 0;               // rows finished
+};
+
+// y = fma(float(acc), col_scale * row_scale, bias), then GELU when asked: the W8A8 kernels'
+// epilogue, a row at a time.
+struct Int8Epilogue {
+  const float* row_scale;
+  const float* col_scale;
+  const float* bias;
+  bool gelu;
+  float* y;
+  int64_t ldy;
+  int64_t n;
+
+  // Rows [p.done, until) of p (clamped to its rows).
+  FERRY_AMX_TARGET void Rows(Int8Pending& p, int64_t until) const {
+    const int64_t end = std::min(until, p.rows);
+    for (int64_t i = p.done; i < end; ++i) {
+      const int32_t* cr = p.sums + i * kBlockCols;
+      float* yr = y + (p.row + i) * ldy;
+      const __m512 rs = _mm512_set1_ps(row_scale[p.row + i]);
+      for (int64_t j = 0; j < kBlockCols && p.col + j < n; j += 16) {
+        const int64_t col = p.col + j;
+        const __mmask16 mask =
+            n - col >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - col)) - 1u);
+        const __m512 acc = _mm512_maskz_cvtepi32_ps(kAll, _mm512_loadu_si512(cr + j));
+        const __m512 bv = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + col) : _mm512_setzero_ps();
+        const __m512 scale = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, col_scale + col), rs);
+        const __m512 v = _mm512_fmadd_ps(acc, scale, bv);
+        _mm512_mask_storeu_ps(yr + col, mask, gelu ? Gelu(v) : v);
+      }
+    }
+    p.done = std::max(p.done, end);
+  }
+};
+
 // W8A8 column blocks [blk_begin, blk_end) over all rows: the same blocking as AmxRange, with
 // 64 K a step (tdpbssd: s8 x s8 into int32) and the B tiles read straight from the quad
 // panels. A K tail shorter than a step is copied into a zero-padded tile first (the panel's
 // next bytes belong to another panel, or to no allocation at all).
+//
+// The epilogue is software-pipelined: a block's finished sums go to a 4 KB staging buffer
+// (L1) and are scaled, biased and stored a few rows per K step of the next block, so the
+// vector units work while the tile unit multiplies (run after the group, from sums in L2, it
+// was a quarter of the kernel's time at bert-base's shapes). Sums go through the group's
+// buffer only between the chunks of a K longer than kKChunk.
 FERRY_AMX_TARGET void AmxInt8Range(const int8_t* q, int64_t ldq, const float* row_scale, int64_t m, int64_t m_pad,
                                    const PackedWeight& w, const float* bias, bool gelu, float* y, int64_t ldy,
                                    int64_t blk_begin, int64_t blk_end) {
@@ -285,11 +333,16 @@ FERRY_AMX_TARGET void AmxInt8Range(const int8_t* q, int64_t ldq, const float* ro
   thread_local std::vector<int32_t> cbuf;
   thread_local std::vector<int8_t> zeros;  // the missing partner of an odd last panel
   alignas(64) int8_t tail[2][kTileBytes];
-  if (cbuf.size() < static_cast<size_t>(kRowGroup * ldc)) cbuf.resize(static_cast<size_t>(kRowGroup * ldc));
+  alignas(64) int32_t stage[2][kBlockRows * kBlockCols];
   const int64_t kext = AmxInt8K(w);  // K covered by tile steps (ldq may add a padding line)
+  if (kext > kKChunk && cbuf.size() < static_cast<size_t>(kRowGroup * ldc)) {
+    cbuf.resize(static_cast<size_t>(kRowGroup * ldc));
+  }
   if (zeros.size() < static_cast<size_t>(kext * kPanelCols)) zeros.assign(static_cast<size_t>(kext * kPanelCols), 0);
   const int64_t full_steps = w.k_stored / kStep * kStep;  // K covered by whole tiles of a panel
-  const float* col_scale = w.scale_data();
+  const Int8Epilogue epi{row_scale, w.scale_data(), bias, gelu, y, ldy, w.n};
+  Int8Pending pending;
+  int which = 0;
   ConfigureTiles();
   for (int64_t r0 = 0; r0 < m_pad; r0 += kRowGroup) {
     const int64_t rows = std::min(kRowGroup, m_pad - r0);
@@ -297,6 +350,9 @@ FERRY_AMX_TARGET void AmxInt8Range(const int8_t* q, int64_t ldq, const float* ro
       const int64_t blocks = std::min(kBlocksPerGroup, blk_end - g0);
       for (int64_t k0 = 0; k0 < kext; k0 += kKChunk) {
         const int64_t kc = std::min(kKChunk, kext - k0);
+        const bool last_chunk = k0 + kc >= kext;
+        // Epilogue rows per K step: a block's 32 rows spread over the steps of the next.
+        const int64_t per_step = (kBlockRows * kStep + kc - 1) / kc;
         for (int64_t b = 0; b < blocks; ++b) {
           const int64_t p0 = 2 * (g0 + b);
           const bool pair = p0 + 1 < w.num_panels;
@@ -311,7 +367,7 @@ FERRY_AMX_TARGET void AmxInt8Range(const int8_t* q, int64_t ldq, const float* ro
             if (pair) std::memcpy(tail[1], b1 + full_steps * kPanelCols, static_cast<size_t>(valid));
           }
           for (int64_t i = 0; i < rows; i += kBlockRows) {
-            int32_t* c = cbuf.data() + i * ldc + b * kBlockCols;
+            int32_t* c = last_chunk && k0 == 0 ? nullptr : cbuf.data() + i * ldc + b * kBlockCols;
             LoadSums(k0 == 0, c, ldc);
             const int8_t* a0 = q + (r0 + i) * ldq;
             const int8_t* a1 = a0 + kTileRows * ldq;
@@ -331,30 +387,24 @@ FERRY_AMX_TARGET void AmxInt8Range(const int8_t* q, int64_t ldq, const float* ro
               _tile_dpbssd(1, 4, 7);
               _tile_dpbssd(2, 5, 6);
               _tile_dpbssd(3, 5, 7);
+              if (pending.sums != nullptr) epi.Rows(pending, pending.done + per_step);
             }
-            StoreSums(c, ldc);
+            if (pending.sums != nullptr) epi.Rows(pending, kBlockRows);
+            if (last_chunk) {
+              int32_t* st = stage[which];
+              which ^= 1;
+              StoreSums(st, kBlockCols);
+              pending = Int8Pending{st, r0 + i, std::clamp<int64_t>(m - (r0 + i), 0, kBlockRows),
+                                    (g0 + b) * kBlockCols, 0};
+            } else {
+              StoreSums(c, ldc);
+            }
           }
-        }
-      }
-      // y = fma(float(acc), col_scale * row_scale, bias): the W8A8 kernels' epilogue.
-      const int64_t c0 = g0 * kBlockCols, cols = blocks * kBlockCols;
-      for (int64_t i = 0; i < rows && r0 + i < m; ++i) {
-        const int32_t* cr = cbuf.data() + i * ldc;
-        float* yr = y + (r0 + i) * ldy;
-        const __m512 rs = _mm512_set1_ps(row_scale[r0 + i]);
-        for (int64_t j = 0; j < cols && c0 + j < w.n; j += 16) {
-          const int64_t col = c0 + j;
-          const __mmask16 mask =
-              w.n - col >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (w.n - col)) - 1u);
-          const __m512 acc = _mm512_maskz_cvtepi32_ps(kAll, _mm512_loadu_si512(cr + j));
-          const __m512 bv = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + col) : _mm512_setzero_ps();
-          const __m512 scale = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, col_scale + col), rs);
-          const __m512 v = _mm512_fmadd_ps(acc, scale, bv);
-          _mm512_mask_storeu_ps(yr + col, mask, gelu ? Gelu(v) : v);
         }
       }
     }
   }
+  if (pending.sums != nullptr) epi.Rows(pending, kBlockRows);
   _tile_release();
 }
 
