@@ -247,6 +247,8 @@ Status EncoderModel::Forward(const EncoderBatch& batch, EncoderOutput& out) {
     const Layer& L = layers_[l];
     const int li = static_cast<int>(l);
     FERRY_RETURN_IF_ERROR(RunLinear(li, "qkv", x, L.qkv, qkv));
+    // W8A8 layers' activations are int8 already: their attention may multiply in bf16.
+    ap.bf16_products = L.qkv.format == backend::WeightFormat::kInt8W8A8;
     FERRY_RETURN_IF_ERROR(be.DenseAttentionQkv(qkv, in.attention, ap, attn));
     FERRY_RETURN_IF_ERROR(RunLinear(li, "attn_out", attn, L.attn_out, tmp));
     FERRY_RETURN_IF_ERROR(be.LayerNorm(tmp, x, L.attn_ln_gamma, L.attn_ln_beta, c.layer_norm_eps, tmp2));

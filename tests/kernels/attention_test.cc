@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "kernel_test_util.h"
+#include "kernels/cpu/amx_gemm.h"
 #include "kernels/cpu/gemm.h"
 
 namespace ferry {
@@ -496,6 +497,76 @@ TEST(AttentionTest, PackedQkvAndAvx512TilesGiveTheSameBytes) {
       << "qkv width";
   EXPECT_FALSE(be->backend::Backend::DenseAttentionQkv(RandomTensor({4, 100}, rng), spans, p, out).ok())
       << "qkv width, the default";
+}
+
+// W8A8 encoders' attention with bf16 products on AMX: within bf16's rounding of the f32 path
+// (scores, probabilities and values each rounded once), on spans of 1 to 200 rows (partial tiles
+// of queries and keys), grouped heads and head_dims 32, 64 and 128, whatever the number of
+// spans (heads grouped per item or not). Where it does not apply (AMX off, causal, a window, a
+// head_dim off 32) the flag changes no byte.
+TEST(AttentionTest, Bf16ProductsOnAmxStayCloseToF32) {
+  std::mt19937 rng(77);
+  auto be = backend::MakeCpuBackend();
+  const bool saved = kernels::cpu::AmxEnabled();
+  struct Heads {
+    int heads, kv_heads, head_dim;
+  };
+  for (const Heads h : {Heads{12, 12, 64}, Heads{8, 2, 32}, Heads{2, 2, 128}, Heads{4, 4, 48}}) {
+    for (const std::vector<int>& lens : {std::vector<int>{1, 2, 15, 16, 17, 31, 32, 33, 100, 200}, std::vector<int>{77}}) {
+      AttentionParams p;
+      p.num_heads = h.heads;
+      p.num_kv_heads = h.kv_heads;
+      p.head_dim = h.head_dim;
+      p.scale = 1.0f / std::sqrt(static_cast<float>(h.head_dim));
+      p.causal = false;
+      std::vector<SeqSpan> spans;
+      int32_t rows = 0;
+      for (int len : lens) {
+        spans.push_back({rows, len, 0, nullptr});
+        rows += len;
+      }
+      const int64_t qw = static_cast<int64_t>(h.heads) * h.head_dim,
+                    kvw = static_cast<int64_t>(h.kv_heads) * h.head_dim;
+      const Tensor qkv = RandomTensor({rows, qw + 2 * kvw}, rng, -2, 2);
+      const std::string what = std::to_string(h.heads) + "/" + std::to_string(h.kv_heads) + " heads of " +
+                               std::to_string(h.head_dim) + ", " + std::to_string(spans.size()) + " spans";
+      Tensor f32 = Poisoned({rows, qw}), bf16 = Poisoned({rows, qw});
+      ASSERT_TRUE(be->DenseAttentionQkv(qkv, spans, p, f32).ok()) << what;
+      p.bf16_products = true;
+      ASSERT_TRUE(be->DenseAttentionQkv(qkv, spans, p, bf16).ok()) << what;
+      const bool applies = kernels::cpu::AmxSupported() && h.head_dim % 32 == 0;
+      if (!applies) {
+        EXPECT_EQ(0, std::memcmp(f32.raw(), bf16.raw(), f32.nbytes())) << what << ": not applicable";
+        continue;
+      }
+      double worst = 0.0;
+      for (int64_t i = 0; i < f32.numel(); ++i) {
+        const double d = std::fabs(static_cast<double>(f32.data<float>()[i]) - bf16.data<float>()[i]);
+        worst = std::isfinite(d) ? std::max(worst, d) : 1e30;
+      }
+      // Values in [-2, 2]: three bf16 roundings (2^-9 relative each) and score errors of a few
+      // 2^-9 through the exponential.
+      EXPECT_LT(worst, 3e-2) << what;
+      EXPECT_GT(worst, 0.0) << what << ": the bf16 route did not run";
+      // Off the route: AMX turned off, causal, a window.
+      ASSERT_TRUE(kernels::cpu::SetAmxEnabled(false));
+      Tensor off = Poisoned({rows, qw});
+      ASSERT_TRUE(be->DenseAttentionQkv(qkv, spans, p, off).ok()) << what;
+      EXPECT_EQ(0, std::memcmp(f32.raw(), off.raw(), f32.nbytes())) << what << ": AMX off";
+      ASSERT_TRUE(kernels::cpu::SetAmxEnabled(true));
+      for (const bool causal : {true, false}) {
+        AttentionParams other = p;
+        other.causal = causal;
+        other.window = causal ? 0 : 8;
+        Tensor a = Poisoned({rows, qw}), b = Poisoned({rows, qw});
+        ASSERT_TRUE(be->DenseAttentionQkv(qkv, spans, other, a).ok()) << what;
+        other.bf16_products = false;
+        ASSERT_TRUE(be->DenseAttentionQkv(qkv, spans, other, b).ok()) << what;
+        EXPECT_EQ(0, std::memcmp(a.raw(), b.raw(), a.nbytes())) << what << (causal ? ": causal" : ": window");
+      }
+    }
+  }
+  kernels::cpu::SetAmxEnabled(saved);
 }
 
 }  // namespace

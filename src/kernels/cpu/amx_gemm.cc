@@ -81,7 +81,10 @@ FERRY_AMX_TARGET void ConfigureTiles() {
     cfg.rows[t] = static_cast<uint8_t>(kTileRows);
     cfg.colsb[t] = 64;
   }
-  _tile_loadconfig(&cfg);
+  // Not _tile_loadconfig: GCC 12's tells the compiler it reads 8 of the 64 bytes, so where this
+  // function is not inlined the row and column stores are dropped as dead and the tiles come up
+  // unconfigured (#UD at the first tile instruction). The operand here is the whole struct.
+  asm volatile("ldtilecfg %0" : : "m"(cfg));
 }
 
 // The zero-masked forms of the widening and shift intrinsics throughout: GCC 12's unmasked
@@ -457,6 +460,8 @@ void GemmAmxBf16(const float* x, int64_t lda, int64_t m, const PackedWeight& w, 
 }  // namespace ferry::kernels::cpu
 
 namespace ferry::kernels::cpu {
+
+void ConfigureAmxTiles() { ConfigureTiles(); }
 
 int64_t AmxInt8RowPad() { return kBlockRows; }
 int64_t AmxInt8K(const PackedWeight& w) { return (w.k_stored + 63) / 64 * 64; }

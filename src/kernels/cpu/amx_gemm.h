@@ -45,4 +45,29 @@ int64_t AmxInt8Ld(const PackedWeight& w);
 void GemmAmxInt8(const int8_t* q, int64_t ldq, const float* row_scale, int64_t m, const PackedWeight& w,
                  const float* bias, float* y, int64_t ldy, bool gelu = false);
 
+// Dense attention of one sequence, heads [first_head, first_head + heads), with bf16 products
+// on the tiles, for encoders whose linears are W8A8 (their activations are already int8, so
+// bf16 scores cost them no accuracy that matters; the f32 path is the default everywhere
+// else). Bidirectional, no window or soft-capping: out[t] = softmax(scale * q[t] · K^T) · V over
+// all `tokens` keys. q and k are rounded to bf16 (q after scaling), the scores summed in f32,
+// the softmax in f32, its probabilities rounded to bf16 for P · V (f32 sums), and each row
+// divided by the f32 sum of the unrounded ones. head_dim must satisfy AmxAttentionApplies.
+struct AmxAttentionHeads {
+  const float* q;  // the sequence's first row of all heads' q, rows ldq apart; likewise k, v, out
+  const float* k;
+  const float* v;
+  float* out;
+  int64_t ldq, ldk, ldv, ldo;
+  int64_t tokens;
+  int head_dim;
+  int first_head;
+  int heads;
+  int group;  // query heads per KV head
+  float scale;
+};
+bool AmxAttentionApplies(int head_dim);
+// Every tile 16 rows of 64 bytes (palette 1), for this thread; the routes here configure their own.
+void ConfigureAmxTiles();
+void AmxAttentionBf16(const AmxAttentionHeads& h);
+
 }  // namespace ferry::kernels::cpu

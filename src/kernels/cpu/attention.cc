@@ -10,6 +10,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/thread_pool.h"
+#include "kernels/cpu/amx_gemm.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_microkernel.h"
 #include "kernels/cpu/kv_write.h"
@@ -645,6 +647,29 @@ namespace {
 Status DenseAttentionViews(const RowMajor& qm, const RowMajor& km, const RowMajor& vm,
                            std::span<const SeqSpan> spans, const AttentionParams& params, const RowMajor& om) {
   const Geometry g = MakeGeometry(params);
+  if (params.bf16_products && !params.causal && params.window == 0 && params.softcap == 0.0f &&
+      AmxAttentionApplies(params.head_dim)) {
+    // One item per (span, run of heads), longest spans first. A span's heads go together
+    // (its rows are read once, front to back) unless that leaves too few items for the threads.
+    const int64_t per_item = std::clamp<int64_t>(
+        static_cast<int64_t>(spans.size()) * g.num_heads / (4 * ComputeThreads()), 1, g.num_heads);
+    std::vector<std::pair<int32_t, int32_t>> items;
+    for (size_t i = 0; i < spans.size(); ++i) {
+      for (int32_t h = 0; h < g.num_heads; h += static_cast<int32_t>(per_item)) {
+        items.emplace_back(static_cast<int32_t>(i), h);
+      }
+    }
+    std::stable_sort(items.begin(), items.end(),
+                     [&](const auto& a, const auto& b) { return spans[a.first].q_len > spans[b.first].q_len; });
+    ParallelForDynamic(static_cast<int64_t>(items.size()), [&](int64_t i) {
+      const auto [si, h] = items[static_cast<size_t>(i)];
+      const SeqSpan& s = spans[static_cast<size_t>(si)];
+      AmxAttentionBf16({qm.data + s.q_begin * qm.ld, km.data + s.q_begin * km.ld, vm.data + s.q_begin * vm.ld,
+                        om.data + s.q_begin * om.ld, qm.ld, km.ld, vm.ld, om.ld, s.q_len, g.head_dim, h,
+                        static_cast<int>(std::min<int64_t>(per_item, g.num_heads - h)), g.group, g.scale});
+    });
+    return Status::Ok();
+  }
   // The dense path sees each span as a sequence of its own: context = its rows.
   std::vector<SeqSpan> dense_spans(spans.begin(), spans.end());
   for (SeqSpan& s : dense_spans) s.context_len = s.q_len;
