@@ -512,7 +512,8 @@ TEST(AttentionTest, Bf16ProductsOnAmxStayCloseToF32) {
     int heads, kv_heads, head_dim;
   };
   for (const Heads h : {Heads{12, 12, 64}, Heads{8, 2, 32}, Heads{2, 2, 128}, Heads{4, 4, 48}}) {
-    for (const std::vector<int>& lens : {std::vector<int>{1, 2, 15, 16, 17, 31, 32, 33, 100, 200}, std::vector<int>{77}}) {
+    for (const std::vector<int>& lens :
+         {std::vector<int>{1, 2, 15, 16, 17, 31, 32, 33, 100, 200}, std::vector<int>{77}}) {
       AttentionParams p;
       p.num_heads = h.heads;
       p.num_kv_heads = h.kv_heads;

@@ -376,8 +376,10 @@ TEST(WeightFormatTest, AmxRouteMatchesTheF32Kernels) {
   auto be = backend::MakeCpuBackend();
   const bool saved = kernels::cpu::AmxEnabled();
   for (const WeightFormat format : {WeightFormat::kBF16, WeightFormat::kInt8}) {
+    // 600 x 2016: an output of over 4 MB, written with non-temporal stores.
     for (const Case& c : {Case{64, 48, 2048}, Case{70, 33, 1001}, Case{300, 50, 1000}, Case{257, 290, 1100},
-                          Case{64, 16, 32}, Case{40, 64, 512}, Case{96, 2048, 520}, Case{70, 40, 4200}}) {
+                          Case{64, 16, 32}, Case{40, 64, 512}, Case{96, 2048, 520}, Case{70, 40, 4200},
+                          Case{600, 2016, 100}}) {
       for (const bool with_bias : {false, true}) {
         const std::string what = std::string(backend::WeightFormatName(format)) + " m=" + std::to_string(c.m) +
                                  " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
@@ -406,17 +408,20 @@ TEST(WeightFormatTest, AmxRouteMatchesTheF32Kernels) {
 }
 
 // W8A8 prefill on ferry's own AMX route (tdpbssd on the quad panels) gives the kernels' bytes:
-// exact int32 sums and the same epilogue. Odd K (a last K step shorter than the tiles' 64), K
-// over several chunks, partial and unpaired last panels, row counts off the tiles' 32 and over
-// several row groups, SmoothQuant factors and bias; below kAmxMinRows the kernels run either way.
+// exact int32 sums and the same epilogue, whether stored or streamed. Odd K (a last K step
+// shorter than the tiles' 64), K over several chunks, partial and unpaired last panels, row
+// counts off the tiles' 32 and over several row groups, SmoothQuant factors and bias; below
+// kAmxMinRows the kernels run either way.
 TEST(WeightFormatTest, Int8AmxRouteGivesTheKernelsBytes) {
   if (!kernels::cpu::AmxSupported()) GTEST_SKIP() << "no AMX here";
   std::mt19937 rng(18);
   auto be = backend::MakeCpuBackend();
   const bool saved_amx = kernels::cpu::AmxEnabled(), saved_onednn = kernels::cpu::Int8OnednnEnabled();
   kernels::cpu::SetInt8OnednnEnabled(false);
+  // 600 x 2016: an output of over 4 MB, written with non-temporal stores (a last column block
+  // of 16).
   for (const Case& c : {Case{64, 2048, 2048}, Case{129, 1030, 4099}, Case{300, 50, 1000}, Case{70, 33, 8200},
-                        Case{257, 16, 64}, Case{63, 48, 512}, Case{96, 768, 3072}}) {
+                        Case{257, 16, 64}, Case{63, 48, 512}, Case{96, 768, 3072}, Case{600, 2016, 200}}) {
     for (const bool smoothed : {false, true}) {
       LinearWeight w;
       w.weight = RandomTensor({c.n, c.k}, rng);

@@ -95,7 +95,8 @@ FERRY_AMX_ATTN_TARGET void AttentionHeads(const AmxAttentionHeads& h) {
         const float* q = h.q + t * h.ldq + head * hd;
         const float* k = h.k + t * h.ldk + kv * hd;
         for (int64_t d = 0; d < hd; d += 16) {
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(qdst + d), ToBf16(_mm512_mul_ps(_mm512_loadu_ps(q + d), scale)));
+          const __m256i qv = ToBf16(_mm512_mul_ps(_mm512_loadu_ps(q + d), scale));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(qdst + d), qv);
           _mm256_store_si256(reinterpret_cast<__m256i*>(row + d), ToBf16(_mm512_loadu_ps(k + d)));
         }
       } else {
