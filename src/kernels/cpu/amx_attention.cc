@@ -194,11 +194,17 @@ FERRY_AMX_ATTN_TARGET void AttentionHeads(const AmxAttentionHeads& h) {
         const __m512 inv = _mm512_set1_ps(b.sum[r] > 0.0f ? 1.0f / b.sum[r] : 0.0f);
         float* dst = h.out + (r0 + r) * h.ldo + (h.first_head + g) * hd;
         for (int64_t d = 0; d < hd; d += 16) {
-          _mm512_storeu_ps(dst + d, _mm512_mul_ps(_mm512_loadu_ps(b.o.data() + r * hd + d), inv));
+          const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(b.o.data() + r * hd + d), inv);
+          if (h.stream) {
+            _mm512_stream_ps(dst + d, v);
+          } else {
+            _mm512_storeu_ps(dst + d, v);
+          }
         }
       }
     }
   }
+  if (h.stream) _mm_sfence();
   _tile_release();
 }
 

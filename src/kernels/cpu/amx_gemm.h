@@ -64,6 +64,7 @@ struct AmxAttentionHeads {
   int heads;
   int group;  // query heads per KV head
   float scale;
+  bool stream;  // out written with non-temporal stores (a large output; out and ldo 64-byte aligned)
 };
 bool AmxAttentionApplies(int head_dim);
 // Every tile 16 rows of 64 bytes (palette 1), for this thread; the routes here configure their own.

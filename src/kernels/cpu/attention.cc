@@ -661,12 +661,16 @@ Status DenseAttentionViews(const RowMajor& qm, const RowMajor& km, const RowMajo
     }
     std::stable_sort(items.begin(), items.end(),
                      [&](const auto& a, const auto& b) { return spans[a.first].q_len > spans[b.first].q_len; });
+    // A large output goes out with non-temporal stores, as the AMX GEMMs' do.
+    const bool stream = om.rows * om.cols * static_cast<int64_t>(sizeof(float)) >= (int64_t{4} << 20) &&
+                        om.ld % 16 == 0 && reinterpret_cast<uintptr_t>(om.data) % 64 == 0;
     ParallelForDynamic(static_cast<int64_t>(items.size()), [&](int64_t i) {
       const auto [si, h] = items[static_cast<size_t>(i)];
       const SeqSpan& s = spans[static_cast<size_t>(si)];
       AmxAttentionBf16({qm.data + s.q_begin * qm.ld, km.data + s.q_begin * km.ld, vm.data + s.q_begin * vm.ld,
                         om.data + s.q_begin * om.ld, qm.ld, km.ld, vm.ld, om.ld, s.q_len, g.head_dim, h,
-                        static_cast<int>(std::min<int64_t>(per_item, g.num_heads - h)), g.group, g.scale});
+                        static_cast<int>(std::min<int64_t>(per_item, g.num_heads - h)), g.group, g.scale,
+                        stream});
     });
     return Status::Ok();
   }
