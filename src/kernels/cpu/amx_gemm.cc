@@ -396,6 +396,18 @@ FERRY_AMX_TARGET void AmxInt8Range(const int8_t* q, int64_t ldq, const float* ro
             std::memcpy(tail[0], b0 + full_steps * kPanelCols, static_cast<size_t>(valid));
             if (pair) std::memcpy(tail[1], b1 + full_steps * kPanelCols, static_cast<size_t>(valid));
           }
+          // The next block's panels towards L2 while this one runs over the row group (its
+          // first row block would otherwise wait on memory).
+          const int64_t next_block = g0 + b + 1;
+          const char* pf[2] = {nullptr, nullptr};
+          int64_t pf_lines = 0, pf_done = 0, pf_per_step = 0;
+          if (next_block < blk_end && k0 == 0) {
+            pf[0] = static_cast<const char*>(w.panel(2 * next_block));
+            if (2 * next_block + 1 < w.num_panels) pf[1] = static_cast<const char*>(w.panel(2 * next_block + 1));
+            pf_lines = w.k_stored * kPanelCols / 64;
+            const int64_t steps_total = (rows / kBlockRows) * (kc / kStep);
+            pf_per_step = (pf_lines + steps_total - 1) / steps_total;
+          }
           for (int64_t i = 0; i < rows; i += kBlockRows) {
             int32_t* c = last_chunk && k0 == 0 ? nullptr : cbuf.data() + i * ldc + b * kBlockCols;
             LoadSums(k0 == 0, c, ldc);
@@ -408,6 +420,10 @@ FERRY_AMX_TARGET void AmxInt8Range(const int8_t* q, int64_t ldq, const float* ro
                   _mm_prefetch(reinterpret_cast<const char*>(a0 + r * ldq + s + kStep), _MM_HINT_T0);
                   _mm_prefetch(reinterpret_cast<const char*>(a1 + r * ldq + s + kStep), _MM_HINT_T0);
                 }
+              }
+              for (int64_t l = 0; l < pf_per_step && pf_done < pf_lines; ++l, ++pf_done) {
+                _mm_prefetch(pf[0] + pf_done * 64, _MM_HINT_T1);
+                if (pf[1] != nullptr) _mm_prefetch(pf[1] + pf_done * 64, _MM_HINT_T1);
               }
               _tile_loadd(4, a0 + s, ldq);
               _tile_loadd(5, a1 + s, ldq);
