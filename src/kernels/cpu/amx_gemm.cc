@@ -39,6 +39,9 @@ constexpr int64_t kBlockCols = 2 * kPanelCols;
 // 1.05-1.25 TFLOP/s, against 0.68-0.78 for 512-long chunks and 0.76-0.95 for 128-row groups.
 constexpr int64_t kKChunk = 4096;
 constexpr int64_t kRowGroup = 256;
+// W8A8's K chunk: the 1B shape's K = 8,192 (the down projection) in one chunk; spilling the
+// sums to the group's buffer between two chunks of 4,096 cost it 5-7 %.
+constexpr int64_t kInt8KChunk = 8192;
 constexpr int64_t kBlocksPerGroup = 4;
 
 // Outputs of at least this many bytes are written with non-temporal stores: more than a core's
@@ -353,7 +356,7 @@ struct Int8Epilogue {
 // (L1) and are scaled, biased and stored a few rows per K step of the next block, so the
 // vector units work while the tile unit multiplies (run after the group, from sums in L2, it
 // was a quarter of the kernel's time at bert-base's shapes). Sums go through the group's
-// buffer only between the chunks of a K longer than kKChunk.
+// buffer only between the chunks of a K longer than kInt8KChunk.
 FERRY_AMX_TARGET void AmxInt8Range(const int8_t* q, int64_t ldq, const float* row_scale, int64_t m, int64_t m_pad,
                                    const PackedWeight& w, const float* bias, bool gelu, bool stream, float* y,
                                    int64_t ldy, int64_t blk_begin, int64_t blk_end) {
@@ -365,7 +368,7 @@ FERRY_AMX_TARGET void AmxInt8Range(const int8_t* q, int64_t ldq, const float* ro
   alignas(64) int8_t tail[2][kTileBytes];
   alignas(64) int32_t stage[2][kBlockRows * kBlockCols];
   const int64_t kext = AmxInt8K(w);  // K covered by tile steps (ldq may add a padding line)
-  if (kext > kKChunk && cbuf.size() < static_cast<size_t>(kRowGroup * ldc)) {
+  if (kext > kInt8KChunk && cbuf.size() < static_cast<size_t>(kRowGroup * ldc)) {
     cbuf.resize(static_cast<size_t>(kRowGroup * ldc));
   }
   if (zeros.size() < static_cast<size_t>(kext * kPanelCols)) zeros.assign(static_cast<size_t>(kext * kPanelCols), 0);
@@ -378,8 +381,8 @@ FERRY_AMX_TARGET void AmxInt8Range(const int8_t* q, int64_t ldq, const float* ro
     const int64_t rows = std::min(kRowGroup, m_pad - r0);
     for (int64_t g0 = blk_begin; g0 < blk_end; g0 += kBlocksPerGroup) {
       const int64_t blocks = std::min(kBlocksPerGroup, blk_end - g0);
-      for (int64_t k0 = 0; k0 < kext; k0 += kKChunk) {
-        const int64_t kc = std::min(kKChunk, kext - k0);
+      for (int64_t k0 = 0; k0 < kext; k0 += kInt8KChunk) {
+        const int64_t kc = std::min(kInt8KChunk, kext - k0);
         const bool last_chunk = k0 + kc >= kext;
         // Epilogue rows per K step: a block's 32 rows spread over the steps of the next.
         const int64_t per_step = (kBlockRows * kStep + kc - 1) / kc;
