@@ -435,6 +435,30 @@ TEST(AttentionTest, RejectsBadInput) {
   EXPECT_FALSE(be->DenseAttention(st.q, k, k, st.spans, st.params, out).ok()) << "dense k width";
 }
 
+// Encoder attention (bidirectional) over heads / kv_heads / head_dim.
+struct EncoderHeads {
+  int heads, kv_heads, head_dim;
+};
+AttentionParams EncoderParams(const EncoderHeads& h) {
+  AttentionParams p;
+  p.num_heads = h.heads;
+  p.num_kv_heads = h.kv_heads;
+  p.head_dim = h.head_dim;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(h.head_dim));
+  p.causal = false;
+  return p;
+}
+
+// Consecutive spans of the given lengths; `rows` gets their total.
+std::vector<SeqSpan> PackedSpans(const std::vector<int>& lens, int32_t& rows) {
+  std::vector<SeqSpan> spans;
+  rows = 0;
+  for (int len : lens) {
+    spans.push_back({rows, len, 0, nullptr});
+    rows += len;
+  }
+  return spans;
+}
 
 // The encoders' attention on one projection's output, [q | k | v] read in place, gives the
 // bytes of the same attention on the three column blocks copied out; and the AVX-512 tiles
@@ -445,22 +469,11 @@ TEST(AttentionTest, PackedQkvAndAvx512TilesGiveTheSameBytes) {
   std::mt19937 rng(76);
   auto be = backend::MakeCpuBackend();
   const GemmKernel saved = kernels::cpu::ActiveGemmKernel();
-  struct Heads {
-    int heads, kv_heads, head_dim;
-  };
-  for (const Heads h : {Heads{12, 12, 64}, Heads{8, 2, 64}, Heads{4, 4, 80}, Heads{6, 3, 48}}) {
-    AttentionParams p;
-    p.num_heads = h.heads;
-    p.num_kv_heads = h.kv_heads;
-    p.head_dim = h.head_dim;
-    p.scale = 1.0f / std::sqrt(static_cast<float>(h.head_dim));
-    p.causal = false;
-    std::vector<SeqSpan> spans;
+  for (const EncoderHeads h : {EncoderHeads{12, 12, 64}, EncoderHeads{8, 2, 64}, EncoderHeads{4, 4, 80},
+                               EncoderHeads{6, 3, 48}}) {
+    const AttentionParams p = EncoderParams(h);
     int32_t rows = 0;
-    for (int len : {1, 2, 7, 8, 13, 14, 50, 128, 200}) {
-      spans.push_back({rows, len, 0, nullptr});
-      rows += len;
-    }
+    const std::vector<SeqSpan> spans = PackedSpans({1, 2, 7, 8, 13, 14, 50, 128, 200}, rows);
     const int64_t qw = static_cast<int64_t>(h.heads) * h.head_dim, kvw = static_cast<int64_t>(h.kv_heads) * h.head_dim;
     const Tensor qkv = RandomTensor({rows, qw + 2 * kvw}, rng, -2, 2);
     Tensor q = Poisoned({rows, qw}), k = Poisoned({rows, kvw}), v = Poisoned({rows, kvw});
@@ -508,25 +521,14 @@ TEST(AttentionTest, Bf16ProductsOnAmxStayCloseToF32) {
   std::mt19937 rng(77);
   auto be = backend::MakeCpuBackend();
   const bool saved = kernels::cpu::AmxEnabled();
-  struct Heads {
-    int heads, kv_heads, head_dim;
-  };
-  for (const Heads h : {Heads{12, 12, 64}, Heads{8, 2, 32}, Heads{2, 2, 128}, Heads{4, 4, 48}}) {
+  for (const EncoderHeads h : {EncoderHeads{12, 12, 64}, EncoderHeads{8, 2, 32}, EncoderHeads{2, 2, 128},
+                               EncoderHeads{4, 4, 48}}) {
     // The last set: an output of over 4 MB at 12 heads of 64, written with non-temporal stores.
     for (const std::vector<int>& lens : {std::vector<int>{1, 2, 15, 16, 17, 31, 32, 33, 100, 200},
                                          std::vector<int>{77}, std::vector<int>{700, 700}}) {
-      AttentionParams p;
-      p.num_heads = h.heads;
-      p.num_kv_heads = h.kv_heads;
-      p.head_dim = h.head_dim;
-      p.scale = 1.0f / std::sqrt(static_cast<float>(h.head_dim));
-      p.causal = false;
-      std::vector<SeqSpan> spans;
+      AttentionParams p = EncoderParams(h);
       int32_t rows = 0;
-      for (int len : lens) {
-        spans.push_back({rows, len, 0, nullptr});
-        rows += len;
-      }
+      const std::vector<SeqSpan> spans = PackedSpans(lens, rows);
       const int64_t qw = static_cast<int64_t>(h.heads) * h.head_dim,
                     kvw = static_cast<int64_t>(h.kv_heads) * h.head_dim;
       const Tensor qkv = RandomTensor({rows, qw + 2 * kvw}, rng, -2, 2);
