@@ -162,8 +162,7 @@ FERRY_AMX_ATTN_TARGET void AttentionHeads(const AmxAttentionHeads& h) {
         if (r < rows) {
           b.sum[r] = SoftmaxToBf16(b.s.data() + r * tp, T, tp, b.p.data() + r * tp);
         } else {
-          // No library calls between the tile configuration and its release: a lazily bound
-          // call can lose the tile state.
+          // Query rows past T: zeros (their outputs are never stored; tile rows do not mix).
           uint16_t* p = b.p.data() + r * tp;
           for (int64_t j = 0; j < tp; j += 32) _mm512_storeu_si512(p + j, _mm512_setzero_si512());
         }

@@ -178,6 +178,16 @@ FERRY_AMX_TARGET void PairPanel(const PackedWeight& w, int64_t p, int64_t k0, in
   }
 }
 
+// 16 outputs at dst (the lanes of mask): a whole vector of a streamed output goes out with a
+// non-temporal store (StreamOutput), anything else with an ordinary masked one.
+FERRY_AMX_TARGET inline void StoreOutput(float* dst, __mmask16 mask, __m512 v, bool stream) {
+  if (stream && mask == 0xffff) {
+    _mm512_stream_ps(dst, v);
+  } else {
+    _mm512_mask_storeu_ps(dst, mask, v);
+  }
+}
+
 // y for rows [r0, r0 + rows) of m and columns [c0, c0 + cols) of n from the group's sums c
 // (row stride ldc): times the int8 scales, plus the bias, then GELU when asked.
 FERRY_AMX_TARGET void StoreGroup(const float* c, int64_t ldc, int64_t r0, int64_t rows, int64_t m, int64_t c0,
@@ -194,11 +204,7 @@ FERRY_AMX_TARGET void StoreGroup(const float* c, int64_t ldc, int64_t r0, int64_
       if (scale != nullptr) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, scale + col));
       if (bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, bias + col));
       if (gelu) v = Gelu(v);
-      if (stream && mask == 0xffff) {
-        _mm512_stream_ps(yr + col, v);
-      } else {
-        _mm512_mask_storeu_ps(yr + col, mask, v);
-      }
+      StoreOutput(yr + col, mask, v, stream);
     }
   }
 }
@@ -336,11 +342,7 @@ struct Int8Epilogue {
         const __m512 scale = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, col_scale + col), rs);
         __m512 v = _mm512_fmadd_ps(acc, scale, bv);
         if (gelu) v = Gelu(v);
-        if (stream && mask == 0xffff) {
-          _mm512_stream_ps(yr + col, v);
-        } else {
-          _mm512_mask_storeu_ps(yr + col, mask, v);
-        }
+        StoreOutput(yr + col, mask, v, stream);
       }
     }
     p.done = std::max(p.done, end);
