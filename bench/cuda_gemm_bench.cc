@@ -5,7 +5,7 @@
 //   cuda_gemm_bench [--layers=L] [--ms=1,2,4,...] [--json=FILE] [--model=8b|1b] [--per-shape]
 //   cuda_gemm_bench --fp8 [--layers=L] [--ms=...] [--model=8b|1b] [--tune-m=M]
 //   cuda_gemm_bench --passes [--layers=L] [--ms=...] [--model=8b|1b]
-//   cuda_gemm_bench --w8 [--layers=L] [--ms=...] [--model=8b|1b] [--per-shape]
+//   cuda_gemm_bench --w8 [--layers=L] [--ms=...] [--model=8b|1b|bert] [--per-shape]
 //
 // --fp8 times fp8 (e4m3) layers instead, against bf16: the per-token x per-channel scaled
 // GEMMs of fp8 engines, tuned with exact (f32-promoted) and with fast accumulation, cuBLASLt's
@@ -15,11 +15,15 @@
 // --tune-m=M tunes every row count's GEMMs at M rows instead of at its own (what an engine's
 // M bucket does: every M it serves runs the choice tuned at the bucket's tuning M).
 //
-// --w8 times the 8-bit decode GEMMs: fp8 (fast accumulation, per-token x per-channel scales)
-// and int8 (W8A8) layers tuned on cuBLASLt's kernels alone, ferry's 8-bit tensor-core kernel
-// (GemmChoice::Route::kW8Mma) alone, and tuned over both, against tuned bf16; with the weight
-// bytes per second of each and the relative difference of the kernel's output from cuBLASLt's.
-// The int8 layers reuse the fp8 layers' bytes as int8 values (the time does not depend on them).
+// --w8 times the 8-bit GEMMs: fp8 (fast accumulation, per-token x per-channel scales) and int8
+// (W8A8) layers tuned on cuBLASLt's kernels alone, ferry's 8-bit tensor-core kernels
+// (GemmChoice::Route::kW8Mma: the decode kernel up to 64 rows, the 128 x 128 tile kernel past
+// that) alone, and tuned over both, against tuned bf16; with the weight bytes per second of
+// each and the relative difference of the kernel's output from cuBLASLt's. --per-shape adds
+// each linear alone (weight TB/s for decode batches, tera-ops/s past 64 rows). The int8 layers
+// reuse the fp8 layers' bytes as int8 values (the time does not depend on them).
+// --model=bert (with --w8) takes bert-base's linears (qkv 2304 x 768, o 768 x 768, up 3072 x 768,
+// down 768 x 3072).
 //
 // --passes times the memory-bound passes between an fp8 layer's GEMMs instead (the norms with
 // their quantization, the o and down inputs' quantization, RoPE with the KV-cache write), in
@@ -96,6 +100,7 @@ struct Shape {
 };
 constexpr Shape k8BShapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
 constexpr Shape k1BShapes[] = {{"qkv", 3072, 2048}, {"o", 2048, 2048}, {"gate_up", 16384, 2048}, {"down", 2048, 8192}};
+constexpr Shape kBertShapes[] = {{"qkv", 2304, 768}, {"o", 768, 768}, {"up", 3072, 768}, {"down", 768, 3072}};
 std::vector<Shape> kShapes(std::begin(k8BShapes), std::end(k8BShapes));
 constexpr int64_t kGroup = 128;
 
@@ -384,7 +389,6 @@ int RunW8(int layers, const std::vector<int64_t>& ms, bool per_shape) {
       "|\n|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::fflush(stdout);
   for (int64_t m : ms) {
-    if (m > ferry::cuda::kW8MmaMaxM) continue;
     // tuned[kind][with w8][shape]
     std::vector<GemmChoice> tuned[3][2];
     for (int kind = 0; kind < 3; ++kind) {
@@ -435,13 +439,22 @@ int RunW8(int layers, const std::vector<int64_t>& ms, bool per_shape) {
     if (per_shape) {
       for (size_t si = 0; si < std::size(kShapes); ++si) {
         const int only = static_cast<int>(si);
+        const double bf = time(kBf16, &tuned[kBf16][0], nullptr, only);
         const double lt = time(kFp8, &tuned[kFp8][0], nullptr, only);
         const double k8 = time(kFp8, nullptr, &w8, only);
+        const double i8_lt = time(kInt8, &tuned[kInt8][0], nullptr, only);
+        const double i8_k8 = time(kInt8, nullptr, &w8, only);
         const double bytes = static_cast<double>(kShapes[si].n * kShapes[si].k);
-        std::printf("|   %s (%lld x %lld) | fp8 cuBLASLt %.1f us (%.2f TB/s) [%s] | w8 %.1f us (%.2f TB/s) | %.2fx |\n",
-                    kShapes[si].name, static_cast<long long>(kShapes[si].n), static_cast<long long>(kShapes[si].k), lt,
-                    bytes / (lt * 1e6), tuned[kFp8][0][si].ToString().substr(0, 6).c_str(), k8, bytes / (k8 * 1e6),
-                    lt / k8);
+        // Weight TB/s for decode batches; tera-ops/s (2 m n k) past the decode kernel's rows.
+        const bool rate_ops = m > ferry::cuda::kW8MmaMaxM;
+        const double per_us = rate_ops ? 2.0 * static_cast<double>(m) * bytes / 1e6 : bytes / 1e6;
+        const char* unit = rate_ops ? "TOP/s" : "TB/s";
+        std::printf(
+            "|   %s (%lld x %lld) | bf16 %.1f us (%.0f) | fp8 cuBLASLt %.1f us (%.2f %s) [%s] | w8 %.1f us (%.2f %s) | "
+            "%.2fx | int8 cuBLASLt %.1f us (%.2f %s) | w8 %.1f us (%.2f %s) | %.2fx |\n",
+            kShapes[si].name, static_cast<long long>(kShapes[si].n), static_cast<long long>(kShapes[si].k), bf,
+            per_us / bf, lt, per_us / lt, unit, tuned[kFp8][0][si].ToString().substr(0, 6).c_str(), k8, per_us / k8,
+            unit, lt / k8, i8_lt, per_us / i8_lt, unit, i8_k8, per_us / i8_k8, unit, i8_lt / i8_k8);
       }
     }
     std::fflush(stdout);
@@ -828,6 +841,9 @@ int main(int argc, char** argv) {
     else if (a == "--model=1b") {
       kShapes.assign(std::begin(k1BShapes), std::end(k1BShapes));
       model = "3.2-1B";
+    } else if (a == "--model=bert") {
+      kShapes.assign(std::begin(kBertShapes), std::end(kBertShapes));
+      model = "bert-base";
     } else if (a == "--model=8b")
       kShapes.assign(std::begin(k8BShapes), std::end(k8BShapes));
     else if (a == "--per-shape")
@@ -842,7 +858,7 @@ int main(int argc, char** argv) {
       tune_m = std::atoll(a.c_str() + 9);
     else {
       std::fprintf(stderr,
-                   "usage: cuda_gemm_bench [--layers=L] [--ms=1,2,...] [--json=FILE] [--model=8b|1b] [--per-shape] [--fp8 [--tune-m=M]] [--passes] [--w8]\n");
+                   "usage: cuda_gemm_bench [--layers=L] [--ms=1,2,...] [--json=FILE] [--model=8b|1b|bert] [--per-shape] [--fp8 [--tune-m=M]] [--passes] [--w8]\n");
       return 2;
     }
   }

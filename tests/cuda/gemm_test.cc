@@ -698,18 +698,19 @@ TEST_F(GemmTest, W8MmaKernelMatchesReferenceAndIsDeterministic) {
   EXPECT_EQ(gemm_->choice_fallbacks(), 0);
 }
 
-// int8 through the kernel is the exact int32 accumulator times the two scales: f32 outputs equal
-// float(acc) * x_scale * w_scale computed on the host, for K split across blocks or not.
+// int8 through the kernels is the exact int32 accumulator times the two scales: f32 outputs
+// equal float(acc) * x_scale * w_scale computed on the host, for K split across blocks or not,
+// and past kW8MmaMaxM rows (the tile kernel).
 TEST_F(GemmTest, W8MmaInt8IsTheExactAccumulatorScaled) {
   if (cc_ != 90) GTEST_SKIP() << "the 8-bit tensor-core kernel needs compute capability 9.0";
   GemmChoice w8;
   w8.route = GemmChoice::Route::kW8Mma;
   for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{{2048, 8192}, {28672, 512}}) {
-    OperandSpec spec{GemmKind::kInt8, DType::kF32, 64, n, k};
+    OperandSpec spec{GemmKind::kInt8, DType::kF32, 200, n, k};
     HostOperands h;
     DeviceOperands d;
     MakeOperands(spec, h, d);
-    for (int64_t m : {3, 32, 64}) {
+    for (int64_t m : {3, 32, 64, 200}) {  // 200: the 128 x 128 tile kernel
       GemmProblem p;
       p.kind = GemmKind::kInt8;
       p.out_dtype = DType::kF32;
@@ -736,20 +737,91 @@ TEST_F(GemmTest, W8MmaInt8IsTheExactAccumulatorScaled) {
   EXPECT_EQ(gemm_->choice_fallbacks(), 0);
 }
 
+// Past kW8MmaMaxM rows the route runs the 128 x 128 tile kernel: row counts with and without a
+// partial token tile, N with a partial channel tile and under one tile, K of 3 to 64 stages,
+// bias, activations, three output types, and strided output rows whose stride allows 16-byte
+// stores or not (the padding stays untouched). int8 results are cuBLASLt's IMMA route's bytes
+// (the same exact accumulator and epilogue arithmetic); both kinds give the same bytes each call.
+TEST_F(GemmTest, W8MmaTileKernelMatchesReferenceAndCublasLt) {
+  if (cc_ != 90) GTEST_SKIP() << "the 8-bit tensor-core kernel needs compute capability 9.0";
+  GemmChoice w8;
+  w8.route = GemmChoice::Route::kW8Mma;
+  const std::vector<int64_t> ms = {65, 128, 129, 300, 1000};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{2048, 2048}, {1008, 1024}, {96, 384}, {2304, 768},
+                                                          {512, 8192}};
+  for (const bool int8 : {true, false}) {
+    for (const auto& [n, k] : shapes) {
+      for (const DType out : {DType::kBF16, DType::kF32, DType::kF16}) {
+        OperandSpec spec{int8 ? GemmKind::kInt8 : GemmKind::kFp8, out, 1000, n, k, out != DType::kF32, DType::kF32};
+        spec.fp8_scaling = Fp8Scaling::kPerRowCol;
+        HostOperands h;
+        DeviceOperands d;
+        MakeOperands(spec, h, d);
+        if (HasFatalFailure()) return;
+        for (int64_t m : ms) {
+          GemmProblem p;
+          p.kind = spec.kind;
+          p.out_dtype = out;
+          p.fp8_scaling = Fp8Scaling::kPerRowCol;
+          p.fp8_fast_accum = true;
+          p.m = m;
+          p.n = n;
+          p.k = k;
+          p.has_bias = spec.bias;
+          p.bias_dtype = DType::kF32;
+          p.activation = out == DType::kF32 ? GemmActivation::kGeluErf
+                         : out == DType::kF16 ? GemmActivation::kGeluTanh
+                                              : GemmActivation::kNone;
+          // f16: rows of n + 8 (16-byte stores) or n + 3 (element stores) with padding to keep.
+          p.ldy = out == DType::kF16 ? n + (m % 2 == 0 ? 8 : 3) : 0;
+          CheckResult r;
+          RunAndCheck(*gemm_, p, h, d, stream_, r, &w8);
+          if (HasFatalFailure()) return;
+          EXPECT_LT(r.rel_err, int8 ? 1e-2 : 2e-2) << Describe(p);
+          EXPECT_EQ(r.unwritten, 0) << Describe(p);
+
+          const int64_t ldy = p.y_stride();
+          const size_t y_bytes = static_cast<size_t>(m * ldy) * DTypeSize(out);
+          const auto run = [&](const GemmChoice* choice) {
+            DeviceBuffer y(y_bytes);
+            EXPECT_EQ(cudaMemset(y.get(), 0x5a, y_bytes), cudaSuccess);
+            EXPECT_TRUE(gemm_->Run(p, ArgsFor(d, y.get()), stream_, choice).ok()) << Describe(p);
+            EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+            std::vector<uint8_t> bytes(y_bytes);
+            EXPECT_EQ(cudaMemcpy(bytes.data(), y.get(), y_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+            return bytes;
+          };
+          const std::vector<uint8_t> first = run(&w8);
+          EXPECT_EQ(first, run(&w8)) << "not deterministic: " << Describe(p);
+          if (int8) EXPECT_EQ(first, run(nullptr)) << "not cuBLASLt's bytes: " << Describe(p);
+          int64_t padding_changed = 0;
+          const int64_t row_bytes = n * static_cast<int64_t>(DTypeSize(out));
+          const int64_t stride_bytes = ldy * static_cast<int64_t>(DTypeSize(out));
+          for (int64_t row = 0; row < m; ++row) {
+            for (int64_t i = row_bytes; i < stride_bytes; ++i) padding_changed += first[row * stride_bytes + i] != 0x5a;
+          }
+          EXPECT_EQ(padding_changed, 0) << Describe(p);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(gemm_->choice_fallbacks(), 0);
+}
+
 // Where the kernel cannot run, its choice falls back to cuBLASLt (counted) or is refused.
 TEST_F(GemmTest, W8MmaChoiceOutsideItsRangeFallsBack) {
   GemmChoice w8;
   w8.route = GemmChoice::Route::kW8Mma;
-  OperandSpec spec{GemmKind::kInt8, DType::kBF16, 80, 256, 512};
+  OperandSpec spec{GemmKind::kInt8, DType::kBF16, 80, 256, 544};
   HostOperands h;
   DeviceOperands d;
   MakeOperands(spec, h, d);
   GemmProblem p;
   p.kind = GemmKind::kInt8;
   p.out_dtype = DType::kBF16;
-  p.m = 80;  // past kW8MmaMaxM: a bucket's choice met a larger batch
+  p.m = 80;
   p.n = 256;
-  p.k = 512;
+  p.k = 544;  // not a multiple of 128: the kernels cannot take it
   CheckResult r;
   RunAndCheck(*gemm_, p, h, d, stream_, r, &w8);
   EXPECT_LT(r.rel_err, 1e-2);

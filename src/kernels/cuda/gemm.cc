@@ -762,8 +762,8 @@ Status LtGemm::Run(const GemmProblem& p, const GemmArgs& args, cudaStream_t stre
       !(p.kind == GemmKind::kFp8 || (p.kind == GemmKind::kInt8 && p.out_dtype != DType::kI32))) {
     return InvalidArgument("8-bit tensor-core GEMM choice for a " + std::string(GemmKindName(p.kind)) + " problem");
   }
-  // A bucket's choice also runs at its smaller row counts; past kW8MmaMaxM rows, or with
-  // operands the kernel cannot take, RunLt counts the fallback and runs cuBLASLt's heuristic.
+  // A bucket's choice also runs at its other row counts; with operands the kernel cannot
+  // take, RunLt counts the fallback and runs cuBLASLt's heuristic.
   if (choice != nullptr && choice->route == GemmChoice::Route::kW8Mma && W8MmaApplies(p, args)) {
     return RunW8Mma(p, args, stream);
   }
@@ -835,7 +835,14 @@ Result<GemmChoice> LtGemm::Tune(const GemmProblem& p, const GemmArgs& args, cuda
     const char* v = std::getenv("FERRY_W8_MMA");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
-  if (options.w8_mma && w8_allowed && p.m <= kW8MmaTunedMaxM && W8MmaApplies(p, args)) {
+  // Past kW8MmaMaxM rows the route runs the tile kernel (prefill, encoder batches). Not yet
+  // measured on a GPU, so offered only with FERRY_W8_TILE=1.
+  static const bool tile_allowed = [] {
+    const char* v = std::getenv("FERRY_W8_TILE");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  const bool w8_rows = p.m <= kW8MmaTunedMaxM || (p.m > kW8MmaMaxM && tile_allowed);
+  if (options.w8_mma && w8_allowed && w8_rows && W8MmaApplies(p, args)) {
     GemmChoice c;
     c.route = GemmChoice::Route::kW8Mma;
     candidates.push_back(c);

@@ -23,14 +23,16 @@
 //                          activations (gemm_kernels::Fp8WeightOnlySmallM, Int8SmoothedSmallM)
 //                          outside Run: an engine stores that as a kSmallM choice, which
 //                          backend/cuda/linear_gemm.cc takes before quantizing anything (Run
-//                          refuses it for a kFp8 or kInt8 problem). Up to kW8MmaMaxM rows the
-//                          tuner also times ferry's 8-bit tensor-core kernel (w8_gemm.cu) on the
-//                          quantized operands, with the scales applied in its registers.
+//                          refuses it for a kFp8 or kInt8 problem). The tuner also times ferry's
+//                          8-bit tensor-core kernels (w8_gemm.cu) on the quantized operands,
+//                          with the scales applied in their registers (up to kW8MmaTunedMaxM
+//                          rows, and past kW8MmaMaxM).
 //   kInt8 (W8A8)           int8 x int8 -> int32 through cuBLASLt (IMMA) into scratch, then the
 //                          epilogue kernel: y = acc * x_scale[m] * w_scale[n] (+ bias) (+ GELU).
-//                          With out_dtype kI32 the raw accumulator is the output. Up to
-//                          kW8MmaMaxM rows (float outputs) the tuner also times ferry's 8-bit
-//                          tensor-core kernel, which does the same in one pass.
+//                          With out_dtype kI32 the raw accumulator is the output. For float
+//                          outputs the tuner also times ferry's 8-bit tensor-core kernels
+//                          (decode batches and, past kW8MmaMaxM rows, 128 x 128 tiles), which
+//                          do the same in one pass.
 //   kInt8WeightOnly        small M (decode): one fused kernel reads the int8 weight once and
 //                          dequantizes in registers (half the bytes of a bf16 weight); larger M:
 //                          the weight is dequantized (w * scale, rounded to the activation dtype)
@@ -153,8 +155,9 @@ struct GemmChoice {
                        // scales into scratch, then ScaleEpilogue), whose kernels (split-K,
                        // small tiles) can beat the outer-vector ones for small M
     kInt4Mma = 3,      // kInt4WeightOnly only: ferry's tensor-core kernel
-    kW8Mma = 4,        // kFp8 and kInt8 (float output), up to kW8MmaMaxM rows: ferry's 8-bit
-                       // tensor-core kernel (gemm_kernels::W8Mma)
+    kW8Mma = 4,        // kFp8 and kInt8 (float output): ferry's 8-bit tensor-core kernels
+                       // (gemm_kernels::W8Mma; decode batches up to kW8MmaMaxM rows, 128 x 128
+                       // tiles past that)
   };
   Route route = Route::kCublasLt;
   std::array<uint64_t, 8> algo{};  // cublasLtMatmulAlgo_t::data, valid for this cuBLASLt version
@@ -191,11 +194,14 @@ inline constexpr int kDenseSmallMMaxM = 8;
 // kInt4WeightOnly without a choice: the tensor-core kernel up to this M (past the small-M
 // kernel's), dequantization + cuBLASLt beyond.
 inline constexpr int kInt4MmaMaxMDefault = 64;
-// kFp8 / kInt8: the 8-bit tensor-core kernel takes up to this many rows (decode batches); it
-// runs only where a tuned choice names it, and Tune offers it up to kW8MmaTunedMaxM rows. On an
-// H200 it beat cuBLASLt's fp8 and IMMA kernels per layer up to 16 rows (llama-3-8B fp8:
-// 1.08-1.12x; 1B: 1.29-1.38x) and tied them at 32; an 8B fp8 engine that took it at 32 rows decoded 5 %
-// slower at batch 32 than one that did not, so larger buckets keep cuBLASLt.
+// kFp8 / kInt8: the 8-bit tensor-core decode kernel takes up to this many rows; past it the
+// same route runs the 128 x 128 tile kernel (prefill and encoder batches, the scales and the
+// int32 -> float epilogue in its registers). Either runs only where a tuned choice names it.
+// Tune offers the decode kernel up to kW8MmaTunedMaxM rows: on an H200 it beat cuBLASLt's fp8
+// and IMMA kernels per layer up to 16 rows (llama-3-8B fp8: 1.08-1.12x; 1B: 1.29-1.38x) and tied
+// them at 32; an 8B fp8 engine that took it at 32 rows decoded 5 % slower at batch 32 than one
+// that did not, so the 17-32 and 33-64 buckets keep cuBLASLt. Past kW8MmaMaxM rows it offers
+// the tile kernel.
 inline constexpr int kW8MmaMaxM = 64;
 inline constexpr int kW8MmaTunedMaxM = 16;
 

@@ -39,19 +39,17 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm.h"
-#include "kernels/cuda/gemm_common.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/w8_wgmma.cuh"
 
 namespace ferry::cuda::gemm_kernels {
+
+using namespace w8_internal;  // NOLINT(google-build-using-namespace): the file is built from those pieces
 
 namespace {
 
 using kernels_internal::DispatchAct;
-using kernels_internal::FromF32;
 
-constexpr int kBn = 128;       // output channels per block: two m64 tiles
-constexpr int kBk = 128;       // K bytes per stage: one swizzle atom
-constexpr int kThreads = 128;  // one warpgroup
 // Blocks a problem should fill before K is split: two resident per multiprocessor of an H200
 // (132 SMs; a block takes up to 97 KB of shared memory). Only the speed depends on it.
 constexpr int64_t kTargetBlocks = 264;
@@ -94,153 +92,6 @@ Split SplitsFor(int64_t n, int64_t k, int64_t max_splits) {
   return s;
 }
 
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define FERRY_W8_WGMMA 1
-#endif
-
-#if defined(FERRY_W8_WGMMA)
-__device__ __forceinline__ void CpAsync16(uint32_t smem_addr, const void* gmem, bool valid) {
-  const int src_bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled, nothing is read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr), "l"(gmem), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
-
-// The byte offset of 16-byte chunk `chunk` (0..7) of row `row` in a tile of 128-byte rows, in
-// the tensor cores' 128-byte swizzle.
-__device__ __forceinline__ uint32_t Swizzled(int row, int chunk) {
-  return static_cast<uint32_t>(row * kBk + ((chunk ^ (row & 7)) << 4));
-}
-
-// A K-major shared-memory operand with 128-byte swizzle: rows of 128 bytes, 8-row atoms of
-// 1024 bytes one after another (the stride byte offset); the leading byte offset is unused.
-__device__ __forceinline__ uint64_t Descriptor(uint32_t smem_addr) {
-  return static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(1) << 16) |
-         (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
-}
-
-#endif  // FERRY_W8_WGMMA
-
-template <bool kInt8>
-struct Acc;
-template <>
-struct Acc<false> {
-  using T = float;
-};
-template <>
-struct Acc<true> {
-  using T = int;
-};
-
-// d (m64 x kNt, f32 or s32) += A (64 x 32 from descriptor a) . B (32 x kNt from descriptor b).
-template <bool kInt8, int kNt>
-struct Wgmma;
-#if defined(FERRY_W8_WGMMA)
-template <>
-struct Wgmma<false, 8> {
-  static __device__ __forceinline__ void Run(float (&d)[4], uint64_t a, uint64_t b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, %4, %5, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "l"(a), "l"(b), "r"(1));
-  }
-};
-template <>
-struct Wgmma<true, 8> {
-  static __device__ __forceinline__ void Run(int (&d)[4], uint64_t a, uint64_t b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k32.s32.s8.s8 {%0,%1,%2,%3}, %4, %5, p;\n}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "l"(a), "l"(b), "r"(1));
-  }
-};
-template <>
-struct Wgmma<false, 16> {
-  static __device__ __forceinline__ void Run(float (&d)[8], uint64_t a, uint64_t b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "l"(a), "l"(b), "r"(1));
-  }
-};
-template <>
-struct Wgmma<true, 16> {
-  static __device__ __forceinline__ void Run(int (&d)[8], uint64_t a, uint64_t b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k32.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p;\n}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7])
-        : "l"(a), "l"(b), "r"(1));
-  }
-};
-template <>
-struct Wgmma<false, 32> {
-  static __device__ __forceinline__ void Run(float (&d)[16], uint64_t a, uint64_t b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(a), "l"(b), "r"(1));
-  }
-};
-template <>
-struct Wgmma<true, 32> {
-  static __device__ __forceinline__ void Run(int (&d)[16], uint64_t a, uint64_t b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p;\n}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15])
-        : "l"(a), "l"(b), "r"(1));
-  }
-};
-template <>
-struct Wgmma<false, 64> {
-  static __device__ __forceinline__ void Run(float (&d)[32], uint64_t a, uint64_t b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a), "l"(b), "r"(1));
-  }
-};
-template <>
-struct Wgmma<true, 64> {
-  static __device__ __forceinline__ void Run(int (&d)[32], uint64_t a, uint64_t b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p;\n}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
-        : "l"(a), "l"(b), "r"(1));
-  }
-};
-__device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void WgmmaWaitAll() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
-__device__ __forceinline__ void FenceToAsyncProxy() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-#endif
-
-struct Params {
-  const uint8_t* x;  // [m, ldx] bytes
-  int64_t ldx;
-  int64_t m;
-  const uint8_t* w;  // [n, k] bytes
-  int64_t n, k;
-  const float* x_scale;
-  bool per_row;
-  const float* w_scale;
-  bool per_col;
-  GemmActivation act;
-  int64_t ldy;
-  int64_t stages_per_split;
-  int64_t splits;  // > 1: the blocks of a cluster along y
-};
 
 template <bool kInt8, int kNt, typename Out>
 __global__ void __launch_bounds__(kThreads) W8MmaKernel(Params p, BiasRef<Out> bias, Out* __restrict__ y) {
@@ -335,10 +186,7 @@ __global__ void __launch_bounds__(kThreads) W8MmaKernel(Params p, BiasRef<Out> b
     const int64_t col = n0 + mt * 64 + (from >> 5) * 16 + (from_lane >> 2) + ((i & 2) != 0 ? 8 : 0);
     const int64_t row = 8 * (i / 4) + 2 * (from_lane & 3) + (i & 1);
     if (col >= p.n || row >= p.m) return;
-    const float col_scale = p.w_scale != nullptr ? p.w_scale[p.per_col ? col : 0] : 1.0f;
-    const float row_scale = p.x_scale != nullptr ? p.x_scale[p.per_row ? row : 0] : 1.0f;
-    const float v = static_cast<float>(value) * row_scale * col_scale + bias.At(col);
-    y[row * p.ldy + col] = FromF32<Out>(Activate(v, p.act));
+    y[row * p.ldy + col] = Finish(p, bias, row, col, value);
   };
 
   if (p.splits == 1) {
@@ -471,19 +319,21 @@ Status DispatchTiles(const Params& p, int64_t tiles, const void* bias, DType bia
   }
 }
 
+
 }  // namespace
 
 bool W8MmaSupported(const void* x, int64_t ldx, const void* w, int64_t m, int64_t k) {
   using kernels_internal::Aligned;
-  return m >= 1 && m <= kW8MmaMaxM && k >= kBk && k % kBk == 0 && ldx % 16 == 0 && Aligned(x, 16) && Aligned(w, 16);
+  return m >= 1 && k >= kBk && k % kBk == 0 && ldx % 16 == 0 && Aligned(x, 16) && Aligned(w, 16);
 }
 
 Status W8Mma(bool int8, const void* x, int64_t ldx, int64_t m, const void* w, int64_t n, int64_t k,
              const float* x_scale, bool per_row, const float* w_scale, bool per_col, const void* bias,
              DType bias_dtype, GemmActivation act, void* y, DType y_dtype, int64_t ldy, cudaStream_t stream) {
   if (!W8MmaSupported(x, ldx, w, m, k)) {
-    return InvalidArgument("8-bit tensor-core GEMM needs 1 to " + std::to_string(kW8MmaMaxM) +
-                           " rows, K a multiple of 128, 16-byte aligned x and w and x rows of 16-byte multiples");
+    return InvalidArgument(
+        "8-bit tensor-core GEMM needs rows, K a multiple of 128, 16-byte aligned x and w and x rows of 16-byte "
+        "multiples");
   }
   if (n <= 0) return Status::Ok();
   // stages_per_split and splits: Launch chooses them.
@@ -491,6 +341,7 @@ Status W8Mma(bool int8, const void* x, int64_t ldx, int64_t m, const void* w, in
                  w_scale, per_col, act, ldy, 0, 1};
   const int64_t tiles = (n + kBn - 1) / kBn;
   if (tiles > 0x7fffffff) return InvalidArgument("8-bit tensor-core GEMM: N too large");
+  if (m > kW8MmaMaxM) return W8Tile(int8, p, bias, bias_dtype, y, y_dtype, stream);
   return DispatchAct(y_dtype, "8-bit tensor-core GEMM output", [&](auto tag) -> Status {
     using Out = decltype(tag);
     return int8 ? DispatchTiles<true, Out>(p, tiles, bias, bias_dtype, y, stream)

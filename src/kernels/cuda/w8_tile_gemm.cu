@@ -1,0 +1,218 @@
+// 8-bit GEMMs past kW8MmaMaxM rows (prefill chunks, encoder batches): y[M, N] = act(x[M, K] .
+// W^T * x_scale[m] * w_scale[n] + bias), x and W both e4m3 or both int8, on Hopper's wgmma.
+// cuBLASLt's IMMA kernels write a W8A8 GEMM's int32 accumulator to memory and a second pass
+// scales it; here the accumulator stays in registers (see W8TileKernel).
+#include <cuda_fp8.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/w8_wgmma.cuh"
+
+namespace ferry::cuda::gemm_kernels::w8_internal {
+
+namespace {
+
+using kernels_internal::DispatchAct;
+
+// The decode kernel's operands, MMA and epilogue arithmetic, with the tokens tiled across the
+// grid instead of one tile of up to 64: a block owns 128 output channels (two m64 tiles) and
+// 128 tokens (wgmma N = 128), K whole (no split: these problems have blocks enough). Blocks run
+// token tiles fastest, so the blocks resident at once share a few channel tiles and each weight
+// byte comes from HBM about once. The epilogue stages the finished tile in shared memory (rows of
+// tokens, padded so that the accumulator layout's stores do not collide) and writes it out in
+// 16-byte vectors along the output rows. kPipelined: the MMAs of one stage run while the next
+// stage is waited for (wgmma wait_group 1), with four stages and one block a multiprocessor;
+// otherwise each stage's MMAs finish before the next, with three stages and two blocks.
+constexpr int kTileTokens = 128;
+constexpr int kTileStageBytes = kBn * kBk + kTileTokens * kBk;  // 32 KB
+
+template <bool kPipelined>
+constexpr int TileStages() {
+  return kPipelined ? 4 : 3;
+}
+template <bool kPipelined>
+constexpr int TileSharedBytes() {
+  return TileStages<kPipelined>() * kTileStageBytes + 1024;
+}
+
+template <bool kInt8, bool kPipelined, typename Out>
+__global__ void __launch_bounds__(kThreads, kPipelined ? 1 : 2)
+    W8TileKernel(Params p, BiasRef<Out> bias, Out* __restrict__ y) {
+#if defined(FERRY_W8_WGMMA)
+  constexpr int kStages = TileStages<kPipelined>();
+  using AccT = typename Acc<kInt8>::T;
+  constexpr int kRegs = kTileTokens / 2;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t smem_base = (raw_addr + 1023u) & ~1023u;
+  uint8_t* const smem = smem_raw + (smem_base - raw_addr);
+  const int tid = threadIdx.x;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTileTokens;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kBn;
+  const int k_tiles = static_cast<int>(p.k / kBk);
+
+  const auto load_w = [&](int t) {
+    const uint32_t stage = smem_base + (t % kStages) * kTileStageBytes;
+    const int64_t k0 = static_cast<int64_t>(t) * kBk;
+#pragma unroll
+    for (int i = 0; i < kBn * kBk / 16 / kThreads; ++i) {
+      const int c = tid + i * kThreads;
+      const int row = c >> 3, chunk = c & 7;
+      const bool valid = n0 + row < p.n;
+      const uint8_t* src = p.w + (valid ? (n0 + row) * p.k + k0 + chunk * 16 : 0);
+      CpAsync16(stage + Swizzled(row, chunk), src, valid);
+    }
+  };
+  const auto load_x = [&](int t) {
+    const uint32_t stage = smem_base + (t % kStages) * kTileStageBytes + kBn * kBk;
+    const int64_t k0 = static_cast<int64_t>(t) * kBk;
+#pragma unroll
+    for (int i = 0; i < kTileTokens * kBk / 16 / kThreads; ++i) {
+      const int c = tid + i * kThreads;
+      const int row = c >> 3, chunk = c & 7;
+      const bool valid = m0 + row < p.m;
+      const uint8_t* src = p.x + (valid ? (m0 + row) * p.ldx + k0 + chunk * 16 : 0);
+      CpAsync16(stage + Swizzled(row, chunk), src, valid);
+    }
+  };
+  const auto mma = [&](AccT (&acc)[2][kRegs], int t) {
+    const uint32_t ws = smem_base + (t % kStages) * kTileStageBytes;
+    const uint32_t xs = ws + kBn * kBk;
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < kBk / 32; ++kk) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        Wgmma<kInt8, kTileTokens>::Run(acc[mt], Descriptor(ws + mt * 64 * kBk + kk * 32), Descriptor(xs + kk * 32));
+      }
+    }
+    WgmmaCommit();
+  };
+
+  // Stages in flight ahead of the one being multiplied: kStages - 1, or one fewer when the
+  // previous stage's MMAs may still be reading their slot.
+  constexpr int kAhead = kPipelined ? kStages - 2 : kStages - 1;
+#pragma unroll
+  for (int t = 0; t < kAhead; ++t) {
+    if (t < k_tiles) load_w(t);
+  }
+  AwaitPriorGrids();
+#pragma unroll
+  for (int t = 0; t < kAhead; ++t) {
+    if (t < k_tiles) load_x(t);
+    CpAsyncCommit();
+  }
+
+  AccT acc[2][kRegs];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int r = 0; r < kRegs; ++r) acc[mt][r] = AccT(0);
+  }
+
+  for (int t = 0; t < k_tiles; ++t) {
+    CpAsyncWait<kAhead - 1>();
+    FenceToAsyncProxy();
+    // Stage t is in shared memory for every thread. Unpipelined: every warp has finished stage
+    // t - 1's MMAs, so that slot can take stage t + kStages - 1. Pipelined: every warp has
+    // finished stage t - 2's (it waited for all but its last group), whose slot takes stage
+    // t + kStages - 2.
+    __syncthreads();
+    if (t + kAhead < k_tiles) {
+      load_w(t + kAhead);
+      load_x(t + kAhead);
+    }
+    CpAsyncCommit();
+    mma(acc, t);
+    if constexpr (kPipelined) {
+      WgmmaWaitAllButOne();
+    } else {
+      WgmmaWaitAll();
+    }
+  }
+  WgmmaWaitAll();
+  CpAsyncWait<0>();
+  __syncthreads();  // every warp is done with the stages: the tile takes their place
+
+  // Accumulator register i of m64 tile mt of thread tid holds channel mt * 64 + 16 * warp + g
+  // (+ 8 for i % 4 >= 2) and token 8 * (i / 4) + 2 * tq (+ 1 for odd i). Tile rows are tokens,
+  // padded by 16 bytes: the four tq of a store then fall eight banks apart.
+  constexpr int kRowElems = kBn + 16 / static_cast<int>(sizeof(Out));
+  Out* const tile = reinterpret_cast<Out*>(smem);
+  const int lane = tid & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) {
+      const int ch = mt * 64 + (tid >> 5) * 16 + g + ((i & 2) != 0 ? 8 : 0);
+      const int tok = 8 * (i / 4) + 2 * tq + (i & 1);
+      const int64_t col = n0 + ch, row = m0 + tok;
+      if (col < p.n && row < p.m) tile[tok * kRowElems + ch] = Finish(p, bias, row, col, acc[mt][i]);
+    }
+  }
+  __syncthreads();
+  constexpr int kVec = 16 / static_cast<int>(sizeof(Out));
+  constexpr int kChunksPerRow = kBn / kVec;
+  const bool vectors = p.ldy % kVec == 0 && (reinterpret_cast<uintptr_t>(y) & 15) == 0;
+  for (int c = tid; c < kTileTokens * kChunksPerRow; c += kThreads) {
+    const int tok = c / kChunksPerRow, ch = (c % kChunksPerRow) * kVec;
+    const int64_t row = m0 + tok, col = n0 + ch;
+    if (row >= p.m || col >= p.n) continue;
+    const Out* src = tile + tok * kRowElems + ch;
+    Out* dst = y + row * p.ldy + col;
+    if (vectors && col + kVec <= p.n) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    } else {
+      for (int e = 0; e < kVec && col + e < p.n; ++e) dst[e] = src[e];
+    }
+  }
+#else
+  (void)p, (void)bias, (void)y;
+  __trap();  // LtGemm runs this kernel only on compute capability 9.0 (sm_90a code)
+#endif
+}
+
+template <bool kInt8, bool kPipelined, typename Out>
+Status LaunchTiles(const Params& p, const void* bias, DType bias_dtype, void* y, cudaStream_t stream) {
+  constexpr int kSmem = TileSharedBytes<kPipelined>();
+  const auto kernel = W8TileKernel<kInt8, kPipelined, Out>;
+  static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  FERRY_CUDA_RETURN_IF_ERROR(attr);
+  const int64_t token_tiles = (p.m + kTileTokens - 1) / kTileTokens;
+  const int64_t channel_tiles = (p.n + kBn - 1) / kBn;
+  if (token_tiles > 0x7fffffff || channel_tiles > 65535) return InvalidArgument("8-bit tensor-core GEMM: too large");
+  LaunchKernel(kernel, dim3(static_cast<unsigned>(token_tiles), static_cast<unsigned>(channel_tiles)), dim3(kThreads),
+               kSmem, stream, p, MakeBias<Out>(bias, bias_dtype), static_cast<Out*>(y));
+  FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
+  return Status::Ok();
+}
+
+// Which tile kernel runs past kW8MmaMaxM rows: FERRY_W8_TILE_PIPELINED=1 the pipelined one (for
+// measuring the two against each other).
+bool TilePipelined() {
+  static const bool pipelined = [] {
+    const char* v = std::getenv("FERRY_W8_TILE_PIPELINED");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return pipelined;
+}
+
+}  // namespace
+
+Status W8Tile(bool int8, const Params& p, const void* bias, DType bias_dtype, void* y, DType y_dtype,
+              cudaStream_t stream) {
+  return DispatchAct(y_dtype, "8-bit tensor-core GEMM output", [&](auto tag) -> Status {
+    using Out = decltype(tag);
+    if (TilePipelined()) {
+      return int8 ? LaunchTiles<true, true, Out>(p, bias, bias_dtype, y, stream)
+                  : LaunchTiles<false, true, Out>(p, bias, bias_dtype, y, stream);
+    }
+    return int8 ? LaunchTiles<true, false, Out>(p, bias, bias_dtype, y, stream)
+                : LaunchTiles<false, false, Out>(p, bias, bias_dtype, y, stream);
+  });
+}
+
+}  // namespace ferry::cuda::gemm_kernels::w8_internal
