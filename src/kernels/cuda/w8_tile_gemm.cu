@@ -18,48 +18,65 @@ namespace {
 using kernels_internal::DispatchAct;
 
 // The decode kernel's operands, MMA and epilogue arithmetic, with the tokens tiled across the
-// grid instead of one tile of up to 64: a block owns 128 output channels (two m64 tiles) and
-// 128 tokens (wgmma N = 128), K whole (no split: these problems have blocks enough). Blocks run
-// token tiles fastest, so the blocks resident at once share a few channel tiles and each weight
-// byte comes from HBM about once. The epilogue stages the finished tile in shared memory (rows of
-// tokens, padded so that the accumulator layout's stores do not collide) and writes it out in
-// 16-byte vectors along the output rows. kPipelined: the MMAs of one stage run while the next
-// stage is waited for (wgmma wait_group 1), with four stages and one block a multiprocessor;
-// otherwise each stage's MMAs finish before the next, with three stages and two blocks.
-constexpr int kTileTokens = 128;
-constexpr int kTileStageBytes = kBn * kBk + kTileTokens * kBk;  // 32 KB
+// grid instead of one tile of up to 64: a block owns 128 output channels (two m64 tiles) and 128
+// tokens per warpgroup (wgmma N = 128; kGroups warpgroups share the block's weight tile), K whole
+// (no split: these problems have blocks enough). Blocks run token tiles fastest, so the blocks
+// resident at once share a few channel tiles and each weight byte comes from HBM about once. The
+// block's token scales, channel scales and bias go to shared memory first, so that the epilogue
+// does not wait on global loads value by value. The epilogue stages the finished tile in shared
+// memory (rows of tokens, padded so that the accumulator layout's stores do not collide) and
+// writes it out in 16-byte vectors along the output rows. kPipelined: the MMAs of one stage run
+// while the next stage is waited for (wgmma wait_group 1), with four stages; otherwise each
+// stage's MMAs finish before the next, with three.
+constexpr int kGroupTokens = 128;
 
+template <int kGroups>
+constexpr int TileStageBytes() {
+  return kBn * kBk + kGroups * kGroupTokens * kBk;
+}
 template <bool kPipelined>
 constexpr int TileStages() {
   return kPipelined ? 4 : 3;
 }
-template <bool kPipelined>
+template <int kGroups, bool kPipelined>
+constexpr int TileStagesBytes() {
+  return TileStages<kPipelined>() * TileStageBytes<kGroups>();
+}
+// + the token scales, channel scales and bias (f32), + room to align the base to 1024 bytes.
+template <int kGroups, bool kPipelined>
 constexpr int TileSharedBytes() {
-  return TileStages<kPipelined>() * kTileStageBytes + 1024;
+  return TileStagesBytes<kGroups, kPipelined>() + (kGroups * kGroupTokens + 2 * kBn) * 4 + 1024;
 }
 
-template <bool kInt8, bool kPipelined, typename Out>
-__global__ void __launch_bounds__(kThreads, kPipelined ? 1 : 2)
+template <bool kInt8, int kGroups, bool kPipelined, typename Out>
+__global__ void __launch_bounds__(kThreads* kGroups, (kGroups == 1 && !kPipelined) ? 2 : 1)
     W8TileKernel(Params p, BiasRef<Out> bias, Out* __restrict__ y) {
 #if defined(FERRY_W8_WGMMA)
   constexpr int kStages = TileStages<kPipelined>();
+  constexpr int kStageBytes = TileStageBytes<kGroups>();
+  constexpr int kTokens = kGroups * kGroupTokens;
+  constexpr int kBlockThreads = kThreads * kGroups;
   using AccT = typename Acc<kInt8>::T;
-  constexpr int kRegs = kTileTokens / 2;
+  constexpr int kRegs = kGroupTokens / 2;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t smem_base = (raw_addr + 1023u) & ~1023u;
   uint8_t* const smem = smem_raw + (smem_base - raw_addr);
+  float* const row_scales = reinterpret_cast<float*>(smem + TileStagesBytes<kGroups, kPipelined>());
+  float* const col_scales = row_scales + kTokens;
+  float* const col_bias = col_scales + kBn;
   const int tid = threadIdx.x;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTileTokens;
+  const int group = tid / kThreads;  // this warpgroup's 128 tokens of the block's
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTokens;
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kBn;
   const int k_tiles = static_cast<int>(p.k / kBk);
 
   const auto load_w = [&](int t) {
-    const uint32_t stage = smem_base + (t % kStages) * kTileStageBytes;
+    const uint32_t stage = smem_base + (t % kStages) * kStageBytes;
     const int64_t k0 = static_cast<int64_t>(t) * kBk;
 #pragma unroll
-    for (int i = 0; i < kBn * kBk / 16 / kThreads; ++i) {
-      const int c = tid + i * kThreads;
+    for (int i = 0; i < kBn * kBk / 16 / kBlockThreads; ++i) {
+      const int c = tid + i * kBlockThreads;
       const int row = c >> 3, chunk = c & 7;
       const bool valid = n0 + row < p.n;
       const uint8_t* src = p.w + (valid ? (n0 + row) * p.k + k0 + chunk * 16 : 0);
@@ -67,11 +84,11 @@ __global__ void __launch_bounds__(kThreads, kPipelined ? 1 : 2)
     }
   };
   const auto load_x = [&](int t) {
-    const uint32_t stage = smem_base + (t % kStages) * kTileStageBytes + kBn * kBk;
+    const uint32_t stage = smem_base + (t % kStages) * kStageBytes + kBn * kBk;
     const int64_t k0 = static_cast<int64_t>(t) * kBk;
 #pragma unroll
-    for (int i = 0; i < kTileTokens * kBk / 16 / kThreads; ++i) {
-      const int c = tid + i * kThreads;
+    for (int i = 0; i < kTokens * kBk / 16 / kBlockThreads; ++i) {
+      const int c = tid + i * kBlockThreads;
       const int row = c >> 3, chunk = c & 7;
       const bool valid = m0 + row < p.m;
       const uint8_t* src = p.x + (valid ? (m0 + row) * p.ldx + k0 + chunk * 16 : 0);
@@ -79,14 +96,14 @@ __global__ void __launch_bounds__(kThreads, kPipelined ? 1 : 2)
     }
   };
   const auto mma = [&](AccT (&acc)[2][kRegs], int t) {
-    const uint32_t ws = smem_base + (t % kStages) * kTileStageBytes;
-    const uint32_t xs = ws + kBn * kBk;
+    const uint32_t ws = smem_base + (t % kStages) * kStageBytes;
+    const uint32_t xs = ws + kBn * kBk + group * kGroupTokens * kBk;
     WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < kBk / 32; ++kk) {
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
-        Wgmma<kInt8, kTileTokens>::Run(acc[mt], Descriptor(ws + mt * 64 * kBk + kk * 32), Descriptor(xs + kk * 32));
+        Wgmma<kInt8, kGroupTokens>::Run(acc[mt], Descriptor(ws + mt * 64 * kBk + kk * 32), Descriptor(xs + kk * 32));
       }
     }
     WgmmaCommit();
@@ -99,7 +116,13 @@ __global__ void __launch_bounds__(kThreads, kPipelined ? 1 : 2)
   for (int t = 0; t < kAhead; ++t) {
     if (t < k_tiles) load_w(t);
   }
+  for (int c = tid; c < kBn; c += kBlockThreads) {
+    const int64_t col = n0 + c;
+    col_scales[c] = col < p.n ? ColScale(p, col) : 0.0f;
+    col_bias[c] = col < p.n ? bias.At(col) : 0.0f;
+  }
   AwaitPriorGrids();
+  for (int r = tid; r < kTokens; r += kBlockThreads) row_scales[r] = m0 + r < p.m ? RowScale(p, m0 + r) : 0.0f;
 #pragma unroll
   for (int t = 0; t < kAhead; ++t) {
     if (t < k_tiles) load_x(t);
@@ -138,26 +161,25 @@ __global__ void __launch_bounds__(kThreads, kPipelined ? 1 : 2)
   __syncthreads();  // every warp is done with the stages: the tile takes their place
 
   // Accumulator register i of m64 tile mt of thread tid holds channel mt * 64 + 16 * warp + g
-  // (+ 8 for i % 4 >= 2) and token 8 * (i / 4) + 2 * tq (+ 1 for odd i). Tile rows are tokens,
-  // padded by 16 bytes: the four tq of a store then fall eight banks apart.
+  // (+ 8 for i % 4 >= 2) and token 8 * (i / 4) + 2 * tq (+ 1 for odd i) of its warpgroup's 128.
+  // Tile rows are tokens, padded by 16 bytes: the four tq of a store then fall eight banks apart.
   constexpr int kRowElems = kBn + 16 / static_cast<int>(sizeof(Out));
   Out* const tile = reinterpret_cast<Out*>(smem);
-  const int lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  const int lane = tid & 31, g = lane >> 2, tq = lane & 3, warp = (tid >> 5) & 3;
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) {
-      const int ch = mt * 64 + (tid >> 5) * 16 + g + ((i & 2) != 0 ? 8 : 0);
-      const int tok = 8 * (i / 4) + 2 * tq + (i & 1);
-      const int64_t col = n0 + ch, row = m0 + tok;
-      if (col < p.n && row < p.m) tile[tok * kRowElems + ch] = Finish(p, bias, row, col, acc[mt][i]);
+      const int ch = mt * 64 + warp * 16 + g + ((i & 2) != 0 ? 8 : 0);
+      const int tok = group * kGroupTokens + 8 * (i / 4) + 2 * tq + (i & 1);
+      tile[tok * kRowElems + ch] = FinishScaled<Out>(acc[mt][i], row_scales[tok], col_scales[ch], col_bias[ch], p.act);
     }
   }
   __syncthreads();
   constexpr int kVec = 16 / static_cast<int>(sizeof(Out));
   constexpr int kChunksPerRow = kBn / kVec;
   const bool vectors = p.ldy % kVec == 0 && (reinterpret_cast<uintptr_t>(y) & 15) == 0;
-  for (int c = tid; c < kTileTokens * kChunksPerRow; c += kThreads) {
+  for (int c = tid; c < kTokens * kChunksPerRow; c += kBlockThreads) {
     const int tok = c / kChunksPerRow, ch = (c % kChunksPerRow) * kVec;
     const int64_t row = m0 + tok, col = n0 + ch;
     if (row >= p.m || col >= p.n) continue;
@@ -175,29 +197,42 @@ __global__ void __launch_bounds__(kThreads, kPipelined ? 1 : 2)
 #endif
 }
 
-template <bool kInt8, bool kPipelined, typename Out>
+template <bool kInt8, int kGroups, bool kPipelined, typename Out>
 Status LaunchTiles(const Params& p, const void* bias, DType bias_dtype, void* y, cudaStream_t stream) {
-  constexpr int kSmem = TileSharedBytes<kPipelined>();
-  const auto kernel = W8TileKernel<kInt8, kPipelined, Out>;
+  constexpr int kSmem = TileSharedBytes<kGroups, kPipelined>();
+  const auto kernel = W8TileKernel<kInt8, kGroups, kPipelined, Out>;
   static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   FERRY_CUDA_RETURN_IF_ERROR(attr);
-  const int64_t token_tiles = (p.m + kTileTokens - 1) / kTileTokens;
+  const int64_t token_tiles = (p.m + kGroups * kGroupTokens - 1) / (kGroups * kGroupTokens);
   const int64_t channel_tiles = (p.n + kBn - 1) / kBn;
   if (token_tiles > 0x7fffffff || channel_tiles > 65535) return InvalidArgument("8-bit tensor-core GEMM: too large");
-  LaunchKernel(kernel, dim3(static_cast<unsigned>(token_tiles), static_cast<unsigned>(channel_tiles)), dim3(kThreads),
-               kSmem, stream, p, MakeBias<Out>(bias, bias_dtype), static_cast<Out*>(y));
+  LaunchKernel(kernel, dim3(static_cast<unsigned>(token_tiles), static_cast<unsigned>(channel_tiles)),
+               dim3(kThreads * kGroups), kSmem, stream, p, MakeBias<Out>(bias, bias_dtype), static_cast<Out*>(y));
   FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
   return Status::Ok();
 }
 
-// Which tile kernel runs past kW8MmaMaxM rows: FERRY_W8_TILE_PIPELINED=1 the pipelined one (for
-// measuring the two against each other).
-bool TilePipelined() {
-  static const bool pipelined = [] {
-    const char* v = std::getenv("FERRY_W8_TILE_PIPELINED");
-    return v != nullptr && std::strcmp(v, "1") == 0;
+// Which tile shape runs (for measuring them against each other): FERRY_W8_TILE_VARIANT=0 (the
+// default) 128 x 128, three stages, two blocks a multiprocessor; 1: the same pipelined, four
+// stages; 2: 128 channels x 256 tokens (two warpgroups), pipelined, four stages.
+int TileVariant() {
+  static const int variant = [] {
+    const char* v = std::getenv("FERRY_W8_TILE_VARIANT");
+    return v == nullptr ? 0 : std::atoi(v);
   }();
-  return pipelined;
+  return variant;
+}
+
+template <bool kInt8, typename Out>
+Status LaunchVariant(const Params& p, const void* bias, DType bias_dtype, void* y, cudaStream_t stream) {
+  switch (TileVariant()) {
+    case 1:
+      return LaunchTiles<kInt8, 1, true, Out>(p, bias, bias_dtype, y, stream);
+    case 2:
+      return LaunchTiles<kInt8, 2, true, Out>(p, bias, bias_dtype, y, stream);
+    default:
+      return LaunchTiles<kInt8, 1, false, Out>(p, bias, bias_dtype, y, stream);
+  }
 }
 
 }  // namespace
@@ -206,12 +241,8 @@ Status W8Tile(bool int8, const Params& p, const void* bias, DType bias_dtype, vo
               cudaStream_t stream) {
   return DispatchAct(y_dtype, "8-bit tensor-core GEMM output", [&](auto tag) -> Status {
     using Out = decltype(tag);
-    if (TilePipelined()) {
-      return int8 ? LaunchTiles<true, true, Out>(p, bias, bias_dtype, y, stream)
-                  : LaunchTiles<false, true, Out>(p, bias, bias_dtype, y, stream);
-    }
-    return int8 ? LaunchTiles<true, false, Out>(p, bias, bias_dtype, y, stream)
-                : LaunchTiles<false, false, Out>(p, bias, bias_dtype, y, stream);
+    return int8 ? LaunchVariant<true, Out>(p, bias, bias_dtype, y, stream)
+                : LaunchVariant<false, Out>(p, bias, bias_dtype, y, stream);
   });
 }
 

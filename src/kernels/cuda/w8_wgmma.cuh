@@ -192,11 +192,19 @@ struct Params {
 // One output: the accumulator times the token's and the channel's scales, plus the bias, then
 // the activation (the same float operations as LtGemm's scale epilogue pass).
 template <typename Out, typename AccT>
+__device__ __forceinline__ Out FinishScaled(AccT value, float row_scale, float col_scale, float bias, GemmActivation act) {
+  const float v = static_cast<float>(value) * row_scale * col_scale + bias;
+  return FromF32<Out>(Activate(v, act));
+}
+__device__ __forceinline__ float RowScale(const Params& p, int64_t row) {
+  return p.x_scale != nullptr ? p.x_scale[p.per_row ? row : 0] : 1.0f;
+}
+__device__ __forceinline__ float ColScale(const Params& p, int64_t col) {
+  return p.w_scale != nullptr ? p.w_scale[p.per_col ? col : 0] : 1.0f;
+}
+template <typename Out, typename AccT>
 __device__ __forceinline__ Out Finish(const Params& p, const BiasRef<Out>& bias, int64_t row, int64_t col, AccT value) {
-  const float col_scale = p.w_scale != nullptr ? p.w_scale[p.per_col ? col : 0] : 1.0f;
-  const float row_scale = p.x_scale != nullptr ? p.x_scale[p.per_row ? row : 0] : 1.0f;
-  const float v = static_cast<float>(value) * row_scale * col_scale + bias.At(col);
-  return FromF32<Out>(Activate(v, p.act));
+  return FinishScaled<Out>(value, RowScale(p, row), ColScale(p, col), bias.At(col), p.act);
 }
 
 // The tile kernel (w8_tile_gemm.cu), for p.m > kW8MmaMaxM: y = act(x . W^T * scales + bias).
