@@ -628,6 +628,28 @@ TEST_F(GemmTest, Int8W8A8MatchesReference) {
   CheckShapes({GemmKind::kInt8, DType::kF16, 64, 5632, 2048, true, DType::kF32}, pf, {7, 64}, 1e-2);
 }
 
+// Operands of an int8 (W8A8) or fp8 (per-token x per-channel) GEMM with an f32 bias or none.
+OperandSpec W8Spec(bool int8, DType out, int64_t max_m, int64_t n, int64_t k, bool bias) {
+  OperandSpec spec{int8 ? GemmKind::kInt8 : GemmKind::kFp8, out, max_m, n, k, bias, DType::kF32};
+  spec.fp8_scaling = Fp8Scaling::kPerRowCol;
+  return spec;
+}
+
+// An fp8 (per-token x per-channel, fast accumulation) or int8 problem of m rows on spec's operands.
+GemmProblem W8Problem(const OperandSpec& spec, int64_t m) {
+  GemmProblem p;
+  p.kind = spec.kind;
+  p.out_dtype = spec.act_dtype;
+  p.fp8_scaling = Fp8Scaling::kPerRowCol;
+  p.fp8_fast_accum = true;
+  p.m = m;
+  p.n = spec.n;
+  p.k = spec.k;
+  p.has_bias = spec.bias;
+  p.bias_dtype = spec.bias_dtype;
+  return p;
+}
+
 // ferry's 8-bit tensor-core kernel (GemmChoice::Route::kW8Mma) for decode batches: every row
 // count up to kW8MmaMaxM (token tiles of 8, 16, 32, 64 and their remainders), N with and without
 // a partial 128-channel tile, K split across blocks or not, bias, activations and output types.
@@ -645,23 +667,13 @@ TEST_F(GemmTest, W8MmaKernelMatchesReferenceAndIsDeterministic) {
   for (const bool int8 : {true, false}) {
     for (const auto& [n, k] : shapes) {
       for (const DType out : {DType::kBF16, DType::kF32, DType::kF16}) {
-        OperandSpec spec{int8 ? GemmKind::kInt8 : GemmKind::kFp8, out, 64, n, k, out != DType::kF16, DType::kF32};
-        spec.fp8_scaling = Fp8Scaling::kPerRowCol;
+        const OperandSpec spec = W8Spec(int8, out, 64, n, k, out != DType::kF16);
         HostOperands h;
         DeviceOperands d;
         MakeOperands(spec, h, d);
         if (HasFatalFailure()) return;
         for (int64_t m : ms) {
-          GemmProblem p;
-          p.kind = spec.kind;
-          p.out_dtype = out;
-          p.fp8_scaling = Fp8Scaling::kPerRowCol;
-          p.fp8_fast_accum = true;
-          p.m = m;
-          p.n = n;
-          p.k = k;
-          p.has_bias = spec.bias;
-          p.bias_dtype = DType::kF32;
+          GemmProblem p = W8Problem(spec, m);
           p.activation = out == DType::kF32 ? GemmActivation::kGeluErf : GemmActivation::kNone;
           p.ldy = out == DType::kF16 ? n + 8 : 0;  // strided rows: padding must stay untouched
           CheckResult r;
@@ -754,23 +766,13 @@ TEST_F(GemmTest, W8MmaTileKernelMatchesReferenceAndCublasLt) {
     for (const auto& [n, k] : shapes) {
       if (!int8 && n % 16 != 0) continue;
       for (const DType out : {DType::kBF16, DType::kF32, DType::kF16}) {
-        OperandSpec spec{int8 ? GemmKind::kInt8 : GemmKind::kFp8, out, 1000, n, k, out != DType::kF32, DType::kF32};
-        spec.fp8_scaling = Fp8Scaling::kPerRowCol;
+        const OperandSpec spec = W8Spec(int8, out, 1000, n, k, out != DType::kF32);
         HostOperands h;
         DeviceOperands d;
         MakeOperands(spec, h, d);
         if (HasFatalFailure()) return;
         for (int64_t m : ms) {
-          GemmProblem p;
-          p.kind = spec.kind;
-          p.out_dtype = out;
-          p.fp8_scaling = Fp8Scaling::kPerRowCol;
-          p.fp8_fast_accum = true;
-          p.m = m;
-          p.n = n;
-          p.k = k;
-          p.has_bias = spec.bias;
-          p.bias_dtype = DType::kF32;
+          GemmProblem p = W8Problem(spec, m);
           p.activation = out == DType::kF32 ? GemmActivation::kGeluErf
                          : out == DType::kF16 ? GemmActivation::kGeluTanh
                                               : GemmActivation::kNone;
@@ -796,7 +798,9 @@ TEST_F(GemmTest, W8MmaTileKernelMatchesReferenceAndCublasLt) {
           };
           const std::vector<uint8_t> first = run(&w8);
           EXPECT_EQ(first, run(&w8)) << "not deterministic: " << Describe(p);
-          if (int8) EXPECT_EQ(first, run(nullptr)) << "not cuBLASLt's bytes: " << Describe(p);
+          if (int8) {
+            EXPECT_EQ(first, run(nullptr)) << "not cuBLASLt's bytes: " << Describe(p);
+          }
           int64_t padding_changed = 0;
           const int64_t row_bytes = n * static_cast<int64_t>(DTypeSize(out));
           const int64_t stride_bytes = ldy * static_cast<int64_t>(DTypeSize(out));

@@ -71,29 +71,25 @@ __global__ void __launch_bounds__(kThreads* kGroups, (kGroups == 1 && !kPipeline
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kBn;
   const int k_tiles = static_cast<int>(p.k / kBk);
 
-  const auto load_w = [&](int t) {
-    const uint32_t stage = smem_base + (t % kStages) * kStageBytes;
-    const int64_t k0 = static_cast<int64_t>(t) * kBk;
+  // Rows [first, first + kRows) of a [limit, ld] byte matrix, K bytes [k0, k0 + 128), into a
+  // swizzled tile at dst; rows past the limit are zero-filled.
+  const auto load_rows = [&]<int kRows>(uint32_t dst, const uint8_t* base, int64_t ld, int64_t first, int64_t limit,
+                                        int64_t k0) {
 #pragma unroll
-    for (int i = 0; i < kBn * kBk / 16 / kBlockThreads; ++i) {
+    for (int i = 0; i < kRows * kBk / 16 / kBlockThreads; ++i) {
       const int c = tid + i * kBlockThreads;
       const int row = c >> 3, chunk = c & 7;
-      const bool valid = n0 + row < p.n;
-      const uint8_t* src = p.w + (valid ? (n0 + row) * p.k + k0 + chunk * 16 : 0);
-      CpAsync16(stage + Swizzled(row, chunk), src, valid);
+      const bool valid = first + row < limit;
+      CpAsync16(dst + Swizzled(row, chunk), base + (valid ? (first + row) * ld + k0 + chunk * 16 : 0), valid);
     }
   };
+  const auto load_w = [&](int t) {
+    load_rows.template operator()<kBn>(smem_base + (t % kStages) * kStageBytes, p.w, p.k, n0, p.n,
+                                       static_cast<int64_t>(t) * kBk);
+  };
   const auto load_x = [&](int t) {
-    const uint32_t stage = smem_base + (t % kStages) * kStageBytes + kBn * kBk;
-    const int64_t k0 = static_cast<int64_t>(t) * kBk;
-#pragma unroll
-    for (int i = 0; i < kTokens * kBk / 16 / kBlockThreads; ++i) {
-      const int c = tid + i * kBlockThreads;
-      const int row = c >> 3, chunk = c & 7;
-      const bool valid = m0 + row < p.m;
-      const uint8_t* src = p.x + (valid ? (m0 + row) * p.ldx + k0 + chunk * 16 : 0);
-      CpAsync16(stage + Swizzled(row, chunk), src, valid);
-    }
+    load_rows.template operator()<kTokens>(smem_base + (t % kStages) * kStageBytes + kBn * kBk, p.x, p.ldx, m0, p.m,
+                                           static_cast<int64_t>(t) * kBk);
   };
   const auto mma = [&](AccT (&acc)[2][kRegs], int t) {
     const uint32_t ws = smem_base + (t % kStages) * kStageBytes;
