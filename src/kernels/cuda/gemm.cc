@@ -835,8 +835,9 @@ Result<GemmChoice> LtGemm::Tune(const GemmProblem& p, const GemmArgs& args, cuda
     const char* v = std::getenv("FERRY_W8_MMA");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
-  // Past kW8MmaMaxM rows the route runs the tile kernel (prefill, encoder batches). Not yet
-  // measured on a GPU, so offered only with FERRY_W8_TILE=1.
+  // Past kW8MmaMaxM rows the route runs the tile kernel (prefill, encoder batches). Its first
+  // version ran at 0.3-0.45x cuBLASLt on an H200 (docs/performance.md), so it is offered only
+  // with FERRY_W8_TILE=1.
   static const bool tile_allowed = [] {
     const char* v = std::getenv("FERRY_W8_TILE");
     return v != nullptr && std::strcmp(v, "1") == 0;
