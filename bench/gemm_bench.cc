@@ -392,11 +392,12 @@ void RegisterAll() {
       for (int64_t m : ms) Register("BM_Ferry_" + name + shape(m), BM_FerryLinear, m, n, k, format);
     }
     if (cpu::GemmKernelSupported(cpu::GemmKernel::kAvx512)) {
-      // The default is AVX-512 here: the AVX2 tile beside it, at prefill sizes (decode runs
-      // the GEMV, which does not use it).
+      // The default is AVX-512 here: the AVX2 tile and GEMV beside it.
       for (const auto& [format, name] : formats) {
-        if (format == WeightFormat::kInt8W8A8 || n > 100000) continue;
-        Register("BM_Ferry_" + name + "_avx2" + shape(512), BM_FerryGemmOn, 512, n, k, format, cpu::GemmKernel::kAvx2);
+        if (format == WeightFormat::kInt8W8A8) continue;
+        for (int64_t m : ms) {
+          Register("BM_Ferry_" + name + "_avx2" + shape(m), BM_FerryGemmOn, m, n, k, format, cpu::GemmKernel::kAvx2);
+        }
       }
     }
     if (cpu::Int8KernelSupported(cpu::Int8Kernel::kVnni)) {

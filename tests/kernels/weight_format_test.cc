@@ -78,7 +78,7 @@ void CheckAllPaths(backend::Backend& be, const Tensor& x, const LinearWeight& w,
       if (kernels::cpu::Int8KernelSupported(kernel)) int8_kernels.push_back(kernel);
     }
   }
-  // Float weights: each GEMM register tile this CPU runs (AVX2, AVX-512).
+  // Float weights: each GEMM register tile and GEMV this CPU runs (AVX2, AVX-512).
   std::vector<kernels::cpu::GemmKernel> gemm_kernels = {kernels::cpu::ActiveGemmKernel()};
   if (w.format != WeightFormat::kInt8W8A8) {
     gemm_kernels.clear();

@@ -4,6 +4,7 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/cpu/packed_weight.h"
@@ -12,6 +13,14 @@
 namespace ferry::kernels::cpu {
 
 inline constexpr int kMaxTileRows = 6;  // 6 x 2 accumulators + 2 B + 1 broadcast = 15 ymm
+
+// Prefetches the kBytes bytes at p into L1, a cache line at a time (a weight stream's next
+// rows, well ahead of the kernel that reads them).
+template <size_t kBytes>
+inline void PrefetchLines(const char* p) {
+#pragma GCC unroll 8
+  for (size_t off = 0; off < kBytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+}
 
 // C[0:MR, 0:ncols] (+)= A[0:MR, 0:kc] · B[0:kc, 0:16], where B's rows are 16 contiguous
 // values `ldb` elements apart (a packed micro-panel has ldb = 16; attention passes V rows),
@@ -42,11 +51,7 @@ inline void MicroKernel(int64_t kc, const float* a, int64_t lda, const BT* b, in
     if constexpr (kPrefetchBytes > 0) {
       // B streamed from memory (decode): with few FMAs per weight byte the out-of-order
       // window runs out before enough cache misses are in flight; prefetch well ahead.
-      const char* ahead = reinterpret_cast<const char*>(b + k * ldb) + kPrefetchBytes;
-#pragma GCC unroll 4
-      for (int off = 0; off < static_cast<int>(U * kPanelCols * sizeof(BT)); off += 64) {
-        _mm_prefetch(ahead + off, _MM_HINT_T0);
-      }
+      PrefetchLines<U * kPanelCols * sizeof(BT)>(reinterpret_cast<const char*>(b + k * ldb) + kPrefetchBytes);
     }
 #pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {

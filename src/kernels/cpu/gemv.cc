@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_microkernel.h"
 
 namespace ferry::kernels::cpu {
@@ -35,21 +36,113 @@ void PackTiles(const float* x, int64_t lda, int64_t m, int64_t k, float* out) {
   }
 }
 
+// One 16-column row of a panel widened to f32 in one AVX-512 register. (The zero-masked
+// forms of the widenings: GCC's unmasked ones start from an undefined register and warn.)
+constexpr __mmask16 kAll16 = 0xffff;
+__attribute__((target("avx512f"), always_inline)) inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
+__attribute__((target("avx512f"), always_inline)) inline __m512 Load16(const Bf16* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll16, _mm512_maskz_cvtepu16_epi32(kAll16, h), 16));
+}
+__attribute__((target("avx512f"), always_inline)) inline __m512 Load16(const F16* p) {
+  return _mm512_maskz_cvtph_ps(kAll16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+__attribute__((target("avx512f"), always_inline)) inline __m512 Load16(const int8_t* p) {
+  return _mm512_maskz_cvtepi32_ps(
+      kAll16, _mm512_maskz_cvtepi8_epi32(kAll16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+// How far ahead the AVX-512 tile prefetches the weight stream. On the 2-core AMD EPYC (Zen 4)
+// of docs/performance.md (gemm_bench --threads=2, M = 1, binaries alternating), bf16 and
+// int8 streamed 1.09-1.17x faster 4,096 bytes ahead than 2,048, and 8,192 was no better.
+constexpr int kGemv512PrefetchBytes = 4096;
+
+// Rows of x per AVX-512 GEMV tile: one accumulator a row, the widened weight row used by all.
+constexpr int kGemv512Rows = 8;
+
+// The AVX-512 GEMV tile: y[0:MR, 0:ncols] (+)= x[0:MR, k range] · panel rows, x row-major
+// (stride lda). Each panel row is widened once into one register (16 columns) and used by
+// all MR rows, so a widening costs one instruction a 16 weights where the AVX2 tile spends
+// two, and the few-row tiles keep U independent chains a row against the FMA latency. Fewer
+// instructions a weight byte is what lets the out-of-order window keep enough misses in
+// flight to stream the narrow formats at the memory's rate.
+template <int MR, typename BT>
+__attribute__((target("avx512f"))) void Gemv512(int64_t kc, const float* x, int64_t lda, const BT* b, float* y,
+                                                int64_t ldy, int ncols, bool accumulate, const float* bias,
+                                                const float* scale) {
+  constexpr int U = MR == 1 ? 8 : (MR == 2 ? 4 : (MR <= 4 ? 2 : 1));
+  __m512 acc[U][MR];
+#pragma GCC unroll 8
+  for (int u = 0; u < U; ++u) {
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) acc[u][m] = _mm512_setzero_ps();
+  }
+  int64_t k = 0;
+  for (; k + U <= kc; k += U) {
+    PrefetchLines<U * kPanelCols * sizeof(BT)>(reinterpret_cast<const char*>(b + k * kPanelCols) +
+                                               kGemv512PrefetchBytes);
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) {
+      const __m512 wv = Load16(b + (k + u) * kPanelCols);
+#pragma GCC unroll 8
+      for (int m = 0; m < MR; ++m) acc[u][m] = _mm512_fmadd_ps(_mm512_set1_ps(x[m * lda + k + u]), wv, acc[u][m]);
+    }
+  }
+  for (; k < kc; ++k) {
+    const __m512 wv = Load16(b + k * kPanelCols);
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) acc[0][m] = _mm512_fmadd_ps(_mm512_set1_ps(x[m * lda + k]), wv, acc[0][m]);
+  }
+#pragma GCC unroll 8
+  for (int u = 1; u < U; ++u) {
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) acc[0][m] = _mm512_add_ps(acc[0][m], acc[u][m]);
+  }
+  const __mmask16 cols = ncols >= kPanelCols ? __mmask16{0xffff} : static_cast<__mmask16>((1u << ncols) - 1);
+  const __m512 s = scale != nullptr ? _mm512_loadu_ps(scale) : _mm512_set1_ps(1.0f);
+  const __m512 bias_v = !accumulate && bias != nullptr ? _mm512_maskz_loadu_ps(cols, bias) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+    float* ym = y + m * ldy;
+    const __m512 r = scale != nullptr ? _mm512_mul_ps(acc[0][m], s) : acc[0][m];
+    const __m512 prev = accumulate ? _mm512_maskz_loadu_ps(cols, ym) : bias_v;
+    _mm512_mask_storeu_ps(ym, cols, _mm512_add_ps(r, prev));
+  }
+}
+
+template <typename BT>
+void Gemv512Rows(int rows, int64_t kc, const float* x, int64_t lda, const BT* b, float* y, int64_t ldy, int ncols,
+                 bool accumulate, const float* bias, const float* scale) {
+  switch (rows) {
+    case 1: return Gemv512<1, BT>(kc, x, lda, b, y, ldy, ncols, accumulate, bias, scale);
+    case 2: return Gemv512<2, BT>(kc, x, lda, b, y, ldy, ncols, accumulate, bias, scale);
+    case 3: return Gemv512<3, BT>(kc, x, lda, b, y, ldy, ncols, accumulate, bias, scale);
+    case 4: return Gemv512<4, BT>(kc, x, lda, b, y, ldy, ncols, accumulate, bias, scale);
+    case 5: return Gemv512<5, BT>(kc, x, lda, b, y, ldy, ncols, accumulate, bias, scale);
+    case 6: return Gemv512<6, BT>(kc, x, lda, b, y, ldy, ncols, accumulate, bias, scale);
+    case 7: return Gemv512<7, BT>(kc, x, lda, b, y, ldy, ncols, accumulate, bias, scale);
+    default: return Gemv512<8, BT>(kc, x, lda, b, y, ldy, ncols, accumulate, bias, scale);
+  }
+}
+
 template <typename BT>
 void GemvImpl(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
               int64_t ldy) {
   const int64_t k = w.k;
   const int64_t n = w.n;
-  // A single row is already a sequential stream; more rows are packed once per call.
+  // AVX-512 reads the x rows in place (at most kGemvMaxRows of them, all in L1). For the AVX2
+  // tile a single row is already a sequential stream; more rows are packed once per call.
+  const bool avx512 = ActiveGemmKernel() == GemmKernel::kAvx512;
+  const int64_t tile_rows = avx512 ? kGemv512Rows : kMaxTileRows;
   thread_local std::vector<float> packed_x;
-  const bool pack = m > 1;
+  const bool pack = !avx512 && m > 1;
   if (pack) {
     const size_t need = static_cast<size_t>(((m + kMaxTileRows - 1) / kMaxTileRows) * kMaxTileRows * k);
     if (packed_x.size() < need) packed_x.resize(need);
     PackTiles(x, lda, m, k, packed_x.data());
   }
   const float* xp = pack ? packed_x.data() : x;
-  const int64_t kc = m <= kMaxTileRows ? k : kMultiTileKChunk;
+  const int64_t kc = m <= tile_rows ? k : kMultiTileKChunk;
   const int64_t panel_bytes = k * kPanelCols * static_cast<int64_t>(sizeof(BT));
   const int64_t grain = std::max<int64_t>(1, kMinBytesPerThread / std::max<int64_t>(panel_bytes, 1));
   // int8 weights accumulate unscaled; the per-column scale is applied once per tile.
@@ -60,20 +153,22 @@ void GemvImpl(const float* x, int64_t lda, int64_t m, const PackedWeight& w, con
       const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, n - p * kPanelCols));
       const float* panel_bias = bias != nullptr ? bias + p * kPanelCols : nullptr;
       const float* panel_scale = scales != nullptr ? scales + p * kPanelCols : nullptr;
-      float* yp = y + p * kPanelCols;
       for (int64_t k0 = 0; k0 < k; k0 += kc) {
         const int64_t kn = std::min(kc, k - k0);
         const BT* b = panel + k0 * kPanelCols;
-        if (!pack) {
-          MicroKernel<1, BT, false, kPrefetchBytes<BT>>(kn, xp + k0, lda, b, kPanelCols, yp, ldy, ncols, k0 > 0,
-                                                        panel_bias, panel_scale);
-          continue;
-        }
-        for (int64_t r0 = 0; r0 < m; r0 += kMaxTileRows) {
-          const int rows = static_cast<int>(std::min<int64_t>(kMaxTileRows, m - r0));
-          MicroKernelRows<BT, true, kPrefetchBytes<BT>>(rows, kn, xp + r0 * k + k0 * kMaxTileRows, 0, b,
-                                                        kPanelCols, yp + r0 * ldy, ldy, ncols, k0 > 0, panel_bias,
-                                                        panel_scale);
+        for (int64_t r0 = 0; r0 < m; r0 += tile_rows) {
+          const int rows = static_cast<int>(std::min<int64_t>(tile_rows, m - r0));
+          float* yt = y + r0 * ldy + p * kPanelCols;
+          if (avx512) {
+            Gemv512Rows<BT>(rows, kn, x + r0 * lda + k0, lda, b, yt, ldy, ncols, k0 > 0, panel_bias, panel_scale);
+          } else if (!pack) {
+            MicroKernel<1, BT, false, kPrefetchBytes<BT>>(kn, xp + k0, lda, b, kPanelCols, yt, ldy, ncols, k0 > 0,
+                                                          panel_bias, panel_scale);
+          } else {
+            MicroKernelRows<BT, true, kPrefetchBytes<BT>>(rows, kn, xp + r0 * k + k0 * kMaxTileRows, 0, b,
+                                                          kPanelCols, yt, ldy, ncols, k0 > 0, panel_bias,
+                                                          panel_scale);
+          }
         }
       }
     }

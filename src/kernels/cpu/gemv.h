@@ -15,7 +15,9 @@ inline constexpr int64_t kGemvMaxRows = 16;
 
 // Panels are split across the compute threads; every weight byte is loaded once from
 // memory and widened in registers (bf16 by a shift, f16 by F16C, int8 by sign extension
-// and an exact int->f32 conversion, its scales applied to the finished sums). x and y rows
+// and an exact int->f32 conversion, its scales applied to the finished sums): in AVX-512
+// tiles of up to 8 rows where the GEMM's register tile is AVX-512 (`ActiveGemmKernel()`,
+// FERRY_GEMM_KERNEL=avx2 turns both off), else in the AVX2 6-row tile. x and y rows
 // may be strided (lda, ldy in elements). bias is f32 [N] or null. `w` must have
 // PanelLayout::kRows (W8A8 weights go through int8_gemm.h).
 void GemvPacked(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
