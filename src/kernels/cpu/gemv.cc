@@ -54,7 +54,7 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 Load16(const int
 
 // How far ahead the AVX-512 tile prefetches the weight stream. On the 2-core AMD EPYC (Zen 4)
 // of docs/performance.md (gemm_bench --threads=2, M = 1, binaries alternating), bf16 and
-// int8 streamed 1.09-1.17x faster 4,096 bytes ahead than 2,048, and 8,192 was no better.
+// int8 streamed 1.09-1.17x faster 4,096 bytes ahead than 2,048, and 8,192 was no better overall.
 constexpr int kGemv512PrefetchBytes = 4096;
 
 // Rows of x per AVX-512 GEMV tile: one accumulator a row, the widened weight row used by all.
@@ -63,9 +63,8 @@ constexpr int kGemv512Rows = 8;
 // The AVX-512 GEMV tile: y[0:MR, 0:ncols] (+)= x[0:MR, k range] · panel rows, x row-major
 // (stride lda). Each panel row is widened once into one register (16 columns) and used by
 // all MR rows, so a widening costs one instruction a 16 weights where the AVX2 tile spends
-// two, and the few-row tiles keep U independent chains a row against the FMA latency. Fewer
-// instructions a weight byte is what lets the out-of-order window keep enough misses in
-// flight to stream the narrow formats at the memory's rate.
+// two (at 8 rows the AVX2 tile runs 6 + 2 rows and widens every weight twice), and the
+// few-row tiles keep U independent chains a row against the FMA latency.
 template <int MR, typename BT>
 __attribute__((target("avx512f"))) void Gemv512(int64_t kc, const float* x, int64_t lda, const BT* b, float* y,
                                                 int64_t ldy, int ncols, bool accumulate, const float* bias,
