@@ -1,6 +1,9 @@
 // Paged attention at llama-3.2-1B shapes (32 heads, 8 KV heads, head_dim 64, 16-token
 // blocks): causal prefill of 512 tokens (GFLOP/s over the causal triangle) and decode of
-// batch 1 / 8 against 512-token contexts (GB/s of K/V read).
+// batch 1 / 8 against 512-token contexts (GB/s of K/V read). And an encoder batch at
+// bert-base's shape (12 heads of 64, 32 sequences of 128 tokens, bidirectional, on the fused
+// QKV projection) with f32 products and with the W8A8 encoders' bf16 products (on AMX or
+// vdpbf16ps, whichever is on: FERRY_AMX=0, FERRY_BF16_DOT_ATTENTION=0).
 //
 //   attention_bench [--threads=N] [google-benchmark flags]
 #include <benchmark/benchmark.h>
@@ -17,6 +20,7 @@
 
 #include "backend/backend.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/amx_gemm.h"
 
 namespace {
 
@@ -99,6 +103,29 @@ void BM_Decode(benchmark::State& state) {
   Run(state, static_cast<int>(state.range(0)), 1, 512, state.range(1) == 0 ? DType::kF32 : DType::kBF16);
 }
 
+void BM_EncoderDense(benchmark::State& state) {
+  constexpr int kSeqs = 32, kLen = 128, kEncHeads = 12;
+  auto be = ferry::backend::MakeCpuBackend();
+  std::mt19937 rng(9);
+  const Tensor qkv = Random({kSeqs * kLen, 3 * kEncHeads * kHeadDim}, rng);
+  Tensor out = Tensor::Empty({kSeqs * kLen, kEncHeads * kHeadDim}, DType::kF32);
+  std::vector<SeqSpan> spans;
+  for (int i = 0; i < kSeqs; ++i) spans.push_back({i * kLen, kLen, 0, nullptr});
+  AttentionParams p{kEncHeads, kEncHeads, kHeadDim, 0.125f, false};
+  p.bf16_products = state.range(0) != 0;
+  for (auto _ : state) {
+    if (!be->DenseAttentionQkv(qkv, spans, p, out).ok()) state.SkipWithError("attention failed");
+    benchmark::ClobberMemory();
+  }
+  const double flops = 4.0 * kHeadDim * kEncHeads * static_cast<double>(kLen) * kLen * kSeqs;
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.SetLabel(!p.bf16_products                                  ? "f32"
+                 : ferry::kernels::cpu::AmxEnabled()               ? "bf16 on AMX"
+                 : ferry::kernels::cpu::Bf16DotAttentionEnabled() ? "bf16 on vdpbf16ps"
+                                                                   : "f32 (no bf16 route)");
+}
+
 // With --benchmark_repetitions, the "_max" aggregate's counters are the best rate seen.
 double Max(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); }
 
@@ -116,6 +143,13 @@ BENCHMARK(BM_Decode)
     ->Args({1, 1})
     ->Args({8, 1})
     ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime()
+    ->ComputeStatistics("max", Max);
+BENCHMARK(BM_EncoderDense)
+    ->ArgName("bf16_products")
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->ComputeStatistics("max", Max);
 

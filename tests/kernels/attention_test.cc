@@ -512,15 +512,25 @@ TEST(AttentionTest, PackedQkvAndAvx512TilesGiveTheSameBytes) {
       << "qkv width, the default";
 }
 
-// W8A8 encoders' attention with bf16 products on AMX: within bf16's rounding of the f32 path
-// (scores, probabilities and values each rounded once), on spans of 1 to 700 rows (partial tiles
-// of queries and keys), grouped heads and head_dims 32, 64 and 128, whatever the number of
-// spans (heads grouped per item or not), stored or streamed. Where it does not apply (AMX off,
-// causal, a window, a head_dim off 32) the flag changes no byte.
-TEST(AttentionTest, Bf16ProductsOnAmxStayCloseToF32) {
+// W8A8 encoders' attention with bf16 products, on AMX and on vdpbf16ps (each where the CPU
+// has it): within bf16's rounding of the f32 path (scores, probabilities and values each
+// rounded once), on spans of 1 to 700 rows (partial tiles of queries and keys), grouped heads
+// and head_dims 32, 64 and 128, whatever the number of spans (heads grouped per item or not),
+// stored or streamed; the two routes within f32 summation order of each other. Where it does
+// not apply (both routes off, causal, a window, a head_dim off 32) the flag changes no byte.
+TEST(AttentionTest, Bf16ProductsStayCloseToF32) {
   std::mt19937 rng(77);
   auto be = backend::MakeCpuBackend();
-  const bool saved = kernels::cpu::AmxEnabled();
+  const bool saved_amx = kernels::cpu::AmxEnabled();
+  const bool saved_dot = kernels::cpu::Bf16DotAttentionEnabled();
+  const auto max_diff = [](const Tensor& a, const Tensor& b) {
+    double worst = 0.0;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      const double d = std::fabs(static_cast<double>(a.data<float>()[i]) - b.data<float>()[i]);
+      worst = std::isfinite(d) ? std::max(worst, d) : 1e30;
+    }
+    return worst;
+  };
   for (const EncoderHeads h : {EncoderHeads{12, 12, 64}, EncoderHeads{8, 2, 32}, EncoderHeads{2, 2, 128},
                                EncoderHeads{4, 4, 48}}) {
     // The last set: an output of over 4 MB at 12 heads of 64, written with non-temporal stores.
@@ -534,30 +544,44 @@ TEST(AttentionTest, Bf16ProductsOnAmxStayCloseToF32) {
       const Tensor qkv = RandomTensor({rows, qw + 2 * kvw}, rng, -2, 2);
       const std::string what = std::to_string(h.heads) + "/" + std::to_string(h.kv_heads) + " heads of " +
                                std::to_string(h.head_dim) + ", " + std::to_string(spans.size()) + " spans";
-      Tensor f32 = Poisoned({rows, qw}), bf16 = Poisoned({rows, qw});
+      Tensor f32 = Poisoned({rows, qw});
       ASSERT_TRUE(be->DenseAttentionQkv(qkv, spans, p, f32).ok()) << what;
       p.bf16_products = true;
-      ASSERT_TRUE(be->DenseAttentionQkv(qkv, spans, p, bf16).ok()) << what;
-      const bool applies = kernels::cpu::AmxSupported() && h.head_dim % 32 == 0;
+      const bool applies = (kernels::cpu::AmxSupported() || kernels::cpu::Bf16DotSupported()) && h.head_dim % 32 == 0;
       if (!applies) {
+        Tensor bf16 = Poisoned({rows, qw});
+        ASSERT_TRUE(be->DenseAttentionQkv(qkv, spans, p, bf16).ok()) << what;
         EXPECT_EQ(0, std::memcmp(f32.raw(), bf16.raw(), f32.nbytes())) << what << ": not applicable";
         continue;
       }
-      double worst = 0.0;
-      for (int64_t i = 0; i < f32.numel(); ++i) {
-        const double d = std::fabs(static_cast<double>(f32.data<float>()[i]) - bf16.data<float>()[i]);
-        worst = std::isfinite(d) ? std::max(worst, d) : 1e30;
+      // Each supported route alone: AMX, then vdpbf16ps with AMX off.
+      std::vector<Tensor> routes;
+      for (const bool amx : {true, false}) {
+        if (amx ? !kernels::cpu::AmxSupported() : !kernels::cpu::Bf16DotSupported()) continue;
+        ASSERT_TRUE(kernels::cpu::SetAmxEnabled(amx));
+        ASSERT_TRUE(kernels::cpu::SetBf16DotAttentionEnabled(!amx));
+        Tensor bf16 = Poisoned({rows, qw});
+        ASSERT_TRUE(be->DenseAttentionQkv(qkv, spans, p, bf16).ok()) << what;
+        const double worst = max_diff(f32, bf16);
+        // Values in [-2, 2]: three bf16 roundings (2^-9 relative each) and score errors of a few
+        // 2^-9 through the exponential.
+        EXPECT_LT(worst, 3e-2) << what << (amx ? ", AMX" : ", vdpbf16ps");
+        EXPECT_GT(worst, 0.0) << what << ": the bf16 route did not run";
+        routes.push_back(std::move(bf16));
       }
-      // Values in [-2, 2]: three bf16 roundings (2^-9 relative each) and score errors of a few
-      // 2^-9 through the exponential.
-      EXPECT_LT(worst, 3e-2) << what;
-      EXPECT_GT(worst, 0.0) << what << ": the bf16 route did not run";
-      // Off the route: AMX turned off, causal, a window.
+      // The same products summed in another order: a score's last bits can move a probability's
+      // bf16 rounding by one step (2^-8 of it at most), so |difference| <= 2^-8 * max |v|.
+      if (routes.size() == 2) {
+        EXPECT_LT(max_diff(routes[0], routes[1]), 8e-3) << what << ": AMX vs vdpbf16ps";
+      }
+      // Off the route: both routes turned off, causal, a window.
       ASSERT_TRUE(kernels::cpu::SetAmxEnabled(false));
+      ASSERT_TRUE(kernels::cpu::SetBf16DotAttentionEnabled(false));
       Tensor off = Poisoned({rows, qw});
       ASSERT_TRUE(be->DenseAttentionQkv(qkv, spans, p, off).ok()) << what;
-      EXPECT_EQ(0, std::memcmp(f32.raw(), off.raw(), f32.nbytes())) << what << ": AMX off";
-      ASSERT_TRUE(kernels::cpu::SetAmxEnabled(true));
+      EXPECT_EQ(0, std::memcmp(f32.raw(), off.raw(), f32.nbytes())) << what << ": routes off";
+      ASSERT_TRUE(kernels::cpu::SetAmxEnabled(kernels::cpu::AmxSupported()));
+      ASSERT_TRUE(kernels::cpu::SetBf16DotAttentionEnabled(kernels::cpu::Bf16DotSupported()));
       for (const bool causal : {true, false}) {
         AttentionParams other = p;
         other.causal = causal;
@@ -570,7 +594,8 @@ TEST(AttentionTest, Bf16ProductsOnAmxStayCloseToF32) {
       }
     }
   }
-  kernels::cpu::SetAmxEnabled(saved);
+  kernels::cpu::SetAmxEnabled(saved_amx);
+  kernels::cpu::SetBf16DotAttentionEnabled(saved_dot);
 }
 
 }  // namespace

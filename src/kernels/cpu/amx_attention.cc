@@ -1,8 +1,12 @@
-// AmxAttentionBf16 (declared in amx_gemm.h with the other AMX routes).
+// Bf16Attention (declared in amx_gemm.h with the AMX routes): the tile products on AMX, or on
+// AVX512-BF16's vdpbf16ps where AMX is off or absent.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -11,6 +15,7 @@
 
 #define FERRY_AMX_ATTN_TARGET \
   __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
+#define FERRY_BF16_ATTN_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 namespace ferry::kernels::cpu {
 namespace {
@@ -23,7 +28,7 @@ constexpr int64_t kMaxHeadDim = 256;
 constexpr __mmask16 kAll = 0xffff;
 
 // 16 floats to bf16 (round to nearest even), as 16 bit patterns.
-FERRY_AMX_ATTN_TARGET inline __m256i ToBf16(__m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }
+FERRY_BF16_ATTN_TARGET inline __m256i ToBf16(__m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }
 
 // Per-thread buffers, grown to the largest item seen (tp: the tokens rounded up to 32).
 struct Buffers {
@@ -43,7 +48,7 @@ void Grow(std::vector<T>& v, int64_t n) {
 
 // Softmax of row s[0, tokens) into bf16 p[0, tp) (zeros past tokens); returns the f32 sum of
 // the exponentials.
-FERRY_AMX_ATTN_TARGET float SoftmaxToBf16(const float* s, int64_t tokens, int64_t tp, uint16_t* p) {
+FERRY_BF16_ATTN_TARGET float SoftmaxToBf16(const float* s, int64_t tokens, int64_t tp, uint16_t* p) {
   __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (int64_t j = 0; j < tokens; j += 16) {
     const __mmask16 m = tokens - j >= 16 ? kAll : static_cast<__mmask16>((1u << (tokens - j)) - 1u);
@@ -65,7 +70,70 @@ FERRY_AMX_ATTN_TARGET float SoftmaxToBf16(const float* s, int64_t tokens, int64_
   return sum;
 }
 
-FERRY_AMX_ATTN_TARGET void AttentionHeads(const AmxAttentionHeads& h) {
+// One 32 x 32 block of a product, C = sum over `steps` K steps of A_s . B_s, in f32 at c (rows
+// ldc floats apart): A_s the 32 rows x 32 bf16 at a + 32 s (rows lda elements apart), B_s two
+// tiles of 16 bf16 pairs x 16 columns (64-byte rows), at b + s * b_step and b + s * b_step +
+// b1 (in pairs). On AMX: the 2 x 2 tiles of tmm0-3, A in tmm4-5, B in tmm6-7.
+FERRY_AMX_ATTN_TARGET void BlockProductAmx(const uint16_t* a, int64_t lda, const uint32_t* b, int64_t b1,
+                                           int64_t b_step, int64_t steps, float* c, int64_t ldc) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t s = 0; s < steps; ++s) {
+    _tile_loadd(4, a + s * kTileK, lda * 2);
+    _tile_loadd(5, a + kRows * lda + s * kTileK, lda * 2);
+    _tile_loadd(6, b + s * b_step, 64);
+    _tile_loadd(7, b + s * b_step + b1, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, c, ldc * 4);
+  _tile_stored(1, c + kRows, ldc * 4);
+  _tile_stored(2, c + kRows * ldc, ldc * 4);
+  _tile_stored(3, c + kRows * ldc + kRows, ldc * 4);
+}
+
+// The same block on 512-bit vectors: eight rows at a time, one accumulator per row and B tile,
+// each B tile row (16 columns x one pair) loaded once for the eight rows, and each row's pair
+// broadcast into vdpbf16ps (what one AMX tile row product does, 16 pairs deep).
+constexpr int kVecRows = 8;
+FERRY_BF16_ATTN_TARGET void BlockProductAvx512(const uint16_t* a, int64_t lda, const uint32_t* b, int64_t b1,
+                                               int64_t b_step, int64_t steps, float* c, int64_t ldc) {
+  for (int64_t r0 = 0; r0 < kBlock; r0 += kVecRows) {
+    __m512 acc0[kVecRows], acc1[kVecRows];
+#pragma GCC unroll 8
+    for (int r = 0; r < kVecRows; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+    for (int64_t s = 0; s < steps; ++s) {
+      const uint32_t* bs = b + s * b_step;
+      const uint16_t* as = a + r0 * lda + s * kTileK;
+#pragma GCC unroll 2
+      for (int64_t i = 0; i < kPairs; ++i) {
+        const __m512bh v0 = (__m512bh)_mm512_loadu_si512(bs + i * kRows);
+        const __m512bh v1 = (__m512bh)_mm512_loadu_si512(bs + b1 + i * kRows);
+#pragma GCC unroll 8
+        for (int r = 0; r < kVecRows; ++r) {
+          uint32_t pair;
+          std::memcpy(&pair, as + r * lda + 2 * i, sizeof(pair));
+          const __m512bh ar = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+          acc0[r] = _mm512_dpbf16_ps(acc0[r], ar, v0);
+          acc1[r] = _mm512_dpbf16_ps(acc1[r], ar, v1);
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < kVecRows; ++r) {
+      _mm512_storeu_ps(c + (r0 + r) * ldc, acc0[r]);
+      _mm512_storeu_ps(c + (r0 + r) * ldc + kRows, acc1[r]);
+    }
+  }
+}
+
+FERRY_AMX_ATTN_TARGET void ReleaseTiles() { _tile_release(); }
+
+FERRY_BF16_ATTN_TARGET void AttentionHeads(const Bf16AttentionHeads& h, bool amx) {
   if (h.tokens <= 0 || h.heads <= 0) return;
   thread_local Buffers b;
   const int64_t hd = h.head_dim, T = h.tokens, G = h.heads;
@@ -128,34 +196,15 @@ FERRY_AMX_ATTN_TARGET void AttentionHeads(const AmxAttentionHeads& h) {
     }
   }
 
-  ConfigureAmxTiles();
+  const auto block = amx ? BlockProductAmx : BlockProductAvx512;
+  if (amx) ConfigureAmxTiles();
   for (int64_t g = 0; g < G; ++g) {
-    const int64_t q_stride = hd * 2, sp_stride = tp * 4, p_stride = tp * 2;
     for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
-      // S = Qs · K^T for 32 rows, 32 keys at a time.
+      // S = Qs . K^T for 32 rows, 32 keys at a time.
       const uint16_t* qa = b.q.data() + g * head_elems + r0 * hd;
       for (int64_t k0 = 0; k0 < tp; k0 += kBlock) {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
         const uint32_t* kt0 = b.kt.data() + g * head_elems / 2 + (k0 / kRows) * dsteps * kRows * kPairs;
-        const uint32_t* kt1 = kt0 + dsteps * kRows * kPairs;
-        for (int64_t j = 0; j < dsteps; ++j) {
-          _tile_loadd(4, qa + j * kTileK, q_stride);
-          _tile_loadd(5, qa + kRows * hd + j * kTileK, q_stride);
-          _tile_loadd(6, kt0 + j * kRows * kPairs, 64);
-          _tile_loadd(7, kt1 + j * kRows * kPairs, 64);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
-        }
-        float* s = b.s.data() + k0;
-        _tile_stored(0, s, sp_stride);
-        _tile_stored(1, s + kRows, sp_stride);
-        _tile_stored(2, s + kRows * tp, sp_stride);
-        _tile_stored(3, s + kRows * tp + kRows, sp_stride);
+        block(qa, hd, kt0, dsteps * kRows * kPairs, kRows * kPairs, dsteps, b.s.data() + k0, tp);
       }
       const int64_t rows = std::min(kBlock, T - r0);
       for (int64_t r = 0; r < kBlock; ++r) {
@@ -167,27 +216,11 @@ FERRY_AMX_ATTN_TARGET void AttentionHeads(const AmxAttentionHeads& h) {
           for (int64_t j = 0; j < tp; j += 32) _mm512_storeu_si512(p + j, _mm512_setzero_si512());
         }
       }
-      // O = P · V, 32 columns at a time.
+      // O = P . V, 32 columns at a time.
+      const uint32_t* vg = b.v.data() + g * head_elems / 2;
       for (int64_t c0 = 0; c0 < hd; c0 += kBlock) {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-        for (int64_t ks = 0; ks < tp / kTileK; ++ks) {
-          _tile_loadd(4, b.p.data() + ks * kTileK, p_stride);
-          _tile_loadd(5, b.p.data() + kRows * tp + ks * kTileK, p_stride);
-          _tile_loadd(6, b.v.data() + g * head_elems / 2 + (ks * vcols + c0 / kRows) * kPairs * kRows, 64);
-          _tile_loadd(7, b.v.data() + g * head_elems / 2 + (ks * vcols + c0 / kRows + 1) * kPairs * kRows, 64);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
-        }
-        float* o = b.o.data() + c0;
-        _tile_stored(0, o, hd * 4);
-        _tile_stored(1, o + kRows, hd * 4);
-        _tile_stored(2, o + kRows * hd, hd * 4);
-        _tile_stored(3, o + kRows * hd + kRows, hd * 4);
+        block(b.p.data(), tp, vg + (c0 / kRows) * kPairs * kRows, kPairs * kRows, vcols * kPairs * kRows, tp / kTileK,
+              b.o.data() + c0, hd);
       }
       for (int64_t r = 0; r < rows; ++r) {
         const __m512 inv = _mm512_set1_ps(b.sum[r] > 0.0f ? 1.0f / b.sum[r] : 0.0f);
@@ -204,15 +237,41 @@ FERRY_AMX_ATTN_TARGET void AttentionHeads(const AmxAttentionHeads& h) {
     }
   }
   if (h.stream) _mm_sfence();
-  _tile_release();
+  if (amx) ReleaseTiles();
+}
+
+bool CpuHasAvx512Bf16() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+}
+
+std::atomic<bool>& DotSwitch() {
+  static std::atomic<bool> on{[] {
+    const char* v = std::getenv("FERRY_BF16_DOT_ATTENTION");
+    return Bf16DotSupported() && (v == nullptr || std::strcmp(v, "0") != 0);
+  }()};
+  return on;
 }
 
 }  // namespace
 
-bool AmxAttentionApplies(int head_dim) {
-  return AmxEnabled() && head_dim > 0 && head_dim % kBlock == 0 && head_dim <= kMaxHeadDim;
+bool Bf16DotSupported() {
+  static const bool supported = CpuHasAvx512Bf16();
+  return supported;
+}
+bool Bf16DotAttentionEnabled() { return DotSwitch().load(std::memory_order_relaxed); }
+bool SetBf16DotAttentionEnabled(bool enabled) {
+  if (enabled && !Bf16DotSupported()) return false;
+  DotSwitch().store(enabled, std::memory_order_relaxed);
+  return true;
 }
 
-void AmxAttentionBf16(const AmxAttentionHeads& h) { AttentionHeads(h); }
+bool Bf16AttentionApplies(int head_dim) {
+  return (AmxEnabled() || Bf16DotAttentionEnabled()) && head_dim > 0 && head_dim % kBlock == 0 &&
+         head_dim <= kMaxHeadDim;
+}
+
+void Bf16Attention(const Bf16AttentionHeads& h) { AttentionHeads(h, AmxEnabled()); }
 
 }  // namespace ferry::kernels::cpu

@@ -46,13 +46,13 @@ void GemmAmxInt8(const int8_t* q, int64_t ldq, const float* row_scale, int64_t m
                  const float* bias, float* y, int64_t ldy, bool gelu = false);
 
 // Dense attention of one sequence, heads [first_head, first_head + heads), with bf16 products
-// on the tiles, for encoders whose linears are W8A8 (their activations are already int8, so
-// bf16 scores cost them no accuracy that matters; the f32 path is the default everywhere
-// else). Bidirectional, no window or soft-capping: out[t] = softmax(scale * q[t] · K^T) · V over
+// (on AMX tiles where AmxEnabled(), else on AVX512-BF16's vdpbf16ps), for encoders whose
+// linears are W8A8 (their activations are already int8, so bf16 scores cost them no accuracy
+// that matters; the f32 path is the default everywhere else). Bidirectional, no window or soft-capping: out[t] = softmax(scale * q[t] · K^T) · V over
 // all `tokens` keys. q and k are rounded to bf16 (q after scaling), the scores summed in f32,
 // the softmax in f32, its probabilities rounded to bf16 for P · V (f32 sums), and each row
-// divided by the f32 sum of the unrounded ones. head_dim must satisfy AmxAttentionApplies.
-struct AmxAttentionHeads {
+// divided by the f32 sum of the unrounded ones. head_dim must satisfy Bf16AttentionApplies.
+struct Bf16AttentionHeads {
   const float* q;  // the sequence's first row of all heads' q, rows ldq apart; likewise k, v, out
   const float* k;
   const float* v;
@@ -66,9 +66,17 @@ struct AmxAttentionHeads {
   float scale;
   bool stream;  // out written with non-temporal stores (a large output; out and ldo 64-byte aligned)
 };
-bool AmxAttentionApplies(int head_dim);
+// The vdpbf16ps route: the same roundings and products as the tiles' (each product of two bf16
+// is exact in f32), the f32 sums in another order. On where the CPU has AVX512-BF16, unless
+// FERRY_BF16_DOT_ATTENTION=0 at start-up or SetBf16DotAttentionEnabled(false); AMX, where
+// enabled, takes precedence.
+bool Bf16DotSupported();
+bool Bf16DotAttentionEnabled();
+bool SetBf16DotAttentionEnabled(bool enabled);  // false (no change) when enabling without support
+// AMX or the vdpbf16ps route is on, and head_dim is a multiple of 32 up to 256.
+bool Bf16AttentionApplies(int head_dim);
 // Every tile 16 rows of 64 bytes (palette 1), for this thread; the routes here configure their own.
 void ConfigureAmxTiles();
-void AmxAttentionBf16(const AmxAttentionHeads& h);
+void Bf16Attention(const Bf16AttentionHeads& h);
 
 }  // namespace ferry::kernels::cpu

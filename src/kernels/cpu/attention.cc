@@ -648,7 +648,7 @@ Status DenseAttentionViews(const RowMajor& qm, const RowMajor& km, const RowMajo
                            std::span<const SeqSpan> spans, const AttentionParams& params, const RowMajor& om) {
   const Geometry g = MakeGeometry(params);
   if (params.bf16_products && !params.causal && params.window == 0 && params.softcap == 0.0f &&
-      AmxAttentionApplies(params.head_dim)) {
+      Bf16AttentionApplies(params.head_dim)) {
     // One item per (span, run of heads), longest spans first. A span's heads go together
     // (its rows are read once, front to back) unless that leaves too few items for the threads.
     const int64_t per_item = std::clamp<int64_t>(
@@ -667,7 +667,7 @@ Status DenseAttentionViews(const RowMajor& qm, const RowMajor& km, const RowMajo
     ParallelForDynamic(static_cast<int64_t>(items.size()), [&](int64_t i) {
       const auto [si, h] = items[static_cast<size_t>(i)];
       const SeqSpan& s = spans[static_cast<size_t>(si)];
-      AmxAttentionBf16({qm.data + s.q_begin * qm.ld, km.data + s.q_begin * km.ld, vm.data + s.q_begin * vm.ld,
+      Bf16Attention({qm.data + s.q_begin * qm.ld, km.data + s.q_begin * km.ld, vm.data + s.q_begin * vm.ld,
                         om.data + s.q_begin * om.ld, qm.ld, km.ld, vm.ld, om.ld, s.q_len, g.head_dim, h,
                         static_cast<int>(std::min<int64_t>(per_item, g.num_heads - h)), g.group, g.scale,
                         stream});
