@@ -835,13 +835,16 @@ Result<GemmChoice> LtGemm::Tune(const GemmProblem& p, const GemmArgs& args, cuda
     const char* v = std::getenv("FERRY_W8_MMA");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
-  // Past kW8MmaMaxM rows the route runs the tile kernel (prefill, encoder batches). Its first
-  // version ran at 0.3-0.45x cuBLASLt on an H200 (docs/performance.md), so it is offered only
-  // with FERRY_W8_TILE=1.
-  static const bool tile_allowed = [] {
+  // Past kW8MmaMaxM rows the route runs the tile kernel (prefill, encoder batches). On an H100
+  // it ran W8A8 GEMMs at 1.56-1.77x cuBLASLt's IMMA route on three of bert-base's four shapes
+  // and 0.66-0.97x on llama-3-8B's, e4m3 ones at 0.46-0.63x cuBLASLt's, and W8A8 engines tuned
+  // with it ran bert-base 1.26x and 1B prefill 1.21x faster (docs/performance.md), so the tuner
+  // times it for int8; FERRY_W8_TILE=1 offers it for fp8 too, FERRY_W8_TILE=0 for neither.
+  static const int tile_setting = [] {
     const char* v = std::getenv("FERRY_W8_TILE");
-    return v != nullptr && std::strcmp(v, "1") == 0;
+    return v == nullptr || *v == '\0' ? -1 : std::atoi(v);
   }();
+  const bool tile_allowed = tile_setting == 1 || (tile_setting == -1 && p.kind == GemmKind::kInt8);
   const bool w8_rows = p.m <= kW8MmaTunedMaxM || (p.m > kW8MmaMaxM && tile_allowed);
   if (options.w8_mma && w8_allowed && w8_rows && W8MmaApplies(p, args)) {
     GemmChoice c;

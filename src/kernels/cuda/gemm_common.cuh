@@ -30,6 +30,15 @@ __device__ __forceinline__ float Activate(float v, GemmActivation act) {
   }
 }
 
+// A scaled accumulator plus its bias, acc * row_scale * col_scale + bias, with every rounding
+// spelled out (a multiply, then one fused multiply-add): left to the compiler, whether the last
+// multiply and the add are contracted depends on the surrounding code, and the kernels that
+// finish an 8-bit accumulator (the epilogue pass after cuBLASLt, ferry's wgmma kernels) would
+// then differ in the last bit wherever there is a bias.
+__device__ __forceinline__ float ScaleAndBias(float acc, float row_scale, float col_scale, float bias) {
+  return __fmaf_rn(__fmul_rn(acc, row_scale), col_scale, bias);
+}
+
 // A bias in f32 or in the output type; at most one pointer is set.
 template <typename Out>
 struct BiasRef {

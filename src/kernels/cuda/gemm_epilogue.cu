@@ -52,7 +52,7 @@ __global__ void ScaleEpilogueKernel(const Acc* __restrict__ acc, int64_t m, int6
 #pragma unroll
       for (int i = 0; i < kVec; ++i) {
         const float col_scale = ws != nullptr ? ws[per_col ? col + i : 0] : 1.0f;
-        const float v = ToF32(a[i]) * row_scale * col_scale + bias.At(col + i);
+        const float v = ScaleAndBias(ToF32(a[i]), row_scale, col_scale, bias.At(col + i));
         y[row * ldy + col + i] = FromF32<Out>(Activate(v, act));
       }
     }

@@ -4,9 +4,6 @@
 // scales it; here the accumulator stays in registers (see W8TileKernel).
 #include <cuda_fp8.h>
 
-#include <cstdlib>
-#include <cstring>
-
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/w8_wgmma.cuh"
@@ -19,54 +16,36 @@ using kernels_internal::DispatchAct;
 
 // The decode kernel's operands, MMA and epilogue arithmetic, with the tokens tiled across the
 // grid instead of one tile of up to 64: a block owns 128 output channels (two m64 tiles) and 128
-// tokens per warpgroup (wgmma N = 128; kGroups warpgroups share the block's weight tile), K whole
-// (no split: these problems have blocks enough). Blocks run token tiles fastest, so the blocks
+// tokens (one warpgroup, wgmma N = 128), K whole (no split: these problems have blocks enough),
+// three stages of 32 KB, two blocks a multiprocessor. Blocks run token tiles fastest, so the blocks
 // resident at once share a few channel tiles and each weight byte comes from HBM about once. The
 // block's token scales, channel scales and bias go to shared memory first, so that the epilogue
 // does not wait on global loads value by value. The epilogue stages the finished tile in shared
 // memory (rows of tokens, padded so that the accumulator layout's stores do not collide) and
-// writes it out in 16-byte vectors along the output rows. kPipelined: the MMAs of one stage run
-// while the next stage is waited for (wgmma wait_group 1), with four stages; otherwise each
-// stage's MMAs finish before the next, with three.
-constexpr int kGroupTokens = 128;
-
-template <int kGroups>
-constexpr int TileStageBytes() {
-  return kBn * kBk + kGroups * kGroupTokens * kBk;
-}
-template <bool kPipelined>
-constexpr int TileStages() {
-  return kPipelined ? 4 : 3;
-}
-template <int kGroups, bool kPipelined>
-constexpr int TileStagesBytes() {
-  return TileStages<kPipelined>() * TileStageBytes<kGroups>();
-}
+// writes it out in 16-byte vectors along the output rows. Each stage's MMAs finish before the
+// next stage is waited for: keeping one stage's MMAs in flight (four stages, wgmma wait_group 1),
+// and two warpgroups over 256 tokens sharing the weight tile, measured no faster on an H100
+// (docs/performance.md).
+constexpr int kTokens = 128;
+constexpr int kStages = 3;
+constexpr int kStageBytes = kBn * kBk + kTokens * kBk;
+constexpr int kStagesBytes = kStages * kStageBytes;
 // + the token scales, channel scales and bias (f32), + room to align the base to 1024 bytes.
-template <int kGroups, bool kPipelined>
-constexpr int TileSharedBytes() {
-  return TileStagesBytes<kGroups, kPipelined>() + (kGroups * kGroupTokens + 2 * kBn) * 4 + 1024;
-}
+constexpr int kTileSharedBytes = kStagesBytes + (kTokens + 2 * kBn) * 4 + 1024;
 
-template <bool kInt8, int kGroups, bool kPipelined, typename Out>
-__global__ void __launch_bounds__(kThreads* kGroups, (kGroups == 1 && !kPipelined) ? 2 : 1)
-    W8TileKernel(Params p, BiasRef<Out> bias, Out* __restrict__ y) {
+template <bool kInt8, typename Out>
+__global__ void __launch_bounds__(kThreads, 2) W8TileKernel(Params p, BiasRef<Out> bias, Out* __restrict__ y) {
 #if defined(FERRY_W8_WGMMA)
-  constexpr int kStages = TileStages<kPipelined>();
-  constexpr int kStageBytes = TileStageBytes<kGroups>();
-  constexpr int kTokens = kGroups * kGroupTokens;
-  constexpr int kBlockThreads = kThreads * kGroups;
   using AccT = typename Acc<kInt8>::T;
-  constexpr int kRegs = kGroupTokens / 2;
+  constexpr int kRegs = kTokens / 2;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t smem_base = (raw_addr + 1023u) & ~1023u;
   uint8_t* const smem = smem_raw + (smem_base - raw_addr);
-  float* const row_scales = reinterpret_cast<float*>(smem + TileStagesBytes<kGroups, kPipelined>());
+  float* const row_scales = reinterpret_cast<float*>(smem + kStagesBytes);
   float* const col_scales = row_scales + kTokens;
   float* const col_bias = col_scales + kBn;
   const int tid = threadIdx.x;
-  const int group = tid / kThreads;  // this warpgroup's 128 tokens of the block's
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTokens;
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kBn;
   const int k_tiles = static_cast<int>(p.k / kBk);
@@ -76,8 +55,8 @@ __global__ void __launch_bounds__(kThreads* kGroups, (kGroups == 1 && !kPipeline
   const auto load_rows = [&]<int kRows>(uint32_t dst, const uint8_t* base, int64_t ld, int64_t first, int64_t limit,
                                         int64_t k0) {
 #pragma unroll
-    for (int i = 0; i < kRows * kBk / 16 / kBlockThreads; ++i) {
-      const int c = tid + i * kBlockThreads;
+    for (int i = 0; i < kRows * kBk / 16 / kThreads; ++i) {
+      const int c = tid + i * kThreads;
       const int row = c >> 3, chunk = c & 7;
       const bool valid = first + row < limit;
       CpAsync16(dst + Swizzled(row, chunk), base + (valid ? (first + row) * ld + k0 + chunk * 16 : 0), valid);
@@ -93,32 +72,31 @@ __global__ void __launch_bounds__(kThreads* kGroups, (kGroups == 1 && !kPipeline
   };
   const auto mma = [&](AccT (&acc)[2][kRegs], int t) {
     const uint32_t ws = smem_base + (t % kStages) * kStageBytes;
-    const uint32_t xs = ws + kBn * kBk + group * kGroupTokens * kBk;
+    const uint32_t xs = ws + kBn * kBk;
     WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < kBk / 32; ++kk) {
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
-        Wgmma<kInt8, kGroupTokens>::Run(acc[mt], Descriptor(ws + mt * 64 * kBk + kk * 32), Descriptor(xs + kk * 32));
+        Wgmma<kInt8, kTokens>::Run(acc[mt], Descriptor(ws + mt * 64 * kBk + kk * 32), Descriptor(xs + kk * 32));
       }
     }
     WgmmaCommit();
   };
 
-  // Stages in flight ahead of the one being multiplied: kStages - 1, or one fewer when the
-  // previous stage's MMAs may still be reading their slot.
-  constexpr int kAhead = kPipelined ? kStages - 2 : kStages - 1;
+  // Stages in flight ahead of the one being multiplied.
+  constexpr int kAhead = kStages - 1;
 #pragma unroll
   for (int t = 0; t < kAhead; ++t) {
     if (t < k_tiles) load_w(t);
   }
-  for (int c = tid; c < kBn; c += kBlockThreads) {
+  for (int c = tid; c < kBn; c += kThreads) {
     const int64_t col = n0 + c;
     col_scales[c] = col < p.n ? ColScale(p, col) : 0.0f;
     col_bias[c] = col < p.n ? bias.At(col) : 0.0f;
   }
   AwaitPriorGrids();
-  for (int r = tid; r < kTokens; r += kBlockThreads) row_scales[r] = m0 + r < p.m ? RowScale(p, m0 + r) : 0.0f;
+  for (int r = tid; r < kTokens; r += kThreads) row_scales[r] = m0 + r < p.m ? RowScale(p, m0 + r) : 0.0f;
 #pragma unroll
   for (int t = 0; t < kAhead; ++t) {
     if (t < k_tiles) load_x(t);
@@ -135,10 +113,8 @@ __global__ void __launch_bounds__(kThreads* kGroups, (kGroups == 1 && !kPipeline
   for (int t = 0; t < k_tiles; ++t) {
     CpAsyncWait<kAhead - 1>();
     FenceToAsyncProxy();
-    // Stage t is in shared memory for every thread. Unpipelined: every warp has finished stage
-    // t - 1's MMAs, so that slot can take stage t + kStages - 1. Pipelined: every warp has
-    // finished stage t - 2's (it waited for all but its last group), whose slot takes stage
-    // t + kStages - 2.
+    // Stage t is in shared memory for every thread, and every warp has finished stage t - 1's
+    // MMAs, so that slot can take stage t + kStages - 1.
     __syncthreads();
     if (t + kAhead < k_tiles) {
       load_w(t + kAhead);
@@ -146,18 +122,13 @@ __global__ void __launch_bounds__(kThreads* kGroups, (kGroups == 1 && !kPipeline
     }
     CpAsyncCommit();
     mma(acc, t);
-    if constexpr (kPipelined) {
-      WgmmaWaitAllButOne();
-    } else {
-      WgmmaWaitAll();
-    }
+    WgmmaWaitAll();
   }
-  WgmmaWaitAll();
   CpAsyncWait<0>();
   __syncthreads();  // every warp is done with the stages: the tile takes their place
 
   // Accumulator register i of m64 tile mt of thread tid holds channel mt * 64 + 16 * warp + g
-  // (+ 8 for i % 4 >= 2) and token 8 * (i / 4) + 2 * tq (+ 1 for odd i) of its warpgroup's 128.
+  // (+ 8 for i % 4 >= 2) and token 8 * (i / 4) + 2 * tq (+ 1 for odd i).
   // Tile rows are tokens, padded by 16 bytes: the four tq of a store then fall eight banks apart.
   constexpr int kRowElems = kBn + 16 / static_cast<int>(sizeof(Out));
   Out* const tile = reinterpret_cast<Out*>(smem);
@@ -167,7 +138,7 @@ __global__ void __launch_bounds__(kThreads* kGroups, (kGroups == 1 && !kPipeline
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) {
       const int ch = mt * 64 + warp * 16 + g + ((i & 2) != 0 ? 8 : 0);
-      const int tok = group * kGroupTokens + 8 * (i / 4) + 2 * tq + (i & 1);
+      const int tok = 8 * (i / 4) + 2 * tq + (i & 1);
       tile[tok * kRowElems + ch] = FinishScaled<Out>(acc[mt][i], row_scales[tok], col_scales[ch], col_bias[ch], p.act);
     }
   }
@@ -175,7 +146,7 @@ __global__ void __launch_bounds__(kThreads* kGroups, (kGroups == 1 && !kPipeline
   constexpr int kVec = 16 / static_cast<int>(sizeof(Out));
   constexpr int kChunksPerRow = kBn / kVec;
   const bool vectors = p.ldy % kVec == 0 && (reinterpret_cast<uintptr_t>(y) & 15) == 0;
-  for (int c = tid; c < kTokens * kChunksPerRow; c += kBlockThreads) {
+  for (int c = tid; c < kTokens * kChunksPerRow; c += kThreads) {
     const int tok = c / kChunksPerRow, ch = (c % kChunksPerRow) * kVec;
     const int64_t row = m0 + tok, col = n0 + ch;
     if (row >= p.m || col >= p.n) continue;
@@ -193,42 +164,19 @@ __global__ void __launch_bounds__(kThreads* kGroups, (kGroups == 1 && !kPipeline
 #endif
 }
 
-template <bool kInt8, int kGroups, bool kPipelined, typename Out>
+template <bool kInt8, typename Out>
 Status LaunchTiles(const Params& p, const void* bias, DType bias_dtype, void* y, cudaStream_t stream) {
-  constexpr int kSmem = TileSharedBytes<kGroups, kPipelined>();
-  const auto kernel = W8TileKernel<kInt8, kGroups, kPipelined, Out>;
-  static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  const auto kernel = W8TileKernel<kInt8, Out>;
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTileSharedBytes);
   FERRY_CUDA_RETURN_IF_ERROR(attr);
-  const int64_t token_tiles = (p.m + kGroups * kGroupTokens - 1) / (kGroups * kGroupTokens);
+  const int64_t token_tiles = (p.m + kTokens - 1) / kTokens;
   const int64_t channel_tiles = (p.n + kBn - 1) / kBn;
   if (token_tiles > 0x7fffffff || channel_tiles > 65535) return InvalidArgument("8-bit tensor-core GEMM: too large");
   LaunchKernel(kernel, dim3(static_cast<unsigned>(token_tiles), static_cast<unsigned>(channel_tiles)),
-               dim3(kThreads * kGroups), kSmem, stream, p, MakeBias<Out>(bias, bias_dtype), static_cast<Out*>(y));
+               dim3(kThreads), kTileSharedBytes, stream, p, MakeBias<Out>(bias, bias_dtype), static_cast<Out*>(y));
   FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
   return Status::Ok();
-}
-
-// Which tile shape runs (for measuring them against each other): FERRY_W8_TILE_VARIANT=0 (the
-// default) 128 x 128, three stages, two blocks a multiprocessor; 1: the same pipelined, four
-// stages; 2: 128 channels x 256 tokens (two warpgroups), pipelined, four stages.
-int TileVariant() {
-  static const int variant = [] {
-    const char* v = std::getenv("FERRY_W8_TILE_VARIANT");
-    return v == nullptr ? 0 : std::atoi(v);
-  }();
-  return variant;
-}
-
-template <bool kInt8, typename Out>
-Status LaunchVariant(const Params& p, const void* bias, DType bias_dtype, void* y, cudaStream_t stream) {
-  switch (TileVariant()) {
-    case 1:
-      return LaunchTiles<kInt8, 1, true, Out>(p, bias, bias_dtype, y, stream);
-    case 2:
-      return LaunchTiles<kInt8, 2, true, Out>(p, bias, bias_dtype, y, stream);
-    default:
-      return LaunchTiles<kInt8, 1, false, Out>(p, bias, bias_dtype, y, stream);
-  }
 }
 
 }  // namespace
@@ -237,8 +185,8 @@ Status W8Tile(bool int8, const Params& p, const void* bias, DType bias_dtype, vo
               cudaStream_t stream) {
   return DispatchAct(y_dtype, "8-bit tensor-core GEMM output", [&](auto tag) -> Status {
     using Out = decltype(tag);
-    return int8 ? LaunchVariant<true, Out>(p, bias, bias_dtype, y, stream)
-                : LaunchVariant<false, Out>(p, bias, bias_dtype, y, stream);
+    return int8 ? LaunchTiles<true, Out>(p, bias, bias_dtype, y, stream)
+                : LaunchTiles<false, Out>(p, bias, bias_dtype, y, stream);
   });
 }
 

@@ -168,8 +168,6 @@ struct Wgmma<true, 128> {
 __device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void WgmmaWaitAll() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
-// Waits until at most one committed group of this warpgroup's MMAs is still running.
-__device__ __forceinline__ void WgmmaWaitAllButOne() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
 __device__ __forceinline__ void FenceToAsyncProxy() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 #endif
 
@@ -193,7 +191,7 @@ struct Params {
 // the activation (the same float operations as LtGemm's scale epilogue pass).
 template <typename Out, typename AccT>
 __device__ __forceinline__ Out FinishScaled(AccT value, float row_scale, float col_scale, float bias, GemmActivation act) {
-  const float v = static_cast<float>(value) * row_scale * col_scale + bias;
+  const float v = ScaleAndBias(static_cast<float>(value), row_scale, col_scale, bias);
   return FromF32<Out>(Activate(v, act));
 }
 __device__ __forceinline__ float RowScale(const Params& p, int64_t row) {
