@@ -60,67 +60,107 @@ constexpr int kGemv512PrefetchBytes = 4096;
 // Rows of x per AVX-512 GEMV tile: one accumulator a row, the widened weight row used by all.
 constexpr int kGemv512Rows = 8;
 
-// The AVX-512 GEMV tile: y[0:MR, 0:ncols] (+)= x[0:MR, k range] · panel rows, x row-major
-// (stride lda). Each panel row is widened once into one register (16 columns) and used by
-// all MR rows, so a widening costs one instruction a 16 weights where the AVX2 tile spends
-// two (at 8 rows the AVX2 tile runs 6 + 2 rows and widens every weight twice), and the
-// few-row tiles keep U independent chains a row against the FMA latency.
-template <int MR, typename BT>
-__attribute__((target("avx512f"))) void Gemv512(int64_t kc, const float* x, int64_t lda, const BT* b, float* y,
-                                                int64_t ldy, int ncols, bool accumulate, const float* bias,
-                                                const float* scale) {
-  constexpr int U = MR == 1 ? 8 : (MR == 2 ? 4 : (MR <= 4 ? 2 : 1));
-  __m512 acc[U][MR];
+// Panels one AVX-512 GEMV tile streams at once. One core reading one sequential stream did
+// not reach the memory system's rate on the 2-core AMD EPYC (Zen 4) of docs/performance.md:
+// at M = 1 the f32 tile read 39 GB/s and the bf16 one 27 GB/s (BM_MemoryRead 42-46); two
+// panels side by side, the same instructions, read bf16 at 37-42 GB/s.
+constexpr int kGemv512Streams = 2;
+
+// Where one AVX-512 GEMV tile writes: per stream (panel), its weights, output, columns and
+// the panel's bias and scale (either may be null).
+template <typename BT>
+struct GemvPanelRef {
+  const BT* b;
+  float* y;
+  int ncols;
+  const float* bias;
+  const float* scale;
+};
+
+// The AVX-512 GEMV tile: for each of NS panels, y[0:MR, 0:ncols] (+)= x[0:MR, k range] ·
+// panel rows, x row-major (stride lda). Each panel row is widened once into one register (16
+// columns) and used by all MR rows, so a widening costs one instruction a 16 weights where
+// the AVX2 tile spends two (at 8 rows the AVX2 tile runs 6 + 2 rows and widens every weight
+// twice), each broadcast of x serves every panel, and the few-row tiles keep U independent
+// chains a row against the FMA latency.
+template <int MR, int NS, typename BT>
+__attribute__((target("avx512f"))) void Gemv512(int64_t kc, const float* x, int64_t lda,
+                                                const GemvPanelRef<BT>* panels, int64_t ldy, bool accumulate) {
+  constexpr int kChains = MR == 1 ? 8 : (MR == 2 ? 4 : (MR <= 4 ? 2 : 1));
+  constexpr int U = kChains / NS > 0 ? kChains / NS : 1;
+  __m512 acc[NS][U][MR];
 #pragma GCC unroll 8
-  for (int u = 0; u < U; ++u) {
-#pragma GCC unroll 8
-    for (int m = 0; m < MR; ++m) acc[u][m] = _mm512_setzero_ps();
-  }
-  int64_t k = 0;
-  for (; k + U <= kc; k += U) {
-    PrefetchLines<U * kPanelCols * sizeof(BT)>(reinterpret_cast<const char*>(b + k * kPanelCols) +
-                                               kGemv512PrefetchBytes);
+  for (int s = 0; s < NS; ++s) {
 #pragma GCC unroll 8
     for (int u = 0; u < U; ++u) {
-      const __m512 wv = Load16(b + (k + u) * kPanelCols);
 #pragma GCC unroll 8
-      for (int m = 0; m < MR; ++m) acc[u][m] = _mm512_fmadd_ps(_mm512_set1_ps(x[m * lda + k + u]), wv, acc[u][m]);
+      for (int m = 0; m < MR; ++m) acc[s][u][m] = _mm512_setzero_ps();
+    }
+  }
+  const BT* b[NS];
+#pragma GCC unroll 4
+  for (int s = 0; s < NS; ++s) b[s] = panels[s].b;
+  int64_t k = 0;
+  for (; k + U <= kc; k += U) {
+#pragma GCC unroll 4
+    for (int s = 0; s < NS; ++s) {
+      PrefetchLines<U * kPanelCols * sizeof(BT)>(reinterpret_cast<const char*>(b[s] + k * kPanelCols) +
+                                                 kGemv512PrefetchBytes);
+    }
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) {
+      __m512 wv[NS];
+#pragma GCC unroll 4
+      for (int s = 0; s < NS; ++s) wv[s] = Load16(b[s] + (k + u) * kPanelCols);
+#pragma GCC unroll 8
+      for (int m = 0; m < MR; ++m) {
+        const __m512 xv = _mm512_set1_ps(x[m * lda + k + u]);
+#pragma GCC unroll 4
+        for (int s = 0; s < NS; ++s) acc[s][u][m] = _mm512_fmadd_ps(xv, wv[s], acc[s][u][m]);
+      }
     }
   }
   for (; k < kc; ++k) {
-    const __m512 wv = Load16(b + k * kPanelCols);
+#pragma GCC unroll 4
+    for (int s = 0; s < NS; ++s) {
+      const __m512 wv = Load16(b[s] + k * kPanelCols);
 #pragma GCC unroll 8
-    for (int m = 0; m < MR; ++m) acc[0][m] = _mm512_fmadd_ps(_mm512_set1_ps(x[m * lda + k]), wv, acc[0][m]);
+      for (int m = 0; m < MR; ++m) acc[s][0][m] = _mm512_fmadd_ps(_mm512_set1_ps(x[m * lda + k]), wv, acc[s][0][m]);
+    }
   }
+#pragma GCC unroll 4
+  for (int s = 0; s < NS; ++s) {
 #pragma GCC unroll 8
-  for (int u = 1; u < U; ++u) {
+    for (int u = 1; u < U; ++u) {
 #pragma GCC unroll 8
-    for (int m = 0; m < MR; ++m) acc[0][m] = _mm512_add_ps(acc[0][m], acc[u][m]);
-  }
-  const __mmask16 cols = ncols >= kPanelCols ? __mmask16{0xffff} : static_cast<__mmask16>((1u << ncols) - 1);
-  const __m512 s = scale != nullptr ? _mm512_loadu_ps(scale) : _mm512_set1_ps(1.0f);
-  const __m512 bias_v = !accumulate && bias != nullptr ? _mm512_maskz_loadu_ps(cols, bias) : _mm512_setzero_ps();
+      for (int m = 0; m < MR; ++m) acc[s][0][m] = _mm512_add_ps(acc[s][0][m], acc[s][u][m]);
+    }
+    const GemvPanelRef<BT>& p = panels[s];
+    const __mmask16 cols = p.ncols >= kPanelCols ? __mmask16{0xffff} : static_cast<__mmask16>((1u << p.ncols) - 1);
+    const __m512 sv = p.scale != nullptr ? _mm512_loadu_ps(p.scale) : _mm512_set1_ps(1.0f);
+    const __m512 bias_v = !accumulate && p.bias != nullptr ? _mm512_maskz_loadu_ps(cols, p.bias) : _mm512_setzero_ps();
 #pragma GCC unroll 8
-  for (int m = 0; m < MR; ++m) {
-    float* ym = y + m * ldy;
-    const __m512 r = scale != nullptr ? _mm512_mul_ps(acc[0][m], s) : acc[0][m];
-    const __m512 prev = accumulate ? _mm512_maskz_loadu_ps(cols, ym) : bias_v;
-    _mm512_mask_storeu_ps(ym, cols, _mm512_add_ps(r, prev));
+    for (int m = 0; m < MR; ++m) {
+      float* ym = p.y + m * ldy;
+      const __m512 r = p.scale != nullptr ? _mm512_mul_ps(acc[s][0][m], sv) : acc[s][0][m];
+      const __m512 prev = accumulate ? _mm512_maskz_loadu_ps(cols, ym) : bias_v;
+      _mm512_mask_storeu_ps(ym, cols, _mm512_add_ps(r, prev));
+    }
   }
 }
 
-template <typename BT>
-void Gemv512Rows(int rows, int64_t kc, const float* x, int64_t lda, const BT* b, float* y, int64_t ldy, int ncols,
-                 bool accumulate, const float* bias, const float* scale) {
+template <int NS, typename BT>
+void Gemv512Rows(int rows, int64_t kc, const float* x, int64_t lda, const GemvPanelRef<BT>* panels, int64_t ldy,
+                 bool accumulate) {
   switch (rows) {
-    case 1: return Gemv512<1, BT>(kc, x, lda, b, y, ldy, ncols, accumulate, bias, scale);
-    case 2: return Gemv512<2, BT>(kc, x, lda, b, y, ldy, ncols, accumulate, bias, scale);
-    case 3: return Gemv512<3, BT>(kc, x, lda, b, y, ldy, ncols, accumulate, bias, scale);
-    case 4: return Gemv512<4, BT>(kc, x, lda, b, y, ldy, ncols, accumulate, bias, scale);
-    case 5: return Gemv512<5, BT>(kc, x, lda, b, y, ldy, ncols, accumulate, bias, scale);
-    case 6: return Gemv512<6, BT>(kc, x, lda, b, y, ldy, ncols, accumulate, bias, scale);
-    case 7: return Gemv512<7, BT>(kc, x, lda, b, y, ldy, ncols, accumulate, bias, scale);
-    default: return Gemv512<8, BT>(kc, x, lda, b, y, ldy, ncols, accumulate, bias, scale);
+    case 1: return Gemv512<1, NS, BT>(kc, x, lda, panels, ldy, accumulate);
+    case 2: return Gemv512<2, NS, BT>(kc, x, lda, panels, ldy, accumulate);
+    case 3: return Gemv512<3, NS, BT>(kc, x, lda, panels, ldy, accumulate);
+    case 4: return Gemv512<4, NS, BT>(kc, x, lda, panels, ldy, accumulate);
+    case 5: return Gemv512<5, NS, BT>(kc, x, lda, panels, ldy, accumulate);
+    case 6: return Gemv512<6, NS, BT>(kc, x, lda, panels, ldy, accumulate);
+    case 7: return Gemv512<7, NS, BT>(kc, x, lda, panels, ldy, accumulate);
+    default: return Gemv512<8, NS, BT>(kc, x, lda, panels, ldy, accumulate);
   }
 }
 
@@ -146,6 +186,38 @@ void GemvImpl(const float* x, int64_t lda, int64_t m, const PackedWeight& w, con
   const int64_t grain = std::max<int64_t>(1, kMinBytesPerThread / std::max<int64_t>(panel_bytes, 1));
   // int8 weights accumulate unscaled; the per-column scale is applied once per tile.
   const float* scales = w.scale_data();
+  if (avx512) {
+    // Threads take whole groups of kGemv512Streams panels (the last group may be short).
+    const int64_t groups = (w.num_panels + kGemv512Streams - 1) / kGemv512Streams;
+    const int64_t group_grain = std::max<int64_t>(1, grain / kGemv512Streams);
+    ParallelFor(groups, group_grain, [&](int64_t g_begin, int64_t g_end) {
+      GemvPanelRef<BT> refs[kGemv512Streams];
+      for (int64_t g = g_begin; g < g_end; ++g) {
+        const int64_t p0 = g * kGemv512Streams;
+        const int ns = static_cast<int>(std::min<int64_t>(kGemv512Streams, w.num_panels - p0));
+        for (int64_t k0 = 0; k0 < k; k0 += kc) {
+          const int64_t kn = std::min(kc, k - k0);
+          for (int64_t r0 = 0; r0 < m; r0 += tile_rows) {
+            const int rows = static_cast<int>(std::min<int64_t>(tile_rows, m - r0));
+            for (int s = 0; s < ns; ++s) {
+              const int64_t p = p0 + s;
+              refs[s] = {static_cast<const BT*>(w.panel(p)) + k0 * kPanelCols, y + r0 * ldy + p * kPanelCols,
+                         static_cast<int>(std::min<int64_t>(kPanelCols, n - p * kPanelCols)),
+                         bias != nullptr ? bias + p * kPanelCols : nullptr,
+                         scales != nullptr ? scales + p * kPanelCols : nullptr};
+            }
+            const float* xt = x + r0 * lda + k0;
+            if (ns == kGemv512Streams) {
+              Gemv512Rows<kGemv512Streams, BT>(rows, kn, xt, lda, refs, ldy, k0 > 0);
+            } else {
+              for (int s = 0; s < ns; ++s) Gemv512Rows<1, BT>(rows, kn, xt, lda, refs + s, ldy, k0 > 0);
+            }
+          }
+        }
+      }
+    });
+    return;
+  }
   ParallelFor(w.num_panels, grain, [&](int64_t p_begin, int64_t p_end) {
     for (int64_t p = p_begin; p < p_end; ++p) {
       const BT* panel = static_cast<const BT*>(w.panel(p));
@@ -158,9 +230,7 @@ void GemvImpl(const float* x, int64_t lda, int64_t m, const PackedWeight& w, con
         for (int64_t r0 = 0; r0 < m; r0 += tile_rows) {
           const int rows = static_cast<int>(std::min<int64_t>(tile_rows, m - r0));
           float* yt = y + r0 * ldy + p * kPanelCols;
-          if (avx512) {
-            Gemv512Rows<BT>(rows, kn, x + r0 * lda + k0, lda, b, yt, ldy, ncols, k0 > 0, panel_bias, panel_scale);
-          } else if (!pack) {
+          if (!pack) {
             MicroKernel<1, BT, false, kPrefetchBytes<BT>>(kn, xp + k0, lda, b, kPanelCols, yt, ldy, ncols, k0 > 0,
                                                           panel_bias, panel_scale);
           } else {
