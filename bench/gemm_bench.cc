@@ -29,8 +29,11 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu_backend.h"
 #include "core/allocator.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/amx_gemm.h"
+#include "kernels/cpu/bf16_gemm.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/int8_gemm.h"
 #include "kernels/cpu/onednn_matmul.h"
@@ -120,8 +123,13 @@ Weights& FerryWeights(int64_t m, int64_t n, int64_t k, WeightFormat format) {
   });
 }
 
-void BM_FerryLinear(benchmark::State& state, int64_t m, int64_t n, int64_t k, WeightFormat format) {
-  auto be = ferry::backend::MakeCpuBackend();
+// bf16_activations: the backend's LinearConfig::bf16_activations (bf16 weights' prefill GEMMs
+// on vdpbf16ps with x rounded to bf16).
+void BM_FerryLinear(benchmark::State& state, int64_t m, int64_t n, int64_t k, WeightFormat format,
+                    bool bf16_activations = false) {
+  ferry::backend::CpuBackendOptions options;
+  options.linear.bf16_activations = bf16_activations;
+  auto be = ferry::backend::MakeCpuBackend(options);
   Weights& weights = FerryWeights(m, n, k, format);
   Tensor x = RandomF32(m, k, 99, 1.0f);
   Tensor y = Tensor::Empty({m, n}, DType::kF32);
@@ -389,7 +397,11 @@ void RegisterAll() {
       return "/M:" + std::to_string(m) + "/N:" + std::to_string(n) + "/K:" + std::to_string(k);
     };
     for (const auto& [format, name] : formats) {
-      for (int64_t m : ms) Register("BM_Ferry_" + name + shape(m), BM_FerryLinear, m, n, k, format);
+      for (int64_t m : ms) Register("BM_Ferry_" + name + shape(m), BM_FerryLinear, m, n, k, format, false);
+    }
+    if (n < 100000 && cpu::Bf16DotSupported()) {
+      // bf16 activations on vdpbf16ps (the prefill size only: decode keeps f32 x).
+      Register("BM_Ferry_bf16act" + shape(512), BM_FerryLinear, 512, n, k, WeightFormat::kBF16, true);
     }
     if (cpu::GemmKernelSupported(cpu::GemmKernel::kAvx512)) {
       // The default is AVX-512 here: the AVX2 tile and GEMV beside it.
@@ -411,7 +423,9 @@ void RegisterAll() {
   // FFN's two. Named BM_Bert_* so that the default filter of the 1B runs can leave them out.
   for (auto [n, k] : {std::pair<int64_t, int64_t>{2304, 768}, {768, 768}, {3072, 768}, {768, 3072}}) {
     const std::string shape = "/M:4096/N:" + std::to_string(n) + "/K:" + std::to_string(k);
-    for (const auto& [format, name] : formats) Register("BM_Bert_" + name + shape, BM_FerryLinear, 4096, n, k, format);
+    for (const auto& [format, name] : formats) {
+      Register("BM_Bert_" + name + shape, BM_FerryLinear, 4096, n, k, format, false);
+    }
     Register("BM_Bert_oneDNN_f32" + shape, BM_OnednnF32, 4096, n, k);
     Register("BM_Bert_oneDNN_w8a8" + shape, BM_OnednnInt8, 4096, n, k);
   }

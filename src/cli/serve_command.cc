@@ -31,7 +31,7 @@ struct ServeOptions {
   int max_model_len = 0, max_num_seqs = 0, max_num_batched_tokens = 0, block_size = 0;
   bool enable_prefix_caching = false, no_enable_prefix_caching = false, enforce_eager = false;
   std::string max_step_ms;
-  std::string chat_template, tool_call_parser, kv_cache_dtype, device, api_key, served_model_name, allowed_origins;
+  std::string chat_template, tool_call_parser, kv_cache_dtype, cpu_activations, device, api_key, served_model_name, allowed_origins;
   double gpu_memory_utilization = -1;
   bool disable_log_requests = false;
 };
@@ -98,6 +98,12 @@ Status ApplyVllmOptions(const ServeOptions& o, serve::ServerConfigOverrides& fla
       if (o.kv_cache_dtype == name) flags.kv_cache_dtype = dtype;
     }
     if (!flags.kv_cache_dtype) return InvalidArgument("--kv-cache-dtype must be auto, bf16, f16, f32 or fp8");
+  }
+  if (!o.cpu_activations.empty()) {
+    if (o.cpu_activations != "f32" && o.cpu_activations != "bf16") {
+      return InvalidArgument("--cpu-activations must be f32 or bf16");
+    }
+    flags.cpu_activations = o.cpu_activations == "bf16" ? DType::kBF16 : DType::kF32;
   }
   if (!o.device.empty()) {
     auto d = ParseDevice(o.device);
@@ -192,6 +198,8 @@ void RegisterServe(CLI::App& app, int& exit_code) {
   sub->add_option("--chat-template", o->chat_template, "Jinja chat template file for every decoder");
   sub->add_option("--tool-call-parser", o->tool_call_parser, "auto, none, hermes, llama3_json or mistral");
   sub->add_option("--kv-cache-dtype", o->kv_cache_dtype, "GPU: auto, bf16, f16, f32 or fp8");
+  sub->add_option("--cpu-activations", o->cpu_activations,
+                  "CPU: f32, or bf16 (bf16 weights' prefill GEMMs round x to bf16, on vdpbf16ps)");
   sub->add_option("--device", o->device, "cpu, cuda or cuda:N for every model");
   sub->add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
                   "GPU: fraction of the device's memory to fill (the KV cache takes the rest)");

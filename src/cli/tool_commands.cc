@@ -68,6 +68,7 @@ struct BenchModelOptions {
   bool json = false;
   std::string device = "cpu";
   std::string activations = "bf16";
+  std::string cpu_activations = "f32";
   std::string kv_cache = "auto";
   bool eager = false;
   bool map_weights = false;
@@ -84,6 +85,10 @@ int RunBenchModel(const BenchModelOptions& o) {
   auto act = ParseDType(o.activations);
   if (!act.ok()) return Fail(act.status());
   eo.cuda_activations = act.value();
+  if (o.cpu_activations != "f32" && o.cpu_activations != "bf16") {
+    return Fail(InvalidArgument("--cpu-activations must be f32 or bf16, got '" + o.cpu_activations + "'"));
+  }
+  eo.cpu_activations = o.cpu_activations == "bf16" ? DType::kBF16 : DType::kF32;
   if (o.kv_cache != "auto") {
     auto kv = ParseDType(o.kv_cache);
     if (!kv.ok()) return Fail(kv.status());
@@ -263,6 +268,8 @@ void RegisterBench(CLI::App& app, int& exit_code) {
   sub->add_option("--decode-context", o->decode_context, "Tokens in each sequence's KV cache before decoding");
   sub->add_option("--device", o->device, "cpu, cuda or cuda:N");
   sub->add_option("--activations", o->activations, "CUDA activation dtype: bf16, f16 or f32");
+  sub->add_option("--cpu-activations", o->cpu_activations,
+                  "CPU: f32, or bf16 (bf16 weights' prefill GEMMs round x to bf16, on vdpbf16ps)");
   sub->add_option("--kv-cache-dtype", o->kv_cache, "CUDA KV cache dtype: auto (the activations'), bf16, f16, f32 or fp8");
   sub->add_option("--repeats", o->repeats, "Timed runs of each measurement (median reported, with the range)");
   sub->add_option("--encoder-batch", o->encoder_batch, "Encoders: sequences per batch");

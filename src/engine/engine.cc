@@ -53,6 +53,11 @@ Result<std::unique_ptr<backend::Backend>> MakeBackend(const EngineOptions& optio
   if (options.device.is_cpu()) {
     backend::CpuBackendOptions co;
     co.threads = options.threads;
+    if (options.cpu_activations != DType::kF32 && options.cpu_activations != DType::kBF16) {
+      return InvalidArgument("the CPU activation dtype must be f32 or bf16, got " +
+                             std::string(DTypeName(options.cpu_activations)));
+    }
+    co.linear.bf16_activations = options.cpu_activations == DType::kBF16;
     return backend::MakeCpuBackend(co);
   }
   backend::CudaBackendOptions co;

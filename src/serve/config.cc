@@ -242,7 +242,7 @@ const std::vector<std::string_view>& ModelOptionKeys() {
       "threads",     "device",  "activations", "kv_cache_dtype", "enforce_eager",  "batching",
       "dynamic_batching", "warmup", "long_inputs", "pooling", "normalize", "chat_template",
       "tool_call_parser", "gpu_memory_utilization", "map_weights",
-      "host_memory_budget_bytes"};
+      "host_memory_budget_bytes", "cpu_activations"};
   return keys;
 }
 
@@ -261,6 +261,10 @@ Status ParseModelOptions(const MapReader& m, ModelConfig& out) {
                                                              {{"bf16", DType::kBF16},
                                                               {"f16", DType::kF16},
                                                               {"f32", DType::kF32}}));
+  }
+  if (const YAML::Node* act = m.Find("cpu_activations")) {
+    FERRY_ASSIGN_OR_RETURN(out.cpu_activations, ReadEnum<DType>(*act, m.Path("cpu_activations"),
+                                                                 {{"f32", DType::kF32}, {"bf16", DType::kBF16}}));
   }
   if (const YAML::Node* kv = m.Find("kv_cache_dtype")) {
     FERRY_ASSIGN_OR_RETURN(out.kv_cache_dtype, ReadEnum<std::optional<DType>>(*kv, m.Path("kv_cache_dtype"),

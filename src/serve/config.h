@@ -82,6 +82,7 @@ struct ModelConfig {
   int threads = 0;   // 0: all cores
   DeviceSpec device = DeviceSpec::Cpu();  // cpu, cuda or cuda:N
   DType activations = DType::kBF16;    // GPU: activation dtype of a checkpoint (engine files carry theirs)
+  DType cpu_activations = DType::kF32;  // CPU: f32, or bf16 for bf16 weights' prefill GEMMs (EngineOptions)
   std::optional<DType> kv_cache_dtype = std::nullopt;  // GPU: KV cache dtype (unset: the activations'); fp8 halves it
   bool enforce_eager = false;           // GPU: no CUDA graphs for decode steps
   bool map_weights = false;             // CPU engine files: weights from the file's mapping, not a huge-page copy
@@ -225,6 +226,7 @@ struct ServerConfigOverrides {
   std::optional<std::string> chat_template;
   std::optional<ToolCallParser> tool_call_parser;
   std::optional<std::optional<DType>> kv_cache_dtype;
+  std::optional<DType> cpu_activations;
   std::optional<DeviceSpec> device;
   std::optional<double> gpu_memory_utilization;
   std::vector<std::string> allowed_origins;

@@ -34,6 +34,7 @@ Status ApplyVllmFlags(ServerConfig& config, const ServerConfigOverrides& o) {
     if (o.chat_template) m.chat_template = *o.chat_template;
     if (o.tool_call_parser) m.tool_call_parser = *o.tool_call_parser;
     if (o.kv_cache_dtype) m.kv_cache_dtype = *o.kv_cache_dtype;
+    if (o.cpu_activations) m.cpu_activations = *o.cpu_activations;
     if (o.device) m.device = *o.device;
     if (o.gpu_memory_utilization) m.gpu_memory_utilization = *o.gpu_memory_utilization;
   };

@@ -115,6 +115,7 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Create(const ModelConfig& conf
   po.engine.map_weights = config.map_weights;
   po.engine.cuda_activations = config.activations;
   po.engine.cuda_kv_cache = config.kv_cache_dtype;
+  po.engine.cpu_activations = config.cpu_activations;
   po.core.batching = config.batching;
   po.core.step_graphs = !config.enforce_eager;
   po.core.gpu_memory_utilization = config.gpu_memory_utilization;

@@ -14,6 +14,8 @@
 #include "decoder_test_util.h"
 #include "engine/encoder_runner.h"
 #include "io/engine_file.h"
+#include "kernels/cpu/amx_gemm.h"
+#include "kernels/cpu/gemv.h"
 #include "io/safetensors.h"
 #include "io/temp_dir.h"
 #include "test_util.h"
@@ -128,6 +130,42 @@ TEST(EngineFileTest, EveryPrecisionWithinTolerance) {
       EXPECT_GT(err, 0.0) << model << " " << precision << " should differ a little unless fp32";
     }
   }
+}
+
+// A bf16 engine loaded with bf16 CPU activations (EngineOptions::cpu_activations): its
+// prefill GEMMs round x to bf16 on vdpbf16ps where the CPU has AVX512-BF16, so the logits
+// move a little from the f32-activation ones and stay within the bf16 engine's bound of the
+// float64 reference; elsewhere they are the same bytes. Other dtypes are refused.
+TEST(EngineFileTest, Bf16CpuActivationsStayWithinTheBf16Bound) {
+  TempDir tmp;
+  const std::string model = "llama3-tiny";
+  // 64 tokens: a prefill past the decode kernel's rows.
+  const std::vector<int32_t> ids = ReferenceIds(model, 6);
+  const std::vector<float> ref = ReferenceLogits(model, 6);
+  const std::string path = tmp.File(model + "-bf16.ferry");
+  engine::BuildOptions bo = Untuned();
+  bo.precision = *ParsePrecision("bf16");
+  ASSERT_TRUE(engine::BuildEngine(testing::FixturePath("models/" + model), path, bo).ok());
+  auto f32 = engine::Engine::Load(path);
+  ASSERT_TRUE(f32.ok()) << f32.status().ToString();
+  engine::EngineOptions eo;
+  eo.cpu_activations = DType::kBF16;
+  auto bf16 = engine::Engine::Load(path, eo);
+  ASSERT_TRUE(bf16.ok()) << bf16.status().ToString();
+  const std::vector<float> got = LastLogits(*bf16, ids);
+  EXPECT_LE(MaxDiff(got, ref), 4e-2 * MaxAbs(ref));
+  const bool dot = kernels::cpu::Bf16DotSupported() && !kernels::cpu::AmxEnabled() &&
+                   static_cast<int64_t>(ids.size()) > kernels::cpu::kGemvMaxRows;
+  if (dot) {
+    EXPECT_NE(got, LastLogits(*f32, ids)) << "the vdpbf16ps route did not run";
+  } else {
+    EXPECT_EQ(got, LastLogits(*f32, ids));
+  }
+  eo.cpu_activations = DType::kF16;
+  auto bad = engine::Engine::Load(path, eo);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("CPU activation dtype must be f32 or bf16"), std::string::npos)
+      << bad.status().ToString();
 }
 
 // The architectures of tools/fixtures/architectures.py (when their fixtures are in the

@@ -14,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "kernel_test_util.h"
 #include "kernels/cpu/amx_gemm.h"
+#include "kernels/cpu/bf16_gemm.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/int8_gemm.h"
 #include "kernels/cpu/linear.h"
@@ -405,6 +406,53 @@ TEST(WeightFormatTest, AmxRouteMatchesTheF32Kernels) {
     }
   }
   kernels::cpu::SetAmxEnabled(saved);
+}
+
+// bf16 activations on vdpbf16ps (LinearConfig::bf16_activations, bf16 weights): the products
+// of x rounded to bf16 (to nearest even) and the bf16 weights, exact in f32, so the route
+// matches the f32 kernels run on the rounded x up to the order of the f32 sums. Odd K (a last
+// pair with a zero), K over several chunks, partial and unpaired last panels, row counts off
+// the 12-row tile, one panel (rows split across threads), with and without a bias. Decode row
+// counts, and weights of other formats, keep the f32 kernels' bytes.
+TEST(WeightFormatTest, Bf16ActivationsRouteMatchesTheF32KernelsOnRoundedX) {
+  std::mt19937 rng(19);
+  auto be = backend::MakeCpuBackend();
+  const bool saved_amx = kernels::cpu::AmxEnabled();
+  kernels::cpu::SetAmxEnabled(false);  // AMX, where present, would take bf16 weights first
+  for (const Case& c : {Case{64, 48, 2048}, Case{70, 33, 1001}, Case{300, 50, 1000}, Case{257, 290, 1100},
+                        Case{13, 16, 32}, Case{40, 64, 511}, Case{96, 2048, 520}, Case{25, 40, 4201},
+                        Case{600, 96, 100}, Case{9, 17, 3}}) {
+    for (const bool with_bias : {false, true}) {
+      for (const WeightFormat format : {WeightFormat::kBF16, WeightFormat::kF32}) {
+        const std::string what = std::string(backend::WeightFormatName(format)) + " m=" + std::to_string(c.m) +
+                                 " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
+                                 (with_bias ? " bias" : "");
+        LinearWeight w;
+        w.weight = RandomTensor({c.n, c.k}, rng);
+        w.format = format;
+        if (with_bias) w.bias = RandomTensor({c.n}, rng);
+        ASSERT_TRUE(be->PrepareLinear(w).ok()) << what;
+        const kernels::cpu::PackedWeight* pw = kernels::cpu::AsPackedWeight(w.packed);
+        ASSERT_NE(pw, nullptr);
+        const Tensor x = RandomTensor({c.m, c.k}, rng, -2.0f, 2.0f);
+        const Tensor x_rounded = ConvertTo(x, DType::kBF16).ToF32();
+        kernels::cpu::LinearConfig f32_config, bf16_config;
+        f32_config.gemv_max_rows = bf16_config.gemv_max_rows = 8;
+        bf16_config.bf16_activations = true;
+        Tensor y_dot = Poisoned({c.m, c.n}), y_f32 = Poisoned({c.m, c.n});
+        ASSERT_TRUE(kernels::cpu::Linear(x, *pw, w.bias, y_dot, bf16_config).ok()) << what;
+        const bool dot = format == WeightFormat::kBF16 && c.m > 8 && kernels::cpu::Bf16DotGemmApplies(*pw);
+        ASSERT_TRUE(kernels::cpu::Linear(dot ? x_rounded : x, *pw, w.bias, y_f32, f32_config).ok()) << what;
+        if (!dot) {
+          EXPECT_EQ(0, std::memcmp(y_dot.raw(), y_f32.raw(), y_f32.nbytes())) << what << ": the f32 kernels' bytes";
+          continue;
+        }
+        ExpectClose(y_dot, testing::Values(y_f32), 2e-6 * std::sqrt(static_cast<double>(c.k)),
+                    what + ": against the f32 kernels on the rounded x");
+      }
+    }
+  }
+  kernels::cpu::SetAmxEnabled(saved_amx);
 }
 
 // W8A8 prefill on ferry's own AMX route (tdpbssd on the quad panels) gives the kernels' bytes:

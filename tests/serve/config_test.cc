@@ -135,6 +135,7 @@ models:
     warmup: false
     device: cuda:1
     activations: f16
+    cpu_activations: bf16
     kv_cache_dtype: fp8
     enforce_eager: true
     batching:
@@ -198,6 +199,7 @@ log:
   EXPECT_FALSE(m.warmup);
   EXPECT_EQ(m.device, DeviceSpec::Cuda(1));
   EXPECT_EQ(m.activations, DType::kF16);
+  EXPECT_EQ(m.cpu_activations, DType::kBF16);
   EXPECT_EQ(m.kv_cache_dtype, DType::kF8E4M3);
   EXPECT_TRUE(m.enforce_eager);
   EXPECT_EQ(m.batching.max_num_seqs, 8);
@@ -254,6 +256,7 @@ TEST(ServerConfigTest, DefaultsWhenKeysAreAbsent) {
   EXPECT_TRUE(c.models[0].warmup);
   EXPECT_EQ(c.models[0].device, DeviceSpec::Cpu());
   EXPECT_EQ(c.models[0].activations, DType::kBF16);
+  EXPECT_EQ(c.models[0].cpu_activations, DType::kF32);
   EXPECT_FALSE(c.models[0].kv_cache_dtype.has_value());
   EXPECT_FALSE(c.models[0].enforce_eager);
   EXPECT_EQ(c.models[0].batching.max_num_seqs, sched::ContinuousBatchingOptions().max_num_seqs);
@@ -301,6 +304,8 @@ const BadConfig kBadConfigs[] = {
     {"bad auth mode", "auth: {mode: open}\n", "auth.mode: expected one of keys, none; got 'open'"},
     {"bad kv cache dtype", "auth: {mode: none}\nmodels: [{name: m, path: p, kv_cache_dtype: int4}]\n",
      "models[0].kv_cache_dtype: expected one of auto, bf16, f16, f32, fp8; got 'int4'"},
+    {"bad cpu activations", "auth: {mode: none}\nmodels: [{name: m, path: p, cpu_activations: f16}]\n",
+     "models[0].cpu_activations: expected one of f32, bf16; got 'f16'"},
     {"bad activations", "auth: {mode: none}\nmodels: [{name: m, path: p, activations: fp8}]\n",
      "models[0].activations: expected one of bf16, f16, f32; got 'fp8'"},
     {"bad async_scheduling", "auth: {mode: none}\nmodels: [{name: m, path: p, batching: {async_scheduling: yes}}]\n",

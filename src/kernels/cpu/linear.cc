@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/amx_gemm.h"
+#include "kernels/cpu/bf16_gemm.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/int8_gemm.h"
@@ -53,6 +54,8 @@ Status Linear(const Tensor& x, const PackedWeight& w, const Tensor& bias, Tensor
   }
   if (xm.rows <= config.gemv_max_rows) {
     GemvPacked(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld);
+  } else if (config.bf16_activations && Bf16DotGemmApplies(w)) {
+    GemmBf16Dot(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld);
   } else {
     GemmPacked(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld);
   }

@@ -1,0 +1,224 @@
+#include "kernels/cpu/bf16_gemm.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/thread_pool.h"
+
+namespace ferry::kernels::cpu {
+namespace {
+
+#define FERRY_BF16_GEMM_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+// Rows of one register tile: 12 rows x two panels (32 columns) is 24 accumulators, with the
+// two weight vectors and the broadcast 27 of the 32 zmm registers.
+constexpr int kTileRows = 12;
+// k per chunk. Long chunks keep each C tile in registers over more of K: every chunk after
+// the first re-reads and re-writes C, which for a wide output (the 1B gate_up's 512 x 16,384)
+// cost more than the weights' re-lay. gemm_bench M = 512 on the Zen 4 of docs/performance.md,
+// 1B shapes, GFLOP/s: 256: 610-665 / 436-441 / 609-649; 1,024: 674-726 / 611-644 / 673-738;
+// 2,048: 693-753 / 667-732 / 667-697; 4,096 no better. Two re-laid panels of 2,048 k (128 KiB)
+// stay in L2, which feeds the two weight vectors a k pair (for 24 vdpbf16ps) with room to spare.
+constexpr int64_t kKChunk = 2048;
+// Rows packed at a time: 384 rows x 2,048 k of bf16 is 1.5 MiB (96 rows, to fit in L2, was
+// slower: every row block reads all of the weights again).
+constexpr int64_t kRowBlock = 384;
+// Threads split the panels when each gets at least this many (each then reads only its share
+// of W); otherwise they split the rows.
+constexpr int64_t kMinPanelsPerThread = 4;
+
+bool CpuHasAvx512Bf16() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+}
+
+// Rows [0, rows) x k [k0, k0 + kc) of x as bf16 pairs in 12-row tiles: the pair (2j, 2j+1) of
+// tile row r at tile * kp * 12 + j * 12 + r (kp = kc rounded up to pairs; an odd kc's last pair
+// holds a zero). Rows past `rows` in the last tile are zeros.
+FERRY_BF16_GEMM_TARGET void PackPairs(const float* x, int64_t lda, int64_t rows, int64_t k0, int64_t kc,
+                                      uint32_t* out) {
+  const int64_t kp = (kc + 1) / 2;
+  thread_local std::vector<uint32_t> row_pairs;
+  if (row_pairs.size() < static_cast<size_t>(kp + 16)) row_pairs.resize(static_cast<size_t>(kp + 16));
+  const int64_t tiles = (rows + kTileRows - 1) / kTileRows;
+  for (int64_t t = 0; t < tiles; ++t) {
+    uint32_t* tile = out + t * kp * kTileRows;
+    for (int r = 0; r < kTileRows; ++r) {
+      const int64_t row = t * kTileRows + r;
+      if (row >= rows) {
+        for (int64_t j = 0; j < kp; ++j) tile[j * kTileRows + r] = 0;
+        continue;
+      }
+      const float* src = x + row * lda + k0;
+      // 32 values -> 16 pairs a step (vcvtne2ps2bf16 rounds to nearest even).
+      int64_t c = 0;
+      for (; c + 32 <= kc; c += 32) {
+        const __m512 lo = _mm512_loadu_ps(src + c);
+        const __m512 hi = _mm512_loadu_ps(src + c + 16);
+        _mm512_storeu_si512(row_pairs.data() + c / 2, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+      }
+      if (c < kc) {
+        const int rest = static_cast<int>(kc - c);
+        const __mmask16 m_lo = static_cast<__mmask16>(rest >= 16 ? 0xffff : (1u << rest) - 1);
+        const __mmask16 m_hi = static_cast<__mmask16>(rest <= 16 ? 0 : (1u << (rest - 16)) - 1);
+        const __m512 lo = _mm512_maskz_loadu_ps(m_lo, src + c);
+        const __m512 hi = _mm512_maskz_loadu_ps(m_hi, src + c + 16);
+        _mm512_storeu_si512(row_pairs.data() + c / 2, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+      }
+      for (int64_t j = 0; j < kp; ++j) tile[j * kTileRows + r] = row_pairs[static_cast<size_t>(j)];
+    }
+  }
+}
+
+// One panel's k range [k0, k0 + kc) re-laid as vdpbf16ps takes it: per pair of k, the 16
+// columns' (k, k+1) values side by side (32 bf16, 64 bytes), pair j at out + j * stride; an
+// odd kc's last k pairs with 0.
+FERRY_BF16_GEMM_TARGET void PairPanel(const uint16_t* panel, int64_t k0, int64_t kc, uint16_t* out, int64_t stride) {
+  // Element i of the result: column i/2 of row k (i even) or of row k+1 (i odd).
+  alignas(64) static const uint16_t kIdx[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i idx = _mm512_load_si512(kIdx);
+  const uint16_t* src = panel + k0 * kPanelCols;
+  int64_t j = 0;
+  for (; 2 * j + 1 < kc; ++j) {
+    const __m512i two_rows = _mm512_loadu_si512(src + 2 * j * kPanelCols);
+    _mm512_storeu_si512(out + j * stride, _mm512_permutexvar_epi16(idx, two_rows));
+  }
+  if (2 * j < kc) {
+    const __m512i last = _mm512_maskz_loadu_epi16(0xffff, src + 2 * j * kPanelCols);
+    _mm512_storeu_si512(out + j * stride, _mm512_permutexvar_epi16(idx, last));
+  }
+}
+
+// C[0:MR, 0:16 (NP = 1) or 16 + ncols_last (NP = 2)] (+)= A · [B0 B1]: a packed 12-row A tile
+// (pairs, 12 a k pair) and NP re-laid panels (NP * 32 bf16 a k pair). Bias on the first K
+// chunk; the last panel's columns masked to ncols_last.
+template <int MR, int NP>
+FERRY_BF16_GEMM_TARGET void Tile(int64_t kp, const uint32_t* a, const uint16_t* b, float* c, int64_t ldc,
+                                 int ncols_last, bool accumulate, const float* bias) {
+  __m512 acc[MR][NP];
+#pragma GCC unroll 12
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 2
+    for (int s = 0; s < NP; ++s) acc[r][s] = _mm512_setzero_ps();
+  }
+  for (int64_t j = 0; j < kp; ++j) {
+    __m512bh bv[NP];
+#pragma GCC unroll 2
+    for (int s = 0; s < NP; ++s) bv[s] = (__m512bh)_mm512_loadu_si512(b + (j * NP + s) * 2 * kPanelCols);
+    const uint32_t* aj = a + j * kTileRows;
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; ++r) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(aj[r]));
+#pragma GCC unroll 2
+      for (int s = 0; s < NP; ++s) acc[r][s] = _mm512_dpbf16_ps(acc[r][s], av, bv[s]);
+    }
+  }
+#pragma GCC unroll 2
+  for (int s = 0; s < NP; ++s) {
+    const int ncols = s + 1 == NP ? ncols_last : kPanelCols;
+    const __mmask16 cols = ncols >= kPanelCols ? __mmask16{0xffff} : static_cast<__mmask16>((1u << ncols) - 1);
+    const __m512 bias_v =
+        !accumulate && bias != nullptr ? _mm512_maskz_loadu_ps(cols, bias + s * kPanelCols) : _mm512_setzero_ps();
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; ++r) {
+      float* cr = c + r * ldc + s * kPanelCols;
+      const __m512 prev = accumulate ? _mm512_maskz_loadu_ps(cols, cr) : bias_v;
+      _mm512_mask_storeu_ps(cr, cols, _mm512_add_ps(acc[r][s], prev));
+    }
+  }
+}
+
+template <int NP>
+void TileRows(int rows, int64_t kp, const uint32_t* a, const uint16_t* b, float* c, int64_t ldc, int ncols_last,
+              bool accumulate, const float* bias) {
+  switch (rows) {
+    case 1: return Tile<1, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
+    case 2: return Tile<2, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
+    case 3: return Tile<3, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
+    case 4: return Tile<4, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
+    case 5: return Tile<5, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
+    case 6: return Tile<6, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
+    case 7: return Tile<7, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
+    case 8: return Tile<8, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
+    case 9: return Tile<9, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
+    case 10: return Tile<10, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
+    case 11: return Tile<11, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
+    default: return Tile<12, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
+  }
+}
+
+// Rows [r_begin, r_end) x panels [p_begin, p_end) of the product.
+void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int64_t p_begin, int64_t p_end,
+               const PackedWeight& w, const float* bias, float* y, int64_t ldy) {
+  const int64_t k = w.k;
+  const int64_t chunks = (k + kKChunk - 1) / kKChunk;
+  // Chunks of equal size, each even but the last (a pair never straddles two chunks).
+  const int64_t kc_max = ((k + chunks - 1) / chunks + 1) / 2 * 2;
+  const int64_t kp_max = kc_max / 2;
+  const int64_t mc_max = std::min(kRowBlock, r_end - r_begin);
+  thread_local std::vector<uint32_t> a_pack;
+  thread_local std::vector<uint16_t> b_pairs;
+  const size_t a_need = static_cast<size_t>((mc_max + kTileRows) * kp_max);
+  if (a_pack.size() < a_need) a_pack.resize(a_need);
+  const size_t b_need = static_cast<size_t>(2 * kp_max * 2 * kPanelCols);
+  if (b_pairs.size() < b_need) b_pairs.resize(b_need);
+  for (int64_t k0 = 0; k0 < k; k0 += kc_max) {
+    const int64_t kc = std::min(kc_max, k - k0);
+    const int64_t kp = (kc + 1) / 2;
+    const bool accumulate = k0 > 0;
+    for (int64_t i0 = r_begin; i0 < r_end; i0 += kRowBlock) {
+      const int64_t mc = std::min(kRowBlock, r_end - i0);
+      PackPairs(x + i0 * lda, lda, mc, k0, kc, a_pack.data());
+      for (int64_t p = p_begin; p < p_end; p += 2) {
+        const int np = p + 1 < p_end ? 2 : 1;
+        // The panels' pairs interleaved a k pair at a time: [B0 pair j][B1 pair j] ...
+        for (int s = 0; s < np; ++s) {
+          PairPanel(static_cast<const uint16_t*>(w.panel(p + s)), k0, kc, b_pairs.data() + s * 2 * kPanelCols,
+                    np * 2 * kPanelCols);
+        }
+        const int64_t last = p + np - 1;
+        const int ncols_last = static_cast<int>(std::min<int64_t>(kPanelCols, w.n - last * kPanelCols));
+        const float* panel_bias = bias != nullptr ? bias + p * kPanelCols : nullptr;
+        for (int64_t r = 0; r < mc; r += kTileRows) {
+          const int rows = static_cast<int>(std::min<int64_t>(kTileRows, mc - r));
+          const uint32_t* a = a_pack.data() + (r / kTileRows) * kp * kTileRows;
+          float* c = y + (i0 + r) * ldy + p * kPanelCols;
+          if (np == 2) {
+            TileRows<2>(rows, kp, a, b_pairs.data(), c, ldy, ncols_last, accumulate, panel_bias);
+          } else {
+            TileRows<1>(rows, kp, a, b_pairs.data(), c, ldy, ncols_last, accumulate, panel_bias);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool Bf16DotGemmApplies(const PackedWeight& w) {
+  static const bool supported = CpuHasAvx512Bf16();
+  return supported && w.dtype == DType::kBF16 && w.layout == PanelLayout::kRows;
+}
+
+void GemmBf16Dot(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
+                 int64_t ldy) {
+  const int64_t threads = ComputeThreads();
+  if (w.num_panels >= kMinPanelsPerThread * threads) {
+    // Ranges of whole panel pairs.
+    const int64_t pairs = (w.num_panels + 1) / 2;
+    ParallelFor(pairs, 1, [&](int64_t q_begin, int64_t q_end) {
+      GemmRange(x, lda, 0, m, 2 * q_begin, std::min(w.num_panels, 2 * q_end), w, bias, y, ldy);
+    });
+  } else {
+    ParallelFor(m, kTileRows, [&](int64_t r_begin, int64_t r_end) {
+      GemmRange(x, lda, r_begin, r_end, 0, w.num_panels, w, bias, y, ldy);
+    });
+  }
+}
+
+}  // namespace ferry::kernels::cpu

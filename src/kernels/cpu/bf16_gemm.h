@@ -1,0 +1,22 @@
+// Prefill GEMMs of bf16 weights with bf16 activations on AVX512-BF16's vdpbf16ps: y[M, N] =
+// bf16(x)[M, K] · W[N, K]^T (+ bias), W in ferry's kRows bf16 panels. Each product of two
+// bf16 is exact in f32 and the sums are f32, so the only rounding beyond the f32 kernels' is x
+// to bf16 (round to nearest even), the rounding a GPU bf16 engine (and llama.cpp's BF16 path)
+// applies to every GEMM input. Off unless the engine asks for bf16 activations on the CPU
+// (LinearConfig::bf16_activations): the f32 kernels keep x's 24 bits.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/packed_weight.h"
+
+namespace ferry::kernels::cpu {
+
+// The CPU has AVX512-BF16 (with AVX512-BW/VL) and w is a kRows bf16 weight.
+bool Bf16DotGemmApplies(const PackedWeight& w);
+
+// Requires Bf16DotGemmApplies(w). x [m, K] f32 rows lda apart; y [m, N] rows ldy apart.
+void GemmBf16Dot(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
+                 int64_t ldy);
+
+}  // namespace ferry::kernels::cpu
