@@ -412,8 +412,9 @@ TEST(WeightFormatTest, AmxRouteMatchesTheF32Kernels) {
 // of x rounded to bf16 (to nearest even) and the bf16 weights, exact in f32, so the route
 // matches the f32 kernels run on the rounded x up to the order of the f32 sums. Odd K (a last
 // pair with a zero), K over several chunks, partial and unpaired last panels, row counts off
-// the 12-row tile, one panel (rows split across threads), with and without a bias. Decode row
-// counts, and weights of other formats, keep the f32 kernels' bytes.
+// the 12-row tile and over two row blocks (on two threads either way they split), one panel
+// (rows split across threads), with and without a bias. Decode row counts, and weights of
+// other formats, keep the f32 kernels' bytes.
 TEST(WeightFormatTest, Bf16ActivationsRouteMatchesTheF32KernelsOnRoundedX) {
   std::mt19937 rng(19);
   auto be = backend::MakeCpuBackend();
@@ -421,7 +422,7 @@ TEST(WeightFormatTest, Bf16ActivationsRouteMatchesTheF32KernelsOnRoundedX) {
   kernels::cpu::SetAmxEnabled(false);  // AMX, where present, would take bf16 weights first
   for (const Case& c : {Case{64, 48, 2048}, Case{70, 33, 1001}, Case{300, 50, 1000}, Case{257, 290, 1100},
                         Case{13, 16, 32}, Case{40, 64, 511}, Case{96, 2048, 520}, Case{25, 40, 4201},
-                        Case{600, 96, 100}, Case{9, 17, 3}}) {
+                        Case{600, 96, 100}, Case{9, 17, 3}, Case{1600, 130, 300}}) {
     for (const bool with_bias : {false, true}) {
       for (const WeightFormat format : {WeightFormat::kBF16, WeightFormat::kF32}) {
         const std::string what = std::string(backend::WeightFormatName(format)) + " m=" + std::to_string(c.m) +

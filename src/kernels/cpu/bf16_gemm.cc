@@ -22,9 +22,12 @@ constexpr int kTileRows = 12;
 // 2,048: 693-753 / 667-732 / 667-697; 4,096 no better. Two re-laid panels of 2,048 k (128 KiB)
 // stay in L2, which feeds the two weight vectors a k pair (for 24 vdpbf16ps) with room to spare.
 constexpr int64_t kKChunk = 2048;
-// Rows packed at a time: 384 rows x 2,048 k of bf16 is 1.5 MiB (96 rows, to fit in L2, was
-// slower: every row block reads all of the weights again).
-constexpr int64_t kRowBlock = 384;
+// Rows packed at a time: every row block reads all of the weights again, so the more rows the
+// better while the packed block (768 rows x 2,048 k of bf16: 3 MiB) streams from L3. gemm_bench
+// M = 512, 1B shapes, GFLOP/s on the Zen 4, alternating: 192 rows 539-599, 384 rows 554-621,
+// 768 rows (all 512 in one block) 599-710 (96 rows, a block in L2, was slower still).
+constexpr int64_t kRowBlock = 768;
+
 // Threads split the panels when each gets at least this many (each then reads only its share
 // of W); otherwise they split the rows.
 constexpr int64_t kMinPanelsPerThread = 4;
