@@ -35,6 +35,25 @@ struct Case {
   int64_t m, n, k;
 };
 
+// A random [n, k] weight of `format` (and a random bias), prepared by `be`, with the case's
+// name for failure messages ("bf16 m=64 n=48 k=2048 bias").
+struct PreparedCase {
+  LinearWeight w;
+  std::string what;
+  bool ok = false;
+};
+PreparedCase PrepareCase(backend::Backend& be, WeightFormat format, const Case& c, bool with_bias,
+                         std::mt19937& rng) {
+  PreparedCase p;
+  p.what = std::string(backend::WeightFormatName(format)) + " m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
+           " k=" + std::to_string(c.k) + (with_bias ? " bias" : "");
+  p.w.weight = RandomTensor({c.n, c.k}, rng);
+  p.w.format = format;
+  if (with_bias) p.w.bias = RandomTensor({c.n}, rng);
+  p.ok = be.PrepareLinear(p.w).ok();
+  return p;
+}
+
 // Odd K (not a multiple of 2, 16 or 32), N off the 16-column panels, M across the GEMV /
 // GEMM boundary and the 6-row tiles.
 const std::vector<Case>& Cases() {
@@ -382,14 +401,8 @@ TEST(WeightFormatTest, AmxRouteMatchesTheF32Kernels) {
                           Case{64, 16, 32}, Case{40, 64, 512}, Case{96, 2048, 520}, Case{70, 40, 4200},
                           Case{600, 2016, 100}}) {
       for (const bool with_bias : {false, true}) {
-        const std::string what = std::string(backend::WeightFormatName(format)) + " m=" + std::to_string(c.m) +
-                                 " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
-                                 (with_bias ? " bias" : "");
-        LinearWeight w;
-        w.weight = RandomTensor({c.n, c.k}, rng);
-        w.format = format;
-        if (with_bias) w.bias = RandomTensor({c.n}, rng);
-        ASSERT_TRUE(be->PrepareLinear(w).ok()) << what;
+        const auto [w, what, ok] = PrepareCase(*be, format, c, with_bias, rng);
+        ASSERT_TRUE(ok) << what;
         const Tensor x = RandomTensor({c.m, c.k}, rng, -2.0f, 2.0f);
         Tensor y_amx = Poisoned({c.m, c.n}), y_f32 = Poisoned({c.m, c.n});
         ASSERT_TRUE(kernels::cpu::SetAmxEnabled(false));
@@ -425,14 +438,8 @@ TEST(WeightFormatTest, Bf16ActivationsRouteMatchesTheF32KernelsOnRoundedX) {
                         Case{600, 96, 100}, Case{9, 17, 3}, Case{1600, 130, 300}}) {
     for (const bool with_bias : {false, true}) {
       for (const WeightFormat format : {WeightFormat::kBF16, WeightFormat::kF32}) {
-        const std::string what = std::string(backend::WeightFormatName(format)) + " m=" + std::to_string(c.m) +
-                                 " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
-                                 (with_bias ? " bias" : "");
-        LinearWeight w;
-        w.weight = RandomTensor({c.n, c.k}, rng);
-        w.format = format;
-        if (with_bias) w.bias = RandomTensor({c.n}, rng);
-        ASSERT_TRUE(be->PrepareLinear(w).ok()) << what;
+        const auto [w, what, ok] = PrepareCase(*be, format, c, with_bias, rng);
+        ASSERT_TRUE(ok) << what;
         const kernels::cpu::PackedWeight* pw = kernels::cpu::AsPackedWeight(w.packed);
         ASSERT_NE(pw, nullptr);
         const Tensor x = RandomTensor({c.m, c.k}, rng, -2.0f, 2.0f);

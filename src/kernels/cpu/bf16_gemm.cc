@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/amx_gemm.h"
 
 namespace ferry::kernels::cpu {
 namespace {
@@ -31,12 +32,6 @@ constexpr int64_t kRowBlock = 768;
 // Threads split the panels when each gets at least this many (each then reads only its share
 // of W); otherwise they split the rows.
 constexpr int64_t kMinPanelsPerThread = 4;
-
-bool CpuHasAvx512Bf16() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
-}
 
 // Rows [0, rows) x k [k0, k0 + kc) of x as bf16 pairs in 12-row tiles: the pair (2j, 2j+1) of
 // tile row r at tile * kp * 12 + j * 12 + r (kp = kc rounded up to pairs; an odd kc's last pair
@@ -204,8 +199,7 @@ void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int6
 }  // namespace
 
 bool Bf16DotGemmApplies(const PackedWeight& w) {
-  static const bool supported = CpuHasAvx512Bf16();
-  return supported && w.dtype == DType::kBF16 && w.layout == PanelLayout::kRows;
+  return Bf16DotSupported() && w.dtype == DType::kBF16 && w.layout == PanelLayout::kRows;
 }
 
 void GemmBf16Dot(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
