@@ -7,7 +7,9 @@
 # at load), on engines built from it: ENGINES (default "int8-wo int8"), int8-wo the weight-only
 # match for Q8_0, int8 the W8A8 engine (integer activations, as llama.cpp's Q8_0 dot products
 # use). TYPES (default "f16 q8_0") picks the files: f32 and bf16 too, each run by both tools as
-# it is (ferry keeps f32 and bf16 weights as they are). Two rounds, the tools interleaved;
+# it is (ferry keeps f32 and bf16 weights as they are); with BF16_ACTIVATIONS=1 ferry also runs
+# the bf16 file with --cpu-activations bf16 (its prefill GEMMs on vdpbf16ps with x rounded to
+# bf16, as llama.cpp's BF16 path multiplies). Two rounds, the tools interleaved;
 # each measurement is the median of 3 runs. Results: OUT/llamacpp.jsonl, OUT/ferry.jsonl.
 #
 # usage: bench/gguf_llamacpp_bench.sh FERRY LLAMA_BENCH GGUF_PY_DIR OUT [SCRATCH] [THREADS]
@@ -43,6 +45,13 @@ for l in sys.stdin:
     timeout 600 "$ferry" bench model --model "$f" --threads "$threads" --prompt-len 512 --batch 1 --decode-steps 32 \
         --decode-context 16 --repeats 3 --json | tag "{\"round\": $round, \"file\": \"$type\", \"weights\": \"gguf as loaded\"}" |
       tee -a "$out/ferry.jsonl"
+    if [[ $type == bf16 && -n ${BF16_ACTIVATIONS:-} ]]; then
+      echo "round $round: ferry $type, --cpu-activations bf16"
+      timeout 600 "$ferry" bench model --model "$f" --threads "$threads" --prompt-len 512 --batch 1 --decode-steps 32 \
+          --decode-context 16 --repeats 3 --cpu-activations bf16 --json |
+        tag "{\"round\": $round, \"file\": \"$type\", \"weights\": \"gguf as loaded\", \"cpu_activations\": \"bf16\"}" |
+        tee -a "$out/ferry.jsonl"
+    fi
   done
   for prec in $engines; do
     echo "round $round: ferry $prec engine from the q8_0 file"
