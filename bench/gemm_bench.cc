@@ -1,7 +1,8 @@
 // Linear at llama-3.2-1B shapes in every weight format: ferry's kernels (GEMV for small M,
 // blocked GEMM for large M) for f32, bf16, int8 weight-only and int8 W8A8, next to oneDNN's
 // f32 matmul and oneDNN's s8 matmul (the W8A8 product with oneDNN doing the int8 GEMM), a
-// plain memory-read baseline and the f32 FMA peak (BM_FmaPeak, 512- and 256-bit).
+// plain memory-read baseline, the f32 FMA peak (BM_FmaPeak, 512- and 256-bit) and the
+// AVX-512 dot-product peaks (BM_DotPeak: vpdpbusd, vdpbf16ps).
 //
 //   gemm_bench [--threads=N] [google-benchmark flags]
 //   e.g. gemm_bench --threads=2 --benchmark_min_time=0.2 --benchmark_repetitions=5
@@ -323,6 +324,61 @@ float FmaChains256(int64_t iters) {
   return lanes[0];
 }
 
+// The same for the two AVX-512 dot-product instructions the 8-bit and bf16 kernels use:
+// vpdpbusd (64 u8 x s8 products a 512-bit instruction, counted as 2 ops each) and
+// vdpbf16ps (32 bf16 products, 2 flops each). The ceilings of the W8A8 and bf16-activation
+// GEMMs, as BM_FmaPeak is of the f32 ones.
+template <int kChains>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) int32_t VnniChains512(int64_t iters) {
+  __m512i acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_epi32(c);
+  const __m512i a = _mm512_set1_epi32(0x01010101), b = _mm512_set1_epi32(0x01fe01fe);
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbusd_epi32(acc[c], a, b);
+  }
+  __m512i sum = acc[0];
+  for (int c = 1; c < kChains; ++c) sum = _mm512_add_epi32(sum, acc[c]);
+  return _mm512_reduce_add_epi32(sum);
+}
+
+template <int kChains>
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) float Bf16DotChains512(int64_t iters) {
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(0.001f * static_cast<float>(c));
+  const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f7f3f7f), b = (__m512bh)_mm512_set1_epi32(0x33d633d6);
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], a, b);
+  }
+  __m512 sum = acc[0];
+  for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
+  return _mm512_reduce_add_ps(sum);
+}
+
+// kind: 0 vpdpbusd, 1 vdpbf16ps.
+void BM_DotPeak(benchmark::State& state, int kind) {
+  const bool ok = kind == 0 ? __builtin_cpu_supports("avx512vnni") : __builtin_cpu_supports("avx512bf16");
+  if (!ok) {
+    state.SkipWithError("this CPU lacks the instruction");
+    return;
+  }
+  constexpr int kChains = 12;
+  const int64_t iters = 1 << 18;
+  const int threads = ferry::ComputeThreads();
+  for (auto _ : state) {
+    std::vector<float> out(threads);
+    ferry::ParallelFor(threads, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        out[t] = kind == 0 ? static_cast<float>(VnniChains512<kChains>(iters)) : Bf16DotChains512<kChains>(iters);
+      }
+    });
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double per_instruction = kind == 0 ? 128.0 : 64.0;
+  const double ops = per_instruction * kChains * static_cast<double>(iters) * threads;
+  state.counters[kind == 0 ? "GOP/s" : "GFLOP/s"] =
+      benchmark::Counter(ops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
 void BM_FmaPeak(benchmark::State& state, int bits) {
   if (bits == 512 && !__builtin_cpu_supports("avx512f")) {
     state.SkipWithError("this CPU has no AVX-512");
@@ -387,6 +443,8 @@ void RegisterAll() {
   Register("BM_MemoryRead", BM_MemoryRead);
   Register("BM_FmaPeak/avx512", BM_FmaPeak, 512);
   Register("BM_FmaPeak/avx2", BM_FmaPeak, 256);
+  Register("BM_DotPeak/vpdpbusd", BM_DotPeak, 0);
+  Register("BM_DotPeak/vdpbf16ps", BM_DotPeak, 1);
   const std::vector<std::pair<WeightFormat, std::string>> formats = {{WeightFormat::kF32, "f32"},
                                                                      {WeightFormat::kBF16, "bf16"},
                                                                      {WeightFormat::kInt8, "int8wo"},

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -60,6 +61,8 @@ constexpr int64_t kGemmRowBlock = 288;
 // 3072 x 2048, 16384 x 2048 and 2048 x 8192 (Xeon with AVX-512 VNNI, 2 threads, M = 512,
 // bench/gemm_bench). Its tile now reads two panels, so 256 quads keep both in L1.
 constexpr int64_t kVnniPairChunkQuads = 256;
+// Prefill's VNNI tile height (Int8TileVnniPair): its activation tiles hold this many rows.
+constexpr int kVnniTileRows = 12;
 // Threads split the panels when each gets at least this many, otherwise the rows.
 constexpr int64_t kMinPanelsPerThread = 4;
 
@@ -225,27 +228,62 @@ __attribute__((target("avx2,fma,avx512f,avx512vl,avx512vnni"))) void Int8TileVnn
   StoreInt8Tile<MR>(halves, c, ldc, ncols, first, last, row_scale, col_scale, bias);
 }
 
-// The VNNI tile over two adjacent panels (MR x 32): per quad two weight vectors and their
-// column sums, and MR broadcasts each feeding two vpdpbusd (the one-panel tile loads a
-// broadcast per vpdpbusd). 2 MR + 2 independent chains cover the instruction's latency, so
-// there is no second set. The first panel is whole; the second has ncols1 columns.
+// StoreInt8Tile on 512-bit vectors for the VNNI tiles, the shift taken out first: the same
+// per-lane arithmetic (the sums of earlier K ranges added as int32, then
+// fma(float(sum), col_scale * row_scale, bias)), so the same bytes; a panel of fewer than
+// 16 columns is a lane mask.
+template <int MR>
+__attribute__((target("avx512f"), always_inline)) inline void StoreInt8Tile512(
+    const __m512i (&acc)[MR], __m512i shift, float* c, int64_t ldc, int ncols, bool first, bool last,
+    const float* row_scale, const float* col_scale, const float* bias) {
+  const __mmask16 lanes = ncols >= kPanelCols ? static_cast<__mmask16>(0xffff)
+                                              : static_cast<__mmask16>((1u << ncols) - 1u);
+  __m512 cs = _mm512_setzero_ps(), bv = cs;
+  if (last) {
+    cs = _mm512_maskz_loadu_ps(lanes, col_scale);
+    if (bias != nullptr) bv = _mm512_maskz_loadu_ps(lanes, bias);
+  }
+#pragma GCC unroll 12
+  for (int m = 0; m < MR; ++m) {
+    float* cm = c + m * ldc;
+    __m512i s = _mm512_sub_epi32(acc[m], shift);
+    if (!first) s = _mm512_add_epi32(s, _mm512_maskz_loadu_epi32(lanes, cm));
+    if (!last) {
+      _mm512_mask_storeu_epi32(cm, lanes, s);
+      continue;
+    }
+    const __m512 scale = _mm512_mul_ps(cs, _mm512_set1_ps(row_scale[m]));
+    _mm512_mask_storeu_ps(cm, lanes, _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, s), scale, bv));
+  }
+}
+
+// Prefill's VNNI tile: up to kVnniTileRows rows over two adjacent panels (MR x 32), so
+// per quad two weight vectors, MR broadcasts and 2 MR vpdpbusd, 24 independent chains at 12
+// rows (24 accumulators, the two weight vectors and a broadcast: 27 of the 32 zmm). The
+// column sums that take the activations' +128 shift back out are the same for every row
+// tile of a panel pair and K range, so the caller computes them once (VnniShift) instead of
+// each tile spending a vpdpbusd a panel and quad on them; at 4 rows a tile with its own
+// sums spent a fifth of its instructions there. The C rows are prefetched for writing
+// before the K loop: a row stride apart, the hardware prefetchers do not follow them.
+// The panels have ncols0 and ncols1 columns (ncols1 0: there is no second panel, b1 is b0).
 template <int MR>
 __attribute__((target("avx2,fma,avx512f,avx512vl,avx512vnni"))) void Int8TileVnniPair(
-    int64_t quads, const int8_t* a, int64_t a_stride, const int8_t* b0, const int8_t* b1, float* c, int64_t ldc,
-    int ncols1, bool first, bool last, const float* row_scale, const float* col_scale, const float* bias) {
-  const __m512i ones = _mm512_set1_epi8(1);
+    int64_t quads, const int8_t* a, int64_t a_stride, const int8_t* b0, const int8_t* b1, const __m512i (&shift)[2],
+    float* c, int64_t ldc, int ncols0, int ncols1, bool first, bool last, const float* row_scale,
+    const float* col_scale, const float* bias) {
+#pragma GCC unroll 12
+  for (int m = 0; m < MR; ++m) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + m * ldc), _MM_HINT_ET0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + m * ldc + kPanelCols), _MM_HINT_ET0);
+  }
   __m512i acc[2][MR];
-#pragma GCC unroll 4
+#pragma GCC unroll 12
   for (int m = 0; m < MR; ++m) acc[0][m] = acc[1][m] = _mm512_setzero_si512();
-  __m512i wsum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-#pragma GCC unroll 2
   for (int64_t j = 0; j < quads; ++j) {
     const __m512i w0 = _mm512_loadu_si512(b0 + j * 4 * kPanelCols);
     const __m512i w1 = _mm512_loadu_si512(b1 + j * 4 * kPanelCols);
-    wsum[0] = DotBytes(wsum[0], ones, w0);
-    wsum[1] = DotBytes(wsum[1], ones, w1);
     const int8_t* aj = a + j * a_stride * 8;
-#pragma GCC unroll 4
+#pragma GCC unroll 12
     for (int m = 0; m < MR; ++m) {
       int32_t word;
       std::memcpy(&word, aj + 8 * m + 4, 4);
@@ -254,30 +292,54 @@ __attribute__((target("avx2,fma,avx512f,avx512vl,avx512vnni"))) void Int8TileVnn
       acc[1][m] = DotBytes(acc[1][m], u, w1);
     }
   }
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {
-    const __m512i shift = _mm512_maskz_slli_epi32(0xffff, wsum[h], 7);
-    __m256i halves[MR][2];
-#pragma GCC unroll 4
-    for (int m = 0; m < MR; ++m) {
-      const __m512i s = _mm512_sub_epi32(acc[h][m], shift);
-      halves[m][0] = _mm512_maskz_extracti64x4_epi64(0xf, s, 0);
-      halves[m][1] = _mm512_maskz_extracti64x4_epi64(0xf, s, 1);
-    }
-    StoreInt8Tile<MR>(halves, c + h * kPanelCols, ldc, h == 0 ? kPanelCols : ncols1, first, last, row_scale,
-                      col_scale + h * kPanelCols, bias != nullptr ? bias + h * kPanelCols : nullptr);
+  for (int h = 0; h < (ncols1 > 0 ? 2 : 1); ++h) {
+    StoreInt8Tile512<MR>(acc[h], shift[h], c + h * kPanelCols, ldc, h == 0 ? ncols0 : ncols1, first, last, row_scale,
+                         col_scale + h * kPanelCols, bias != nullptr ? bias + h * kPanelCols : nullptr);
   }
 }
 
-inline void Int8TileRowsVnniPair(int rows, int64_t quads, const int8_t* a, int64_t a_stride, const int8_t* b0,
-                                 const int8_t* b1, float* c, int64_t ldc, int ncols1, bool first, bool last,
-                                 const float* rs, const float* cs, const float* bias) {
-  switch (rows) {
-    case 1: return Int8TileVnniPair<1>(quads, a, a_stride, b0, b1, c, ldc, ncols1, first, last, rs, cs, bias);
-    case 2: return Int8TileVnniPair<2>(quads, a, a_stride, b0, b1, c, ldc, ncols1, first, last, rs, cs, bias);
-    case 3: return Int8TileVnniPair<3>(quads, a, a_stride, b0, b1, c, ldc, ncols1, first, last, rs, cs, bias);
-    default: return Int8TileVnniPair<4>(quads, a, a_stride, b0, b1, c, ldc, ncols1, first, last, rs, cs, bias);
+// 128 times the column sums of two panels over `quads` quads: what u8 = q + 128 adds to the
+// tile's sums.
+__attribute__((target("avx512f,avx512vnni"))) void VnniShift(int64_t quads, const int8_t* b0, const int8_t* b1,
+                                                              __m512i (&shift)[2]) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  __m512i sum[2][2] = {{_mm512_setzero_si512(), _mm512_setzero_si512()},
+                       {_mm512_setzero_si512(), _mm512_setzero_si512()}};
+  int64_t j = 0;
+  for (; j + 2 <= quads; j += 2) {
+    for (int u = 0; u < 2; ++u) {
+      sum[0][u] = DotBytes(sum[0][u], ones, _mm512_loadu_si512(b0 + (j + u) * 4 * kPanelCols));
+      sum[1][u] = DotBytes(sum[1][u], ones, _mm512_loadu_si512(b1 + (j + u) * 4 * kPanelCols));
+    }
   }
+  if (j < quads) {
+    sum[0][0] = DotBytes(sum[0][0], ones, _mm512_loadu_si512(b0 + j * 4 * kPanelCols));
+    sum[1][0] = DotBytes(sum[1][0], ones, _mm512_loadu_si512(b1 + j * 4 * kPanelCols));
+  }
+  for (int h = 0; h < 2; ++h) {
+    shift[h] = _mm512_maskz_slli_epi32(0xffff, _mm512_add_epi32(sum[h][0], sum[h][1]), 7);
+  }
+}
+
+template <int... kRows>
+inline void Int8TileRowsVnniPairOf(std::integer_sequence<int, kRows...>, int rows, int64_t quads, const int8_t* a,
+                                   int64_t a_stride, const int8_t* b0, const int8_t* b1, const __m512i (&shift)[2],
+                                   float* c, int64_t ldc, int ncols0, int ncols1, bool first, bool last,
+                                   const float* rs, const float* cs, const float* bias) {
+  // rows is 1..kVnniTileRows: the instantiation for exactly that many.
+  (void)((rows == kRows + 1 &&
+          (Int8TileVnniPair<kRows + 1>(quads, a, a_stride, b0, b1, shift, c, ldc, ncols0, ncols1, first, last, rs, cs,
+                                       bias),
+           true)) ||
+         ...);
+}
+
+inline void Int8TileRowsVnniPair(int rows, int64_t quads, const int8_t* a, int64_t a_stride, const int8_t* b0,
+                                 const int8_t* b1, const __m512i (&shift)[2], float* c, int64_t ldc, int ncols0,
+                                 int ncols1, bool first, bool last, const float* rs, const float* cs,
+                                 const float* bias) {
+  Int8TileRowsVnniPairOf(std::make_integer_sequence<int, kVnniTileRows>(), rows, quads, a, a_stride, b0, b1, shift, c,
+                         ldc, ncols0, ncols1, first, last, rs, cs, bias);
 }
 
 template <bool kVnni, int MR, int kPrefetchBytes>
@@ -453,6 +515,7 @@ void Int8Gemv(const int8_t* aq, int tile_rows, int64_t m, const float* row_scale
 }
 
 // Prefill: rows [r_begin, r_end) (a multiple of the tile height apart) x panels [p_begin, p_end).
+// The activation tiles hold kVnniTileRows rows for the VNNI kernel, kTileRows for AVX2.
 template <bool kVnni>
 void Int8GemmRange(const int8_t* aq, int tile_rows, int64_t r_begin, int64_t r_end, int64_t p_begin, int64_t p_end,
                    const float* row_scale, const PackedWeight& w, const float* bias, float* y, int64_t ldy) {
@@ -460,6 +523,7 @@ void Int8GemmRange(const int8_t* aq, int tile_rows, int64_t r_begin, int64_t r_e
   // The VNNI tile takes panels in pairs, two micro-panels of kVnniPairChunkQuads quads in L1.
   constexpr int64_t kChunkQuads = kVnni ? kVnniPairChunkQuads : kGemmChunkQuads;
   constexpr int64_t kStep = kVnni ? 2 : 1;
+  constexpr int64_t kTile = kVnni ? kVnniTileRows : kTileRows;
   const int64_t chunks = (quads + kChunkQuads - 1) / kChunkQuads;
   const int64_t kc_max = (quads + chunks - 1) / chunks;
   const float* scales = w.scale_data();
@@ -471,17 +535,23 @@ void Int8GemmRange(const int8_t* aq, int tile_rows, int64_t r_begin, int64_t r_e
         const int8_t* b = static_cast<const int8_t*>(w.panel(p)) + j0 * 4 * kPanelCols;
         const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.n - p * kPanelCols));
         const float* panel_bias = bias != nullptr ? bias + p * kPanelCols : nullptr;
-        const bool pair = kStep == 2 && p + 1 < p_end;
-        const int8_t* b1 = pair ? static_cast<const int8_t*>(w.panel(p + 1)) + j0 * 4 * kPanelCols : nullptr;
-        const int ncols1 = pair ? static_cast<int>(std::min<int64_t>(kPanelCols, w.n - (p + 1) * kPanelCols)) : 0;
-        for (int64_t r = i0; r < i1; r += kTileRows) {
-          const int rows = static_cast<int>(std::min<int64_t>(kTileRows, i1 - r));
-          const int8_t* a = aq + ((r / kTileRows) * quads + j0) * tile_rows * 8;
-          if (pair) {
-            Int8TileRowsVnniPair(rows, kc, a, tile_rows, b, b1, y + r * ldy + p * kPanelCols, ldy, ncols1, j0 == 0,
-                                 j0 + kc >= quads, row_scale + r, scales + p * kPanelCols, panel_bias);
-          } else {
-            Int8TileRows<kVnni>(rows, kc, a, tile_rows, b, y + r * ldy + p * kPanelCols, ldy, ncols, j0 == 0,
+        if constexpr (kVnni) {
+          const bool pair = p + 1 < p_end;
+          const int8_t* b1 = pair ? static_cast<const int8_t*>(w.panel(p + 1)) + j0 * 4 * kPanelCols : b;
+          const int ncols1 = pair ? static_cast<int>(std::min<int64_t>(kPanelCols, w.n - (p + 1) * kPanelCols)) : 0;
+          __m512i shift[2];
+          VnniShift(kc, b, b1, shift);
+          for (int64_t r = i0; r < i1; r += kTile) {
+            const int rows = static_cast<int>(std::min<int64_t>(kTile, i1 - r));
+            const int8_t* a = aq + ((r / kTile) * quads + j0) * tile_rows * 8;
+            Int8TileRowsVnniPair(rows, kc, a, tile_rows, b, b1, shift, y + r * ldy + p * kPanelCols, ldy, ncols,
+                                 ncols1, j0 == 0, j0 + kc >= quads, row_scale + r, scales + p * kPanelCols, panel_bias);
+          }
+        } else {
+          for (int64_t r = i0; r < i1; r += kTile) {
+            const int rows = static_cast<int>(std::min<int64_t>(kTile, i1 - r));
+            const int8_t* a = aq + ((r / kTile) * quads + j0) * tile_rows * 8;
+            Int8TileRows<false>(rows, kc, a, tile_rows, b, y + r * ldy + p * kPanelCols, ldy, ncols, j0 == 0,
                                 j0 + kc >= quads, row_scale + r, scales + p * kPanelCols, panel_bias);
           }
         }
@@ -664,18 +734,19 @@ void Int8LinearOther(const float* x, int64_t lda, int64_t m, const PackedWeight&
   }
   Int8Scratch& scratch = ThreadScratch();
   const bool gemv = m <= gemv_max_rows;
-  // Fewer rows than a tile need no padding rows.
-  const int tile_rows = static_cast<int>(std::min<int64_t>(m, kTileRows));
-  const int64_t tiles = (m + kTileRows - 1) / kTileRows;
+  const Int8Kernel kernel = ActiveInt8Kernel();
+  const bool vnni = kernel == Int8Kernel::kVnni;
+  // The tile height the kernel reads; fewer rows than a tile need no padding rows.
+  const int64_t tile = !gemv && vnni ? kVnniTileRows : kTileRows;
+  const int tile_rows = static_cast<int>(std::min<int64_t>(m, tile));
+  const int64_t tiles = (m + tile - 1) / tile;
   const size_t q_need = static_cast<size_t>(tiles * tile_rows * w.k_stored * kActivationBytesPerK);
   if (scratch.q.size() < q_need) scratch.q.resize(q_need);
   if (scratch.row_scale.size() < static_cast<size_t>(m)) scratch.row_scale.resize(static_cast<size_t>(m));
-  const Int8Kernel kernel = ActiveInt8Kernel();
   QuantizeActivations(x, lda, m, w.k, w.k_stored, w.smooth_data(), tile_rows, scratch.q.data(),
                       scratch.row_scale.data(), kernel);
   const int8_t* aq = scratch.q.data();
   const float* rs = scratch.row_scale.data();
-  const bool vnni = kernel == Int8Kernel::kVnni;
   if (gemv) {
     if (vnni) {
       Int8Gemv<true>(aq, tile_rows, m, rs, w, bias, y, ldy);
@@ -694,7 +765,7 @@ void Int8LinearOther(const float* x, int64_t lda, int64_t m, const PackedWeight&
   if (w.num_panels >= kMinPanelsPerThread * ComputeThreads()) {
     ParallelFor(w.num_panels, 1, [&](int64_t p_begin, int64_t p_end) { range(0, m, p_begin, p_end); });
   } else {
-    ParallelFor(m, kTileRows, [&](int64_t r_begin, int64_t r_end) { range(r_begin, r_end, 0, w.num_panels); });
+    ParallelFor(m, tile, [&](int64_t r_begin, int64_t r_end) { range(r_begin, r_end, 0, w.num_panels); });
   }
 }
 
