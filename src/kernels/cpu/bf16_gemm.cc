@@ -18,14 +18,14 @@ namespace {
 constexpr int kTileRows = 12;
 // k per chunk. Long chunks keep each C tile in registers over more of K: every chunk after
 // the first re-reads and re-writes C, which for a wide output (the 1B gate_up's 512 x 16,384)
-// cost more than the weights' re-lay. gemm_bench M = 512 on the Zen 4 of docs/performance.md,
+// cost more than the weights' re-lay. gemm_bench M = 512 on the Zen 5 of docs/performance.md,
 // 1B shapes, GFLOP/s: 256: 610-665 / 436-441 / 609-649; 1,024: 674-726 / 611-644 / 673-738;
 // 2,048: 693-753 / 667-732 / 667-697; 4,096 no better. Two re-laid panels of 2,048 k (128 KiB)
 // stay in L2, which feeds the two weight vectors a k pair (for 24 vdpbf16ps) with room to spare.
 constexpr int64_t kKChunk = 2048;
 // Rows packed at a time: every row block reads all of the weights again, so the more rows the
 // better while the packed block (768 rows x 2,048 k of bf16: 3 MiB) streams from L3. gemm_bench
-// M = 512, 1B shapes, GFLOP/s on the Zen 4, alternating: 192 rows 539-599, 384 rows 554-621,
+// M = 512, 1B shapes, GFLOP/s on the Zen 5, alternating: 192 rows 539-599, 384 rows 554-621,
 // 768 rows (all 512 in one block) 599-710 (96 rows, a block in L2, was slower still).
 constexpr int64_t kRowBlock = 768;
 

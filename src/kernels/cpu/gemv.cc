@@ -52,7 +52,7 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 Load16(const int
       kAll16, _mm512_maskz_cvtepi8_epi32(kAll16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 
-// How far ahead the AVX-512 tile prefetches the weight stream. On the 2-core AMD EPYC (Zen 4)
+// How far ahead the AVX-512 tile prefetches the weight stream. On the 2-core AMD EPYC (Zen 5)
 // of docs/performance.md (gemm_bench --threads=2, M = 1, binaries alternating), bf16 and
 // int8 streamed 1.09-1.17x faster 4,096 bytes ahead than 2,048, and 8,192 was no better overall.
 constexpr int kGemv512PrefetchBytes = 4096;
@@ -61,7 +61,7 @@ constexpr int kGemv512PrefetchBytes = 4096;
 constexpr int kGemv512Rows = 8;
 
 // Panels one AVX-512 GEMV tile streams at once. One core reading one sequential stream did
-// not reach the memory system's rate on the 2-core AMD EPYC (Zen 4) of docs/performance.md:
+// not reach the memory system's rate on the 2-core AMD EPYC (Zen 5) of docs/performance.md:
 // at M = 1 the f32 tile read 39 GB/s and the bf16 one 27 GB/s (BM_MemoryRead 42-46); two
 // panels side by side, the same instructions, read bf16 at 37-42 GB/s.
 constexpr int kGemv512Streams = 2;

@@ -18,6 +18,7 @@
 #include "kernels/cpu/kernel_switch.h"
 #include "kernels/cpu/amx_gemm.h"
 #include "kernels/cpu/onednn_matmul.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace ferry::kernels::cpu {
 namespace {
@@ -231,11 +232,12 @@ __attribute__((target("avx2,fma,avx512f,avx512vl,avx512vnni"))) void Int8TileVnn
 // StoreInt8Tile on 512-bit vectors for the VNNI tiles, the shift taken out first: the same
 // per-lane arithmetic (the sums of earlier K ranges added as int32, then
 // fma(float(sum), col_scale * row_scale, bias)), so the same bytes; a panel of fewer than
-// 16 columns is a lane mask.
+// 16 columns is a lane mask. With `gelu`, the last range's values go through the same GELU
+// as the separate pass (GeluRows on 512-bit lanes), so the same bytes without that pass.
 template <int MR>
 __attribute__((target("avx512f"), always_inline)) inline void StoreInt8Tile512(
     const __m512i (&acc)[MR], __m512i shift, float* c, int64_t ldc, int ncols, bool first, bool last,
-    const float* row_scale, const float* col_scale, const float* bias) {
+    const float* row_scale, const float* col_scale, const float* bias, bool gelu) {
   const __mmask16 lanes = ncols >= kPanelCols ? static_cast<__mmask16>(0xffff)
                                               : static_cast<__mmask16>((1u << ncols) - 1u);
   __m512 cs = _mm512_setzero_ps(), bv = cs;
@@ -253,7 +255,9 @@ __attribute__((target("avx512f"), always_inline)) inline void StoreInt8Tile512(
       continue;
     }
     const __m512 scale = _mm512_mul_ps(cs, _mm512_set1_ps(row_scale[m]));
-    _mm512_mask_storeu_ps(cm, lanes, _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, s), scale, bv));
+    __m512 v = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, s), scale, bv);
+    if (gelu) v = Gelu(v);
+    _mm512_mask_storeu_ps(cm, lanes, v);
   }
 }
 
@@ -270,7 +274,7 @@ template <int MR>
 __attribute__((target("avx2,fma,avx512f,avx512vl,avx512vnni"))) void Int8TileVnniPair(
     int64_t quads, const int8_t* a, int64_t a_stride, const int8_t* b0, const int8_t* b1, const __m512i (&shift)[2],
     float* c, int64_t ldc, int ncols0, int ncols1, bool first, bool last, const float* row_scale,
-    const float* col_scale, const float* bias) {
+    const float* col_scale, const float* bias, bool gelu) {
 #pragma GCC unroll 12
   for (int m = 0; m < MR; ++m) {
     _mm_prefetch(reinterpret_cast<const char*>(c + m * ldc), _MM_HINT_ET0);
@@ -294,7 +298,7 @@ __attribute__((target("avx2,fma,avx512f,avx512vl,avx512vnni"))) void Int8TileVnn
   }
   for (int h = 0; h < (ncols1 > 0 ? 2 : 1); ++h) {
     StoreInt8Tile512<MR>(acc[h], shift[h], c + h * kPanelCols, ldc, h == 0 ? ncols0 : ncols1, first, last, row_scale,
-                         col_scale + h * kPanelCols, bias != nullptr ? bias + h * kPanelCols : nullptr);
+                         col_scale + h * kPanelCols, bias != nullptr ? bias + h * kPanelCols : nullptr, gelu);
   }
 }
 
@@ -321,15 +325,19 @@ __attribute__((target("avx512f,avx512vnni"))) void VnniShift(int64_t quads, cons
   }
 }
 
+struct alignas(64) VnniShiftPair {
+  __m512i v[2];
+};
+
 template <int... kRows>
 inline void Int8TileRowsVnniPairOf(std::integer_sequence<int, kRows...>, int rows, int64_t quads, const int8_t* a,
                                    int64_t a_stride, const int8_t* b0, const int8_t* b1, const __m512i (&shift)[2],
                                    float* c, int64_t ldc, int ncols0, int ncols1, bool first, bool last,
-                                   const float* rs, const float* cs, const float* bias) {
+                                   const float* rs, const float* cs, const float* bias, bool gelu) {
   // rows is 1..kVnniTileRows: the instantiation for exactly that many.
   (void)((rows == kRows + 1 &&
           (Int8TileVnniPair<kRows + 1>(quads, a, a_stride, b0, b1, shift, c, ldc, ncols0, ncols1, first, last, rs, cs,
-                                       bias),
+                                       bias, gelu),
            true)) ||
          ...);
 }
@@ -337,9 +345,9 @@ inline void Int8TileRowsVnniPairOf(std::integer_sequence<int, kRows...>, int row
 inline void Int8TileRowsVnniPair(int rows, int64_t quads, const int8_t* a, int64_t a_stride, const int8_t* b0,
                                  const int8_t* b1, const __m512i (&shift)[2], float* c, int64_t ldc, int ncols0,
                                  int ncols1, bool first, bool last, const float* rs, const float* cs,
-                                 const float* bias) {
+                                 const float* bias, bool gelu) {
   Int8TileRowsVnniPairOf(std::make_integer_sequence<int, kVnniTileRows>(), rows, quads, a, a_stride, b0, b1, shift, c,
-                         ldc, ncols0, ncols1, first, last, rs, cs, bias);
+                         ldc, ncols0, ncols1, first, last, rs, cs, bias, gelu);
 }
 
 template <bool kVnni, int MR, int kPrefetchBytes>
@@ -515,10 +523,12 @@ void Int8Gemv(const int8_t* aq, int tile_rows, int64_t m, const float* row_scale
 }
 
 // Prefill: rows [r_begin, r_end) (a multiple of the tile height apart) x panels [p_begin, p_end).
-// The activation tiles hold kVnniTileRows rows for the VNNI kernel, kTileRows for AVX2.
+// The activation tiles hold kVnniTileRows rows for the VNNI kernel, kTileRows for AVX2. The
+// VNNI kernel applies GELU in its epilogue when `gelu` (the AVX2 one leaves it to the caller).
 template <bool kVnni>
 void Int8GemmRange(const int8_t* aq, int tile_rows, int64_t r_begin, int64_t r_end, int64_t p_begin, int64_t p_end,
-                   const float* row_scale, const PackedWeight& w, const float* bias, float* y, int64_t ldy) {
+                   const float* row_scale, const PackedWeight& w, const float* bias, float* y, int64_t ldy,
+                   bool gelu) {
   const int64_t quads = w.k_stored / 4;
   // The VNNI tile takes panels in pairs, two micro-panels of kVnniPairChunkQuads quads in L1.
   constexpr int64_t kChunkQuads = kVnni ? kVnniPairChunkQuads : kGemmChunkQuads;
@@ -527,8 +537,18 @@ void Int8GemmRange(const int8_t* aq, int tile_rows, int64_t r_begin, int64_t r_e
   const int64_t chunks = (quads + kChunkQuads - 1) / kChunkQuads;
   const int64_t kc_max = (quads + chunks - 1) / chunks;
   const float* scales = w.scale_data();
+  // The VNNI tiles' column shifts of this K range, one pair a panel pair, for every row block.
+  thread_local std::vector<VnniShiftPair> shifts;
+  if constexpr (kVnni) shifts.resize(static_cast<size_t>((p_end - p_begin + 1) / 2));
   for (int64_t j0 = 0; j0 < quads; j0 += kc_max) {
     const int64_t kc = std::min(kc_max, quads - j0);
+    if constexpr (kVnni) {
+      for (int64_t p = p_begin; p < p_end; p += kStep) {
+        const int8_t* b = static_cast<const int8_t*>(w.panel(p)) + j0 * 4 * kPanelCols;
+        const int8_t* b1 = p + 1 < p_end ? static_cast<const int8_t*>(w.panel(p + 1)) + j0 * 4 * kPanelCols : b;
+        VnniShift(kc, b, b1, shifts[static_cast<size_t>((p - p_begin) / 2)].v);
+      }
+    }
     for (int64_t i0 = r_begin; i0 < r_end; i0 += kGemmRowBlock) {
       const int64_t i1 = std::min(r_end, i0 + kGemmRowBlock);
       for (int64_t p = p_begin; p < p_end; p += kStep) {
@@ -539,13 +559,13 @@ void Int8GemmRange(const int8_t* aq, int tile_rows, int64_t r_begin, int64_t r_e
           const bool pair = p + 1 < p_end;
           const int8_t* b1 = pair ? static_cast<const int8_t*>(w.panel(p + 1)) + j0 * 4 * kPanelCols : b;
           const int ncols1 = pair ? static_cast<int>(std::min<int64_t>(kPanelCols, w.n - (p + 1) * kPanelCols)) : 0;
-          __m512i shift[2];
-          VnniShift(kc, b, b1, shift);
+          const auto& shift = shifts[static_cast<size_t>((p - p_begin) / 2)].v;
           for (int64_t r = i0; r < i1; r += kTile) {
             const int rows = static_cast<int>(std::min<int64_t>(kTile, i1 - r));
             const int8_t* a = aq + ((r / kTile) * quads + j0) * tile_rows * 8;
             Int8TileRowsVnniPair(rows, kc, a, tile_rows, b, b1, shift, y + r * ldy + p * kPanelCols, ldy, ncols,
-                                 ncols1, j0 == 0, j0 + kc >= quads, row_scale + r, scales + p * kPanelCols, panel_bias);
+                                 ncols1, j0 == 0, j0 + kc >= quads, row_scale + r, scales + p * kPanelCols, panel_bias,
+                                 gelu);
           }
         } else {
           for (int64_t r = i0; r < i1; r += kTile) {
@@ -725,12 +745,13 @@ bool SetInt8OnednnEnabled(bool enabled) {
 
 namespace {
 
-// The routes other than AMX's.
-void Int8LinearOther(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
-                     int64_t ldy, int64_t gemv_max_rows) {
+// The routes other than AMX's; true when y has had GELU applied (the VNNI prefill tile's
+// epilogue), false when that is left to the caller.
+bool Int8LinearOther(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
+                     int64_t ldy, int64_t gemv_max_rows, bool gelu) {
   if (m > gemv_max_rows && m >= kInt8OnednnMinRows && w.n * w.k >= kInt8OnednnMinWeightBytes &&
       Int8OnednnEnabled() && Int8LinearOnednn(x, lda, m, w, bias, y, ldy)) {
-    return;
+    return false;
   }
   Int8Scratch& scratch = ThreadScratch();
   const bool gemv = m <= gemv_max_rows;
@@ -753,13 +774,13 @@ void Int8LinearOther(const float* x, int64_t lda, int64_t m, const PackedWeight&
     } else {
       Int8Gemv<false>(aq, tile_rows, m, rs, w, bias, y, ldy);
     }
-    return;
+    return false;
   }
   const auto range = [&](int64_t r_begin, int64_t r_end, int64_t p_begin, int64_t p_end) {
     if (vnni) {
-      Int8GemmRange<true>(aq, tile_rows, r_begin, r_end, p_begin, p_end, rs, w, bias, y, ldy);
+      Int8GemmRange<true>(aq, tile_rows, r_begin, r_end, p_begin, p_end, rs, w, bias, y, ldy, gelu);
     } else {
-      Int8GemmRange<false>(aq, tile_rows, r_begin, r_end, p_begin, p_end, rs, w, bias, y, ldy);
+      Int8GemmRange<false>(aq, tile_rows, r_begin, r_end, p_begin, p_end, rs, w, bias, y, ldy, false);
     }
   };
   if (w.num_panels >= kMinPanelsPerThread * ComputeThreads()) {
@@ -767,6 +788,7 @@ void Int8LinearOther(const float* x, int64_t lda, int64_t m, const PackedWeight&
   } else {
     ParallelFor(m, tile, [&](int64_t r_begin, int64_t r_end) { range(r_begin, r_end, 0, w.num_panels); });
   }
+  return vnni;
 }
 
 }  // namespace
@@ -777,8 +799,7 @@ void Int8Linear(const float* x, int64_t lda, int64_t m, const PackedWeight& w, c
     Int8LinearAmx(x, lda, m, w, bias, y, ldy, gelu);
     return;
   }
-  Int8LinearOther(x, lda, m, w, bias, y, ldy, gemv_max_rows);
-  if (gelu) GeluRows(y, m, w.n, ldy);
+  if (!Int8LinearOther(x, lda, m, w, bias, y, ldy, gemv_max_rows, gelu) && gelu) GeluRows(y, m, w.n, ldy);
 }
 
 }  // namespace ferry::kernels::cpu
