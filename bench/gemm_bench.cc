@@ -338,7 +338,9 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) int32_t VnniChains512(int
   }
   __m512i sum = acc[0];
   for (int c = 1; c < kChains; ++c) sum = _mm512_add_epi32(sum, acc[c]);
-  return _mm512_reduce_add_epi32(sum);
+  int32_t lanes[16];
+  _mm512_storeu_si512(lanes, sum);
+  return lanes[0];
 }
 
 template <int kChains>
@@ -351,8 +353,29 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) float Bf16DotChains512(in
   }
   __m512 sum = acc[0];
   for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
-  return _mm512_reduce_add_ps(sum);
+  float lanes[16];
+  _mm512_storeu_ps(lanes, sum);
+  return lanes[0];
 }
+
+// Runs chains() on every compute thread per iteration and reports `ops_per_thread` per thread
+// and iteration as a rate under `counter`.
+template <typename Chains>
+void RunPeak(benchmark::State& state, Chains chains, double ops_per_thread, const char* counter) {
+  const int threads = ferry::ComputeThreads();
+  for (auto _ : state) {
+    std::vector<float> out(threads);
+    ferry::ParallelFor(threads, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) out[t] = chains();
+    });
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters[counter] = benchmark::Counter(ops_per_thread * threads, benchmark::Counter::kIsIterationInvariantRate,
+                                               benchmark::Counter::kIs1000);
+}
+
+constexpr int kPeakChains = 12;
+constexpr int64_t kPeakIters = 1 << 18;
 
 // kind: 0 vpdpbusd, 1 vdpbf16ps.
 void BM_DotPeak(benchmark::State& state, int kind) {
@@ -361,22 +384,14 @@ void BM_DotPeak(benchmark::State& state, int kind) {
     state.SkipWithError("this CPU lacks the instruction");
     return;
   }
-  constexpr int kChains = 12;
-  const int64_t iters = 1 << 18;
-  const int threads = ferry::ComputeThreads();
-  for (auto _ : state) {
-    std::vector<float> out(threads);
-    ferry::ParallelFor(threads, 1, [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t) {
-        out[t] = kind == 0 ? static_cast<float>(VnniChains512<kChains>(iters)) : Bf16DotChains512<kChains>(iters);
-      }
-    });
-    benchmark::DoNotOptimize(out.data());
-  }
   const double per_instruction = kind == 0 ? 128.0 : 64.0;
-  const double ops = per_instruction * kChains * static_cast<double>(iters) * threads;
-  state.counters[kind == 0 ? "GOP/s" : "GFLOP/s"] =
-      benchmark::Counter(ops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  RunPeak(
+      state,
+      [kind] {
+        return kind == 0 ? static_cast<float>(VnniChains512<kPeakChains>(kPeakIters))
+                         : Bf16DotChains512<kPeakChains>(kPeakIters);
+      },
+      per_instruction * kPeakChains * static_cast<double>(kPeakIters), kind == 0 ? "GOP/s" : "GFLOP/s");
 }
 
 void BM_FmaPeak(benchmark::State& state, int bits) {
@@ -384,21 +399,12 @@ void BM_FmaPeak(benchmark::State& state, int bits) {
     state.SkipWithError("this CPU has no AVX-512");
     return;
   }
-  constexpr int kChains = 12;
-  const int64_t iters = 1 << 18;
-  const int threads = ferry::ComputeThreads();
-  for (auto _ : state) {
-    std::vector<float> out(threads);
-    ferry::ParallelFor(threads, 1, [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t) {
-        out[t] = bits == 512 ? FmaChains512<kChains>(iters) : FmaChains256<kChains>(iters);
-      }
-    });
-    benchmark::DoNotOptimize(out.data());
-  }
-  const double flops = 2.0 * (bits / 32) * kChains * static_cast<double>(iters) * threads;
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  RunPeak(
+      state,
+      [bits] {
+        return bits == 512 ? FmaChains512<kPeakChains>(kPeakIters) : FmaChains256<kPeakChains>(kPeakIters);
+      },
+      2.0 * (bits / 32) * kPeakChains * static_cast<double>(kPeakIters), "GFLOP/s");
 }
 
 // A float format on one GEMM register tile (AVX2 or AVX-512), whatever the default.

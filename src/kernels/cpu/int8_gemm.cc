@@ -399,6 +399,16 @@ inline void StoreQuads(__m128i q, bool vnni, int8_t* out, int64_t quad_stride) {
   _mm_storel_epi64(reinterpret_cast<__m128i*>(out + 3 * quad_stride), _mm_unpackhi_epi64(hi, hi));
 }
 
+// A row's scale from the lanes' absolute maxima: *scale = amax / 127; returns 127 / amax (0 for
+// an all-zero row), the factor the values are multiplied by before rounding.
+__attribute__((target("avx512f"))) float RowScaleFromMax512(__m512 vmax, float* scale) {
+  alignas(64) float lanes_max[16];
+  _mm512_store_ps(lanes_max, vmax);
+  const float amax = *std::max_element(lanes_max, lanes_max + 16);
+  *scale = amax / 127.0f;
+  return amax > 0.0f ? 127.0f / amax : 0.0f;
+}
+
 // QuantizeRow's quad form for the VNNI kernel (whose CPUs have AVX-512), 16 lanes at a time:
 // the same divide, maximum, product, round-half-even conversion and clamp per element, and
 // the same scalar tail, so the same bytes and scale.
@@ -423,11 +433,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void QuantizeRowQuads512(co
     vmax = Max512(vmax, _mm512_set1_ps(std::fabs(v)));
   }
   if (smooth != nullptr) xs = tmp;
-  alignas(64) float lanes_max[16];
-  _mm512_store_ps(lanes_max, vmax);
-  const float amax = *std::max_element(lanes_max, lanes_max + 16);
-  *scale = amax / 127.0f;
-  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  const float inv = RowScaleFromMax512(vmax, scale);
   const __m512 vinv = _mm512_set1_ps(inv);
   const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
   const __m512i zero_i = _mm512_setzero_si512();
@@ -515,11 +521,7 @@ __attribute__((target("avx512f"))) void QuantizeRowMajor512(const float* x, int6
     vmax = Max512(vmax, _mm512_abs_ps(v));
   }
   if (smooth != nullptr) xs = tmp;
-  alignas(64) float lanes_max[16];
-  _mm512_store_ps(lanes_max, vmax);
-  const float amax = *std::max_element(lanes_max, lanes_max + 16);
-  *scale = amax / 127.0f;
-  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  const float inv = RowScaleFromMax512(vmax, scale);
   const __m512 vinv = _mm512_set1_ps(inv);
   const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
   for (i = 0; i < k; i += 16) {
