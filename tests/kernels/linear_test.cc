@@ -173,6 +173,35 @@ TEST(LinearTest, ResultsDoNotDependOnThreadCount) {
   SetComputeThreads(saved);
 }
 
+// Outputs of 8,192 columns and more take longer K chunks on the AVX-512 tile (gemm.cc,
+// kWideN): still the reference's values, and a row's bytes do not depend on which rows share
+// its batch or on the thread count, since the chunking depends on the weight alone.
+TEST(LinearTest, WideOutputsKeepTheirSumsInAnyBatch) {
+  std::mt19937 rng(21);
+  auto be = backend::MakeCpuBackend();
+  const int64_t n = 8200, k = 1000;
+  LinearWeight w;
+  w.weight = RandomTensor({n, k}, rng);
+  ASSERT_TRUE(be->PrepareLinear(w).ok());
+  const kernels::cpu::PackedWeight* pw = kernels::cpu::AsPackedWeight(w.packed);
+  ASSERT_NE(pw, nullptr);
+  kernels::cpu::LinearConfig gemm;
+  gemm.gemv_max_rows = 0;
+  const Tensor x = RandomTensor({40, k}, rng);
+  const Tensor x13 = x.Slice(0, 13).Clone();
+  Tensor y = Poisoned({40, n}), y13 = Poisoned({13, n});
+  ASSERT_TRUE(kernels::cpu::Linear(x, *pw, Tensor(), y, gemm).ok());
+  ASSERT_TRUE(kernels::cpu::Linear(x13, *pw, Tensor(), y13, gemm).ok());
+  ExpectClose(y13, ReferenceLinear(x13, w.weight, Tensor()), 1e-5, "13 rows");
+  EXPECT_EQ(0, std::memcmp(y.raw(), y13.raw(), y13.nbytes())) << "13 rows alone and in a batch of 40";
+  const int saved = ComputeThreads();
+  SetComputeThreads(1);
+  Tensor y1 = Poisoned({40, n});
+  ASSERT_TRUE(kernels::cpu::Linear(x, *pw, Tensor(), y1, gemm).ok());
+  SetComputeThreads(saved);
+  EXPECT_EQ(0, std::memcmp(y.raw(), y1.raw(), y.nbytes())) << "one thread and all";
+}
+
 TEST(LinearTest, EmptyBatchIsOk) {
   std::mt19937 rng(11);
   auto be = backend::MakeCpuBackend();

@@ -221,12 +221,13 @@ void PackRows(const float* x, int64_t lda, int64_t mc, int64_t kc, float* out) {
 // The AVX-512 tile reads two micro-panels per K chunk: at most 256 rows each (2 x 16 KiB of
 // f32 in L1 with the A tile), where the one-panel tiles take blk.k_chunk.
 constexpr int64_t kPairKChunk = 256;
-// Unless a thread's share of C is larger than this: then each K chunk re-reads C from memory
-// (it does not stay in its half of the 32 MiB L3), and chunks of kWideKChunk, at the cost of
-// the micro-panels streaming from L2 instead of L1, read it a third as often. gemm_bench, f32
-// and bf16 weights, 2 threads: the 1B gate_up at 512 rows (16 MiB of C a thread) 1.15-1.25x
-// with chunks of 768 or 1,024 against 256; narrower outputs within noise either way.
-constexpr int64_t kWideCBytes = int64_t{8} << 20;
+// Unless the output has kWideN columns or more: then C (rows x N f32: 32 MiB for the 1B
+// gate_up at 512 rows) does not stay in the L3 between K chunks, each chunk re-reads it from
+// memory, and chunks of kWideKChunk, at the cost of the micro-panels streaming from L2 instead
+// of L1, read it a third as often. gemm_bench, f32 and bf16 weights, 2 threads: the 1B gate_up
+// at 512 rows 1.13-1.31x with chunks of 768 against 256. The choice depends on the weight
+// alone, never on M or the thread count, so a row's sums keep their order in any batch.
+constexpr int64_t kWideN = 8192;
 constexpr int64_t kWideKChunk = 768;
 
 template <typename BT, GemmKernel kKernel>
@@ -234,9 +235,8 @@ void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int6
                const PackedWeight& w, const float* bias, float* y, int64_t ldy, const GemmBlocking& blk) {
   thread_local GemmScratch scratch;
   const int64_t k = w.k;
-  const int64_t c_bytes = (r_end - r_begin) * (p_end - p_begin) * kPanelCols * static_cast<int64_t>(sizeof(float));
   const int64_t k_chunk = kKernel != GemmKernel::kAvx512 ? blk.k_chunk
-                          : c_bytes > kWideCBytes        ? kWideKChunk
+                          : w.n >= kWideN                ? kWideKChunk
                                                          : std::min(blk.k_chunk, kPairKChunk);
   const int64_t chunks = (k + k_chunk - 1) / k_chunk;
   const int64_t kc_max = (k + chunks - 1) / chunks;
@@ -311,7 +311,10 @@ void GemmImpl(const float* x, int64_t lda, int64_t m, const PackedWeight& w, con
     }
   };
   if (w.num_panels >= kMinPanelsPerThread * threads) {
-    ParallelFor(w.num_panels, 1, [&](int64_t p_begin, int64_t p_end) { range(0, m, p_begin, p_end); });
+    // The AVX-512 tile pairs panels (2j, 2j + 1) and runs a panel left without a partner on
+    // the one-panel tile, whose sums are ordered differently: threads take whole pairs, so
+    // the pairing, and every output's bytes, do not depend on the thread count.
+    ParallelFor(w.num_panels, avx512 ? 2 : 1, [&](int64_t p_begin, int64_t p_end) { range(0, m, p_begin, p_end); });
   } else {
     ParallelFor(m, kMaxTileRows, [&](int64_t r_begin, int64_t r_end) { range(r_begin, r_end, 0, w.num_panels); });
   }
