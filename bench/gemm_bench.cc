@@ -218,8 +218,10 @@ void BM_OnednnInt8(benchmark::State& state, int64_t m, int64_t n, int64_t k) {
   std::vector<float> row_scale(static_cast<size_t>(m));
   std::vector<int32_t> acc(static_cast<size_t>(m * n));
   size_t i = 0;
+  // The AVX2 kernel's quads hold q itself (the VNNI kernel's hold q + 128).
   for (auto _ : state) {
-    cpu::QuantizeActivations(x.data<float>(), k, m, k, k_stored, nullptr, 1, quads.data(), row_scale.data());
+    cpu::QuantizeActivations(x.data<float>(), k, m, k, k_stored, nullptr, 1, quads.data(), row_scale.data(),
+                             cpu::Int8Kernel::kAvx2);
     ferry::ParallelFor(m, 1, [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         const int8_t* row = quads.data() + r * k_stored * cpu::kActivationBytesPerK;

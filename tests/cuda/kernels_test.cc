@@ -724,15 +724,24 @@ TEST(CudaKernels, QuantizeRowsInt8MatchesCpuBitForBit) {
         std::vector<float> x = RoundTo(act, RandomFloats(n, ++seed, -5.0f, 5.0f));
         if (s.rows > 1) std::fill(x.begin() + s.cols, x.begin() + 2 * s.cols, 0.0f);  // an all-zero row
         const std::vector<float> smooth = RandomFloats(static_cast<size_t>(s.cols), ++seed, 0.25f, 4.0f);
-        // CPU: tiles of one row; row r's quad j is 8 bytes at r * k_stored * 2 + 8 * j.
+        // CPU (this host's kernel): tiles of one row; row r's quad j is B bytes at
+        // r * k_stored * B / 4 + B * j, B = ActivationQuadBytes: q then |q| (AVX2) or q + 128 (VNNI).
         const int64_t k_stored = (s.cols + 3) / 4 * 4;
+        const kernels::cpu::Int8Kernel kernel = kernels::cpu::ActiveInt8Kernel();
+        const int64_t quad_bytes = kernels::cpu::ActivationQuadBytes(kernel);
         std::vector<int8_t> tiles(static_cast<size_t>(s.rows * k_stored * 2));
         std::vector<float> want_scales(static_cast<size_t>(s.rows));
         kernels::cpu::QuantizeActivations(x.data(), s.cols, s.rows, s.cols, k_stored,
-                                          with_smooth ? smooth.data() : nullptr, 1, tiles.data(), want_scales.data());
+                                          with_smooth ? smooth.data() : nullptr, 1, tiles.data(), want_scales.data(),
+                                          kernel);
         std::vector<int8_t> want_q(n);
         for (int64_t r = 0; r < s.rows; ++r) {
-          for (int64_t i = 0; i < s.cols; ++i) want_q[r * s.cols + i] = tiles[r * k_stored * 2 + (i / 4) * 8 + i % 4];
+          for (int64_t i = 0; i < s.cols; ++i) {
+            const int8_t stored = tiles[r * k_stored * quad_bytes / 4 + (i / 4) * quad_bytes + i % 4];
+            want_q[r * s.cols + i] = kernel == kernels::cpu::Int8Kernel::kVnni
+                                         ? static_cast<int8_t>(static_cast<uint8_t>(stored) ^ 0x80u)
+                                         : stored;
+          }
         }
         DeviceBuffer dx = UploadAs(act, x), dsmooth = Upload(smooth);
         DeviceBuffer dq = PoisonedBuffer(n), dscales = PoisonedBuffer(static_cast<size_t>(s.rows) * 4);

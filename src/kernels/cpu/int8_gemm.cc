@@ -53,7 +53,7 @@ constexpr int64_t kMinBytesPerThread = 64 << 10;
 // Decode prefetch distance, as in gemv.cc.
 constexpr int kPrefetchBytes = 1024;
 // Prefill blocking: a K chunk of a panel is chunk_quads * 64 bytes (8 KiB, L1); a row block
-// of activation tiles is row_block * chunk_quads * 8 bytes (288 KiB, L2).
+// of the AVX2 kernel's activation tiles is row_block * chunk_quads * 8 bytes (288 KiB, L2).
 constexpr int64_t kGemmChunkQuads = 128;
 constexpr int64_t kGemmRowBlock = 288;
 // The VNNI kernel does four times the work per byte of C it reads and writes between K
@@ -64,6 +64,9 @@ constexpr int64_t kGemmRowBlock = 288;
 constexpr int64_t kVnniPairChunkQuads = 256;
 // Prefill's VNNI tile height (Int8TileVnniPair): its activation tiles hold this many rows.
 constexpr int kVnniTileRows = 12;
+// Bytes per row and quad in the activation tiles (int8_gemm.h, ActivationQuadBytes).
+constexpr int kAvx2QuadBytes = ActivationQuadBytes(Int8Kernel::kAvx2);
+constexpr int kVnniQuadBytes = ActivationQuadBytes(Int8Kernel::kVnni);
 // Threads split the panels when each gets at least this many, otherwise the rows.
 constexpr int64_t kMinPanelsPerThread = 4;
 
@@ -152,11 +155,11 @@ inline void Int8Tile(int64_t quads, const int8_t* a, int64_t a_stride, const int
     if constexpr (kPrefetchBytes > 0) _mm_prefetch(reinterpret_cast<const char*>(bj) + kPrefetchBytes, _MM_HINT_T0);
     const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bj));
     const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bj + 32));
-    const int8_t* aj = a + j * a_stride * 8;
+    const int8_t* aj = a + j * a_stride * kAvx2QuadBytes;
 #pragma GCC unroll 4
     for (int m = 0; m < MR; ++m) {
-      const __m256i sa = BroadcastWord(aj + 8 * m);
-      const __m256i ua = BroadcastWord(aj + 8 * m + 4);
+      const __m256i sa = BroadcastWord(aj + kAvx2QuadBytes * m);
+      const __m256i ua = BroadcastWord(aj + kAvx2QuadBytes * m + 4);
       const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(w0, sa)), ones);
       const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(w1, sa)), ones);
       acc[m][0] = _mm256_add_epi32(acc[m][0], p0);
@@ -169,7 +172,7 @@ inline void Int8Tile(int64_t quads, const int8_t* a, int64_t a_stride, const int
 // The same tile with VNNI (vpdpbusd: u8 x s8 quads summed into int32, no saturation) on
 // 512-bit vectors: one quad of a panel (16 columns x 4 k, 64 bytes) is one vector, so the
 // panel layout is the AVX2 one. The activations come as u8 = q + 128 (QuantizeRow stores
-// q ^ 0x80 in the second half of each 8-byte quad for this kernel), and the shift is taken
+// q ^ 0x80, 4 bytes a quad, for this kernel), and the shift is taken
 // back out with the tile's own column sums of the weights over this K range:
 // sum (q + 128) w = sum q w + 128 sum w, exact. Per row and quad one broadcast load and one
 // instruction, against two broadcasts and eight for AVX2 (sign, maddubs, madd, add on two
@@ -190,11 +193,11 @@ __attribute__((target("avx512f,avx512vnni"), always_inline)) inline void VnniQua
   if constexpr (kPrefetchBytes > 0) _mm_prefetch(reinterpret_cast<const char*>(bj) + kPrefetchBytes, _MM_HINT_T0);
   const __m512i w = _mm512_loadu_si512(bj);
   wsum = DotBytes(wsum, ones, w);
-  const int8_t* aj = a + j * a_stride * 8;
+  const int8_t* aj = a + j * a_stride * kVnniQuadBytes;
 #pragma GCC unroll 4
   for (int m = 0; m < MR; ++m) {
     int32_t word;
-    std::memcpy(&word, aj + 8 * m + 4, 4);
+    std::memcpy(&word, aj + kVnniQuadBytes * m, 4);
     acc[m] = DotBytes(acc[m], _mm512_set1_epi32(word), w);
   }
 }
@@ -286,11 +289,11 @@ __attribute__((target("avx2,fma,avx512f,avx512vl,avx512vnni"))) void Int8TileVnn
   for (int64_t j = 0; j < quads; ++j) {
     const __m512i w0 = _mm512_loadu_si512(b0 + j * 4 * kPanelCols);
     const __m512i w1 = _mm512_loadu_si512(b1 + j * 4 * kPanelCols);
-    const int8_t* aj = a + j * a_stride * 8;
+    const int8_t* aj = a + j * a_stride * kVnniQuadBytes;
 #pragma GCC unroll 12
     for (int m = 0; m < MR; ++m) {
       int32_t word;
-      std::memcpy(&word, aj + 8 * m + 4, 4);
+      std::memcpy(&word, aj + kVnniQuadBytes * m, 4);
       const __m512i u = _mm512_set1_epi32(word);
       acc[0][m] = DotBytes(acc[0][m], u, w0);
       acc[1][m] = DotBytes(acc[1][m], u, w1);
@@ -376,19 +379,16 @@ inline void Int8TileRows(int rows, int64_t quads, const int8_t* a, int64_t a_str
   }
 }
 
-// The second half of a quad's 8 bytes: |q| for the AVX2 kernel, q + 128 as u8 for VNNI.
-inline int8_t SecondHalf(int8_t q, bool vnni) {
-  if (vnni) return static_cast<int8_t>(static_cast<uint8_t>(q) ^ 0x80u);
-  return static_cast<int8_t>(q < 0 ? -q : q);
-}
+// The VNNI kernel's byte for q: q + 128 as u8.
+inline int8_t VnniByte(int8_t q) { return static_cast<int8_t>(static_cast<uint8_t>(q) ^ 0x80u); }
 
-// Writes 16 quantized values (k order) and their second halves as 4 quads of 8 bytes,
+// Writes 16 quantized values (k order) and their magnitudes as 4 AVX2 quads of 8 bytes,
 // `quad_stride` bytes apart.
-inline void StoreQuads(__m128i q, bool vnni, int8_t* out, int64_t quad_stride) {
-  const __m128i mag = vnni ? _mm_xor_si128(q, _mm_set1_epi8(static_cast<char>(0x80))) : _mm_abs_epi8(q);
-  const __m128i lo = _mm_unpacklo_epi32(q, mag);  // quads 0 and 1: q, second half, q, second half
+inline void StoreQuads(__m128i q, int8_t* out, int64_t quad_stride) {
+  const __m128i mag = _mm_abs_epi8(q);
+  const __m128i lo = _mm_unpacklo_epi32(q, mag);  // quads 0 and 1: q, |q|, q, |q|
   const __m128i hi = _mm_unpackhi_epi32(q, mag);
-  if (quad_stride == 8) {
+  if (quad_stride == kAvx2QuadBytes) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), lo);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16), hi);
     return;
@@ -397,6 +397,18 @@ inline void StoreQuads(__m128i q, bool vnni, int8_t* out, int64_t quad_stride) {
   _mm_storel_epi64(reinterpret_cast<__m128i*>(out + quad_stride), _mm_unpackhi_epi64(lo, lo));
   _mm_storel_epi64(reinterpret_cast<__m128i*>(out + 2 * quad_stride), hi);
   _mm_storel_epi64(reinterpret_cast<__m128i*>(out + 3 * quad_stride), _mm_unpackhi_epi64(hi, hi));
+}
+
+// Writes 16 quantized values (k order) as 4 VNNI quads of q + 128, `quad_stride` bytes apart.
+inline void StoreVnniQuads(__m128i q, int8_t* out, int64_t quad_stride) {
+  const __m128i u = _mm_xor_si128(q, _mm_set1_epi8(static_cast<char>(0x80)));
+  if (quad_stride == kVnniQuadBytes) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), u);
+    return;
+  }
+  alignas(16) int32_t words[4];
+  _mm_store_si128(reinterpret_cast<__m128i*>(words), u);
+  for (int j = 0; j < 4; ++j) std::memcpy(out + j * quad_stride, &words[j], 4);
 }
 
 // A row's scale from the lanes' absolute maxima: *scale = amax / 127; returns 127 / amax (0 for
@@ -411,7 +423,7 @@ __attribute__((target("avx512f"))) float RowScaleFromMax512(__m512 vmax, float* 
 
 // QuantizeRow's quad form for the VNNI kernel (whose CPUs have AVX-512), 16 lanes at a time:
 // the same divide, maximum, product, round-half-even conversion and clamp per element, and
-// the same scalar tail, so the same bytes and scale.
+// the same scalar tail, so the same values and scale; stored as q + 128, 4 bytes a quad.
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void QuantizeRowQuads512(const float* x, int64_t k,
                                                                               int64_t k_stored, const float* smooth,
                                                                               float* tmp, int8_t* out,
@@ -440,17 +452,15 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void QuantizeRowQuads512(co
   for (i = 0; i + 16 <= k; i += 16) {
     const __m512i r = _mm512_mask_cvtps_epi32(zero_i, kAllLanes, _mm512_mul_ps(_mm512_loadu_ps(xs + i), vinv));
     const __m512i q = _mm512_mask_min_epi32(zero_i, kAllLanes, hi, _mm512_mask_max_epi32(zero_i, kAllLanes, lo, r));
-    StoreQuads(_mm512_maskz_cvtepi32_epi8(kAllLanes, q), true, out + (i / 4) * quad_stride, quad_stride);
+    StoreVnniQuads(_mm512_maskz_cvtepi32_epi8(kAllLanes, q), out + (i / 4) * quad_stride, quad_stride);
   }
   for (; i < k_stored; ++i) {
     const int8_t q = i < k ? static_cast<int8_t>(std::clamp(std::nearbyint(xs[i] * inv), -127.0f, 127.0f)) : 0;
-    int8_t* quad = out + (i / 4) * quad_stride;
-    quad[i % 4] = q;
-    quad[4 + i % 4] = SecondHalf(q, true);
+    out[(i / 4) * quad_stride + i % 4] = VnniByte(q);
   }
 }
 
-// quad_stride 0: q[0..k) row-major (oneDNN's s8 source) instead of quads with second halves.
+// quad_stride 0: q[0..k) row-major (oneDNN's s8 source) instead of `vnni`'s or the AVX2 kernel's quads.
 void QuantizeRow(const float* x, int64_t k, int64_t k_stored, const float* smooth, bool vnni, float* tmp, int8_t* out,
                  int64_t quad_stride, float* scale) {
   if (vnni && quad_stride != 0) {
@@ -486,7 +496,7 @@ void QuantizeRow(const float* x, int64_t k, int64_t k_stored, const float* smoot
     if (quad_stride == 0) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), q8);
     } else {
-      StoreQuads(q8, vnni, out + (i / 4) * quad_stride, quad_stride);
+      StoreQuads(q8, out + (i / 4) * quad_stride, quad_stride);
     }
   }
   for (; i < (quad_stride == 0 ? k : k_stored); ++i) {
@@ -497,7 +507,7 @@ void QuantizeRow(const float* x, int64_t k, int64_t k_stored, const float* smoot
     }
     int8_t* quad = out + (i / 4) * quad_stride;
     quad[i % 4] = q;
-    quad[4 + i % 4] = SecondHalf(q, vnni);
+    quad[4 + i % 4] = static_cast<int8_t>(q < 0 ? -q : q);
   }
 }
 
@@ -551,6 +561,7 @@ template <bool kVnni>
 void Int8Gemv(const int8_t* aq, int tile_rows, int64_t m, const float* row_scale, const PackedWeight& w,
               const float* bias, float* y, int64_t ldy) {
   const int64_t quads = w.k_stored / 4;
+  constexpr int kQuadBytes = kVnni ? kVnniQuadBytes : kAvx2QuadBytes;
   const int64_t chunk = m <= kTileRows ? quads : kGemvChunkQuads;
   const int64_t grain = std::max<int64_t>(1, kMinBytesPerThread / std::max<int64_t>(w.panel_bytes(), 1));
   const float* scales = w.scale_data();
@@ -563,7 +574,7 @@ void Int8Gemv(const int8_t* aq, int tile_rows, int64_t m, const float* row_scale
         const int64_t jn = std::min(chunk, quads - j0);
         for (int64_t r0 = 0; r0 < m; r0 += kTileRows) {
           const int rows = static_cast<int>(std::min<int64_t>(kTileRows, m - r0));
-          const int8_t* a = aq + ((r0 / kTileRows) * quads + j0) * tile_rows * 8;
+          const int8_t* a = aq + ((r0 / kTileRows) * quads + j0) * tile_rows * kQuadBytes;
           Int8TileRows<kVnni, kPrefetchBytes>(rows, jn, a, tile_rows, panel + j0 * 4 * kPanelCols,
                                        y + r0 * ldy + p * kPanelCols, ldy, ncols, j0 == 0, j0 + jn >= quads,
                                        row_scale + r0, scales + p * kPanelCols, panel_bias);
@@ -613,7 +624,7 @@ void Int8GemmRange(const int8_t* aq, int tile_rows, int64_t r_begin, int64_t r_e
           const auto& shift = shifts[static_cast<size_t>((p - p_begin) / 2)].v;
           for (int64_t r = i0; r < i1; r += kTile) {
             const int rows = static_cast<int>(std::min<int64_t>(kTile, i1 - r));
-            const int8_t* a = aq + ((r / kTile) * quads + j0) * tile_rows * 8;
+            const int8_t* a = aq + ((r / kTile) * quads + j0) * tile_rows * kVnniQuadBytes;
             Int8TileRowsVnniPair(rows, kc, a, tile_rows, b, b1, shift, y + r * ldy + p * kPanelCols, ldy, ncols,
                                  ncols1, j0 == 0, j0 + kc >= quads, row_scale + r, scales + p * kPanelCols, panel_bias,
                                  gelu);
@@ -621,7 +632,7 @@ void Int8GemmRange(const int8_t* aq, int tile_rows, int64_t r_begin, int64_t r_e
         } else {
           for (int64_t r = i0; r < i1; r += kTile) {
             const int rows = static_cast<int>(std::min<int64_t>(kTile, i1 - r));
-            const int8_t* a = aq + ((r / kTile) * quads + j0) * tile_rows * 8;
+            const int8_t* a = aq + ((r / kTile) * quads + j0) * tile_rows * kAvx2QuadBytes;
             Int8TileRows<false>(rows, kc, a, tile_rows, b, y + r * ldy + p * kPanelCols, ldy, ncols, j0 == 0,
                                 j0 + kc >= quads, row_scale + r, scales + p * kPanelCols, panel_bias);
           }
@@ -657,16 +668,17 @@ std::string_view Int8KernelName(Int8Kernel kernel) { return kernel == Int8Kernel
 void QuantizeActivations(const float* x, int64_t lda, int64_t m, int64_t k, int64_t k_stored, const float* smooth,
                          int tile_rows, int8_t* q, float* row_scale, Int8Kernel kernel) {
   const bool vnni = kernel == Int8Kernel::kVnni;
+  const int64_t quad_bytes = ActivationQuadBytes(kernel);
   const int64_t tiles = (m + tile_rows - 1) / tile_rows;
   const int64_t grain = std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(k * tile_rows, 1));
   ParallelFor(tiles, grain, [&](int64_t b, int64_t e) {
     Int8Scratch& scratch = ThreadScratch();
     if (smooth != nullptr && scratch.tmp.size() < static_cast<size_t>(k)) scratch.tmp.resize(static_cast<size_t>(k));
     for (int64_t t = b; t < e; ++t) {
-      int8_t* tile = q + t * k_stored * tile_rows * kActivationBytesPerK;
+      int8_t* tile = q + t * (k_stored / 4) * tile_rows * quad_bytes;
       for (int64_t r = t * tile_rows; r < std::min(m, (t + 1) * tile_rows); ++r) {
-        QuantizeRow(x + r * lda, k, k_stored, smooth, vnni, scratch.tmp.data(), tile + 8 * (r - t * tile_rows),
-                    8 * tile_rows, row_scale + r);
+        QuantizeRow(x + r * lda, k, k_stored, smooth, vnni, scratch.tmp.data(), tile + quad_bytes * (r - t * tile_rows),
+                    quad_bytes * tile_rows, row_scale + r);
       }
     }
   });

@@ -9,14 +9,18 @@
 
 namespace ferry::kernels::cpu {
 
-// Bytes of quantized activations per row and stored k (the value, then |value| for the
-// AVX2 kernel or value + 128 as an unsigned byte for the VNNI one).
+// The most bytes of quantized activations per row and stored k (ActivationQuadBytes / 4).
 inline constexpr int kActivationBytesPerK = 2;
 
 // The integer kernels. Both give the same exact int32 sums, so the same results bit for
 // bit. The VNNI one runs where the CPU has AVX-512 VNNI (and VL), unless the environment
 // says FERRY_INT8_KERNEL=avx2 at start-up.
 enum class Int8Kernel { kAvx2, kVnni };
+
+// Bytes a quantized row holds per quad of k for `kernel`: the AVX2 kernel's 8 (q[4j..4j+3],
+// then |q| for vpsignb and vpmaddubsw), the VNNI kernel's 4 (q + 128 as unsigned bytes, the
+// one operand vpdpbusd takes; half the activation bytes its tiles stream).
+constexpr int ActivationQuadBytes(Int8Kernel kernel) { return kernel == Int8Kernel::kVnni ? 4 : 8; }
 bool Int8KernelSupported(Int8Kernel kernel);
 Int8Kernel ActiveInt8Kernel();
 // Switches the kernel for later calls (tests and benchmarks compare the two); false when this
@@ -46,10 +50,11 @@ bool SetInt8OnednnEnabled(bool enabled);
 // Quantizes rows [0, m) of x to int8 with a per-row dynamic scale, in the tile layout the
 // W8A8 kernels read. Each row: x' = x / smooth (smooth null: x' = x), amax = max |x'|,
 // q = round_half_even(x' * (127 / amax)) in f32 (|q| <= 127), row_scale = amax / 127 (q = 0
-// and scale 0 for an all-zero row). Tiles hold `tile_rows` rows; for k-quad j of row r of
-// tile t, the 8 bytes at t*k_stored*tile_rows*2 + (j*tile_rows + r)*8 are q[4j..4j+3] then
-// their second halves for `kernel`: |q| (two 32-bit broadcasts feed vpsignb and vpmaddubsw)
-// or q + 128 as u8 (one broadcast feeds vpdpbusd). The K padding is zero.
+// and scale 0 for an all-zero row). Tiles hold `tile_rows` rows; with B =
+// ActivationQuadBytes(kernel), k-quad j of row r of tile t is the B bytes at
+// t*k_stored*tile_rows*B/4 + (j*tile_rows + r)*B: for the AVX2 kernel q[4j..4j+3] then |q|
+// (two 32-bit broadcasts feed vpsignb and vpmaddubsw), for the VNNI kernel q[4j..4j+3] + 128
+// as u8 (one broadcast feeds vpdpbusd). The K padding is q = 0.
 void QuantizeActivations(const float* x, int64_t lda, int64_t m, int64_t k, int64_t k_stored, const float* smooth,
                          int tile_rows, int8_t* q, float* row_scale, Int8Kernel kernel = ActiveInt8Kernel());
 
