@@ -218,26 +218,22 @@ void PackRows(const float* x, int64_t lda, int64_t mc, int64_t kc, float* out) {
 }
 
 // Rows [r_begin, r_end) x panels [p_begin, p_end) of the product.
-// The AVX-512 tile reads two micro-panels per K chunk: at most 256 rows each (2 x 16 KiB of
-// f32 in L1 with the A tile), where the one-panel tiles take blk.k_chunk.
-constexpr int64_t kPairKChunk = 256;
-// Unless the output has kWideN columns or more: then C (rows x N f32: 32 MiB for the 1B
-// gate_up at 512 rows) does not stay in the L3 between K chunks, each chunk re-reads it from
-// memory, and chunks of kWideKChunk, at the cost of the micro-panels streaming from L2 instead
-// of L1, read it a third as often. gemm_bench, f32 and bf16 weights, 2 threads: the 1B gate_up
-// at 512 rows 1.13-1.31x with chunks of 768 against 256. The choice depends on the weight
-// alone, never on M or the thread count, so a row's sums keep their order in any batch.
-constexpr int64_t kWideN = 8192;
-constexpr int64_t kWideKChunk = 768;
+// The AVX-512 tile reads two micro-panels per K chunk of up to kPairKChunk: a tile's C is
+// read and written once per chunk, and on this tile (24 accumulators, FMA-bound at about the
+// CPU's peak with its operands in L1) that per-tile traffic, not where the micro-panels
+// stream from, is what long chunks save. gemm_bench, 2 threads, on a Zen 5, paired runs
+// against chunks of 256 (768 for outputs of 8,192 columns and more): the 1B linears at 512 rows
+// 1.04-1.06x, bert-base's at 4,096 rows 1.05-1.26x (bench/results/cpu/zen5-long-k-chunks). The
+// chunk depends on the weight alone, never on M or the thread count, so a row's sums keep
+// their order in any batch.
+constexpr int64_t kPairKChunk = 1024;
 
 template <typename BT, GemmKernel kKernel>
 void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int64_t p_begin, int64_t p_end,
                const PackedWeight& w, const float* bias, float* y, int64_t ldy, const GemmBlocking& blk) {
   thread_local GemmScratch scratch;
   const int64_t k = w.k;
-  const int64_t k_chunk = kKernel != GemmKernel::kAvx512 ? blk.k_chunk
-                          : w.n >= kWideN                ? kWideKChunk
-                                                         : std::min(blk.k_chunk, kPairKChunk);
+  const int64_t k_chunk = kKernel == GemmKernel::kAvx512 ? kPairKChunk : blk.k_chunk;
   const int64_t chunks = (k + k_chunk - 1) / k_chunk;
   const int64_t kc_max = (k + chunks - 1) / chunks;
   const int64_t mc_max = std::min(blk.row_block, r_end - r_begin);

@@ -17,7 +17,8 @@ struct GemmBlocking {
   // 6 x 342) so no short tail chunk pays the per-chunk overheads. A 384 x 16 f32 micro-panel
   // is 24 KiB (L1); measured best of 256/384/512 on Zen 3 (~180 GFLOP/s at 2 threads).
   int64_t k_chunk = 384;
-  int64_t row_block = 288;  // packed x block: 288 x 384 f32 = 432 KiB, stays in L2
+  int64_t row_block = 288;  // packed x block: 288 x 384 f32 = 432 KiB, stays in L2 (the AVX-512
+                            // tile's K chunks are kPairKChunk in gemm.cc: 1.1 MiB blocks)
 };
 
 // The register tile the GEMM runs: AVX2 (6 x 16 in 12 ymm), or AVX-512 where the CPU has
