@@ -8,6 +8,7 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/gemm_microkernel.h"
 #include "kernels/cpu/kernel_switch.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace ferry::kernels::cpu {
 namespace {
@@ -44,7 +45,8 @@ void WidenPanel(const int8_t* src, int64_t kc, const float* scale, float* dst) {
 // even and odd sets, so 2 MR independent FMA chains cover the FMA latency on two ports.
 template <int MR>
 __attribute__((target("avx512f"))) void MicroKernel512(int64_t kc, const float* a, const float* b, float* c,
-                                                       int64_t ldc, int ncols, bool accumulate, const float* bias) {
+                                                       int64_t ldc, int ncols, bool accumulate, const float* bias,
+                                                       bool gelu) {
   __m512 acc[2][MR];
 #pragma GCC unroll 6
   for (int m = 0; m < MR; ++m) acc[0][m] = acc[1][m] = _mm512_setzero_ps();
@@ -70,16 +72,20 @@ __attribute__((target("avx512f"))) void MicroKernel512(int64_t kc, const float* 
   for (int m = 0; m < MR; ++m) {
     float* cm = c + m * ldc;
     const __m512 prev = accumulate ? _mm512_maskz_loadu_ps(cols, cm) : bias_v;
-    _mm512_mask_storeu_ps(cm, cols, _mm512_add_ps(_mm512_add_ps(acc[0][m], acc[1][m]), prev));
+    const __m512 v = _mm512_add_ps(_mm512_add_ps(acc[0][m], acc[1][m]), prev);
+    _mm512_mask_storeu_ps(cm, cols, gelu ? Gelu(v) : v);
   }
 }
 
 // C[0:ROWS, 0:16 + ncols1] (+)= the accumulators of a two-panel tile (acc0: the first, whole
-// panel; acc1: the second, ncols1 columns), with the bias on the first K chunk.
+// panel; acc1: the second, ncols1 columns), with the bias on the first K chunk and, with
+// `gelu` (the last chunk's), GELU on what is stored: Gelu in vec_math.h, the operations of the
+// separate pass (GeluRows), so its bytes.
 template <int ROWS>
 __attribute__((target("avx512f"), always_inline)) inline void StorePairTile(const __m512* acc0, const __m512* acc1,
                                                                            float* c, int64_t ldc, int ncols1,
-                                                                           bool accumulate, const float* bias) {
+                                                                           bool accumulate, const float* bias,
+                                                                           bool gelu) {
   const __mmask16 cols1 = ncols1 >= kPanelCols ? __mmask16{0xffff} : static_cast<__mmask16>((1u << ncols1) - 1);
   const bool add_bias = !accumulate && bias != nullptr;
   const __m512 bias0 = add_bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
@@ -89,8 +95,10 @@ __attribute__((target("avx512f"), always_inline)) inline void StorePairTile(cons
     float* cm = c + m * ldc;
     const __m512 prev0 = accumulate ? _mm512_loadu_ps(cm) : bias0;
     const __m512 prev1 = accumulate ? _mm512_maskz_loadu_ps(cols1, cm + kPanelCols) : bias1;
-    _mm512_storeu_ps(cm, _mm512_add_ps(acc0[m], prev0));
-    _mm512_mask_storeu_ps(cm + kPanelCols, cols1, _mm512_add_ps(acc1[m], prev1));
+    const __m512 v0 = _mm512_add_ps(acc0[m], prev0);
+    const __m512 v1 = _mm512_add_ps(acc1[m], prev1);
+    _mm512_storeu_ps(cm, gelu ? Gelu(v0) : v0);
+    _mm512_mask_storeu_ps(cm + kPanelCols, cols1, gelu ? Gelu(v1) : v1);
   }
 }
 
@@ -103,7 +111,7 @@ __attribute__((target("avx512f"), always_inline)) inline void StorePairTile(cons
 template <int MR, int kTiles>
 __attribute__((target("avx512f"))) void MicroKernel512Pair(int64_t kc, const float* a0, const float* a1,
                                                            const float* b0, const float* b1, float* c, int64_t ldc,
-                                                           int ncols1, bool accumulate, const float* bias) {
+                                                           int ncols1, bool accumulate, const float* bias, bool gelu) {
   constexpr int kRows = kTiles * MR;
   __m512 acc0[kRows], acc1[kRows];
 #pragma GCC unroll 12
@@ -131,32 +139,33 @@ __attribute__((target("avx512f"))) void MicroKernel512Pair(int64_t kc, const flo
       }
     }
   }
-  StorePairTile<kRows>(acc0, acc1, c, ldc, ncols1, accumulate, bias);
+  StorePairTile<kRows>(acc0, acc1, c, ldc, ncols1, accumulate, bias, gelu);
 }
 
 inline void TileRowsPair512(int rows, int64_t kc, const float* a, const float* b0, const float* b1, float* c,
-                            int64_t ldc, int ncols1, bool accumulate, const float* bias) {
+                            int64_t ldc, int ncols1, bool accumulate, const float* bias, bool gelu) {
   switch (rows) {
-    case 1: return MicroKernel512Pair<1, 1>(kc, a, nullptr, b0, b1, c, ldc, ncols1, accumulate, bias);
-    case 2: return MicroKernel512Pair<2, 1>(kc, a, nullptr, b0, b1, c, ldc, ncols1, accumulate, bias);
-    case 3: return MicroKernel512Pair<3, 1>(kc, a, nullptr, b0, b1, c, ldc, ncols1, accumulate, bias);
-    case 4: return MicroKernel512Pair<4, 1>(kc, a, nullptr, b0, b1, c, ldc, ncols1, accumulate, bias);
-    case 5: return MicroKernel512Pair<5, 1>(kc, a, nullptr, b0, b1, c, ldc, ncols1, accumulate, bias);
-    default: return MicroKernel512Pair<6, 1>(kc, a, nullptr, b0, b1, c, ldc, ncols1, accumulate, bias);
+    case 1: return MicroKernel512Pair<1, 1>(kc, a, nullptr, b0, b1, c, ldc, ncols1, accumulate, bias, gelu);
+    case 2: return MicroKernel512Pair<2, 1>(kc, a, nullptr, b0, b1, c, ldc, ncols1, accumulate, bias, gelu);
+    case 3: return MicroKernel512Pair<3, 1>(kc, a, nullptr, b0, b1, c, ldc, ncols1, accumulate, bias, gelu);
+    case 4: return MicroKernel512Pair<4, 1>(kc, a, nullptr, b0, b1, c, ldc, ncols1, accumulate, bias, gelu);
+    case 5: return MicroKernel512Pair<5, 1>(kc, a, nullptr, b0, b1, c, ldc, ncols1, accumulate, bias, gelu);
+    default: return MicroKernel512Pair<6, 1>(kc, a, nullptr, b0, b1, c, ldc, ncols1, accumulate, bias, gelu);
   }
 }
 
+// gelu: the AVX-512 tiles only (the AVX2 ones leave GELU to the caller).
 template <GemmKernel kKernel>
 inline void TileRows(int rows, int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int ncols,
-                     bool accumulate, const float* bias) {
+                     bool accumulate, const float* bias, bool gelu) {
   if constexpr (kKernel == GemmKernel::kAvx512) {
     switch (rows) {
-      case 1: return MicroKernel512<1>(kc, a, b, c, ldc, ncols, accumulate, bias);
-      case 2: return MicroKernel512<2>(kc, a, b, c, ldc, ncols, accumulate, bias);
-      case 3: return MicroKernel512<3>(kc, a, b, c, ldc, ncols, accumulate, bias);
-      case 4: return MicroKernel512<4>(kc, a, b, c, ldc, ncols, accumulate, bias);
-      case 5: return MicroKernel512<5>(kc, a, b, c, ldc, ncols, accumulate, bias);
-      default: return MicroKernel512<6>(kc, a, b, c, ldc, ncols, accumulate, bias);
+      case 1: return MicroKernel512<1>(kc, a, b, c, ldc, ncols, accumulate, bias, gelu);
+      case 2: return MicroKernel512<2>(kc, a, b, c, ldc, ncols, accumulate, bias, gelu);
+      case 3: return MicroKernel512<3>(kc, a, b, c, ldc, ncols, accumulate, bias, gelu);
+      case 4: return MicroKernel512<4>(kc, a, b, c, ldc, ncols, accumulate, bias, gelu);
+      case 5: return MicroKernel512<5>(kc, a, b, c, ldc, ncols, accumulate, bias, gelu);
+      default: return MicroKernel512<6>(kc, a, b, c, ldc, ncols, accumulate, bias, gelu);
     }
   } else if (rows == kMaxTileRows) {
     MicroKernel<kMaxTileRows, float, true>(kc, a, 0, b, kPanelCols, c, ldc, ncols, accumulate, bias);
@@ -230,7 +239,7 @@ constexpr int64_t kPairKChunk = 1024;
 
 template <typename BT, GemmKernel kKernel>
 void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int64_t p_begin, int64_t p_end,
-               const PackedWeight& w, const float* bias, float* y, int64_t ldy, const GemmBlocking& blk) {
+               const PackedWeight& w, const float* bias, float* y, int64_t ldy, bool gelu, const GemmBlocking& blk) {
   thread_local GemmScratch scratch;
   const int64_t k = w.k;
   const int64_t k_chunk = kKernel == GemmKernel::kAvx512 ? kPairKChunk : blk.k_chunk;
@@ -247,6 +256,7 @@ void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int6
   for (int64_t k0 = 0; k0 < k; k0 += kc_max) {
     const int64_t kc = std::min(kc_max, k - k0);
     const bool accumulate = k0 > 0;
+    const bool gelu_now = gelu && k0 + kc >= k;  // GELU on the last chunk's stores
     for (int64_t i0 = r_begin; i0 < r_end; i0 += blk.row_block) {
       const int64_t mc = std::min(blk.row_block, r_end - i0);
       PackRows(x + i0 * lda + k0, lda, mc, kc, scratch.a.data());
@@ -276,18 +286,18 @@ void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int6
           for (; r + 2 * kMaxTileRows <= mc; r += 2 * kMaxTileRows) {
             MicroKernel512Pair<kMaxTileRows, 2>(kc, scratch.a.data() + r * kc,
                                                 scratch.a.data() + (r + kMaxTileRows) * kc, b, b1, yp + r * ldy, ldy,
-                                                ncols1, accumulate, panel_bias);
+                                                ncols1, accumulate, panel_bias, gelu_now);
           }
           for (; r < mc; r += kMaxTileRows) {
             TileRowsPair512(static_cast<int>(std::min<int64_t>(kMaxTileRows, mc - r)), kc, scratch.a.data() + r * kc,
-                            b, b1, yp + r * ldy, ldy, ncols1, accumulate, panel_bias);
+                            b, b1, yp + r * ldy, ldy, ncols1, accumulate, panel_bias, gelu_now);
           }
           continue;
         }
         const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.n - p * kPanelCols));
         for (int64_t r = 0; r < mc; r += kMaxTileRows) {
           TileRows<kKernel>(static_cast<int>(std::min<int64_t>(kMaxTileRows, mc - r)), kc, scratch.a.data() + r * kc,
-                            b, yp + r * ldy, ldy, ncols, accumulate, panel_bias);
+                            b, yp + r * ldy, ldy, ncols, accumulate, panel_bias, gelu_now);
         }
       }
     }
@@ -295,15 +305,15 @@ void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int6
 }
 
 template <typename BT>
-void GemmImpl(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
-              int64_t ldy, const GemmBlocking& blk) {
+bool GemmImpl(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
+              int64_t ldy, bool gelu, const GemmBlocking& blk) {
   const int64_t threads = ComputeThreads();
   const bool avx512 = ActiveGemmKernel() == GemmKernel::kAvx512;
   const auto range = [&](int64_t r_begin, int64_t r_end, int64_t p_begin, int64_t p_end) {
     if (avx512) {
-      GemmRange<BT, GemmKernel::kAvx512>(x, lda, r_begin, r_end, p_begin, p_end, w, bias, y, ldy, blk);
+      GemmRange<BT, GemmKernel::kAvx512>(x, lda, r_begin, r_end, p_begin, p_end, w, bias, y, ldy, gelu, blk);
     } else {
-      GemmRange<BT, GemmKernel::kAvx2>(x, lda, r_begin, r_end, p_begin, p_end, w, bias, y, ldy, blk);
+      GemmRange<BT, GemmKernel::kAvx2>(x, lda, r_begin, r_end, p_begin, p_end, w, bias, y, ldy, false, blk);
     }
   };
   if (w.num_panels >= kMinPanelsPerThread * threads) {
@@ -314,6 +324,7 @@ void GemmImpl(const float* x, int64_t lda, int64_t m, const PackedWeight& w, con
   } else {
     ParallelFor(m, kMaxTileRows, [&](int64_t r_begin, int64_t r_end) { range(r_begin, r_end, 0, w.num_panels); });
   }
+  return gelu && avx512;
 }
 
 bool CpuHasAvx512() {
@@ -334,17 +345,17 @@ GemmKernel ActiveGemmKernel() { return Switch().Active(); }
 bool SetActiveGemmKernel(GemmKernel kernel) { return Switch().Set(kernel); }
 std::string_view GemmKernelName(GemmKernel kernel) { return kernel == GemmKernel::kAvx512 ? "avx512" : "avx2"; }
 
-void GemmPacked(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
-                int64_t ldy, const GemmBlocking& blocking) {
+bool GemmPacked(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
+                int64_t ldy, bool gelu, const GemmBlocking& blocking) {
   switch (w.dtype) {
     case DType::kF32:
-      return GemmImpl<float>(x, lda, m, w, bias, y, ldy, blocking);
+      return GemmImpl<float>(x, lda, m, w, bias, y, ldy, gelu, blocking);
     case DType::kBF16:
-      return GemmImpl<Bf16>(x, lda, m, w, bias, y, ldy, blocking);
+      return GemmImpl<Bf16>(x, lda, m, w, bias, y, ldy, gelu, blocking);
     case DType::kI8:
-      return GemmImpl<int8_t>(x, lda, m, w, bias, y, ldy, blocking);
+      return GemmImpl<int8_t>(x, lda, m, w, bias, y, ldy, gelu, blocking);
     default:
-      return GemmImpl<F16>(x, lda, m, w, bias, y, ldy, blocking);
+      return GemmImpl<F16>(x, lda, m, w, bias, y, ldy, gelu, blocking);
   }
 }
 

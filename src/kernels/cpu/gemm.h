@@ -35,7 +35,10 @@ GemmKernel ActiveGemmKernel();
 bool SetActiveGemmKernel(GemmKernel kernel);
 std::string_view GemmKernelName(GemmKernel kernel);
 
-void GemmPacked(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
-                int64_t ldy, const GemmBlocking& blocking = GemmBlocking());
+// y = x W^T (+ bias); with `gelu`, y = GELU(x W^T + bias), applied by the AVX-512 tiles as they
+// store the last K chunk (the bytes of the separate pass, GeluRows). Returns whether GELU was
+// applied (false: none asked, or the AVX2 kernel, which leaves it to the caller).
+bool GemmPacked(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
+                int64_t ldy, bool gelu = false, const GemmBlocking& blocking = GemmBlocking());
 
 }  // namespace ferry::kernels::cpu

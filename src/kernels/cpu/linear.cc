@@ -52,14 +52,15 @@ Status Linear(const Tensor& x, const PackedWeight& w, const Tensor& bias, Tensor
     GemmAmxBf16(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld, config.gelu);
     return Status::Ok();
   }
+  bool gelu_done = false;
   if (xm.rows <= config.gemv_max_rows) {
     GemvPacked(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld);
   } else if (config.bf16_activations && Bf16DotGemmApplies(w)) {
     GemmBf16Dot(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld);
   } else {
-    GemmPacked(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld);
+    gelu_done = GemmPacked(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld, config.gelu);
   }
-  if (config.gelu) GeluRows(ym.data, ym.rows, n, ym.ld);
+  if (config.gelu && !gelu_done) GeluRows(ym.data, ym.rows, n, ym.ld);
   return Status::Ok();
 }
 
