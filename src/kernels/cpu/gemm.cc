@@ -170,7 +170,8 @@ inline void TileRows(int rows, int64_t kc, const float* a, const float* b, float
   } else if (rows == kMaxTileRows) {
     MicroKernel<kMaxTileRows, float, true>(kc, a, 0, b, kPanelCols, c, ldc, ncols, accumulate, bias);
   } else {
-    MicroKernelRows<float, true>(rows, kc, a, 0, b, kPanelCols, c, ldc, ncols, accumulate, bias);
+    // One accumulator set at every height: the last rows sum as they would in a full tile.
+    MicroKernelRows<float, true, 0, true>(rows, kc, a, 0, b, kPanelCols, c, ldc, ncols, accumulate, bias);
   }
 }
 

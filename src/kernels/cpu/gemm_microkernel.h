@@ -29,17 +29,19 @@ inline void PrefetchLines(const char* p) {
 // With `scale` (int8 weights: per output column) the tile is multiplied by scale[0:16]
 // first; it must point at 16 readable floats even when ncols < 16.
 // Few rows leave few FMA chains, so small MR also unrolls K into independent accumulators
-// to hide the FMA latency (decode must stream weights at memory speed).
+// to hide the FMA latency (decode must stream weights at memory speed). kOneSet keeps one
+// set at every MR, so that a row's sums have the same order on every tile height: the blocked
+// GEMM's last rows then give the bytes they give in a full tile, whatever the batch.
 //
 // A is either row-major (element (m, k) at a[m*lda + k]) or, with kPackedA, a packed tile
 // of kMaxTileRows-row columns (element (m, k) at a[k*kMaxTileRows + m]; lda unused): one
 // sequential stream, which the blocked GEMM prefers.
-template <int MR, typename BT, bool kPackedA = false, int kPrefetchBytes = 0>
+template <int MR, typename BT, bool kPackedA = false, int kPrefetchBytes = 0, bool kOneSet = false>
 inline void MicroKernel(int64_t kc, const float* a, int64_t lda, const BT* b, int64_t ldb, float* c,
                         int64_t ldc, int ncols, bool accumulate, const float* bias, const float* scale = nullptr) {
   const int64_t a_row = kPackedA ? 1 : lda;
   constexpr int64_t a_k = kPackedA ? kMaxTileRows : 1;
-  constexpr int U = MR == 1 ? 4 : (MR == 2 ? 2 : 1);
+  constexpr int U = kOneSet ? 1 : (MR == 1 ? 4 : (MR == 2 ? 2 : 1));
   __m256 acc[U][MR][2];
 #pragma GCC unroll 4
   for (int u = 0; u < U; ++u) {
@@ -135,29 +137,29 @@ inline void MicroKernel(int64_t kc, const float* a, int64_t lda, const BT* b, in
 }
 
 // Runtime row count -> template instance.
-template <typename BT, bool kPackedA = false, int kPrefetchBytes = 0>
+template <typename BT, bool kPackedA = false, int kPrefetchBytes = 0, bool kOneSet = false>
 inline void MicroKernelRows(int rows, int64_t kc, const float* a, int64_t lda, const BT* b, int64_t ldb, float* c,
                             int64_t ldc, int ncols, bool accumulate, const float* bias,
                             const float* scale = nullptr) {
   switch (rows) {
     case 1:
-      return MicroKernel<1, BT, kPackedA, kPrefetchBytes>(kc, a, lda, b, ldb, c, ldc, ncols, accumulate,
-                                                          bias, scale);
+      return MicroKernel<1, BT, kPackedA, kPrefetchBytes, kOneSet>(kc, a, lda, b, ldb, c, ldc, ncols,
+                                                                   accumulate, bias, scale);
     case 2:
-      return MicroKernel<2, BT, kPackedA, kPrefetchBytes>(kc, a, lda, b, ldb, c, ldc, ncols, accumulate,
-                                                          bias, scale);
+      return MicroKernel<2, BT, kPackedA, kPrefetchBytes, kOneSet>(kc, a, lda, b, ldb, c, ldc, ncols,
+                                                                   accumulate, bias, scale);
     case 3:
-      return MicroKernel<3, BT, kPackedA, kPrefetchBytes>(kc, a, lda, b, ldb, c, ldc, ncols, accumulate,
-                                                          bias, scale);
+      return MicroKernel<3, BT, kPackedA, kPrefetchBytes, kOneSet>(kc, a, lda, b, ldb, c, ldc, ncols,
+                                                                   accumulate, bias, scale);
     case 4:
-      return MicroKernel<4, BT, kPackedA, kPrefetchBytes>(kc, a, lda, b, ldb, c, ldc, ncols, accumulate,
-                                                          bias, scale);
+      return MicroKernel<4, BT, kPackedA, kPrefetchBytes, kOneSet>(kc, a, lda, b, ldb, c, ldc, ncols,
+                                                                   accumulate, bias, scale);
     case 5:
-      return MicroKernel<5, BT, kPackedA, kPrefetchBytes>(kc, a, lda, b, ldb, c, ldc, ncols, accumulate,
-                                                          bias, scale);
+      return MicroKernel<5, BT, kPackedA, kPrefetchBytes, kOneSet>(kc, a, lda, b, ldb, c, ldc, ncols,
+                                                                   accumulate, bias, scale);
     default:
-      return MicroKernel<6, BT, kPackedA, kPrefetchBytes>(kc, a, lda, b, ldb, c, ldc, ncols, accumulate,
-                                                          bias, scale);
+      return MicroKernel<6, BT, kPackedA, kPrefetchBytes, kOneSet>(kc, a, lda, b, ldb, c, ldc, ncols,
+                                                                   accumulate, bias, scale);
   }
 }
 
