@@ -70,9 +70,9 @@ template <int kNt>
 constexpr int StageBytes() {
   return kBn * kBk + kNt * kBk;  // both multiples of 1024, so every tile stays atom-aligned
 }
-template <int kNt>
+template <int kNt, int kStages>
 constexpr int SharedBytes() {
-  return Stages<kNt>() * StageBytes<kNt>() + 1024;  // + room to align the base to 1024 bytes
+  return kStages * StageBytes<kNt>() + 1024;  // + room to align the base to 1024 bytes
 }
 
 struct Split {
@@ -93,10 +93,10 @@ Split SplitsFor(int64_t n, int64_t k, int64_t max_splits) {
 }
 
 
-template <bool kInt8, int kNt, typename Out>
+template <bool kInt8, int kNt, int kStages, typename Out>
 __global__ void __launch_bounds__(kThreads) W8MmaKernel(Params p, BiasRef<Out> bias, Out* __restrict__ y) {
 #if defined(FERRY_W8_WGMMA)
-  constexpr int kStages = Stages<kNt>();
+  constexpr int kStage = StageBytes<kNt>();
   using AccT = typename Acc<kInt8>::T;
   constexpr int kRegs = kNt / 2;  // accumulators per thread per m64 tile
   extern __shared__ uint8_t smem_raw[];
@@ -110,39 +110,23 @@ __global__ void __launch_bounds__(kThreads) W8MmaKernel(Params p, BiasRef<Out> b
   const int64_t k_end = min(p.k, k_begin + p.stages_per_split * kBk);
   const int k_tiles = static_cast<int>((k_end - k_begin) / kBk);
 
-  const auto load_w = [&](int t) {
-    const uint32_t stage = smem_base + (t % kStages) * StageBytes<kNt>();
-    const int64_t k0 = k_begin + static_cast<int64_t>(t) * kBk;
-#pragma unroll
-    for (int i = 0; i < kBn * kBk / 16 / kThreads; ++i) {
-      const int c = tid + i * kThreads;
-      const int row = c >> 3, chunk = c & 7;
-      const bool valid = n0 + row < p.n;
-      const uint8_t* src = p.w + (valid ? (n0 + row) * p.k + k0 + chunk * 16 : 0);
-      CpAsync16(stage + Swizzled(row, chunk), src, valid);
-    }
-  };
-  const auto load_x = [&](int t) {
-    const uint32_t stage = smem_base + (t % kStages) * StageBytes<kNt>() + kBn * kBk;
-    const int64_t k0 = k_begin + static_cast<int64_t>(t) * kBk;
-#pragma unroll
-    for (int c = tid; c < kNt * 8; c += kThreads) {
-      const int row = c >> 3, chunk = c & 7;
-      const bool valid = row < p.m;
-      const uint8_t* src = p.x + (valid ? row * p.ldx + k0 + chunk * 16 : 0);
-      CpAsync16(stage + Swizzled(row, chunk), src, valid);
-    }
+  const TileCopy<kBn> w_copy(p.w, p.k, n0, p.n, k_begin, tid);
+  const TileCopy<kNt> x_copy(p.x, p.ldx, 0, p.m, k_begin, tid);
+  // Stage t's copies into the slot at byte offset `slot` (t < k_tiles).
+  const auto load_w = [&](uint32_t slot, int t) { w_copy.Load(smem_base + slot, static_cast<int64_t>(t) * kBk); };
+  const auto load_x = [&](uint32_t slot, int t) {
+    x_copy.Load(smem_base + slot + kBn * kBk, static_cast<int64_t>(t) * kBk);
   };
 
   // Weights are constant: the first stages' loads go out before the wait for earlier kernels.
 #pragma unroll
   for (int t = 0; t < kStages - 1; ++t) {
-    if (t < k_tiles) load_w(t);
+    if (t < k_tiles) load_w(t * kStage, t);
   }
   AwaitPriorGrids();
 #pragma unroll
   for (int t = 0; t < kStages - 1; ++t) {
-    if (t < k_tiles) load_x(t);
+    if (t < k_tiles) load_x(t * kStage, t);
     CpAsyncCommit();
   }
 
@@ -153,6 +137,8 @@ __global__ void __launch_bounds__(kThreads) W8MmaKernel(Params p, BiasRef<Out> b
     for (int r = 0; r < kRegs; ++r) acc[mt][r] = AccT(0);
   }
 
+  // read: the slot of stage t; write: the slot of stage t + kStages - 1 (the one stage t - 1 used).
+  uint32_t read = 0, write = (kStages - 1) * kStage;
   for (int t = 0; t < k_tiles; ++t) {
     CpAsyncWait<kStages - 2>();
     FenceToAsyncProxy();
@@ -160,22 +146,23 @@ __global__ void __launch_bounds__(kThreads) W8MmaKernel(Params p, BiasRef<Out> b
     // MMAs (each waited for its group), so that slot can take stage t + kStages - 1.
     __syncthreads();
     if (t + kStages - 1 < k_tiles) {
-      load_w(t + kStages - 1);
-      load_x(t + kStages - 1);
+      load_w(write, t + kStages - 1);
+      load_x(write, t + kStages - 1);
     }
     CpAsyncCommit();
-    const uint32_t ws = smem_base + (t % kStages) * StageBytes<kNt>();
-    const uint32_t xs = ws + kBn * kBk;
+    const uint64_t wd = Descriptor(smem_base + read), xd = Descriptor(smem_base + read + kBn * kBk);
     WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < kBk / 32; ++kk) {
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
-        Wgmma<kInt8, kNt>::Run(acc[mt], Descriptor(ws + mt * 64 * kBk + kk * 32), Descriptor(xs + kk * 32));
+        Wgmma<kInt8, kNt>::Run(acc[mt], DescriptorPlus(wd, mt * 64 * kBk + kk * 32), DescriptorPlus(xd, kk * 32));
       }
     }
     WgmmaCommit();
     WgmmaWaitAll();
+    read = read == (kStages - 1) * kStage ? 0 : read + kStage;
+    write = write == (kStages - 1) * kStage ? 0 : write + kStage;
   }
   CpAsyncWait<0>();
 
@@ -190,10 +177,41 @@ __global__ void __launch_bounds__(kThreads) W8MmaKernel(Params p, BiasRef<Out> b
   };
 
   if (p.splits == 1) {
+    // This thread's outputs span 4 channels and kNt / 4 tokens: their scales and biases are read
+    // once, and each output is the scale epilogue's float operations and one store.
+    const int lane = tid & 31;
+    float col_scale[2][2], col_bias[2][2];
+    bool col_ok[2][2];
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
-      for (int i = 0; i < kRegs; ++i) store(tid, mt, i, acc[mt][i]);
+      for (int h = 0; h < 2; ++h) {
+        const int64_t col = n0 + mt * 64 + (tid >> 5) * 16 + (lane >> 2) + 8 * h;
+        col_ok[mt][h] = col < p.n;
+        col_scale[mt][h] = col_ok[mt][h] ? ColScale(p, col) : 0.0f;
+        col_bias[mt][h] = col_ok[mt][h] ? bias.At(col) : 0.0f;
+      }
+    }
+    float row_scale[kNt / 8][2];
+#pragma unroll
+    for (int j = 0; j < kNt / 8; ++j) {
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const int64_t row = 8 * j + 2 * (lane & 3) + b;
+        row_scale[j][b] = row < p.m ? RowScale(p, row) : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+      for (int i = 0; i < kRegs; ++i) {
+        const int j = i / 4, b = i & 1, h = (i >> 1) & 1;
+        const int64_t row = 8 * j + 2 * (lane & 3) + b;
+        if (!col_ok[mt][h] || row >= p.m) continue;
+        const int64_t col = n0 + mt * 64 + (tid >> 5) * 16 + (lane >> 2) + 8 * h;
+        y[row * p.ldy + col] =
+            FinishScaled<Out>(acc[mt][i], row_scale[j][b], col_scale[mt][h], col_bias[mt][h], p.act);
+      }
     }
     return;
   }
@@ -239,8 +257,9 @@ __global__ void __launch_bounds__(kThreads) W8MmaKernel(Params p, BiasRef<Out> b
 
 template <bool kInt8, int kNt, typename Out>
 Status Launch(Params p, int64_t tiles, const void* bias, DType bias_dtype, void* y, cudaStream_t stream) {
-  constexpr int kSmem = SharedBytes<kNt>();
-  const auto kernel = W8MmaKernel<kInt8, kNt, Out>;
+  constexpr int kStages = Stages<kNt>();
+  constexpr int kSmem = SharedBytes<kNt, kStages>();
+  const auto kernel = W8MmaKernel<kInt8, kNt, kStages, Out>;
   static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   FERRY_CUDA_RETURN_IF_ERROR(attr);
   // How many clusters of each size can be resident at once (asked once per kernel and size): a
@@ -298,7 +317,7 @@ Status Launch(Params p, int64_t tiles, const void* bias, DType bias_dtype, void*
   config.stream = stream;
   config.attrs = attributes;
   config.numAttrs = count;
-  (void)cudaLaunchKernelEx(&config, W8MmaKernel<kInt8, kNt, Out>, p, MakeBias<Out>(bias, bias_dtype),
+  (void)cudaLaunchKernelEx(&config, kernel, p, MakeBias<Out>(bias, bias_dtype),
                            static_cast<Out*>(y));
   FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
   return Status::Ok();

@@ -50,35 +50,23 @@ __global__ void __launch_bounds__(kThreads, 2) W8TileKernel(Params p, BiasRef<Ou
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kBn;
   const int k_tiles = static_cast<int>(p.k / kBk);
 
-  // Rows [first, first + kRows) of a [limit, ld] byte matrix, K bytes [k0, k0 + 128), into a
-  // swizzled tile at dst; rows past the limit are zero-filled.
-  const auto load_rows = [&]<int kRows>(uint32_t dst, const uint8_t* base, int64_t ld, int64_t first, int64_t limit,
-                                        int64_t k0) {
-#pragma unroll
-    for (int i = 0; i < kRows * kBk / 16 / kThreads; ++i) {
-      const int c = tid + i * kThreads;
-      const int row = c >> 3, chunk = c & 7;
-      const bool valid = first + row < limit;
-      CpAsync16(dst + Swizzled(row, chunk), base + (valid ? (first + row) * ld + k0 + chunk * 16 : 0), valid);
-    }
-  };
+  const TileCopy<kBn> w_copy(p.w, p.k, n0, p.n, 0, tid);
+  const TileCopy<kTokens> x_copy(p.x, p.ldx, m0, p.m, 0, tid);
   const auto load_w = [&](int t) {
-    load_rows.template operator()<kBn>(smem_base + (t % kStages) * kStageBytes, p.w, p.k, n0, p.n,
-                                       static_cast<int64_t>(t) * kBk);
+    w_copy.Load(smem_base + (t % kStages) * kStageBytes, static_cast<int64_t>(t) * kBk);
   };
   const auto load_x = [&](int t) {
-    load_rows.template operator()<kTokens>(smem_base + (t % kStages) * kStageBytes + kBn * kBk, p.x, p.ldx, m0, p.m,
-                                           static_cast<int64_t>(t) * kBk);
+    x_copy.Load(smem_base + (t % kStages) * kStageBytes + kBn * kBk, static_cast<int64_t>(t) * kBk);
   };
   const auto mma = [&](AccT (&acc)[2][kRegs], int t) {
     const uint32_t ws = smem_base + (t % kStages) * kStageBytes;
-    const uint32_t xs = ws + kBn * kBk;
+    const uint64_t wd = Descriptor(ws), xd = Descriptor(ws + kBn * kBk);
     WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < kBk / 32; ++kk) {
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
-        Wgmma<kInt8, kTokens>::Run(acc[mt], Descriptor(ws + mt * 64 * kBk + kk * 32), Descriptor(xs + kk * 32));
+        Wgmma<kInt8, kTokens>::Run(acc[mt], DescriptorPlus(wd, mt * 64 * kBk + kk * 32), DescriptorPlus(xd, kk * 32));
       }
     }
     WgmmaCommit();

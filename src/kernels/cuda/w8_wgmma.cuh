@@ -48,6 +48,50 @@ __device__ __forceinline__ uint64_t Descriptor(uint32_t smem_addr) {
          (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
 }
 
+// The copy plan of a tile of kRows rows of 128 K-bytes, fixed for a whole K loop: thread tid
+// copies 16-byte chunk tid % 8 of tile rows tid / 8 + 16 i. Rows 16 apart share a swizzle phase,
+// so their shared-memory offsets differ by a constant, and a stage only adds its K offset to
+// pointers computed once. With two or three blocks a multiprocessor each warp's own instruction
+// stream had set these kernels' rate, at about 400 instructions a stage when every copy worked its
+// row, chunk, swizzle and 64-bit address out again. Rows at or past `limit` are zero-filled (the
+// source size is 0; the address is clamped to a row that exists).
+template <int kRows>
+struct TileCopy {
+  static constexpr int kCopies = (kRows + 15) / 16;
+  const uint8_t* src[kCopies];
+  uint32_t valid = 0;
+  uint32_t dst0;
+  bool active;  // kRows = 8: the first 64 threads copy
+
+  __device__ __forceinline__ TileCopy(const uint8_t* base, int64_t ld, int64_t first, int64_t limit, int64_t k0,
+                                      int tid) {
+    const int chunk = tid & 7, row0 = tid >> 3;
+    dst0 = Swizzled(row0, chunk);
+    active = kRows >= 16 || row0 < kRows;
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      const int64_t row = first + row0 + 16 * i;
+      if (row < limit) valid |= 1u << i;
+      src[i] = base + min(row, limit - 1) * ld + k0 + chunk * 16;
+    }
+  }
+  // The tile's bytes at K offset k_off (from k0) into the swizzled tile at dst.
+  __device__ __forceinline__ void Load(uint32_t dst, int64_t k_off) const {
+    if (!active) return;
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      CpAsync16(dst + dst0 + i * 16 * kBk, src[i] + k_off, ((valid >> i) & 1u) != 0);
+    }
+  }
+};
+
+// The descriptor of the operand `bytes` (a multiple of 16) past d's: the address field is the
+// byte address / 16 in the low 14 bits, and a block's shared memory ends below 2^18 bytes, so the
+// offset adds without a carry into the other fields.
+__device__ __forceinline__ uint64_t DescriptorPlus(uint64_t d, int bytes) {
+  return d + static_cast<uint64_t>(bytes >> 4);
+}
+
 #endif  // FERRY_W8_WGMMA
 
 template <bool kInt8>
