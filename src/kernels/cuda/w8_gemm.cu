@@ -55,6 +55,12 @@ using kernels_internal::DispatchAct;
 constexpr int64_t kTargetBlocks = 264;
 constexpr int64_t kMinStagesPerSplit = 2;
 constexpr int64_t kMaxSplits = 8;  // the portable cluster size
+// A problem of at least 7/8 of a tile per multiprocessor is not split. llama-3.2-1B's gate_up
+// (128 tiles, 16 K stages) ran in two splits of 8 stages: unsplit, the 1B linears in sequence
+// took 1.05-1.13x less time at 1-64 rows on an H100 (gate_up alone 1.06-1.33x; deeper pipelines
+// for the unsplit tiles, which leave room for fewer blocks of the next kernel, were slower in
+// sequence). No llama-3-8B linear has a tile count in between (bench/results/cuda/w8-splits/).
+constexpr int64_t kUnsplitTiles = kTargetBlocks / 2 * 7 / 8;
 
 // Tokens (the wgmma's N) for m rows: 8, 16, 32 or 64.
 int TokenTile(int64_t m) { return m <= 8 ? 8 : m <= 16 ? 16 : m <= 32 ? 32 : 64; }
@@ -83,6 +89,7 @@ struct Split {
 // max_splits: the most the cluster occupancy allows for this many tiles.
 Split SplitsFor(int64_t n, int64_t k, int64_t max_splits) {
   const int64_t tiles = (n + kBn - 1) / kBn;
+  if (tiles >= kUnsplitTiles) max_splits = 1;
   const int64_t k_tiles = k / kBk;
   Split s;
   s.splits = std::clamp<int64_t>(kTargetBlocks / tiles, 1,
