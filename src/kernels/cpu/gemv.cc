@@ -6,6 +6,7 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_microkernel.h"
+#include "kernels/cpu/parallel.h"
 
 namespace ferry::kernels::cpu {
 namespace {
@@ -187,10 +188,11 @@ void GemvImpl(const float* x, int64_t lda, int64_t m, const PackedWeight& w, con
   // int8 weights accumulate unscaled; the per-column scale is applied once per tile.
   const float* scales = w.scale_data();
   if (avx512) {
-    // Threads take whole groups of kGemv512Streams panels (the last group may be short).
+    // Threads claim runs of whole groups of kGemv512Streams panels (the last group may be
+    // short) as they finish the last (ParallelForDecodePanels).
     const int64_t groups = (w.num_panels + kGemv512Streams - 1) / kGemv512Streams;
     const int64_t group_grain = std::max<int64_t>(1, grain / kGemv512Streams);
-    ParallelFor(groups, group_grain, [&](int64_t g_begin, int64_t g_end) {
+    ParallelForDecodePanels(groups, group_grain, [&](int64_t g_begin, int64_t g_end) {
       GemvPanelRef<BT> refs[kGemv512Streams];
       for (int64_t g = g_begin; g < g_end; ++g) {
         const int64_t p0 = g * kGemv512Streams;
@@ -218,7 +220,7 @@ void GemvImpl(const float* x, int64_t lda, int64_t m, const PackedWeight& w, con
     });
     return;
   }
-  ParallelFor(w.num_panels, grain, [&](int64_t p_begin, int64_t p_end) {
+  ParallelForDecodePanels(w.num_panels, grain, [&](int64_t p_begin, int64_t p_end) {
     for (int64_t p = p_begin; p < p_end; ++p) {
       const BT* panel = static_cast<const BT*>(w.panel(p));
       const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, n - p * kPanelCols));

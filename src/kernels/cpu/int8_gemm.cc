@@ -18,6 +18,7 @@
 #include "kernels/cpu/kernel_switch.h"
 #include "kernels/cpu/amx_gemm.h"
 #include "kernels/cpu/onednn_matmul.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace ferry::kernels::cpu {
@@ -565,7 +566,7 @@ void Int8Gemv(const int8_t* aq, int tile_rows, int64_t m, const float* row_scale
   const int64_t chunk = m <= kTileRows ? quads : kGemvChunkQuads;
   const int64_t grain = std::max<int64_t>(1, kMinBytesPerThread / std::max<int64_t>(w.panel_bytes(), 1));
   const float* scales = w.scale_data();
-  ParallelFor(w.num_panels, grain, [&](int64_t p_begin, int64_t p_end) {
+  ParallelForDecodePanels(w.num_panels, grain, [&](int64_t p_begin, int64_t p_end) {
     for (int64_t p = p_begin; p < p_end; ++p) {
       const auto* panel = static_cast<const int8_t*>(w.panel(p));
       const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.n - p * kPanelCols));
