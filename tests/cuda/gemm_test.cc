@@ -815,6 +815,52 @@ TEST_F(GemmTest, W8MmaTileKernelMatchesReferenceAndCublasLt) {
   EXPECT_EQ(gemm_->choice_fallbacks(), 0);
 }
 
+// The TMA tile kernels (128 tokens with three stages and two blocks a multiprocessor, or six
+// stages and one block; 256 tokens with four stages) issue the cp.async tile kernel's MMAs in its order: the same bytes for int8 and e4m3, with a
+// bias and an activation, partial tiles in both directions and strided outputs.
+TEST_F(GemmTest, W8TmaTileKernelsGiveTheCpAsyncKernelsBytes) {
+  if (cc_ != 90) GTEST_SKIP() << "the 8-bit tensor-core kernel needs compute capability 9.0";
+  GemmChoice w8;
+  w8.route = GemmChoice::Route::kW8Mma;
+  const std::vector<int64_t> ms = {65, 200, 1000};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{2304, 768}, {96, 384}, {1008, 2048}, {512, 8192}};
+  struct Restore {
+    ~Restore() { gemm_kernels::SetW8TileKernelVariant(-1); }
+  } restore;
+  for (const bool int8 : {true, false}) {
+    for (const auto& [n, k] : shapes) {
+      for (const DType out : {DType::kBF16, DType::kF32}) {
+        const OperandSpec spec = W8Spec(int8, out, 1000, n, k, /*bias=*/true);
+        HostOperands h;
+        DeviceOperands d;
+        MakeOperands(spec, h, d);
+        if (HasFatalFailure()) return;
+        for (int64_t m : ms) {
+          GemmProblem p = W8Problem(spec, m);
+          p.activation = out == DType::kF32 ? GemmActivation::kGeluErf : GemmActivation::kNone;
+          p.ldy = out == DType::kBF16 ? n + 8 : 0;
+          const size_t y_bytes = static_cast<size_t>(m * p.y_stride()) * DTypeSize(out);
+          const auto run = [&](int variant) {
+            gemm_kernels::SetW8TileKernelVariant(variant);
+            DeviceBuffer y(y_bytes);
+            EXPECT_EQ(cudaMemset(y.get(), 0x5a, y_bytes), cudaSuccess);
+            EXPECT_TRUE(gemm_->Run(p, ArgsFor(d, y.get()), stream_, &w8).ok()) << Describe(p);
+            EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+            std::vector<uint8_t> bytes(y_bytes);
+            EXPECT_EQ(cudaMemcpy(bytes.data(), y.get(), y_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+            return bytes;
+          };
+          const std::vector<uint8_t> cp_async = run(0);
+          EXPECT_EQ(run(1), cp_async) << "TMA, three stages: " << Describe(p);
+          EXPECT_EQ(run(2), cp_async) << "TMA, six stages: " << Describe(p);
+          EXPECT_EQ(run(3), cp_async) << "TMA, 256 tokens: " << Describe(p);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(gemm_->choice_fallbacks(), 0);
+}
+
 // Where the kernel cannot run, its choice falls back to cuBLASLt (counted) or is refused.
 TEST_F(GemmTest, W8MmaChoiceOutsideItsRangeFallsBack) {
   GemmChoice w8;

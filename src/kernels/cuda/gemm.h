@@ -401,6 +401,12 @@ bool W8MmaSupported(const void* x, int64_t ldx, const void* w, int64_t m, int64_
 Status W8Mma(bool int8, const void* x, int64_t ldx, int64_t m, const void* w, int64_t n, int64_t k,
              const float* x_scale, bool per_row, const float* w_scale, bool per_col, const void* bias,
              DType bias_dtype, GemmActivation act, void* y, DType y_dtype, int64_t ldy, cudaStream_t stream);
+// Which kernel W8Mma runs past kW8MmaMaxM rows: 0 (the default) the cp.async tile kernel, 1-3 the
+// TMA kernel (w8_tma_gemm.cu) with tiles of 128 channels and 128 tokens in three stages (two blocks
+// a multiprocessor), 128 tokens in six stages (one block), or 256 tokens in four stages (one block). FERRY_W8_TILE_KERNEL sets it (read once); SetW8TileKernelVariant overrides it
+// for the process (tests; a negative value returns to the environment's).
+int W8TileKernelVariant();
+void SetW8TileKernelVariant(int variant);
 
 }  // namespace gemm_kernels
 
