@@ -816,16 +816,19 @@ TEST_F(GemmTest, W8MmaTileKernelMatchesReferenceAndCublasLt) {
 }
 
 // The TMA tile kernels (128 tokens with three stages and two blocks a multiprocessor, or six
-// stages and one block; 256 tokens with four stages) issue the cp.async tile kernel's MMAs in its order: the same bytes for int8 and e4m3, with a
+// stages and one block; 256 tokens with four stages, which a wide_tile choice runs by default)
+// issue the cp.async tile kernel's MMAs in its order: the same bytes for int8 and e4m3, with a
 // bias and an activation, partial tiles in both directions and strided outputs.
 TEST_F(GemmTest, W8TmaTileKernelsGiveTheCpAsyncKernelsBytes) {
   if (cc_ != 90) GTEST_SKIP() << "the 8-bit tensor-core kernel needs compute capability 9.0";
   GemmChoice w8;
   w8.route = GemmChoice::Route::kW8Mma;
+  GemmChoice wide = w8;
+  wide.wide_tile = true;
   const std::vector<int64_t> ms = {65, 200, 1000};
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{2304, 768}, {96, 384}, {1008, 2048}, {512, 8192}};
   struct Restore {
-    ~Restore() { gemm_kernels::SetW8TileKernelVariant(-1); }
+    ~Restore() { gemm_kernels::SetW8TileKernelVariant(-2); }
   } restore;
   for (const bool int8 : {true, false}) {
     for (const auto& [n, k] : shapes) {
@@ -840,11 +843,12 @@ TEST_F(GemmTest, W8TmaTileKernelsGiveTheCpAsyncKernelsBytes) {
           p.activation = out == DType::kF32 ? GemmActivation::kGeluErf : GemmActivation::kNone;
           p.ldy = out == DType::kBF16 ? n + 8 : 0;
           const size_t y_bytes = static_cast<size_t>(m * p.y_stride()) * DTypeSize(out);
-          const auto run = [&](int variant) {
+          const auto run = [&](int variant, const GemmChoice* choice = nullptr) {
             gemm_kernels::SetW8TileKernelVariant(variant);
             DeviceBuffer y(y_bytes);
             EXPECT_EQ(cudaMemset(y.get(), 0x5a, y_bytes), cudaSuccess);
-            EXPECT_TRUE(gemm_->Run(p, ArgsFor(d, y.get()), stream_, &w8).ok()) << Describe(p);
+            EXPECT_TRUE(gemm_->Run(p, ArgsFor(d, y.get()), stream_, choice != nullptr ? choice : &w8).ok())
+                << Describe(p);
             EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
             std::vector<uint8_t> bytes(y_bytes);
             EXPECT_EQ(cudaMemcpy(bytes.data(), y.get(), y_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -854,6 +858,9 @@ TEST_F(GemmTest, W8TmaTileKernelsGiveTheCpAsyncKernelsBytes) {
           EXPECT_EQ(run(1), cp_async) << "TMA, three stages: " << Describe(p);
           EXPECT_EQ(run(2), cp_async) << "TMA, six stages: " << Describe(p);
           EXPECT_EQ(run(3), cp_async) << "TMA, 256 tokens: " << Describe(p);
+          // By default a choice names the tile width.
+          EXPECT_EQ(run(-1, &w8), cp_async) << "default, 128 tokens: " << Describe(p);
+          EXPECT_EQ(run(-1, &wide), cp_async) << "default, wide_tile: " << Describe(p);
         }
       }
     }
@@ -1457,6 +1464,13 @@ TEST(GemmChoiceTest, RoundTripAndMalformed) {
   ASSERT_TRUE(w8.ok());
   EXPECT_EQ(w8->route, GemmChoice::Route::kW8Mma);
   EXPECT_EQ(w8->ToString(), "w8_mma");
+  EXPECT_FALSE(w8->wide_tile);
+  Result<GemmChoice> wide = GemmChoice::FromString("w8_mma:t256");
+  ASSERT_TRUE(wide.ok());
+  EXPECT_EQ(wide->route, GemmChoice::Route::kW8Mma);
+  EXPECT_TRUE(wide->wide_tile);
+  EXPECT_EQ(wide->ToString(), "w8_mma:t256");
+  EXPECT_FALSE(GemmChoice::FromString("w8_mma:t512").ok());
   GemmChoice acc = c;
   acc.route = GemmChoice::Route::kCublasLtAcc;
   ASSERT_EQ(acc.ToString().substr(0, 7), "lt_acc:");

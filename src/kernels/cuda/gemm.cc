@@ -646,11 +646,11 @@ bool LtGemm::W8MmaApplies(const GemmProblem& p, const GemmArgs& args) const {
          gemm_kernels::W8MmaSupported(args.x, p.x_stride(), args.w, p.m, p.k);
 }
 
-Status LtGemm::RunW8Mma(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream) {
+Status LtGemm::RunW8Mma(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream, bool wide_tile) {
   const bool per_row_col = p.kind == GemmKind::kInt8 || p.fp8_scaling == Fp8Scaling::kPerRowCol;
   return gemm_kernels::W8Mma(p.kind == GemmKind::kInt8, args.x, p.x_stride(), p.m, args.w, p.n, p.k, args.x_scale,
                              per_row_col, args.w_scale, per_row_col, p.has_bias ? args.bias : nullptr, p.bias_dtype,
-                             p.activation, args.y, p.out_dtype, p.y_stride(), stream);
+                             p.activation, args.y, p.out_dtype, p.y_stride(), stream, wide_tile);
 }
 
 Status LtGemm::RunLt(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream, const GemmChoice* choice,
@@ -765,7 +765,7 @@ Status LtGemm::Run(const GemmProblem& p, const GemmArgs& args, cudaStream_t stre
   // A bucket's choice also runs at its other row counts; with operands the kernel cannot
   // take, RunLt counts the fallback and runs cuBLASLt's heuristic.
   if (choice != nullptr && choice->route == GemmChoice::Route::kW8Mma && W8MmaApplies(p, args)) {
-    return RunW8Mma(p, args, stream);
+    return RunW8Mma(p, args, stream, choice->wide_tile);
   }
   if (UseSmallM(p, args, choice)) return RunSmallM(p, args, stream);
   if (UseInt4Mma(p, args, choice)) return RunInt4Mma(p, args, stream);
@@ -836,10 +836,10 @@ Result<GemmChoice> LtGemm::Tune(const GemmProblem& p, const GemmArgs& args, cuda
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
   // Past kW8MmaMaxM rows the route runs the tile kernel (prefill, encoder batches). On an H100
-  // it ran W8A8 GEMMs at 1.56-1.77x cuBLASLt's IMMA route on three of bert-base's four shapes
-  // and 0.66-0.97x on llama-3-8B's, e4m3 ones at 0.46-0.63x cuBLASLt's, and W8A8 engines tuned
-  // with it ran bert-base 1.26x and 1B prefill 1.21x faster (docs/performance.md), so the tuner
-  // times it for int8; FERRY_W8_TILE=1 offers it for fp8 too, FERRY_W8_TILE=0 for neither.
+  // its TMA form ran W8A8 GEMMs at 1.02-2.45x cuBLASLt's IMMA route on bert-base's shapes (its
+  // down projection at 512 rows excepted) and 1.17-1.42x on llama-3-8B's at 2,048 rows, e4m3
+  // ones at 0.67-0.89x cuBLASLt's (docs/performance.md), so the tuner times it for int8;
+  // FERRY_W8_TILE=1 offers it for fp8 too, FERRY_W8_TILE=0 for neither.
   static const int tile_setting = [] {
     const char* v = std::getenv("FERRY_W8_TILE");
     return v == nullptr || *v == '\0' ? -1 : std::atoi(v);
@@ -850,6 +850,13 @@ Result<GemmChoice> LtGemm::Tune(const GemmProblem& p, const GemmArgs& args, cuda
     GemmChoice c;
     c.route = GemmChoice::Route::kW8Mma;
     candidates.push_back(c);
+    // Past the decode kernel's rows the TMA tile kernel comes in two tile widths: 128 tokens
+    // (two blocks a multiprocessor) won on bert-base's linears (K = 768) on an H100, 256 tokens on
+    // llama-3-8B's at 2,048 rows (docs/performance.md); the tuner times both.
+    if (p.m > kW8MmaMaxM && gemm_kernels::W8TileKernelVariant() < 0) {
+      c.wide_tile = true;
+      candidates.push_back(c);
+    }
   }
   // The heuristic's algorithms for one plan, as candidates of `route`.
   const auto add_candidates = [&](const Plan& pl, GemmChoice::Route route) -> Status {
@@ -902,7 +909,7 @@ Result<GemmChoice> LtGemm::Tune(const GemmProblem& p, const GemmArgs& args, cuda
       return options.extra_small_m ? options.extra_small_m(tune_stream) : RunSmallM(p, args, tune_stream);
     }
     if (c.route == GemmChoice::Route::kInt4Mma) return RunInt4Mma(p, args, tune_stream);
-    if (c.route == GemmChoice::Route::kW8Mma) return RunW8Mma(p, args, tune_stream);
+    if (c.route == GemmChoice::Route::kW8Mma) return RunW8Mma(p, args, tune_stream, c.wide_tile);
     cublasLtMatmulAlgo_t algo;
     std::memcpy(algo.data, c.algo.data(), sizeof(algo.data));
     return RunLt(p, args, tune_stream, &c, &algo);

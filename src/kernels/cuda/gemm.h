@@ -156,16 +156,19 @@ struct GemmChoice {
                        // small tiles) can beat the outer-vector ones for small M
     kInt4Mma = 3,      // kInt4WeightOnly only: ferry's tensor-core kernel
     kW8Mma = 4,        // kFp8 and kInt8 (float output): ferry's 8-bit tensor-core kernels
-                       // (gemm_kernels::W8Mma; decode batches up to kW8MmaMaxM rows, 128 x 128
-                       // tiles past that)
+                       // (gemm_kernels::W8Mma; decode batches up to kW8MmaMaxM rows, tiles of
+                       // 128 channels x 128 or 256 tokens past that)
   };
   Route route = Route::kCublasLt;
+  // kW8Mma past kW8MmaMaxM rows: the TMA tile kernel's 256-token tiles instead of 128 (Tune times
+  // both; gemm_kernels::W8TileKernelVariant).
+  bool wide_tile = false;
   std::array<uint64_t, 8> algo{};  // cublasLtMatmulAlgo_t::data, valid for this cuBLASLt version
   uint64_t workspace_bytes = 0;
   float measured_us = 0.0f;  // Tune's median time (informational)
 
   // "lt:<8 x 16 hex digits>:<workspace bytes>", the same with "lt_acc:", "small_m",
-  // "int4_mma" or "w8_mma".
+  // "int4_mma", "w8_mma" or "w8_mma:t256" (wide_tile).
   // measured_us is not stored.
   std::string ToString() const;
   static Result<GemmChoice> FromString(std::string_view text);
@@ -295,7 +298,7 @@ class LtGemm {
   Status RunSmallM(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream);
   bool UseInt4Mma(const GemmProblem& p, const GemmArgs& args, const GemmChoice* choice) const;
   bool W8MmaApplies(const GemmProblem& p, const GemmArgs& args) const;
-  Status RunW8Mma(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream);
+  Status RunW8Mma(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream, bool wide_tile);
   Status RunInt4Mma(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream);
   Status RunLt(const GemmProblem& p, const GemmArgs& args, cudaStream_t stream, const GemmChoice* choice,
                const cublasLtMatmulAlgo_t* forced_algo);
@@ -400,11 +403,15 @@ Status Int4Mma(const void* x, DType x_dtype, int64_t ldx, int64_t m, const uint3
 bool W8MmaSupported(const void* x, int64_t ldx, const void* w, int64_t m, int64_t k);
 Status W8Mma(bool int8, const void* x, int64_t ldx, int64_t m, const void* w, int64_t n, int64_t k,
              const float* x_scale, bool per_row, const float* w_scale, bool per_col, const void* bias,
-             DType bias_dtype, GemmActivation act, void* y, DType y_dtype, int64_t ldy, cudaStream_t stream);
-// Which kernel W8Mma runs past kW8MmaMaxM rows: 0 (the default) the cp.async tile kernel, 1-3 the
-// TMA kernel (w8_tma_gemm.cu) with tiles of 128 channels and 128 tokens in three stages (two blocks
-// a multiprocessor), 128 tokens in six stages (one block), or 256 tokens in four stages (one block). FERRY_W8_TILE_KERNEL sets it (read once); SetW8TileKernelVariant overrides it
-// for the process (tests; a negative value returns to the environment's).
+             DType bias_dtype, GemmActivation act, void* y, DType y_dtype, int64_t ldy, cudaStream_t stream,
+             bool wide_tile = false);
+// Which kernel W8Mma runs past kW8MmaMaxM rows: -1 (the default) the TMA kernel (w8_tma_gemm.cu)
+// with the tile the caller names (wide_tile: 256 tokens in four stages, one block a
+// multiprocessor; otherwise 128 tokens in three stages, two blocks); 0 the cp.async tile kernel;
+// 1-3 force the TMA kernel with 128 tokens in three stages, 128 tokens in six stages (one
+// block), or 256 tokens in four stages. FERRY_W8_TILE_KERNEL sets it (read once; Tune then times
+// the one kernel it names); SetW8TileKernelVariant overrides it for the process (tests; -2
+// returns to the environment's).
 int W8TileKernelVariant();
 void SetW8TileKernelVariant(int variant);
 

@@ -24,7 +24,7 @@ std::string_view GemmKindName(GemmKind kind) {
 std::string GemmChoice::ToString() const {
   if (route == Route::kSmallM) return "small_m";
   if (route == Route::kInt4Mma) return "int4_mma";
-  if (route == Route::kW8Mma) return "w8_mma";
+  if (route == Route::kW8Mma) return wide_tile ? "w8_mma:t256" : "w8_mma";
   static const char kHex[] = "0123456789abcdef";
   std::string s = route == Route::kCublasLtAcc ? "lt_acc:" : "lt:";
   for (uint64_t word : algo) {
@@ -44,8 +44,9 @@ Result<GemmChoice> GemmChoice::FromString(std::string_view text) {
     c.route = Route::kInt4Mma;
     return c;
   }
-  if (text == "w8_mma") {
+  if (text == "w8_mma" || text == "w8_mma:t256") {
     c.route = Route::kW8Mma;
+    c.wide_tile = text != "w8_mma";
     return c;
   }
   const auto bad = [&] { return InvalidArgument("malformed GEMM choice '" + std::string(text) + "'"); };

@@ -355,7 +355,8 @@ bool W8MmaSupported(const void* x, int64_t ldx, const void* w, int64_t m, int64_
 
 Status W8Mma(bool int8, const void* x, int64_t ldx, int64_t m, const void* w, int64_t n, int64_t k,
              const float* x_scale, bool per_row, const float* w_scale, bool per_col, const void* bias,
-             DType bias_dtype, GemmActivation act, void* y, DType y_dtype, int64_t ldy, cudaStream_t stream) {
+             DType bias_dtype, GemmActivation act, void* y, DType y_dtype, int64_t ldy, cudaStream_t stream,
+             bool wide_tile) {
   if (!W8MmaSupported(x, ldx, w, m, k)) {
     return InvalidArgument(
         "8-bit tensor-core GEMM needs rows, K a multiple of 128, 16-byte aligned x and w and x rows of 16-byte "
@@ -367,7 +368,7 @@ Status W8Mma(bool int8, const void* x, int64_t ldx, int64_t m, const void* w, in
                  w_scale, per_col, act, ldy, 0, 1};
   const int64_t tiles = (n + kBn - 1) / kBn;
   if (tiles > 0x7fffffff) return InvalidArgument("8-bit tensor-core GEMM: N too large");
-  if (m > kW8MmaMaxM) return W8Tile(int8, p, bias, bias_dtype, y, y_dtype, stream);
+  if (m > kW8MmaMaxM) return W8Tile(int8, p, bias, bias_dtype, y, y_dtype, stream, wide_tile);
   return DispatchAct(y_dtype, "8-bit tensor-core GEMM output", [&](auto tag) -> Status {
     using Out = decltype(tag);
     return int8 ? DispatchTiles<true, Out>(p, tiles, bias, bias_dtype, y, stream)

@@ -170,8 +170,9 @@ Status LaunchTiles(const Params& p, const void* bias, DType bias_dtype, void* y,
 }  // namespace
 
 Status W8Tile(bool int8, const Params& p, const void* bias, DType bias_dtype, void* y, DType y_dtype,
-              cudaStream_t stream) {
-  const int variant = W8TileKernelVariant();
+              cudaStream_t stream, bool wide_tile) {
+  int variant = W8TileKernelVariant();
+  if (variant < 0) variant = wide_tile ? 3 : 1;
   if (variant >= 1) return W8TileTma(variant, int8, p, bias, bias_dtype, y, y_dtype, stream);
   return DispatchAct(y_dtype, "8-bit tensor-core GEMM output", [&](auto tag) -> Status {
     using Out = decltype(tag);

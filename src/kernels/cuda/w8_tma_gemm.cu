@@ -309,15 +309,17 @@ Status W8TileTma(int variant, bool int8, const Params& p, const void* bias, DTyp
 namespace ferry::cuda::gemm_kernels {
 
 namespace {
-std::atomic<int> tile_variant_override{-1};
+std::atomic<int> tile_variant_override{-2};
 }  // namespace
 
 int W8TileKernelVariant() {
   const int forced = tile_variant_override.load(std::memory_order_relaxed);
-  if (forced >= 0) return forced;
+  if (forced >= -1) return forced;
   static const int from_env = [] {
     const char* v = std::getenv("FERRY_W8_TILE_KERNEL");
-    return v == nullptr || *v == '\0' ? 0 : std::atoi(v);
+    if (v == nullptr || *v == '\0') return -1;
+    const int n = std::atoi(v);
+    return n >= 0 && n <= 3 ? n : -1;
   }();
   return from_env;
 }

@@ -275,9 +275,10 @@ __device__ __forceinline__ Out Finish(const Params& p, const BiasRef<Out>& bias,
 }
 
 // The tile kernels, for p.m > kW8MmaMaxM: y = act(x . W^T * scales + bias). W8Tile runs the one
-// W8TileKernelVariant() names: the cp.async kernel (w8_tile_gemm.cu) or W8TileTma's.
+// W8TileKernelVariant() names (the cp.async kernel of w8_tile_gemm.cu or W8TileTma's), by
+// default the TMA kernel with 256-token tiles where wide_tile asks and 128-token ones elsewhere.
 Status W8Tile(bool int8, const Params& p, const void* bias, DType bias_dtype, void* y, DType y_dtype,
-              cudaStream_t stream);
+              cudaStream_t stream, bool wide_tile);
 // The TMA kernel (w8_tma_gemm.cu), variants 1-3 (gemm.h, W8TileKernelVariant).
 Status W8TileTma(int variant, bool int8, const Params& p, const void* bias, DType bias_dtype, void* y, DType y_dtype,
                  cudaStream_t stream);
