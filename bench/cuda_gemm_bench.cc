@@ -17,8 +17,9 @@
 //
 // --w8 times the 8-bit GEMMs: fp8 (fast accumulation, per-token x per-channel scales) and int8
 // (W8A8) layers tuned on cuBLASLt's kernels alone, ferry's 8-bit tensor-core kernels
-// (GemmChoice::Route::kW8Mma: the decode kernel up to 64 rows, the 128 x 128 tile kernel past
-// that) alone, and tuned over both, against tuned bf16; with the weight bytes per second of
+// (GemmChoice::Route::kW8Mma: the decode kernel up to 64 rows, the tile kernel past that, with
+// 128-token tiles unless FERRY_W8_TILE_KERNEL names another form) alone, and tuned over both
+// (which times both tile widths), against tuned bf16; with the weight bytes per second of
 // each and the relative difference of the kernel's output from cuBLASLt's. --per-shape adds
 // each linear alone (weight TB/s for decode batches, tera-ops/s past 64 rows). The int8 layers
 // reuse the fp8 layers' bytes as int8 values (the time does not depend on them).
