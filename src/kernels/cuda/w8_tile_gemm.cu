@@ -115,37 +115,13 @@ __global__ void __launch_bounds__(kThreads, 2) W8TileKernel(Params p, BiasRef<Ou
   CpAsyncWait<0>();
   __syncthreads();  // every warp is done with the stages: the tile takes their place
 
-  // Accumulator register i of m64 tile mt of thread tid holds channel mt * 64 + 16 * warp + g
-  // (+ 8 for i % 4 >= 2) and token 8 * (i / 4) + 2 * tq (+ 1 for odd i).
-  // Tile rows are tokens, padded by 16 bytes: the four tq of a store then fall eight banks apart.
-  constexpr int kRowElems = kBn + 16 / static_cast<int>(sizeof(Out));
   Out* const tile = reinterpret_cast<Out*>(smem);
-  const int lane = tid & 31, g = lane >> 2, tq = lane & 3, warp = (tid >> 5) & 3;
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-    for (int i = 0; i < kRegs; ++i) {
-      const int ch = mt * 64 + warp * 16 + g + ((i & 2) != 0 ? 8 : 0);
-      const int tok = 8 * (i / 4) + 2 * tq + (i & 1);
-      tile[tok * kRowElems + ch] = FinishScaled<Out>(acc[mt][i], row_scales[tok], col_scales[ch], col_bias[ch], p.act);
-    }
+    StageM64(tile, acc[mt], mt * 64, row_scales, col_scales, col_bias, p.act, tid);
   }
   __syncthreads();
-  constexpr int kVec = 16 / static_cast<int>(sizeof(Out));
-  constexpr int kChunksPerRow = kBn / kVec;
-  const bool vectors = p.ldy % kVec == 0 && (reinterpret_cast<uintptr_t>(y) & 15) == 0;
-  for (int c = tid; c < kTokens * kChunksPerRow; c += kThreads) {
-    const int tok = c / kChunksPerRow, ch = (c % kChunksPerRow) * kVec;
-    const int64_t row = m0 + tok, col = n0 + ch;
-    if (row >= p.m || col >= p.n) continue;
-    const Out* src = tile + tok * kRowElems + ch;
-    Out* dst = y + row * p.ldy + col;
-    if (vectors && col + kVec <= p.n) {
-      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-    } else {
-      for (int e = 0; e < kVec && col + e < p.n; ++e) dst[e] = src[e];
-    }
-  }
+  StoreTile<Out, kTokens, kThreads>(tile, p, y, m0, n0, tid);
 #else
   (void)p, (void)bias, (void)y;
   __trap();  // LtGemm runs this kernel only on compute capability 9.0 (sm_90a code)

@@ -196,33 +196,10 @@ __global__ void __launch_bounds__(kTmaThreads, kMinBlocks)
   ConsumersSync();
   FenceToAsyncProxy();
 
-  // Accumulator register i of thread tid holds channel wg * 64 + 16 * warp + g (+ 8 for
-  // i % 4 >= 2) and token 8 * (i / 4) + 2 * tq (+ 1 for odd i), as in the cp.async kernel.
-  constexpr int kRowElems = kBn + 16 / static_cast<int>(sizeof(Out));
   Out* const tile = reinterpret_cast<Out*>(smem);
-  const int lane = tid & 31, g = lane >> 2, tq = lane & 3, warp = (tid >> 5) & 3;
-#pragma unroll
-  for (int i = 0; i < kRegs; ++i) {
-    const int ch = wg * 64 + warp * 16 + g + ((i & 2) != 0 ? 8 : 0);
-    const int tok = 8 * (i / 4) + 2 * tq + (i & 1);
-    tile[tok * kRowElems + ch] = FinishScaled<Out>(acc[i], row_scales[tok], col_scales[ch], col_bias[ch], p.act);
-  }
+  StageM64(tile, acc, wg * 64, row_scales, col_scales, col_bias, p.act, tid);
   ConsumersSync();
-  constexpr int kVec = 16 / static_cast<int>(sizeof(Out));
-  constexpr int kChunksPerRow = kBn / kVec;
-  const bool vectors = p.ldy % kVec == 0 && (reinterpret_cast<uintptr_t>(y) & 15) == 0;
-  for (int c = tid; c < kTokens * kChunksPerRow; c += kConsumerThreads) {
-    const int tok = c / kChunksPerRow, ch = (c % kChunksPerRow) * kVec;
-    const int64_t row = m0 + tok, col = n0 + ch;
-    if (row >= p.m || col >= p.n) continue;
-    const Out* src = tile + tok * kRowElems + ch;
-    Out* dst = y + row * p.ldy + col;
-    if (vectors && col + kVec <= p.n) {
-      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-    } else {
-      for (int e = 0; e < kVec && col + e < p.n; ++e) dst[e] = src[e];
-    }
-  }
+  StoreTile<Out, kTokens, kConsumerThreads>(tile, p, y, m0, n0, tid);
 #else
   (void)w_map, (void)x_map, (void)p, (void)bias, (void)y;
   __trap();  // LtGemm runs this kernel only on compute capability 9.0 (sm_90a code)

@@ -274,6 +274,51 @@ __device__ __forceinline__ Out Finish(const Params& p, const BiasRef<Out>& bias,
   return FinishScaled<Out>(value, RowScale(p, row), ColScale(p, col), bias.At(col), p.act);
 }
 
+// The tile kernels' epilogue. A finished tile is staged in shared memory as rows of tokens of
+// kBn channels, each row padded by 16 bytes (the four tq of a store then fall eight banks apart).
+template <typename Out>
+constexpr int TileRowElems() {
+  return kBn + 16 / static_cast<int>(sizeof(Out));
+}
+
+// Stages one m64 accumulator (channels ch0 .. ch0 + 63 of the tile) finished: register i of
+// thread tid holds channel ch0 + 16 * warp + g (+ 8 for i % 4 >= 2) and token 8 * (i / 4) +
+// 2 * tq (+ 1 for odd i), warp being the thread's warp within its warpgroup.
+template <typename Out, int kRegs, typename AccT>
+__device__ __forceinline__ void StageM64(Out* tile, const AccT (&acc)[kRegs], int ch0, const float* row_scales,
+                                         const float* col_scales, const float* col_bias, GemmActivation act,
+                                         int tid) {
+  const int lane = tid & 31, g = lane >> 2, tq = lane & 3, warp = (tid >> 5) & 3;
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) {
+    const int ch = ch0 + warp * 16 + g + ((i & 2) != 0 ? 8 : 0);
+    const int tok = 8 * (i / 4) + 2 * tq + (i & 1);
+    tile[tok * TileRowElems<Out>() + ch] =
+        FinishScaled<Out>(acc[i], row_scales[tok], col_scales[ch], col_bias[ch], act);
+  }
+}
+
+// Writes the staged tile of kTokens tokens (from m0) x kBn channels (from n0) to y, kThreadsUsed
+// threads with ids tid, in 16-byte vectors along the output rows where the rows allow.
+template <typename Out, int kTokens, int kThreadsUsed>
+__device__ __forceinline__ void StoreTile(const Out* tile, const Params& p, Out* y, int64_t m0, int64_t n0, int tid) {
+  constexpr int kVec = 16 / static_cast<int>(sizeof(Out));
+  constexpr int kChunksPerRow = kBn / kVec;
+  const bool vectors = p.ldy % kVec == 0 && (reinterpret_cast<uintptr_t>(y) & 15) == 0;
+  for (int c = tid; c < kTokens * kChunksPerRow; c += kThreadsUsed) {
+    const int tok = c / kChunksPerRow, ch = (c % kChunksPerRow) * kVec;
+    const int64_t row = m0 + tok, col = n0 + ch;
+    if (row >= p.m || col >= p.n) continue;
+    const Out* src = tile + tok * TileRowElems<Out>() + ch;
+    Out* dst = y + row * p.ldy + col;
+    if (vectors && col + kVec <= p.n) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    } else {
+      for (int e = 0; e < kVec && col + e < p.n; ++e) dst[e] = src[e];
+    }
+  }
+}
+
 // The tile kernels, for p.m > kW8MmaMaxM: y = act(x . W^T * scales + bias). W8Tile runs the one
 // W8TileKernelVariant() names (the cp.async kernel of w8_tile_gemm.cu or W8TileTma's), by
 // default the TMA kernel with 256-token tiles where wide_tile asks and 128-token ones elsewhere.
