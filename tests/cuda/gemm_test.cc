@@ -868,6 +868,77 @@ TEST_F(GemmTest, W8TmaTileKernelsGiveTheCpAsyncKernelsBytes) {
   EXPECT_EQ(gemm_->choice_fallbacks(), 0);
 }
 
+// The TMA decode kernel (the default up to kW8MmaMaxM rows) issues the cp.async decode kernel's
+// MMAs in its order. int8 gives the same bytes whatever the split (the partials are exact
+// integers); e4m3 the same bytes where neither splits K (the wide and the one-tile shapes),
+// since each kernel lowers its split until its own clusters all fit. Bias, an activation, row
+// counts on and off the token tiles, a partial channel tile and strided outputs.
+TEST_F(GemmTest, W8TmaDecodeKernelGivesTheCpAsyncKernelsBytes) {
+  if (cc_ != 90) GTEST_SKIP() << "the 8-bit tensor-core kernel needs compute capability 9.0";
+  GemmChoice w8;
+  w8.route = GemmChoice::Route::kW8Mma;
+  const std::vector<int64_t> ms = {1, 5, 8, 13, 16, 31, 32, 47, 64};
+  // (N, K, splits in neither kernel): split across clusters of 8 and of 4, one tile, a partial
+  // last tile, and the 8B gate_up's width unsplit.
+  struct Shape {
+    int64_t n, k;
+    bool unsplit;
+  };
+  const std::vector<Shape> shapes = {
+      {4096, 4096, false}, {1008, 1024, false}, {96, 384, true}, {28672, 512, true}, {6144, 4096, false}};
+  struct Restore {
+    ~Restore() { gemm_kernels::SetW8DecodeKernelVariant(-2); }
+  } restore;
+  for (const bool int8 : {true, false}) {
+    for (const Shape& shape : shapes) {
+      for (const DType out : {DType::kBF16, DType::kF32}) {
+        const OperandSpec spec = W8Spec(int8, out, 64, shape.n, shape.k, /*bias=*/true);
+        HostOperands h;
+        DeviceOperands d;
+        MakeOperands(spec, h, d);
+        if (HasFatalFailure()) return;
+        for (int64_t m : ms) {
+          GemmProblem p = W8Problem(spec, m);
+          p.activation = out == DType::kF32 ? GemmActivation::kGeluErf : GemmActivation::kNone;
+          p.ldy = out == DType::kBF16 ? shape.n + 8 : 0;
+          const size_t y_bytes = static_cast<size_t>(m * p.y_stride()) * DTypeSize(out);
+          const auto run = [&](int variant) {
+            gemm_kernels::SetW8DecodeKernelVariant(variant);
+            DeviceBuffer y(y_bytes);
+            EXPECT_EQ(cudaMemset(y.get(), 0x5a, y_bytes), cudaSuccess);
+            EXPECT_TRUE(gemm_->Run(p, ArgsFor(d, y.get()), stream_, &w8).ok()) << Describe(p);
+            EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+            std::vector<uint8_t> bytes(y_bytes);
+            EXPECT_EQ(cudaMemcpy(bytes.data(), y.get(), y_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+            return bytes;
+          };
+          const std::vector<uint8_t> cp_async = run(0);
+          const std::vector<uint8_t> tma = run(1);
+          EXPECT_EQ(tma, run(-1)) << "the default is not the TMA kernel: " << Describe(p);
+          if (int8 || shape.unsplit) {
+            EXPECT_EQ(tma, cp_async) << "TMA decode kernel: " << Describe(p);
+          } else {
+            gemm_kernels::SetW8DecodeKernelVariant(1);
+            CheckResult r;
+            RunAndCheck(*gemm_, p, h, d, stream_, r, &w8);
+            if (HasFatalFailure()) return;
+            EXPECT_LT(r.rel_err, 2e-2) << Describe(p);
+            EXPECT_EQ(r.unwritten, 0) << Describe(p);
+          }
+          int64_t padding_changed = 0;
+          const int64_t row_bytes = shape.n * static_cast<int64_t>(DTypeSize(out));
+          const int64_t stride_bytes = p.y_stride() * static_cast<int64_t>(DTypeSize(out));
+          for (int64_t row = 0; row < m; ++row) {
+            for (int64_t i = row_bytes; i < stride_bytes; ++i) padding_changed += tma[row * stride_bytes + i] != 0x5a;
+          }
+          EXPECT_EQ(padding_changed, 0) << Describe(p);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(gemm_->choice_fallbacks(), 0);
+}
+
 // Where the kernel cannot run, its choice falls back to cuBLASLt (counted) or is refused.
 TEST_F(GemmTest, W8MmaChoiceOutsideItsRangeFallsBack) {
   GemmChoice w8;

@@ -845,7 +845,14 @@ Result<GemmChoice> LtGemm::Tune(const GemmProblem& p, const GemmArgs& args, cuda
     return v == nullptr || *v == '\0' ? -1 : std::atoi(v);
   }();
   const bool tile_allowed = tile_setting == 1 || (tile_setting == -1 && p.kind == GemmKind::kInt8);
-  const bool w8_rows = p.m <= kW8MmaTunedMaxM || (p.m > kW8MmaMaxM && tile_allowed);
+  // FERRY_W8_MMA_TUNED_M (up to kW8MmaMaxM) offers the decode kernel to more rows than
+  // kW8MmaTunedMaxM, for measuring it in engines.
+  static const int64_t decode_rows = [] {
+    const char* v = std::getenv("FERRY_W8_MMA_TUNED_M");
+    const int n = v == nullptr ? 0 : std::atoi(v);
+    return static_cast<int64_t>(n >= 1 && n <= kW8MmaMaxM ? n : kW8MmaTunedMaxM);
+  }();
+  const bool w8_rows = p.m <= decode_rows || (p.m > kW8MmaMaxM && tile_allowed);
   if (options.w8_mma && w8_allowed && w8_rows && W8MmaApplies(p, args)) {
     GemmChoice c;
     c.route = GemmChoice::Route::kW8Mma;

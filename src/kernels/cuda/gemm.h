@@ -414,6 +414,14 @@ Status W8Mma(bool int8, const void* x, int64_t ldx, int64_t m, const void* w, in
 // returns to the environment's).
 int W8TileKernelVariant();
 void SetW8TileKernelVariant(int variant);
+// Which kernel W8Mma runs up to kW8MmaMaxM rows: -1 (the default) and 1 the TMA decode kernel
+// (a producer warp feeding the copy engine, every stage in flight); 0 the cp.async one. Both
+// issue the same MMAs in the same K order; int8 results are the same bytes, and e4m3 ones too
+// where both split K alike (each lowers its split until its clusters all fit at once).
+// FERRY_W8_DECODE_KERNEL sets it (read once); SetW8DecodeKernelVariant overrides it for the
+// process (tests; -2 returns to the environment's).
+int W8DecodeKernelVariant();
+void SetW8DecodeKernelVariant(int variant);
 
 }  // namespace gemm_kernels
 

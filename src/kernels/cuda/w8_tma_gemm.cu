@@ -62,34 +62,6 @@ constexpr int SharedBytes() {
 }
 
 #if defined(FERRY_W8_WGMMA)
-__device__ __forceinline__ void BarrierInit(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void BarrierExpectBytes(uint32_t bar, int bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void BarrierArrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-// Waits until the barrier's phase of parity `parity` has completed.
-__device__ __forceinline__ void BarrierWait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-// A 2-D tile of the tensor `map` at (inner byte offset x, row y) into shared memory at dst; the
-// bytes are counted on barrier bar.
-__device__ __forceinline__ void TmaLoad(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::
-          "r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
-      : "memory");
-}
 // A barrier of the two consumer warpgroups only (the producer warp does not take part).
 __device__ __forceinline__ void ConsumersSync() {
   asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
@@ -206,39 +178,6 @@ __global__ void __launch_bounds__(kTmaThreads, kMinBlocks)
 #endif
 }
 
-// cuTensorMapEncodeTiled from the driver, found once through the runtime (ferry does not link
-// the driver library).
-PFN_cuTensorMapEncodeTiled_v12000 EncodeTiled() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      f = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// A row-major byte matrix of `rows` rows of `cols` bytes, `ld` bytes apart, read in tiles of
-// kBk bytes x box_rows rows in the 128-byte swizzle; rows past the matrix read as zeros.
-Status EncodeOperand(const uint8_t* base, int64_t rows, int64_t cols, int64_t ld, int box_rows, CUtensorMap* map) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = EncodeTiled();
-  if (encode == nullptr) return Internal("8-bit TMA GEMM: the driver has no cuTensorMapEncodeTiled");
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld)};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kBk), static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(base), dims, strides, box,
-                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) return Internal("8-bit TMA GEMM: cuTensorMapEncodeTiled failed (" + std::to_string(r) + ")");
-  return Status::Ok();
-}
-
 template <bool kInt8, typename Out, int kTokens, int kStages, int kMinBlocks>
 Status LaunchTma(const Params& p, const void* bias, DType bias_dtype, void* y, cudaStream_t stream) {
   const auto kernel = W8TmaKernel<kInt8, Out, kTokens, kStages, kMinBlocks>;
@@ -261,7 +200,37 @@ Status LaunchTma(const Params& p, const void* bias, DType bias_dtype, void* y, c
   return Status::Ok();
 }
 
+// cuTensorMapEncodeTiled from the driver, found once through the runtime (ferry does not link
+// the driver library).
+PFN_cuTensorMapEncodeTiled_v12000 EncodeTiled() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      f = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
 }  // namespace
+
+Status EncodeOperand(const uint8_t* base, int64_t rows, int64_t cols, int64_t ld, int box_rows, CUtensorMap* map) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = EncodeTiled();
+  if (encode == nullptr) return Internal("8-bit TMA GEMM: the driver has no cuTensorMapEncodeTiled");
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kBk), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(base), dims, strides, box,
+                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) return Internal("8-bit TMA GEMM: cuTensorMapEncodeTiled failed (" + std::to_string(r) + ")");
+  return Status::Ok();
+}
 
 Status W8TileTma(int variant, bool int8, const Params& p, const void* bias, DType bias_dtype, void* y, DType y_dtype,
                  cudaStream_t stream) {

@@ -6,6 +6,8 @@
 // weight as the MMA's M side and the tokens as N).
 #pragma once
 
+#include <cuda.h>
+
 #include <cstdint>
 
 #include "kernels/cuda/gemm.h"
@@ -92,6 +94,35 @@ __device__ __forceinline__ uint64_t DescriptorPlus(uint64_t d, int bytes) {
   return d + static_cast<uint64_t>(bytes >> 4);
 }
 
+// The TMA kernels' mbarriers and copies (w8_tma_gemm.cu, w8_gemm.cu).
+__device__ __forceinline__ void BarrierInit(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void BarrierExpectBytes(uint32_t bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void BarrierArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// Waits until the barrier's phase of parity `parity` has completed.
+__device__ __forceinline__ void BarrierWait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// A 2-D tile of the tensor `map` at (inner byte offset x, row y) into shared memory at dst; the
+// bytes are counted on barrier bar.
+__device__ __forceinline__ void TmaLoad(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::
+          "r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
 #endif  // FERRY_W8_WGMMA
 
 template <bool kInt8>
@@ -324,6 +355,10 @@ __device__ __forceinline__ void StoreTile(const Out* tile, const Params& p, Out*
 // default the TMA kernel with 256-token tiles where wide_tile asks and 128-token ones elsewhere.
 Status W8Tile(bool int8, const Params& p, const void* bias, DType bias_dtype, void* y, DType y_dtype,
               cudaStream_t stream, bool wide_tile);
+// A tensor map of a row-major byte matrix of `rows` rows of `cols` bytes, `ld` bytes apart, read
+// in tiles of kBk bytes x box_rows rows in the 128-byte swizzle; rows past the matrix read as
+// zeros (w8_tma_gemm.cu; cuTensorMapEncodeTiled, found through the runtime).
+Status EncodeOperand(const uint8_t* base, int64_t rows, int64_t cols, int64_t ld, int box_rows, CUtensorMap* map);
 // The TMA kernel (w8_tma_gemm.cu), variants 1-3 (gemm.h, W8TileKernelVariant).
 Status W8TileTma(int variant, bool int8, const Params& p, const void* bias, DType bias_dtype, void* y, DType y_dtype,
                  cudaStream_t stream);
