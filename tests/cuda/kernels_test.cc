@@ -714,7 +714,11 @@ TEST(CudaKernels, RopeWriteKvEqualsRopeThenWriteKv) {
 
 TEST(CudaKernels, QuantizeRowsInt8MatchesCpuBitForBit) {
   FERRY_SKIP_WITHOUT_GPU();
-  const std::vector<RowShape> shapes = {{1, 4096}, {4, 100}, {9, 37}, {3, 8}};
+  // A block a row (4,096 columns), the scalar kernel (100, 37), and a warp a row (up to 128
+  // 16-byte vectors: 8, 200, 512, 768 and 1,024 columns; 37 rows end in a partial block of
+  // eight rows).
+  const std::vector<RowShape> shapes = {{1, 4096}, {4, 100}, {9, 37},     {3, 8},
+                                        {37, 768}, {11, 1024}, {10, 200}, {17, 512}};
   uint64_t seed = 1200;
   for (DType act : ActDTypes()) {
     for (const RowShape& s : shapes) {
@@ -757,7 +761,7 @@ TEST(CudaKernels, QuantizeRowsInt8MatchesCpuBitForBit) {
 
 TEST(CudaKernels, QuantizeRowsFp8MatchesHostReference) {
   FERRY_SKIP_WITHOUT_GPU();
-  const std::vector<RowShape> shapes = {{1, 4096}, {4, 100}, {9, 37}};
+  const std::vector<RowShape> shapes = {{1, 4096}, {4, 100}, {9, 37}, {37, 768}, {3, 256}};
   uint64_t seed = 1300;
   for (DType act : ActDTypes()) {
     for (const RowShape& s : shapes) {
@@ -790,7 +794,8 @@ TEST(CudaKernels, QuantizeRowsWithGeluPrologueIsGeluThenQuantize) {
   FERRY_SKIP_WITHOUT_GPU();
   // Rows held in registers (one or several vectors a thread) and rows read twice (20480
   // columns: more than four 16-byte vectors a thread; 100 and 37: the scalar kernel).
-  const std::vector<RowShape> shapes = {{1, 3072}, {3, 14336}, {2, 20480}, {5, 100}, {9, 37}};
+  // 768 and 1,024 columns: a warp a row.
+  const std::vector<RowShape> shapes = {{1, 3072}, {3, 14336}, {2, 20480}, {5, 100}, {9, 37}, {37, 768}, {9, 1024}};
   uint64_t seed = 1400;
   for (DType act : ActDTypes()) {
     for (const RowShape& s : shapes) {

@@ -200,13 +200,13 @@ inline constexpr int kInt4MmaMaxMDefault = 64;
 // kFp8 / kInt8: the 8-bit tensor-core decode kernel takes up to this many rows; past it the
 // same route runs the 128 x 128 tile kernel (prefill and encoder batches, the scales and the
 // int32 -> float epilogue in its registers). Either runs only where a tuned choice names it.
-// Tune offers the decode kernel up to kW8MmaTunedMaxM rows: on an H200 it beat cuBLASLt's fp8
-// and IMMA kernels per layer up to 16 rows (llama-3-8B fp8: 1.08-1.12x; 1B: 1.29-1.38x) and tied
-// them at 32; an 8B fp8 engine that took it at 32 rows decoded 5 % slower at batch 32 than one
-// that did not, so the 17-32 and 33-64 buckets keep cuBLASLt. Past kW8MmaMaxM rows it offers
-// the tile kernel.
+// Tune offers the decode kernel up to kW8MmaTunedMaxM rows. With the cp.async form, an 8B fp8
+// engine that took it at 32 rows decoded 5 % slower at batch 32 on an H200. With the TMA form, on
+// an H100, engines tuned with it up to 64 rows against 16 decoded batch 32 1.02-1.11x faster
+// (8B fp8, 1B fp8, 1B W8A8), while at batch 64 the 1B fp8 engine lost (0.90-0.97x), so the 33-64
+// bucket keeps cuBLASLt (docs/performance.md). Past kW8MmaMaxM rows it offers the tile kernel.
 inline constexpr int kW8MmaMaxM = 64;
-inline constexpr int kW8MmaTunedMaxM = 16;
+inline constexpr int kW8MmaTunedMaxM = 32;
 
 struct LtGemmOptions {
   size_t workspace_bytes = size_t{32} << 20;

@@ -4,6 +4,7 @@
 // A prologue is applied to each value first, in f32 (never rounded to the activation
 // dtype): the exact GELU between a BERT layer's two FFN GEMMs, or a gated MLP's act(gate) *
 // up, becomes part of the quantization of the next GEMM's input, one pass instead of two.
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -158,6 +159,63 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
   QuantizeRows<T, Q, V, kPro, kHeld>(x, rows, cols, smooth, q, scales);
 }
 
+// Rows of at most 32 * kPerLane vectors (bert-base's and bert-large's hidden rows of 768 and 1,024
+// bf16 values): one warp a row, eight rows a block, each lane's vectors loaded together and
+// held, the max taken by shuffles alone. One block a row of 64 threads waited on two block
+// barriers for 1.5 KB of work, and an H100 quantized bert-base's 4,096 x 768 inputs at under
+// 1 TB/s that way (docs/performance.md). The values, their max, the scale and the stores are
+// QuantizeRows's (the same float operations on the same values, and a max does not depend on
+// its order), so the bytes are the same.
+constexpr int kWarpRowsPerBlock = 8;
+template <typename T, typename Q, int V, QuantPrologue kPro, int kPerLane>
+__global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
+    QuantizeWarpRowsKernel(const T* x, int64_t rows, int64_t cols, const float* smooth, Q* q, float* scales) {
+  static_assert(kPro == QuantPrologue::kNone || kPro == QuantPrologue::kGeluErf, "one input row per output row");
+  AwaitPriorGrids();
+  constexpr float kMax = kQuantMax<Q>;
+  const int lane = threadIdx.x & 31;
+  const int64_t nvec = cols / V;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + (threadIdx.x >> 5);
+  if (r >= rows) return;
+  const T* row = x + r * cols;
+  RawVec<T, V, kPro> raw[kPerLane];
+#pragma unroll
+  for (int h = 0; h < kPerLane; ++h) {
+    const int64_t j = lane + 32 * h;
+    if (j < nvec) raw[h] = LoadRaw<T, V, kPro>(row, cols, j);
+  }
+  float held[kPerLane][V];
+  float amax = 0.0f;
+#pragma unroll
+  for (int h = 0; h < kPerLane; ++h) {
+    const int64_t j = lane + 32 * h;
+    if (j < nvec) {
+      Scaled<T, V, kPro>(raw[h], smooth, j, held[h]);
+#pragma unroll
+      for (int k = 0; k < V; ++k) amax = fmaxf(amax, fabsf(held[h][k]));
+    }
+  }
+  amax = WarpMax(amax);
+  const float inv = amax > 0.0f ? kMax / amax : 0.0f;
+  Q* qrow = q + r * cols;
+#pragma unroll
+  for (int h = 0; h < kPerLane; ++h) {
+    const int64_t j = lane + 32 * h;
+    if (j < nvec) StoreQuantized<Q, V>(qrow + j * V, held[h], inv);
+  }
+  if (lane == 0) scales[r] = amax / kMax;
+}
+
+// Whether rows of nvec vectors take the warp-a-row kernel: FERRY_QUANT_WARP_ROWS=0 keeps the
+// block-a-row kernel for every row (read once; for comparisons).
+bool WarpRowsEnabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("FERRY_QUANT_WARP_ROWS");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return enabled;
+}
+
 template <typename T, typename Q, int V, QuantPrologue kPro>
 void LaunchRowsWith(const T* x, int64_t rows, int64_t cols, const float* smooth, Q* q, float* row_scales,
                     cudaStream_t stream) {
@@ -170,6 +228,20 @@ void LaunchRowsWith(const T* x, int64_t rows, int64_t cols, const float* smooth,
   // prologues keep the plan they had (one vector a thread, up to four past 512 vectors): the
   // variant that held their raw gate and up vectors spilled and ran at half the speed.
   constexpr bool kGated = kPro == QuantPrologue::kSiluMul || kPro == QuantPrologue::kGeluTanhMul;
+  if constexpr (!kGated && V > 1) {
+    if (nvec <= 4 * 32 && WarpRowsEnabled()) {
+      const int warp_blocks = static_cast<int>(CeilDiv(rows, kWarpRowsPerBlock));
+      if (rows <= int64_t{kWarpRowsPerBlock} * ((int64_t{1} << 31) - 1)) {
+        const auto launch = [&](auto kernel) {
+          LaunchKernel(kernel, warp_blocks, 32 * kWarpRowsPerBlock, 0, stream, x, rows, cols, smooth, q, row_scales);
+        };
+        if (nvec <= 32) return launch(QuantizeWarpRowsKernel<T, Q, V, kPro, 1>);
+        if (nvec <= 64) return launch(QuantizeWarpRowsKernel<T, Q, V, kPro, 2>);
+        if (nvec <= 96) return launch(QuantizeWarpRowsKernel<T, Q, V, kPro, 3>);
+        return launch(QuantizeWarpRowsKernel<T, Q, V, kPro, 4>);
+      }
+    }
+  }
   const int per_thread_target = kGated ? 1 : kHeldPerThread;
   const int threads = nvec <= 4 * kMaxThreads ? RowThreads(CeilDiv(nvec, per_thread_target), kMaxThreads)
                                               : RowThreads(nvec, kMaxThreads);
