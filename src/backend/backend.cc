@@ -26,6 +26,11 @@ Status Backend::NormLinear(Tensor& residual, const Tensor* delta, const Tensor& 
   FERRY_RETURN_IF_ERROR(delta != nullptr ? AddRmsNorm(residual, *delta, gamma, eps, h) : RmsNorm(residual, gamma, eps, h));
   return Linear(h, w, y);
 }
+Status Backend::LayerNormLinear(const Tensor& x, const Tensor& delta, const Tensor& gamma, const Tensor& beta,
+                                float eps, Tensor& out, const LinearWeight& w, Tensor& y) {
+  FERRY_RETURN_IF_ERROR(LayerNorm(x, delta, gamma, beta, eps, out));
+  return Linear(out, w, y);
+}
 Status Backend::GeluTanhMul(const Tensor&, Tensor&) { return Unimplemented(Name() + " backend has no GeluTanhMul"); }
 Status Backend::GeluMul(const Tensor&, Tensor&) { return Unimplemented(Name() + " backend has no GeluMul"); }
 Status Backend::Scale(Tensor&, float) { return Unimplemented(Name() + " backend has no Scale"); }

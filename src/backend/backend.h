@@ -185,6 +185,18 @@ class Backend {
   // this linear's input. The default runs RmsNorm (AddRmsNorm) then Linear.
   virtual Status NormLinear(Tensor& residual, const Tensor* delta, const Tensor& gamma, float eps, Tensor& h,
                             const LinearWeight& w, Tensor& y);
+  // out = LayerNorm(x (+ delta when defined)) * gamma + beta; y = out · W^T (+ bias): a BERT
+  // layer's norm (out is its residual stream, always written) and the linear that reads it.
+  // The default runs LayerNorm then Linear. FusesLayerNormLinear says whether this backend
+  // saves a pass for w (CUDA: the norm writes the linear's quantized input too, for W8A8 and
+  // fp8 weights, with the same bytes), so that callers with a better unfused sequence (the
+  // CPU's GeluFeedForward) keep it elsewhere.
+  virtual bool FusesLayerNormLinear(const LinearWeight& w) const {
+    (void)w;
+    return false;
+  }
+  virtual Status LayerNormLinear(const Tensor& x, const Tensor& delta, const Tensor& gamma, const Tensor& beta,
+                                 float eps, Tensor& out, const LinearWeight& w, Tensor& y);
   // Engine builds: times this prepared weight's kernel choices on the device for each
   // row-count bucket the backend distinguishes and keeps the fastest in the weight, where
   // SerializeLinear stores them (the engine's tuned choices). Weights of one shape and

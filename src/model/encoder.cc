@@ -243,25 +243,44 @@ Status EncoderModel::Forward(const EncoderBatch& batch, EncoderOutput& out) {
   ap.head_dim = c.head_dim;
   ap.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   ap.causal = false;
+  // Where the backend fuses a LayerNorm into the linear that reads it (CUDA, 8-bit weights),
+  // the norms run that way: the attention's into the FFN's first linear, the FFN's into the
+  // next layer's qkv. Calibration observes every linear's input on the unfused path.
+  const auto fuses = [&](const backend::LinearWeight& w) { return !observer_ && be.FusesLayerNormLinear(w); };
+  bool qkv_ready = false;  // the previous layer's norm computed this layer's qkv
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
     const int li = static_cast<int>(l);
-    FERRY_RETURN_IF_ERROR(RunLinear(li, "qkv", x, L.qkv, qkv));
+    if (!qkv_ready) FERRY_RETURN_IF_ERROR(RunLinear(li, "qkv", x, L.qkv, qkv));
+    qkv_ready = false;
     // W8A8 layers' activations are int8 already: their attention may multiply in bf16.
     ap.bf16_products = L.qkv.format == backend::WeightFormat::kInt8W8A8;
     FERRY_RETURN_IF_ERROR(be.DenseAttentionQkv(qkv, in.attention, ap, attn));
     FERRY_RETURN_IF_ERROR(RunLinear(li, "attn_out", attn, L.attn_out, tmp));
-    FERRY_RETURN_IF_ERROR(be.LayerNorm(tmp, x, L.attn_ln_gamma, L.attn_ln_beta, c.layer_norm_eps, tmp2));
-    std::swap(x, tmp2);
-    if (observer_) {
-      // Calibration observes both FFN GEMMs' inputs, x and GELU(inter).
-      FERRY_RETURN_IF_ERROR(RunLinear(li, "inter", x, L.inter, inter));
-      FERRY_RETURN_IF_ERROR(be.Gelu(inter));
-      FERRY_RETURN_IF_ERROR(RunLinear(li, "out", inter, L.out, tmp));
+    if (fuses(L.inter)) {
+      FERRY_RETURN_IF_ERROR(be.LayerNormLinear(tmp, x, L.attn_ln_gamma, L.attn_ln_beta, c.layer_norm_eps, tmp2,
+                                               L.inter, inter));
+      std::swap(x, tmp2);
+      FERRY_RETURN_IF_ERROR(be.GeluLinear(inter, L.out, tmp));
     } else {
-      FERRY_RETURN_IF_ERROR(be.GeluFeedForward(x, L.inter, inter, L.out, tmp));
+      FERRY_RETURN_IF_ERROR(be.LayerNorm(tmp, x, L.attn_ln_gamma, L.attn_ln_beta, c.layer_norm_eps, tmp2));
+      std::swap(x, tmp2);
+      if (observer_) {
+        // Calibration observes both FFN GEMMs' inputs, x and GELU(inter).
+        FERRY_RETURN_IF_ERROR(RunLinear(li, "inter", x, L.inter, inter));
+        FERRY_RETURN_IF_ERROR(be.Gelu(inter));
+        FERRY_RETURN_IF_ERROR(RunLinear(li, "out", inter, L.out, tmp));
+      } else {
+        FERRY_RETURN_IF_ERROR(be.GeluFeedForward(x, L.inter, inter, L.out, tmp));
+      }
     }
-    FERRY_RETURN_IF_ERROR(be.LayerNorm(tmp, x, L.out_ln_gamma, L.out_ln_beta, c.layer_norm_eps, tmp2));
+    if (l + 1 < layers_.size() && fuses(layers_[l + 1].qkv)) {
+      FERRY_RETURN_IF_ERROR(be.LayerNormLinear(tmp, x, L.out_ln_gamma, L.out_ln_beta, c.layer_norm_eps, tmp2,
+                                               layers_[l + 1].qkv, qkv));
+      qkv_ready = true;
+    } else {
+      FERRY_RETURN_IF_ERROR(be.LayerNorm(tmp, x, L.out_ln_gamma, L.out_ln_beta, c.layer_norm_eps, tmp2));
+    }
     std::swap(x, tmp2);
   }
   out.hidden = x;

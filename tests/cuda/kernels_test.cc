@@ -877,6 +877,71 @@ TEST(CudaKernels, QuantizeRowsWithGatedProloguesAreGatingThenQuantize) {
 // residual is updated exactly as AddRmsNorm updates it, and each quantized value is within
 // one rounding step of the host's norm (the f32 sum of squares is reduced in another order
 // than the host's, so not bit for bit). Rows that do not fit in registers are refused.
+// LayerNormQuantize is LayerNorm then QuantizeRowsInt8 (over the SmoothQuant factors) or
+// QuantizeRowsFp8 of its output, bit for bit: the same out, q and scales; rows too wide for
+// registers, or unaligned, are refused.
+TEST(CudaKernels, LayerNormQuantizeIsTheNormThenTheQuantization) {
+  FERRY_SKIP_WITHOUT_GPU();
+  const std::vector<RowShape> shapes = {{37, 768}, {5, 1024}, {3, 4096}, {2, 16384}, {2, 20480}, {3, 37}};
+  const float eps = 1e-12f;
+  uint64_t seed = 1700;
+  for (DType act : ActDTypes()) {
+    const size_t es = DTypeSize(act);
+    for (const RowShape& s : shapes) {
+      for (bool with_delta : {false, true}) {
+        for (DType qd : {DType::kI8, DType::kF8E4M3}) {
+          const bool int8 = qd == DType::kI8;
+          const std::string what = Label("LayerNormQuantize", act,
+                                         ShapeText(s.rows, s.cols) + (with_delta ? " +delta" : "") +
+                                             (int8 ? " int8+smooth" : " fp8"));
+          const size_t n = static_cast<size_t>(s.rows * s.cols);
+          std::vector<float> x = RoundTo(act, RandomFloats(n, ++seed, -3.0f, 3.0f));
+          const std::vector<float> d = RoundTo(act, RandomFloats(n, ++seed, -3.0f, 3.0f));
+          const std::vector<float> gamma = RandomFloats(static_cast<size_t>(s.cols), ++seed, 0.5f, 1.5f);
+          std::vector<float> beta = RandomFloats(static_cast<size_t>(s.cols), ++seed, -0.5f, 0.5f);
+          if (s.rows > 1) {  // a constant row (without delta): its norm is beta alone
+            std::fill(x.begin() + s.cols, x.begin() + 2 * s.cols, 1.0f);
+          }
+          const std::vector<float> smooth = RandomFloats(static_cast<size_t>(s.cols), ++seed, 0.25f, 4.0f);
+          DeviceBuffer dx = UploadAs(act, x), dd = UploadAs(act, d);
+          DeviceBuffer dg = Upload(gamma), db = Upload(beta), dsm = Upload(smooth);
+          DeviceBuffer dout = PoisonedBuffer(n * es), dout_ref = PoisonedBuffer(n * es);
+          DeviceBuffer dq = PoisonedBuffer(n), dq_ref = PoisonedBuffer(n);
+          DeviceBuffer dsc = PoisonedBuffer(static_cast<size_t>(s.rows) * 4),
+                       dsc_ref = PoisonedBuffer(static_cast<size_t>(s.rows) * 4);
+          const void* delta = with_delta ? dd.get() : nullptr;
+          const float* sm = int8 ? dsm.as<float>() : nullptr;
+          const bool fits = (s.cols * es) % 16 == 0 && s.cols * es <= 32768;
+          ASSERT_EQ(LayerNormQuantizeFits(dx.get(), delta, dout.get(), dg.as<float>(), db.as<float>(), sm, s.cols, act),
+                    fits)
+              << what;
+          const Status st = LayerNormQuantize(dx.get(), delta, dg.as<float>(), db.as<float>(), eps, s.rows, s.cols,
+                                              dout.get(), sm, dq.get(), qd, dsc.as<float>(), act, nullptr);
+          if (!fits) {
+            EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << what;
+            continue;
+          }
+          FERRY_ASSERT_OK(st);
+          FERRY_ASSERT_OK(LayerNorm(dx.get(), delta, dg.as<float>(), db.as<float>(), eps, s.rows, s.cols,
+                                    dout_ref.get(), act, nullptr));
+          if (int8) {
+            FERRY_ASSERT_OK(QuantizeRowsInt8(dout_ref.get(), s.rows, s.cols, sm, dq_ref.as<int8_t>(),
+                                             dsc_ref.as<float>(), act, nullptr));
+          } else {
+            FERRY_ASSERT_OK(QuantizeRowsFp8(dout_ref.get(), s.rows, s.cols, dq_ref.get(), dsc_ref.as<float>(), act,
+                                            nullptr));
+          }
+          FERRY_ASSERT_SYNC();
+          EXPECT_EQ(Download<uint8_t>(dout, n * es), Download<uint8_t>(dout_ref, n * es)) << what;
+          EXPECT_EQ(Download<uint8_t>(dq, n), Download<uint8_t>(dq_ref, n)) << what;
+          EXPECT_EQ(Download<float>(dsc, static_cast<size_t>(s.rows)), Download<float>(dsc_ref, static_cast<size_t>(s.rows)))
+              << what;
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaKernels, RmsNormQuantizeIsTheNormThenTheQuantization) {
   FERRY_SKIP_WITHOUT_GPU();
   const std::vector<RowShape> shapes = {{1, 4096}, {5, 2048}, {3, 64}, {2, 16384}, {2, 20480}, {3, 37}};

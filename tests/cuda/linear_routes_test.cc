@@ -119,6 +119,9 @@ void CheckUnquantizedRoute(WeightFormat format) {
   for (float& g : gamma) g += 1.0f;
   Tensor gamma_t = Tensor::Empty({k}, DType::kF32);
   std::copy(gamma.begin(), gamma.end(), gamma_t.data<float>());
+  const std::vector<float> beta = RandomValues(static_cast<size_t>(k), 0.25f, 8);
+  Tensor beta_t = Tensor::Empty({k}, DType::kF32);
+  std::copy(beta.begin(), beta.end(), beta_t.data<float>());
 
   std::vector<Tensor> keep;
   cuda::GemmChoice small;
@@ -185,6 +188,23 @@ void CheckUnquantizedRoute(WeightFormat format) {
       ASSERT_TRUE(mlp.ok());
       FERRY_ASSERT_OK(be.GatedLinear(dgu, /*gelu_tanh=*/false, *mlp, w, *y));
       EXPECT_LT(RelError(be, *y, gr, wd, m, n, k), bound) << "gated";
+
+      // After a LayerNorm (a BERT layer's): the fused form stores the norm's output and gives
+      // the linear the bytes LayerNorm then Linear give.
+      EXPECT_TRUE(be.FusesLayerNormLinear(w));
+      auto ln_out = be.Allocate({m, k}, DType::kBF16), ln_ref = be.Allocate({m, k}, DType::kBF16);
+      auto y_ref = be.Allocate({m, n}, DType::kBF16);
+      ASSERT_TRUE(ln_out.ok() && ln_ref.ok() && y_ref.ok());
+      FERRY_ASSERT_OK(be.LayerNormLinear(dres, ddelta, gamma_t, beta_t, eps, *ln_out, w, *y));
+      FERRY_ASSERT_OK(be.LayerNorm(dres, ddelta, gamma_t, beta_t, eps, *ln_ref));
+      FERRY_ASSERT_OK(be.Linear(*ln_ref, w, *y_ref));
+      const auto host_floats = [&](const Tensor& t) {
+        auto h = be.ToHost(t);
+        EXPECT_TRUE(h.ok());
+        return std::vector<float>(h->data<float>(), h->data<float>() + t.numel());
+      };
+      EXPECT_EQ(host_floats(*ln_out), host_floats(*ln_ref)) << "LayerNorm output";
+      EXPECT_EQ(host_floats(*y), host_floats(*y_ref)) << "linear after the LayerNorm";
     }
   }
 }

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <memory>
 #include <span>
 #include <string>
@@ -122,6 +123,25 @@ class CudaBackend final : public Backend {
       return RunNormLinear(*ctx_, *gemm_, residual, delta, g->data<float>(), eps, w, y);
     }
     return Backend::NormLinear(residual, delta, gamma, eps, h, w, y);
+  }
+  // FERRY_FUSE_LAYERNORM=0 keeps LayerNorm and the linear apart (read once; for comparisons).
+  bool FusesLayerNormLinear(const LinearWeight& w) const override {
+    static const bool enabled = [] {
+      const char* v = std::getenv("FERRY_FUSE_LAYERNORM");
+      return v == nullptr || std::string(v) != "0";
+    }();
+    return enabled && QuantizesActivations(w);
+  }
+  Status LayerNormLinear(const Tensor& x, const Tensor& delta, const Tensor& gamma, const Tensor& beta, float eps,
+                         Tensor& out, const LinearWeight& w, Tensor& y) override {
+    FERRY_RETURN_IF_ERROR(EnsureLoaded());
+    FERRY_ASSIGN_OR_RETURN(const Tensor* g, resident_.GetF32(gamma));
+    FERRY_ASSIGN_OR_RETURN(const Tensor* b, resident_.GetF32(beta));
+    const Tensor* d = delta.defined() ? &delta : nullptr;
+    if (::ferry::backend::FusesLayerNormLinear(x, d, g->data<float>(), b->data<float>(), out, w)) {
+      return RunLayerNormLinear(*ctx_, *gemm_, x, d, g->data<float>(), b->data<float>(), eps, out, w, y);
+    }
+    return Backend::LayerNormLinear(x, delta, gamma, beta, eps, out, w, y);
   }
   Result<std::string> TuneLinear(LinearWeight& w) override {
     FERRY_RETURN_IF_ERROR(EnsureLoaded());

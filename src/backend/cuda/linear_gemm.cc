@@ -29,7 +29,13 @@ Status SetUpGemm(CudaContext& ctx, const Tensor& x, const CudaLinear& lin, int64
     const float* smooth = int8 && lin.smooth.defined() ? lin.smooth.data<float>() : nullptr;
     FERRY_ASSIGN_OR_RETURN(row_scales, ctx.Allocate({m}, DType::kF32));
     FERRY_ASSIGN_OR_RETURN(q, ctx.Allocate({m, k}, int8 ? DType::kI8 : DType::kF8E4M3));
-    if (norm != nullptr) {
+    if (norm != nullptr && norm->beta != nullptr) {
+      if (prologue != cuda::QuantPrologue::kNone) return InvalidArgument("SetUpGemm: a norm input takes no prologue");
+      FERRY_RETURN_IF_ERROR(cuda::LayerNormQuantize(
+          norm->layer_input->raw(), norm->delta != nullptr ? norm->delta->raw() : nullptr, norm->gamma, norm->beta,
+          norm->eps, m, k, norm->out->raw(), smooth, q.raw(), q.dtype(), row_scales.data<float>(), x.dtype(),
+          ctx.stream()));
+    } else if (norm != nullptr) {
       if (prologue != cuda::QuantPrologue::kNone) return InvalidArgument("SetUpGemm: a norm input takes no prologue");
       FERRY_RETURN_IF_ERROR(cuda::RmsNormQuantize(norm->residual->raw(),
                                                   norm->delta != nullptr ? norm->delta->raw() : nullptr, norm->gamma,
@@ -99,6 +105,13 @@ Status RunUnquantized(CudaContext& ctx, const Tensor& x, const CudaLinear& lin, 
   const DType act = x.dtype();
   const float* inv_smooth =
       lin.kind == cuda::GemmKind::kInt8 && lin.inv_smooth.defined() ? lin.inv_smooth.data<float>() : nullptr;
+  if (norm != nullptr && norm->beta != nullptr) {
+    // LayerNorm: its output is stored anyway, and read unquantized (not smoothed).
+    FERRY_RETURN_IF_ERROR(cuda::LayerNorm(norm->layer_input->raw(), norm->delta != nullptr ? norm->delta->raw() : nullptr,
+                                          norm->gamma, norm->beta, norm->eps, m, k, norm->out->raw(), act,
+                                          ctx.stream()));
+    return RunUnquantizedSmallM(lin, norm->out->raw(), act, m, n, k, y.raw(), ctx.stream());
+  }
   bool smoothed = false;
   Tensor in = x;
   if (norm != nullptr || prologue != cuda::QuantPrologue::kNone) {
@@ -184,6 +197,34 @@ Status RunNormLinear(CudaContext& ctx, cuda::LtGemm& gemm, Tensor& residual, con
   if (!FusesNormLinear(residual, delta, gamma, w)) return FailedPrecondition("NormLinear: the norm cannot be fused here");
   const NormInput norm{&residual, delta, gamma, eps};
   return RunPrepared(ctx, gemm, residual, w, y, cuda::QuantPrologue::kNone, &norm);
+}
+
+bool FusesLayerNormLinear(const Tensor& x, const Tensor* delta, const float* gamma, const float* beta,
+                          const Tensor& out, const LinearWeight& w) {
+  if (!QuantizesActivations(w) || x.rank() != 2 || out.shape() != x.shape() || out.dtype() != x.dtype() ||
+      (delta != nullptr && delta->shape() != x.shape())) {
+    return false;
+  }
+  const auto* lin = static_cast<const CudaLinear*>(w.packed.get());
+  const float* smooth = lin->kind == cuda::GemmKind::kInt8 && lin->smooth.defined() ? lin->smooth.data<float>() : nullptr;
+  return cuda::LayerNormQuantizeFits(x.raw(), delta != nullptr ? delta->raw() : nullptr, out.raw(), gamma, beta, smooth,
+                                     x.dim(1), x.dtype());
+}
+
+Status RunLayerNormLinear(CudaContext& ctx, cuda::LtGemm& gemm, const Tensor& x, const Tensor* delta,
+                          const float* gamma, const float* beta, float eps, Tensor& out, const LinearWeight& w,
+                          Tensor& y) {
+  if (!FusesLayerNormLinear(x, delta, gamma, beta, out, w)) {
+    return FailedPrecondition("LayerNormLinear: the norm cannot be fused here");
+  }
+  NormInput norm;
+  norm.delta = delta;
+  norm.gamma = gamma;
+  norm.eps = eps;
+  norm.beta = beta;
+  norm.layer_input = &x;
+  norm.out = &out;
+  return RunPrepared(ctx, gemm, x, w, y, cuda::QuantPrologue::kNone, &norm);
 }
 
 Status RunGeluLinear(CudaContext& ctx, cuda::LtGemm& gemm, Tensor& x, const LinearWeight& w, Tensor& y) {

@@ -10,13 +10,18 @@
 
 namespace ferry::backend {
 
-// The RMSNorm that produces a linear's input when the quantization pass computes it
-// (cuda::RmsNormQuantize): the input is RmsNorm(residual (+= delta when delta is set)).
+// The norm that produces a linear's input when the quantization pass computes it. RMSNorm
+// (beta null; cuda::RmsNormQuantize): the input is RmsNorm(residual (+= delta when delta is
+// set)), never stored. LayerNorm (beta set; cuda::LayerNormQuantize): the input is
+// LayerNorm(layer_input (+ delta)), stored in `out` as well (a BERT layer's residual stream).
 struct NormInput {
   Tensor* residual = nullptr;
   const Tensor* delta = nullptr;
   const float* gamma = nullptr;  // f32, on the device
   float eps = 0.0f;
+  const float* beta = nullptr;  // f32, on the device
+  const Tensor* layer_input = nullptr;
+  Tensor* out = nullptr;
 };
 
 // The GEMM of y = x · W^T: problem, pointers and (W8A8, fp8) the activations quantized per
@@ -47,6 +52,16 @@ bool FusesNormLinear(const Tensor& residual, const Tensor* delta, const float* g
 // never stored. Only where FusesNormLinear; FailedPrecondition otherwise.
 Status RunNormLinear(CudaContext& ctx, cuda::LtGemm& gemm, Tensor& residual, const Tensor* delta, const float* gamma,
                      float eps, const LinearWeight& w, Tensor& y);
+// Whether the weight quantizes its activations and LayerNorm(x (+ delta)) into out fits the
+// fused norm-and-quantization pass (cuda::LayerNormQuantizeFits). gamma, beta: f32 on the device.
+bool FusesLayerNormLinear(const Tensor& x, const Tensor* delta, const float* gamma, const float* beta,
+                          const Tensor& out, const LinearWeight& w);
+// out = LayerNorm(x (+ delta)) * gamma + beta; y = out · W^T (+ bias), the weight's activation
+// quantization done by the norm's pass (the same bytes as LayerNorm then the linear). Only where
+// FusesLayerNormLinear; FailedPrecondition otherwise.
+Status RunLayerNormLinear(CudaContext& ctx, cuda::LtGemm& gemm, const Tensor& x, const Tensor* delta,
+                          const float* gamma, const float* beta, float eps, Tensor& out, const LinearWeight& w,
+                          Tensor& y);
 // Whether the weight's GEMM quantizes its activations per token (W8A8, fp8), the kinds whose
 // quantization pass takes a prologue.
 bool QuantizesActivations(const LinearWeight& w);

@@ -56,6 +56,16 @@ Status RmsNormQuantize(void* residual, const void* delta, const float* gamma, fl
 // CPU's shifted two-pass mean and variance. out may alias x or delta.
 Status LayerNorm(const void* x, const void* delta, const float* gamma, const float* beta, float eps, int64_t rows,
                  int64_t cols, void* out, DType act, cudaStream_t stream);
+// LayerNorm as above into out, and out's rows (as stored) quantized per row in the same pass as
+// QuantizeRowsInt8 (x' = out / smooth) or QuantizeRowsFp8 (smooth null) would quantize them:
+// the same bytes as LayerNorm then the quantization. q [rows, cols] of q_dtype (kI8 or
+// kF8E4M3), row_scales [rows]. Only for rows that LayerNormQuantizeFits (held in registers: up
+// to 16,384 bf16 columns, 16-byte aligned); FailedPrecondition otherwise.
+bool LayerNormQuantizeFits(const void* x, const void* delta, const void* out, const float* gamma, const float* beta,
+                           const float* smooth, int64_t cols, DType act);
+Status LayerNormQuantize(const void* x, const void* delta, const float* gamma, const float* beta, float eps,
+                         int64_t rows, int64_t cols, void* out, const float* smooth, void* q, DType q_dtype,
+                         float* row_scales, DType act, cudaStream_t stream);
 
 // Rotary embedding in place on q [tokens, num_heads*head_dim] and k [tokens,
 // num_kv_heads*head_dim] (k may be null), Hugging Face rotate_half pairing: element i pairs

@@ -256,9 +256,14 @@ __global__ void __launch_bounds__(kMaxThreads)
 
 // LayerNorm of x (+ delta). As on the CPU: the mean sums x - x[0] (exact to f32 rounding
 // even on a large offset) and the variance sums centred squares (no E[x^2] - E[x]^2).
-template <typename T, int V, int kIters>
+// Q (int8 or e4m3; void: none, the plain LayerNorm): the row as stored in out, widened again,
+// is also quantized per row as QuantizeRowsInt8 / QuantizeRowsFp8 quantize out (over smooth
+// when given): the next linear's activation quantization in the norm's pass, the same bytes as
+// the two passes. Q needs kIters > 0 (the row held in registers).
+template <typename T, int V, int kIters, typename Q = void>
 __global__ void __launch_bounds__(kMaxThreads) LayerNormKernel(const T* x, const T* delta, const float* gamma, const float* beta, float eps,
-                                int64_t rows, int64_t cols, T* out) {
+                                int64_t rows, int64_t cols, T* out, const float* smooth, Q* q, float* row_scales) {
+  static_assert(std::is_void_v<Q> || kIters > 0, "the quantizing form holds the row in registers");
   AwaitPriorGrids();
   __shared__ float scratch[32];
   const int64_t nvec = cols / V;
@@ -302,6 +307,34 @@ __global__ void __launch_bounds__(kMaxThreads) LayerNormKernel(const T* x, const
           for (int k = 0; k < V; ++k) v[it][k] = fmaf((v[it][k] - mean) * inv, g[k], b[k]);
           StoreF32<T, V>(orow + j * V, v[it]);
         }
+      }
+      if constexpr (!std::is_void_v<Q>) {
+        constexpr float kMax = kQuantMax<Q>;
+        float amax = 0.0f;
+#pragma unroll
+        for (int it = 0; it < kIters; ++it) {
+          const int64_t j = threadIdx.x + static_cast<int64_t>(it) * blockDim.x;
+          if (j < nvec) {
+            float sm[V];
+            if (smooth != nullptr) LoadParams<V>(smooth, j, sm);
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+              float a = ToF32(FromF32<T>(v[it][k]));  // the value out holds
+              if (smooth != nullptr) a = a / sm[k];
+              v[it][k] = a;
+              amax = fmaxf(amax, fabsf(a));
+            }
+          }
+        }
+        amax = BlockMax(amax, scratch);
+        const float qinv = amax > 0.0f ? kMax / amax : 0.0f;
+        Q* qrow = q + r * cols;
+#pragma unroll
+        for (int it = 0; it < kIters; ++it) {
+          const int64_t j = threadIdx.x + static_cast<int64_t>(it) * blockDim.x;
+          if (j < nvec) StoreQuantized<Q, V>(qrow + j * V, v[it], qinv);
+        }
+        if (threadIdx.x == 0) row_scales[r] = amax / kMax;
       }
     } else {
       for (int64_t j = threadIdx.x; j < nvec; j += blockDim.x) {
@@ -535,8 +568,67 @@ Status LayerNorm(const void* x, const void* delta, const float* gamma, const flo
     DispatchRowPlan<T>(plan, [&](auto v, auto iters) {
       LaunchKernel(LayerNormKernel<T, decltype(v)::value, decltype(iters)::value>, RowBlocks(rows), plan.threads, 0,
                    stream, static_cast<const T*>(x), static_cast<const T*>(delta), gamma, beta, eps, rows, cols,
-                   static_cast<T*>(out));
+                   static_cast<T*>(out), static_cast<const float*>(nullptr), static_cast<void*>(nullptr),
+                   static_cast<float*>(nullptr));
     });
+    FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
+    return Status::Ok();
+  });
+}
+
+bool LayerNormQuantizeFits(const void* x, const void* delta, const void* out, const float* gamma, const float* beta,
+                           const float* smooth, int64_t cols, DType act) {
+  bool fits = false;
+  (void)DispatchAct(act, "LayerNormQuantize", [&](auto tag) -> Status {
+    using T = decltype(tag);
+    const bool aligned = Aligned(x, 16) && (delta == nullptr || Aligned(delta, 16)) && Aligned(out, 16) &&
+                         Aligned(gamma, 16) && Aligned(beta, 16) && (smooth == nullptr || Aligned(smooth, 16));
+    const RowPlan plan = PlanRows(cols, kVec16<T>, aligned);
+    fits = cols > 0 && plan.vectorized && plan.iters > 0;
+    return Status::Ok();
+  });
+  return fits;
+}
+
+Status LayerNormQuantize(const void* x, const void* delta, const float* gamma, const float* beta, float eps,
+                         int64_t rows, int64_t cols, void* out, const float* smooth, void* q, DType q_dtype,
+                         float* row_scales, DType act, cudaStream_t stream) {
+  FERRY_RETURN_IF_ERROR(CheckRowArgs("LayerNormQuantize", rows, cols));
+  if (rows == 0) return Status::Ok();
+  if (x == nullptr || gamma == nullptr || beta == nullptr || out == nullptr || q == nullptr || row_scales == nullptr) {
+    return InvalidArgument("LayerNormQuantize: null pointer");
+  }
+  if (q_dtype != DType::kI8 && q_dtype != DType::kF8E4M3) {
+    return InvalidArgument("LayerNormQuantize: quantizes to int8 or fp8 e4m3, not " + std::string(DTypeName(q_dtype)));
+  }
+  if (q_dtype == DType::kF8E4M3 && smooth != nullptr) return InvalidArgument("LayerNormQuantize: fp8 takes no smooth");
+  if (!LayerNormQuantizeFits(x, delta, out, gamma, beta, smooth, cols, act)) {
+    return FailedPrecondition("LayerNormQuantize: rows of " + std::to_string(cols) +
+                              " columns do not fit in registers (or are not 16-byte aligned); use LayerNorm, then "
+                              "the quantization");
+  }
+  return DispatchAct(act, "LayerNormQuantize", [&](auto tag) -> Status {
+    using T = decltype(tag);
+    constexpr int V = kVec16<T>;
+    const RowPlan plan = PlanRows(cols, V, true);
+    const auto launch = [&](auto qtag, auto iters) {
+      using Q = decltype(qtag);
+      LaunchKernel(LayerNormKernel<T, V, decltype(iters)::value, Q>, RowBlocks(rows), plan.threads, 0, stream,
+                   static_cast<const T*>(x), static_cast<const T*>(delta), gamma, beta, eps, rows, cols,
+                   static_cast<T*>(out), smooth, static_cast<Q*>(q), row_scales);
+    };
+    const auto with_iters = [&](auto qtag) {
+      if (plan.iters == 1) {
+        launch(qtag, std::integral_constant<int, 1>{});
+      } else {
+        launch(qtag, std::integral_constant<int, kMaxIters>{});
+      }
+    };
+    if (q_dtype == DType::kI8) {
+      with_iters(int8_t{});
+    } else {
+      with_iters(__nv_fp8_e4m3{});
+    }
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
     return Status::Ok();
   });
