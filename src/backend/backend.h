@@ -188,9 +188,10 @@ class Backend {
   // out = LayerNorm(x (+ delta when defined)) * gamma + beta; y = out · W^T (+ bias): a BERT
   // layer's norm (out is its residual stream, always written) and the linear that reads it.
   // The default runs LayerNorm then Linear. FusesLayerNormLinear says whether this backend
-  // saves a pass for w (CUDA: the norm writes the linear's quantized input too, for W8A8 and
-  // fp8 weights, with the same bytes), so that callers with a better unfused sequence (the
-  // CPU's GeluFeedForward) keep it elsewhere.
+  // saves a pass for w (CUDA, with FERRY_FUSE_LAYERNORM=1: the norm writes the linear's
+  // quantized input too, for W8A8 and fp8 weights, with the same bytes), so that callers with
+  // a better unfused sequence (the CPU's GeluFeedForward) keep it elsewhere. LayerNormLinear
+  // itself takes the fused pass wherever it fits, whatever FusesLayerNormLinear says.
   virtual bool FusesLayerNormLinear(const LinearWeight& w) const {
     (void)w;
     return false;

@@ -124,11 +124,14 @@ class CudaBackend final : public Backend {
     }
     return Backend::NormLinear(residual, delta, gamma, eps, h, w, y);
   }
-  // FERRY_FUSE_LAYERNORM=0 keeps LayerNorm and the linear apart (read once; for comparisons).
+  // Off unless FERRY_FUSE_LAYERNORM=1 (read once): the fused pass has not yet been run on a
+  // GPU (its tests, CudaKernels.LayerNormQuantizeIsTheNormThenTheQuantization and
+  // CudaLinearRoutesTest, hold it to the unfused bytes), so it is not the default until they
+  // and a measurement have.
   bool FusesLayerNormLinear(const LinearWeight& w) const override {
     static const bool enabled = [] {
       const char* v = std::getenv("FERRY_FUSE_LAYERNORM");
-      return v == nullptr || std::string(v) != "0";
+      return v != nullptr && std::string(v) == "1";
     }();
     return enabled && QuantizesActivations(w);
   }
