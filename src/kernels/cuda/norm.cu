@@ -432,6 +432,39 @@ __global__ void HeadRmsNormKernel(T* x, int64_t items, int heads, int head_dim, 
   for (int d = lane; d < head_dim; d += 32) v[d] = FromF32<T>(ToF32(v[d]) * rs * gamma[d]);
 }
 
+// The quantizing norms' host side: whether a row fits their register-held kernels, the
+// checks both make of their quantized output, and the launch for q's dtype and the plan's
+// iterations: launch(Q{}, std::integral_constant<int, iters>{}).
+template <typename T>
+bool QuantizingNormFits(int64_t cols, bool aligned) {
+  const RowPlan plan = PlanRows(cols, kVec16<T>, aligned);
+  return cols > 0 && plan.vectorized && plan.iters > 0;
+}
+
+Status CheckQuantizedOutput(const char* what, DType q_dtype, const float* smooth) {
+  if (q_dtype != DType::kI8 && q_dtype != DType::kF8E4M3) {
+    return InvalidArgument(std::string(what) + ": quantizes to int8 or fp8 e4m3, not " + std::string(DTypeName(q_dtype)));
+  }
+  if (q_dtype == DType::kF8E4M3 && smooth != nullptr) return InvalidArgument(std::string(what) + ": fp8 takes no smooth");
+  return Status::Ok();
+}
+
+template <typename F>
+void LaunchQuantizing(DType q_dtype, int iters, F&& launch) {
+  const auto with_iters = [&](auto qtag) {
+    if (iters == 1) {
+      launch(qtag, std::integral_constant<int, 1>{});
+    } else {
+      launch(qtag, std::integral_constant<int, kMaxIters>{});
+    }
+  };
+  if (q_dtype == DType::kI8) {
+    with_iters(int8_t{});
+  } else {
+    with_iters(__nv_fp8_e4m3{});
+  }
+}
+
 }  // namespace
 
 Status HeadRmsNorm(void* x, int64_t rows, int64_t cols, int64_t col_begin, int heads, int head_dim,
@@ -499,11 +532,8 @@ bool RmsNormQuantizeFits(const void* residual, const void* delta, const float* g
                          int64_t cols, DType act) {
   bool fits = false;
   (void)DispatchAct(act, "RmsNormQuantize", [&](auto tag) -> Status {
-    using T = decltype(tag);
-    const bool aligned = Aligned(residual, 16) && (delta == nullptr || Aligned(delta, 16)) && Aligned(gamma, 16) &&
-                         (smooth == nullptr || Aligned(smooth, 16));
-    const RowPlan plan = PlanRows(cols, kVec16<T>, aligned);
-    fits = cols > 0 && plan.vectorized && plan.iters > 0;
+    fits = QuantizingNormFits<decltype(tag)>(cols, Aligned(residual, 16) && (delta == nullptr || Aligned(delta, 16)) &&
+                                                       Aligned(gamma, 16) && (smooth == nullptr || Aligned(smooth, 16)));
     return Status::Ok();
   });
   return fits;
@@ -517,10 +547,7 @@ Status RmsNormQuantize(void* residual, const void* delta, const float* gamma, fl
   if (residual == nullptr || gamma == nullptr || q == nullptr || row_scales == nullptr) {
     return InvalidArgument("RmsNormQuantize: null pointer");
   }
-  if (q_dtype != DType::kI8 && q_dtype != DType::kF8E4M3) {
-    return InvalidArgument("RmsNormQuantize: quantizes to int8 or fp8 e4m3, not " + std::string(DTypeName(q_dtype)));
-  }
-  if (q_dtype == DType::kF8E4M3 && smooth != nullptr) return InvalidArgument("RmsNormQuantize: fp8 takes no smooth");
+  FERRY_RETURN_IF_ERROR(CheckQuantizedOutput("RmsNormQuantize", q_dtype, smooth));
   if (!RmsNormQuantizeFits(residual, delta, gamma, smooth, cols, act)) {
     return FailedPrecondition("RmsNormQuantize: rows of " + std::to_string(cols) +
                               " columns do not fit in registers (or are not 16-byte aligned); use RmsNorm or "
@@ -536,18 +563,7 @@ Status RmsNormQuantize(void* residual, const void* delta, const float* gamma, fl
                    static_cast<T*>(residual), static_cast<const T*>(delta), gamma, eps, rows, cols, smooth,
                    static_cast<Q*>(q), row_scales);
     };
-    const auto with_iters = [&](auto qtag) {
-      if (plan.iters == 1) {
-        launch(qtag, std::integral_constant<int, 1>{});
-      } else {
-        launch(qtag, std::integral_constant<int, kMaxIters>{});
-      }
-    };
-    if (q_dtype == DType::kI8) {
-      with_iters(int8_t{});
-    } else {
-      with_iters(__nv_fp8_e4m3{});
-    }
+    LaunchQuantizing(q_dtype, plan.iters, launch);
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
     return Status::Ok();
   });
@@ -580,11 +596,9 @@ bool LayerNormQuantizeFits(const void* x, const void* delta, const void* out, co
                            const float* smooth, int64_t cols, DType act) {
   bool fits = false;
   (void)DispatchAct(act, "LayerNormQuantize", [&](auto tag) -> Status {
-    using T = decltype(tag);
-    const bool aligned = Aligned(x, 16) && (delta == nullptr || Aligned(delta, 16)) && Aligned(out, 16) &&
-                         Aligned(gamma, 16) && Aligned(beta, 16) && (smooth == nullptr || Aligned(smooth, 16));
-    const RowPlan plan = PlanRows(cols, kVec16<T>, aligned);
-    fits = cols > 0 && plan.vectorized && plan.iters > 0;
+    fits = QuantizingNormFits<decltype(tag)>(
+        cols, Aligned(x, 16) && (delta == nullptr || Aligned(delta, 16)) && Aligned(out, 16) && Aligned(gamma, 16) &&
+                  Aligned(beta, 16) && (smooth == nullptr || Aligned(smooth, 16)));
     return Status::Ok();
   });
   return fits;
@@ -598,10 +612,7 @@ Status LayerNormQuantize(const void* x, const void* delta, const float* gamma, c
   if (x == nullptr || gamma == nullptr || beta == nullptr || out == nullptr || q == nullptr || row_scales == nullptr) {
     return InvalidArgument("LayerNormQuantize: null pointer");
   }
-  if (q_dtype != DType::kI8 && q_dtype != DType::kF8E4M3) {
-    return InvalidArgument("LayerNormQuantize: quantizes to int8 or fp8 e4m3, not " + std::string(DTypeName(q_dtype)));
-  }
-  if (q_dtype == DType::kF8E4M3 && smooth != nullptr) return InvalidArgument("LayerNormQuantize: fp8 takes no smooth");
+  FERRY_RETURN_IF_ERROR(CheckQuantizedOutput("LayerNormQuantize", q_dtype, smooth));
   if (!LayerNormQuantizeFits(x, delta, out, gamma, beta, smooth, cols, act)) {
     return FailedPrecondition("LayerNormQuantize: rows of " + std::to_string(cols) +
                               " columns do not fit in registers (or are not 16-byte aligned); use LayerNorm, then "
@@ -617,18 +628,7 @@ Status LayerNormQuantize(const void* x, const void* delta, const float* gamma, c
                    static_cast<const T*>(x), static_cast<const T*>(delta), gamma, beta, eps, rows, cols,
                    static_cast<T*>(out), smooth, static_cast<Q*>(q), row_scales);
     };
-    const auto with_iters = [&](auto qtag) {
-      if (plan.iters == 1) {
-        launch(qtag, std::integral_constant<int, 1>{});
-      } else {
-        launch(qtag, std::integral_constant<int, kMaxIters>{});
-      }
-    };
-    if (q_dtype == DType::kI8) {
-      with_iters(int8_t{});
-    } else {
-      with_iters(__nv_fp8_e4m3{});
-    }
+    LaunchQuantizing(q_dtype, plan.iters, launch);
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
     return Status::Ok();
   });
