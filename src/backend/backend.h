@@ -188,7 +188,7 @@ class Backend {
   // out = LayerNorm(x (+ delta when defined)) * gamma + beta; y = out · W^T (+ bias): a BERT
   // layer's norm (out is its residual stream, always written) and the linear that reads it.
   // The default runs LayerNorm then Linear. FusesLayerNormLinear says whether this backend
-  // saves a pass for w (CUDA, with FERRY_FUSE_LAYERNORM=1: the norm writes the linear's
+  // saves a pass for w (CUDA unless FERRY_FUSE_LAYERNORM=0: the norm writes the linear's
   // quantized input too, for W8A8 and fp8 weights, with the same bytes), so that callers with
   // a better unfused sequence (the CPU's GeluFeedForward) keep it elsewhere. LayerNormLinear
   // itself takes the fused pass wherever it fits, whatever FusesLayerNormLinear says.
