@@ -6,6 +6,7 @@
 
 #include "chunk/offline.h"
 #include "cli/subcommands.h"
+#include "core/device_spec.h"
 #include "core/mapped_file.h"
 #include "engine/engine.h"
 #include "engine/encoder_runner.h"
@@ -82,6 +83,7 @@ struct EncoderOptions {
   std::string pooling = "cls";
   bool normalize = false;
   int threads = 0;
+  std::string device = "cpu";
   // Long inputs (see chunk/offline.h): unset truncation keeps the plain one-input path.
   std::string truncation;
   int chunk_tokens = 0;
@@ -110,6 +112,12 @@ Result<chunk::OfflineOptions> LongOptions(const EncoderOptions& o) {
   return l;
 }
 
+// The engine, on --device (an engine file built for a GPU loads only there).
+Result<std::shared_ptr<engine::Engine>> LoadEngine(const EncoderOptions& o) {
+  FERRY_ASSIGN_OR_RETURN(const DeviceSpec device, ParseDevice(o.device));
+  return engine::Engine::Load(o.model, {.threads = o.threads, .device = device});
+}
+
 nlohmann::json DocumentJson(const chunk::DocumentInfo& info) {
   return {{"windows", info.windows}, {"tokens", info.tokens}, {"truncated", info.truncated}};
 }
@@ -120,7 +128,7 @@ int RunLongClassify(const EncoderOptions& o) {
   if (!text.ok()) return Fail(text.status());
   auto options = LongOptions(o);
   if (!options.ok()) return Fail(options.status());
-  auto eng = engine::Engine::Load(o.model, {.threads = o.threads});
+  auto eng = LoadEngine(o);
   if (!eng.ok()) return Fail(eng.status());
   const auto& labels = (*eng)->config().id2label;
   if (o.tokens) {
@@ -168,7 +176,7 @@ int RunLongClassify(const EncoderOptions& o) {
 // Loads an encoder engine and tokenizes the text (with [CLS]/[SEP] and type ids).
 Result<std::pair<std::shared_ptr<engine::Engine>, engine::EncodedInput>> Prepare(const EncoderOptions& o) {
   if (o.text.empty()) return InvalidArgument("--text is empty");
-  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<engine::Engine> eng, engine::Engine::Load(o.model, {.threads = o.threads}));
+  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<engine::Engine> eng, LoadEngine(o));
   if (eng->encoder() == nullptr) return InvalidArgument("'" + o.model + "' is not an encoder model");
   if (eng->tokenizer() == nullptr) return FailedPrecondition("'" + o.model + "' has no tokenizer files");
   std::optional<std::string_view> pair;
@@ -221,7 +229,7 @@ int RunEmbed(const EncoderOptions& o) {
     if (!options.ok()) return Fail(options.status());
     auto aggregate = chunk::ParseEmbedAggregate(o.aggregate.empty() ? "weighted_mean" : o.aggregate);
     if (!aggregate) return Fail(InvalidArgument("--aggregate must be weighted_mean or first"));
-    auto eng = engine::Engine::Load(o.model, {.threads = o.threads});
+    auto eng = LoadEngine(o);
     if (!eng.ok()) return Fail(eng.status());
     auto r = chunk::EmbedDocument(**eng, *text, *options, *aggregate, poolings.at(o.pooling), o.normalize);
     if (!r.ok()) return Fail(r.status());
@@ -277,6 +285,7 @@ void RegisterClassify(CLI::App& app, int& exit_code) {
   sub->add_option("--chunk-merge", o->chunk_merge, "--tokens over several windows: center or hf");
   sub->add_option("--ignore-labels", o->ignore_labels, "--tokens: labels left out (default O)");
   sub->add_option("--threads", o->threads, "Compute threads (0 = all cores)");
+  sub->add_option("--device", o->device, "cpu, cuda or cuda:N");
   sub->callback([o, &exit_code] { exit_code = RunClassify(*o); });
 }
 
@@ -290,6 +299,7 @@ void RegisterEmbed(CLI::App& app, int& exit_code) {
   AddLongInputOptions(sub, *o);
   sub->add_flag("--normalize", o->normalize, "L2-normalise the embedding");
   sub->add_option("--threads", o->threads, "Compute threads (0 = all cores)");
+  sub->add_option("--device", o->device, "cpu, cuda or cuda:N");
   sub->callback([o, &exit_code] { exit_code = RunEmbed(*o); });
 }
 

@@ -573,6 +573,11 @@ TEST(CliBadInputTest, BadDeviceOrPrecisionIsRefusedWhereItIsParsed) {
                    "--device cuda");
   ExpectCleanError(RunFerry({"generate", "--model", model, "--prompt-ids", "1", "--device", "cuda:x"}),
                    "device must be cpu, cuda or cuda:N, got 'cuda:x'");
+  const std::string encoder = testing::FixturePath("models/bert-tiny");
+  ExpectCleanError(RunFerry({"embed", "--model", encoder, "--text", "hi", "--device", "gpu"}),
+                   "device must be cpu, cuda or cuda:N, got 'gpu'");
+  ExpectCleanError(RunFerry({"classify", "--model", encoder, "--text", "hi", "--device", "cuda:-1"}),
+                   "device must be cpu, cuda or cuda:N");
   EXPECT_FALSE(fs::exists("/tmp/never.ferry"));
 }
 

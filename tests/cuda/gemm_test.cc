@@ -1578,6 +1578,8 @@ TEST(GemmChoiceTest, Buckets) {
   EXPECT_EQ(GemmMBucket(65), 6);
   EXPECT_EQ(GemmMBucket(512), 8);
   EXPECT_EQ(GemmMBucket(513), 9);
+  EXPECT_EQ(GemmMBucket(1024), 9);
+  EXPECT_EQ(GemmMBucket(1025), 10);
   EXPECT_EQ(GemmMBucket(kGemmMaxTunedM), kGemmMBuckets - 1);
   EXPECT_EQ(GemmMBucket(kGemmMaxTunedM + 1), kGemmMBuckets);  // untuned: the heuristic
   EXPECT_EQ(GemmMBucket(100000), kGemmMBuckets);

@@ -3,6 +3,8 @@
 // the linear, by the gated MLP's activation).
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <optional>
 #include <random>
@@ -221,6 +223,58 @@ TEST(CudaLinearRoutesTest, Fp8WeightOnlyRouteTakesEveryInputForm) {
 TEST(CudaLinearRoutesTest, W8A8UnquantizedRouteAppliesTheSmoothingFactors) {
   FERRY_SKIP_WITHOUT_GPU();
   CheckUnquantizedRoute(WeightFormat::kInt8W8A8);
+}
+
+
+// Engines written when 513-4096 rows were one bucket (ten choices) load with that choice in
+// both of the buckets it now spans (513-1024 and 1025-4096); an engine with every bucket
+// loads its choices as stored.
+TEST(CudaLinearRoutesTest, EnginesWithTenBucketsKeepTheirLastChoiceForBoth) {
+  FERRY_SKIP_WITHOUT_GPU();
+  CudaBackendOptions o;
+  o.activations = DType::kBF16;
+  auto made = MakeCudaBackend(o);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  Backend& be = **made;
+  LinearWeight w;
+  w.weight = Tensor::Empty({256, 512}, DType::kF32);
+  const std::vector<float> wf = RandomValues(256 * 512, 0.05f, 11);
+  std::copy(wf.begin(), wf.end(), w.weight.data<float>());
+  w.format = WeightFormat::kInt8W8A8;
+  w.smooth = Tensor::Empty({512}, DType::kF32);
+  for (int64_t i = 0; i < 512; ++i) w.smooth.data<float>()[i] = 1.0f;
+  FERRY_ASSERT_OK(be.PrepareLinear(w));
+  FERRY_ASSERT_OK(be.FinishLoading());
+  auto* lin = static_cast<CudaLinear*>(w.packed.get());
+  ASSERT_NE(lin, nullptr);
+  auto tile = cuda::GemmChoice::FromString("w8_mma"), wide = cuda::GemmChoice::FromString("w8_mma:t256");
+  ASSERT_TRUE(tile.ok() && wide.ok());
+  ASSERT_EQ(cuda::kGemmMBuckets, 11);
+  lin->choices.assign(cuda::kGemmMBuckets, *tile);
+  lin->choices[9] = *wide;  // 513-1024 differs from 1025-4096
+  auto s = be.SerializeLinear(w);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+
+  auto back = be.DeserializeLinear(*s);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  const auto* now = static_cast<const CudaLinear*>(back->packed.get());
+  ASSERT_EQ(now->choices.size(), 11u);
+  EXPECT_EQ(now->choices[9]->ToString(), "w8_mma:t256");
+  EXPECT_EQ(now->choices[10]->ToString(), "w8_mma");
+
+  // The same weight as a ten-bucket engine stored it: the last choice (w8_mma:t256) is 513-4096's.
+  nlohmann::json layout = nlohmann::json::parse(s->layout_json);
+  layout["gemm_choices"].erase(10);
+  ASSERT_EQ(layout["gemm_choices"].size(), 10u);
+  kernels::SerializedLinear old = *s;
+  old.layout_json = layout.dump();
+  auto loaded = be.DeserializeLinear(old);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  const auto* ten = static_cast<const CudaLinear*>(loaded->packed.get());
+  ASSERT_EQ(ten->choices.size(), 11u);
+  EXPECT_EQ(ten->choices[8]->ToString(), "w8_mma");
+  EXPECT_EQ(ten->choices[9]->ToString(), "w8_mma:t256");
+  EXPECT_EQ(ten->choices[10]->ToString(), "w8_mma:t256");
 }
 
 }  // namespace

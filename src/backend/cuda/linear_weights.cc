@@ -374,6 +374,9 @@ Result<LinearWeight> DeserializeCudaLinear(WeightLoader& loader, const Serialize
       lin->choices.push_back(std::nullopt);
     }
   }
+  // Ten buckets: an engine written before 513-1024 had a bucket of its own, whose last choice
+  // (timed at 2048 rows) covered 513-4096.
+  if (lin->choices.size() == 10 && cuda::kGemmMBuckets == 11) lin->choices.push_back(lin->choices.back());
   LinearWeight w;
   w.format = lin->format;
   w.out = lin->weight.dim(0);

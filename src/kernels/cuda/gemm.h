@@ -175,15 +175,20 @@ struct GemmChoice {
 };
 
 // M buckets for tuned choices: 1 | 2-4 | 5-8 | 9-16 | 17-32 | 33-64 | 65-128 | 129-256 |
-// 257-512 | 513-4096. Decode batches live in the small buckets, where the best cuBLASLt
-// tile (and split-K) changes with every doubling; past 512 rows the large tiles win
-// throughout. Past kGemmMaxTunedM rows (encoder batches of long windows, long prefill
+// 257-512 | 513-1024 | 1025-4096. Decode batches live in the small buckets, where the best
+// cuBLASLt tile (and split-K) changes with every doubling. Past 512 rows the large tiles win,
+// but a choice timed at 2048 rows does not carry down to a prefill of 1,024 tokens: the 8-bit
+// tile kernel's 256-row tile, the fastest at 2048 for a 1B down projection, gave 1,024 rows
+// 64 blocks for 132 multiprocessors (74 us a call on an H100 where cuBLASLt's fp8 GEMM took
+// 32), so 513-1024 has its own bucket, timed at 1024. Engines written with ten buckets
+// (their last one 513-4096) have that choice copied into both (DeserializeCudaLinear).
+// Past kGemmMaxTunedM rows (encoder batches of long windows, long prefill
 // chunks) GemmMBucket answers kGemmMBuckets, a bucket with no tuned choice: Run takes the
 // heuristic (for fp8 per-row/col the outer-vector route first). A choice timed at 2048 rows
 // does not carry that far: there the fp8 f32-accumulator route won, whose extra pass over
 // the output grows with M, and at 16,384 rows (bert-base, 32 windows of 512) it cost a fifth
 // of the forward pass.
-inline constexpr int kGemmMBuckets = 10;
+inline constexpr int kGemmMBuckets = 11;
 inline constexpr int64_t kGemmMaxTunedM = 4096;
 int GemmMBucket(int64_t m);
 // The M to tune a bucket at: its largest row count (2048 for the last tuned bucket).

@@ -83,12 +83,13 @@ int GemmMBucket(int64_t m) {
   if (m <= 128) return 6;
   if (m <= 256) return 7;
   if (m <= 512) return 8;
-  if (m <= kGemmMaxTunedM) return 9;
+  if (m <= 1024) return 9;
+  if (m <= kGemmMaxTunedM) return 10;
   return kGemmMBuckets;
 }
 
 int64_t GemmBucketTuneM(int bucket) {
-  static constexpr int64_t kTuneM[kGemmMBuckets] = {1, 4, 8, 16, 32, 64, 128, 256, 512, 2048};
+  static constexpr int64_t kTuneM[kGemmMBuckets] = {1, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048};
   return kTuneM[std::clamp(bucket, 0, kGemmMBuckets - 1)];
 }
 
