@@ -873,10 +873,6 @@ TEST(CudaKernels, QuantizeRowsWithGatedProloguesAreGatingThenQuantize) {
   }
 }
 
-// The norm in front of a W8A8 / fp8 GEMM fused with its activation quantization: the
-// residual is updated exactly as AddRmsNorm updates it, and each quantized value is within
-// one rounding step of the host's norm (the f32 sum of squares is reduced in another order
-// than the host's, so not bit for bit). Rows that do not fit in registers are refused.
 // LayerNormQuantize is LayerNorm then QuantizeRowsInt8 (over the SmoothQuant factors) or
 // QuantizeRowsFp8 of its output, bit for bit: the same out, q and scales; rows too wide for
 // registers, or unaligned, are refused.
@@ -942,6 +938,10 @@ TEST(CudaKernels, LayerNormQuantizeIsTheNormThenTheQuantization) {
   }
 }
 
+// The norm in front of a W8A8 / fp8 GEMM fused with its activation quantization: the
+// residual is updated exactly as AddRmsNorm updates it, and each quantized value is within
+// one rounding step of the host's norm (the f32 sum of squares is reduced in another order
+// than the host's, so not bit for bit). Rows that do not fit in registers are refused.
 TEST(CudaKernels, RmsNormQuantizeIsTheNormThenTheQuantization) {
   FERRY_SKIP_WITHOUT_GPU();
   const std::vector<RowShape> shapes = {{1, 4096}, {5, 2048}, {3, 64}, {2, 16384}, {2, 20480}, {3, 37}};
