@@ -21,6 +21,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -109,14 +110,26 @@ std::string Key(const std::string& what, int copies, int64_t n, int64_t k) {
 
 using Weights = std::vector<LinearWeight>;
 
-Weights& FerryWeights(int64_t m, int64_t n, int64_t k, WeightFormat format) {
+// SmoothQuant-like factors in [0.25, 4): what a calibrated W8A8 engine's linears carry.
+Tensor RandomSmooth(int64_t k) {
+  const Tensor r = RandomF32(1, k, 77, 1.0f);
+  Tensor s = Tensor::Empty({k}, DType::kF32);
+  for (int64_t i = 0; i < k; ++i) s.data<float>()[i] = std::exp2(2.0f * r.data<float>()[i]);
+  return s;
+}
+
+// smoothed: W8A8 weights with RandomSmooth factors, so that each call's activation
+// quantization applies them as an engine's does.
+Weights& FerryWeights(int64_t m, int64_t n, int64_t k, WeightFormat format, bool smoothed = false) {
   const int copies = Copies(m, static_cast<size_t>(n * k) * BytesPerWeight(format));
-  return Cached<Weights>(Key(ferry::backend::WeightFormatName(format), copies, n, k), [&] {
+  const std::string what = std::string(ferry::backend::WeightFormatName(format)) + (smoothed ? "-smoothed" : "");
+  return Cached<Weights>(Key(what, copies, n, k), [&] {
     auto be = ferry::backend::MakeCpuBackend();
     Weights w(static_cast<size_t>(copies));
     for (size_t i = 0; i < w.size(); ++i) {
       w[i].weight = RandomF32(n, k, static_cast<uint32_t>(i));
       w[i].format = format;
+      if (smoothed) w[i].smooth = RandomSmooth(k);
       if (!be->PrepareLinear(w[i]).ok()) std::abort();
       w[i].weight = Tensor();  // frees the f32 source
     }
@@ -126,12 +139,12 @@ Weights& FerryWeights(int64_t m, int64_t n, int64_t k, WeightFormat format) {
 
 // bf16_activations: the backend's LinearConfig::bf16_activations (bf16 weights' prefill GEMMs
 // on vdpbf16ps with x rounded to bf16).
-void BM_FerryLinear(benchmark::State& state, int64_t m, int64_t n, int64_t k, WeightFormat format,
-                    bool bf16_activations = false) {
+void FerryLinearRun(benchmark::State& state, int64_t m, int64_t n, int64_t k, WeightFormat format,
+                    bool bf16_activations, bool smoothed) {
   ferry::backend::CpuBackendOptions options;
   options.linear.bf16_activations = bf16_activations;
   auto be = ferry::backend::MakeCpuBackend(options);
-  Weights& weights = FerryWeights(m, n, k, format);
+  Weights& weights = FerryWeights(m, n, k, format, smoothed);
   Tensor x = RandomF32(m, k, 99, 1.0f);
   Tensor y = Tensor::Empty({m, n}, DType::kF32);
   size_t i = 0;
@@ -142,6 +155,36 @@ void BM_FerryLinear(benchmark::State& state, int64_t m, int64_t n, int64_t k, We
   }
   const cpu::PackedWeight* pw = cpu::AsPackedWeight(weights[0].packed);
   SetCounters(state, m, n, k, pw->panels.nbytes() + (pw->scales.defined() ? pw->scales.nbytes() : 0));
+}
+
+void BM_FerryLinear(benchmark::State& state, int64_t m, int64_t n, int64_t k, WeightFormat format,
+                    bool bf16_activations = false) {
+  FerryLinearRun(state, m, n, k, format, bf16_activations, /*smoothed=*/false);
+}
+
+// A W8A8 linear as a calibrated engine's: its activation quantization applies the factors.
+void BM_FerryW8A8Smoothed(benchmark::State& state, int64_t m, int64_t n, int64_t k) {
+  FerryLinearRun(state, m, n, k, WeightFormat::kInt8W8A8, /*bf16_activations=*/false, /*smoothed=*/true);
+}
+
+// The W8A8 activation quantization alone (the active kernel's tiles, as a prefill GEMM reads
+// them), with SmoothQuant-like factors: GB/s of f32 input read.
+void BM_W8A8Quantize(benchmark::State& state, int64_t m, int64_t k) {
+  const cpu::Int8Kernel kernel = cpu::ActiveInt8Kernel();
+  const int tile_rows = kernel == cpu::Int8Kernel::kVnni ? 12 : 4;
+  const int64_t k_stored = cpu::StoredK(cpu::PanelLayout::kQuads, k);
+  const int64_t tiles = (m + tile_rows - 1) / tile_rows;
+  Tensor x = RandomF32(m, k, 99, 1.0f);
+  const Tensor factors = RandomSmooth(k);
+  std::vector<int8_t> q(static_cast<size_t>(tiles * tile_rows * k_stored * cpu::kActivationBytesPerK));
+  std::vector<float> row_scale(static_cast<size_t>(m));
+  for (auto _ : state) {
+    cpu::QuantizeActivations(x.data<float>(), k, m, k, k_stored, factors.data<float>(), tile_rows, q.data(),
+                             row_scale.data(), kernel);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(m * k * 4), benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
 }
 
 // oneDNN's f32 matmul with weights pre-packed in the layout it picks for `any`; the primitive
@@ -492,9 +535,11 @@ void RegisterAll() {
     for (const auto& [format, name] : formats) {
       Register("BM_Bert_" + name + shape, BM_FerryLinear, 4096, n, k, format, false);
     }
+    Register("BM_Bert_w8a8_smoothed" + shape, BM_FerryW8A8Smoothed, 4096, n, k);
     Register("BM_Bert_oneDNN_f32" + shape, BM_OnednnF32, 4096, n, k);
     Register("BM_Bert_oneDNN_w8a8" + shape, BM_OnednnInt8, 4096, n, k);
   }
+  for (int64_t k : {768, 3072}) Register("BM_Bert_w8a8_quantize/M:4096/K:" + std::to_string(k), BM_W8A8Quantize, 4096, k);
 }
 
 std::string LoadAverage() {

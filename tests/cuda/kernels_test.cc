@@ -964,9 +964,9 @@ TEST(CudaKernels, RmsNormQuantizeIsTheNormThenTheQuantization) {
             std::fill(d.begin() + s.cols, d.begin() + 2 * s.cols, 0.0f);
           }
           const std::vector<float> gamma = RandomFloats(static_cast<size_t>(s.cols), ++seed, 0.5f, 1.5f);
-          const std::vector<float> smooth = RandomFloats(static_cast<size_t>(s.cols), ++seed, 0.25f, 4.0f);
+          const std::vector<float> inv_smooth = RandomFloats(static_cast<size_t>(s.cols), ++seed, 0.25f, 4.0f);
           DeviceBuffer dres = UploadAs(act, x), dres_ref = UploadAs(act, x), dd = UploadAs(act, d);
-          DeviceBuffer dg = Upload(gamma), dsm = Upload(smooth), dh = PoisonedBuffer(n * es);
+          DeviceBuffer dg = Upload(gamma), dsm = Upload(inv_smooth), dh = PoisonedBuffer(n * es);
           DeviceBuffer dq = PoisonedBuffer(n), dsc = PoisonedBuffer(static_cast<size_t>(s.rows) * 4);
           const void* delta = with_delta ? dd.get() : nullptr;
           const float* sm = int8 ? dsm.as<float>() : nullptr;
@@ -999,7 +999,7 @@ TEST(CudaKernels, RmsNormQuantizeIsTheNormThenTheQuantization) {
             const double rs = 1.0 / std::sqrt(ss / static_cast<double>(s.cols) + eps);
             double amax = 0.0;
             for (int64_t i = 0; i < s.cols; ++i) {
-              y[i] = y[i] * rs * gamma[i] / (int8 ? smooth[i] : 1.0);
+              y[i] = y[i] * rs * gamma[i] * (int8 ? inv_smooth[i] : 1.0);
               amax = std::max(amax, std::fabs(y[i]));
             }
             EXPECT_NEAR(scales[r], amax / qmax, 1e-5 * amax / qmax + 1e-30) << what << " row " << r;

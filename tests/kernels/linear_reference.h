@@ -46,7 +46,8 @@ inline QuantizedMatrix QuantizeWeightRef(const Tensor& w, const Tensor& smooth) 
   return out;
 }
 
-// Per-token activation quantization as the W8A8 kernels document it: x' = x / smooth (f32),
+// Per-token activation quantization as the W8A8 kernels document it: x' = x * (1 / smooth), the
+// reciprocal and the product each rounded to f32,
 // scale = max|x'| / 127, q = round_half_even(x' * (127 / max|x'|)) with the product in f32.
 inline QuantizedMatrix QuantizeActivationsRef(const Tensor& x, const Tensor& smooth) {
   QuantizedMatrix out;
@@ -59,7 +60,7 @@ inline QuantizedMatrix QuantizeActivationsRef(const Tensor& x, const Tensor& smo
     float amax = 0.0f;
     for (int64_t c = 0; c < out.cols; ++c) {
       row[c] = x.data<float>()[r * x.strides()[0] + c];
-      if (smooth.defined()) row[c] /= smooth.data<float>()[c];
+      if (smooth.defined()) row[c] *= 1.0f / smooth.data<float>()[c];
       amax = std::max(amax, std::fabs(row[c]));
     }
     out.scale[r] = amax / 127.0f;

@@ -26,23 +26,23 @@ Status SetUpGemm(CudaContext& ctx, const Tensor& x, const CudaLinear& lin, int64
   if (lin.kind == cuda::GemmKind::kInt8 || lin.kind == cuda::GemmKind::kFp8) {
     // Per-token dynamic activation quantization.
     const bool int8 = lin.kind == cuda::GemmKind::kInt8;
-    const float* smooth = int8 && lin.smooth.defined() ? lin.smooth.data<float>() : nullptr;
+    const float* inv_smooth = int8 && lin.inv_smooth.defined() ? lin.inv_smooth.data<float>() : nullptr;
     FERRY_ASSIGN_OR_RETURN(row_scales, ctx.Allocate({m}, DType::kF32));
     FERRY_ASSIGN_OR_RETURN(q, ctx.Allocate({m, k}, int8 ? DType::kI8 : DType::kF8E4M3));
     if (norm != nullptr && norm->beta != nullptr) {
       if (prologue != cuda::QuantPrologue::kNone) return InvalidArgument("SetUpGemm: a norm input takes no prologue");
       FERRY_RETURN_IF_ERROR(cuda::LayerNormQuantize(
           norm->layer_input->raw(), norm->delta != nullptr ? norm->delta->raw() : nullptr, norm->gamma, norm->beta,
-          norm->eps, m, k, norm->out->raw(), smooth, q.raw(), q.dtype(), row_scales.data<float>(), x.dtype(),
+          norm->eps, m, k, norm->out->raw(), inv_smooth, q.raw(), q.dtype(), row_scales.data<float>(), x.dtype(),
           ctx.stream()));
     } else if (norm != nullptr) {
       if (prologue != cuda::QuantPrologue::kNone) return InvalidArgument("SetUpGemm: a norm input takes no prologue");
       FERRY_RETURN_IF_ERROR(cuda::RmsNormQuantize(norm->residual->raw(),
                                                   norm->delta != nullptr ? norm->delta->raw() : nullptr, norm->gamma,
-                                                  norm->eps, m, k, smooth, q.raw(), q.dtype(),
+                                                  norm->eps, m, k, inv_smooth, q.raw(), q.dtype(),
                                                   row_scales.data<float>(), x.dtype(), ctx.stream()));
     } else if (int8) {
-      FERRY_RETURN_IF_ERROR(cuda::QuantizeRowsInt8(x.raw(), m, k, smooth, q.data<int8_t>(), row_scales.data<float>(),
+      FERRY_RETURN_IF_ERROR(cuda::QuantizeRowsInt8(x.raw(), m, k, inv_smooth, q.data<int8_t>(), row_scales.data<float>(),
                                                    x.dtype(), ctx.stream(), prologue));
     } else {
       FERRY_RETURN_IF_ERROR(

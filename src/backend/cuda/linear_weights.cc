@@ -156,6 +156,8 @@ Result<bool> PrepareInt4(CudaContext& ctx, WeightLoader& loader, DType activatio
 }
 
 // 1 / each of a host f32 vector's values, on the device.
+// 1.0f / each factor in f32: kernels::cpu::SmoothReciprocals' values, which the CPU quantizer
+// multiplies by, so that a W8A8 input is quantized to the same bytes on both.
 Result<Tensor> UploadReciprocal(WeightLoader& loader, const Tensor& host) {
   Tensor inv = Tensor::Empty(host.shape(), DType::kF32);
   for (int64_t i = 0; i < host.numel(); ++i) inv.data<float>()[i] = 1.0f / host.data<float>()[i];

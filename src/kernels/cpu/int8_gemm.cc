@@ -422,77 +422,74 @@ __attribute__((target("avx512f"))) float RowScaleFromMax512(__m512 vmax, float* 
   return amax > 0.0f ? 127.0f / amax : 0.0f;
 }
 
+// x[i] * inv_smooth[i] (inv_smooth null: x[i]): the value a row is quantized from. A product
+// with no sum, so each pass that recomputes it gets the same bits and no copy of the row is kept.
+inline float Smoothed(const float* x, const float* inv_smooth, int64_t i) {
+  return inv_smooth != nullptr ? x[i] * inv_smooth[i] : x[i];
+}
+
+__attribute__((target("avx512f"))) inline __m512 Smoothed512(const float* x, const float* inv_smooth, int64_t i,
+                                                             __mmask16 lanes) {
+  const __m512 v = _mm512_maskz_loadu_ps(lanes, x + i);
+  return inv_smooth != nullptr ? _mm512_mul_ps(v, _mm512_maskz_loadu_ps(lanes, inv_smooth + i)) : v;
+}
+
 // QuantizeRow's quad form for the VNNI kernel (whose CPUs have AVX-512), 16 lanes at a time:
-// the same divide, maximum, product, round-half-even conversion and clamp per element, and
+// the same product, maximum, scaling, round-half-even conversion and clamp per element, and
 // the same scalar tail, so the same values and scale; stored as q + 128, 4 bytes a quad.
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void QuantizeRowQuads512(const float* x, int64_t k,
-                                                                              int64_t k_stored, const float* smooth,
-                                                                              float* tmp, int8_t* out,
-                                                                              int64_t quad_stride, float* scale) {
-  const float* xs = x;
+                                                                              int64_t k_stored, const float* inv_smooth,
+                                                                              int8_t* out, int64_t quad_stride,
+                                                                              float* scale) {
   __m512 vmax = _mm512_setzero_ps();
   int64_t i = 0;
-  for (; i + 16 <= k; i += 16) {
-    __m512 v = _mm512_loadu_ps(x + i);
-    if (smooth != nullptr) {
-      v = _mm512_div_ps(v, _mm512_loadu_ps(smooth + i));
-      _mm512_storeu_ps(tmp + i, v);
-    }
-    vmax = Max512(vmax, _mm512_abs_ps(v));
-  }
-  for (int64_t t = i; t < k; ++t) {
-    const float v = smooth != nullptr ? x[t] / smooth[t] : x[t];
-    if (smooth != nullptr) tmp[t] = v;
-    vmax = Max512(vmax, _mm512_set1_ps(std::fabs(v)));
-  }
-  if (smooth != nullptr) xs = tmp;
+  for (; i + 16 <= k; i += 16) vmax = Max512(vmax, _mm512_abs_ps(Smoothed512(x, inv_smooth, i, kAllLanes)));
+  for (int64_t t = i; t < k; ++t) vmax = Max512(vmax, _mm512_set1_ps(std::fabs(Smoothed(x, inv_smooth, t))));
   const float inv = RowScaleFromMax512(vmax, scale);
   const __m512 vinv = _mm512_set1_ps(inv);
   const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
   const __m512i zero_i = _mm512_setzero_si512();
   for (i = 0; i + 16 <= k; i += 16) {
-    const __m512i r = _mm512_mask_cvtps_epi32(zero_i, kAllLanes, _mm512_mul_ps(_mm512_loadu_ps(xs + i), vinv));
+    const __m512 v = _mm512_mul_ps(Smoothed512(x, inv_smooth, i, kAllLanes), vinv);
+    const __m512i r = _mm512_mask_cvtps_epi32(zero_i, kAllLanes, v);
     const __m512i q = _mm512_mask_min_epi32(zero_i, kAllLanes, hi, _mm512_mask_max_epi32(zero_i, kAllLanes, lo, r));
     StoreVnniQuads(_mm512_maskz_cvtepi32_epi8(kAllLanes, q), out + (i / 4) * quad_stride, quad_stride);
   }
   for (; i < k_stored; ++i) {
-    const int8_t q = i < k ? static_cast<int8_t>(std::clamp(std::nearbyint(xs[i] * inv), -127.0f, 127.0f)) : 0;
+    const int8_t q =
+        i < k ? static_cast<int8_t>(std::clamp(std::nearbyint(Smoothed(x, inv_smooth, i) * inv), -127.0f, 127.0f)) : 0;
     out[(i / 4) * quad_stride + i % 4] = VnniByte(q);
   }
 }
 
 // quad_stride 0: q[0..k) row-major (oneDNN's s8 source) instead of `vnni`'s or the AVX2 kernel's quads.
-void QuantizeRow(const float* x, int64_t k, int64_t k_stored, const float* smooth, bool vnni, float* tmp, int8_t* out,
+void QuantizeRow(const float* x, int64_t k, int64_t k_stored, const float* inv_smooth, bool vnni, int8_t* out,
                  int64_t quad_stride, float* scale) {
   if (vnni && quad_stride != 0) {
-    QuantizeRowQuads512(x, k, k_stored, smooth, tmp, out, quad_stride, scale);
+    QuantizeRowQuads512(x, k, k_stored, inv_smooth, out, quad_stride, scale);
     return;
   }
-  const float* xs = x;
-  int64_t i = 0;
-  if (smooth != nullptr) {
-    for (; i + 8 <= k; i += 8) {
-      _mm256_storeu_ps(tmp + i, _mm256_div_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(smooth + i)));
-    }
-    for (; i < k; ++i) tmp[i] = x[i] / smooth[i];
-    xs = tmp;
-  }
+  auto smoothed8 = [&](int64_t at) {
+    const __m256 v = _mm256_loadu_ps(x + at);
+    return inv_smooth != nullptr ? _mm256_mul_ps(v, _mm256_loadu_ps(inv_smooth + at)) : v;
+  };
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 vmax = _mm256_setzero_ps();
-  for (i = 0; i + 8 <= k; i += 8) vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(xs + i), abs_mask));
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8) vmax = _mm256_max_ps(vmax, _mm256_and_ps(smoothed8(i), abs_mask));
   float amax = HMax(vmax);
-  for (; i < k; ++i) amax = std::max(amax, std::fabs(xs[i]));
+  for (; i < k; ++i) amax = std::max(amax, std::fabs(Smoothed(x, inv_smooth, i)));
   *scale = amax / 127.0f;
   const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
   const __m256 vinv = _mm256_set1_ps(inv);
   const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
-  auto quantize8 = [&](const float* p) {
+  auto quantize8 = [&](int64_t at) {
     // cvtps2dq rounds half to even (the default MXCSR mode), as nearbyint does below.
-    return _mm256_min_epi32(hi, _mm256_max_epi32(lo, _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p), vinv))));
+    return _mm256_min_epi32(hi, _mm256_max_epi32(lo, _mm256_cvtps_epi32(_mm256_mul_ps(smoothed8(at), vinv))));
   };
   for (i = 0; i + 16 <= k; i += 16) {
     // packs interleaves 128-bit lanes; the permute restores k order.
-    const __m256i q16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(quantize8(xs + i), quantize8(xs + i + 8)), 0xd8);
+    const __m256i q16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(quantize8(i), quantize8(i + 8)), 0xd8);
     const __m128i q8 = _mm_packs_epi16(_mm256_castsi256_si128(q16), _mm256_extracti128_si256(q16, 1));
     if (quad_stride == 0) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), q8);
@@ -501,7 +498,8 @@ void QuantizeRow(const float* x, int64_t k, int64_t k_stored, const float* smoot
     }
   }
   for (; i < (quad_stride == 0 ? k : k_stored); ++i) {
-    const int8_t q = i < k ? static_cast<int8_t>(std::clamp(std::nearbyint(xs[i] * inv), -127.0f, 127.0f)) : 0;
+    const int8_t q =
+        i < k ? static_cast<int8_t>(std::clamp(std::nearbyint(Smoothed(x, inv_smooth, i) * inv), -127.0f, 127.0f)) : 0;
     if (quad_stride == 0) {
       out[i] = q;
       continue;
@@ -513,31 +511,22 @@ void QuantizeRow(const float* x, int64_t k, int64_t k_stored, const float* smoot
 }
 
 // QuantizeRow's row-major form (quad_stride 0) on 16 lanes, for the AMX route (whose CPUs
-// have AVX-512): the smoothing divide and the absolute maximum in one pass, the rounding in
-// a second. The same divide, maximum, product and round-half-even conversion per element, so
-// the same bytes and scale.
-__attribute__((target("avx512f"))) void QuantizeRowMajor512(const float* x, int64_t k, const float* smooth, float* tmp,
+// have AVX-512): the absolute maximum in one pass, the rounding in a second. The same product,
+// maximum, scaling and round-half-even conversion per element, so the same bytes and scale.
+__attribute__((target("avx512f"))) void QuantizeRowMajor512(const float* x, int64_t k, const float* inv_smooth,
                                                             int8_t* out, float* scale) {
   const __m512i zero_i = _mm512_setzero_si512();
   __m512 vmax = _mm512_setzero_ps();
-  const float* xs = x;
-  int64_t i = 0;
-  for (; i < k; i += 16) {
+  for (int64_t i = 0; i < k; i += 16) {
     const __mmask16 lanes = k - i >= 16 ? kAllLanes : static_cast<__mmask16>((1u << (k - i)) - 1u);
-    __m512 v = _mm512_maskz_loadu_ps(lanes, x + i);
-    if (smooth != nullptr) {
-      v = _mm512_maskz_div_ps(lanes, v, _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), lanes, smooth + i));
-      _mm512_mask_storeu_ps(tmp + i, lanes, v);
-    }
-    vmax = Max512(vmax, _mm512_abs_ps(v));
+    vmax = Max512(vmax, _mm512_abs_ps(Smoothed512(x, inv_smooth, i, lanes)));
   }
-  if (smooth != nullptr) xs = tmp;
   const float inv = RowScaleFromMax512(vmax, scale);
   const __m512 vinv = _mm512_set1_ps(inv);
   const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
-  for (i = 0; i < k; i += 16) {
+  for (int64_t i = 0; i < k; i += 16) {
     const __mmask16 lanes = k - i >= 16 ? kAllLanes : static_cast<__mmask16>((1u << (k - i)) - 1u);
-    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, xs + i), vinv);
+    const __m512 v = _mm512_mul_ps(Smoothed512(x, inv_smooth, i, lanes), vinv);
     const __m512i r = _mm512_mask_cvtps_epi32(zero_i, kAllLanes, v);
     const __m512i q = _mm512_mask_min_epi32(zero_i, kAllLanes, hi, _mm512_mask_max_epi32(zero_i, kAllLanes, lo, r));
     _mm512_mask_cvtsepi32_storeu_epi8(out + i, lanes, q);
@@ -548,7 +537,6 @@ __attribute__((target("avx512f"))) void QuantizeRowMajor512(const float* x, int6
 struct Int8Scratch {
   std::vector<int8_t> q;         // quantized activation tiles (or rows, for oneDNN)
   std::vector<float> row_scale;  // per row
-  std::vector<float> tmp;        // one smoothed row
   std::vector<int32_t> acc;      // oneDNN's int32 sums
 };
 
@@ -666,19 +654,17 @@ Int8Kernel ActiveInt8Kernel() { return Switch().Active(); }
 bool SetActiveInt8Kernel(Int8Kernel kernel) { return Switch().Set(kernel); }
 std::string_view Int8KernelName(Int8Kernel kernel) { return kernel == Int8Kernel::kVnni ? "vnni" : "avx2"; }
 
-void QuantizeActivations(const float* x, int64_t lda, int64_t m, int64_t k, int64_t k_stored, const float* smooth,
+void QuantizeActivations(const float* x, int64_t lda, int64_t m, int64_t k, int64_t k_stored, const float* inv_smooth,
                          int tile_rows, int8_t* q, float* row_scale, Int8Kernel kernel) {
   const bool vnni = kernel == Int8Kernel::kVnni;
   const int64_t quad_bytes = ActivationQuadBytes(kernel);
   const int64_t tiles = (m + tile_rows - 1) / tile_rows;
   const int64_t grain = std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(k * tile_rows, 1));
   ParallelFor(tiles, grain, [&](int64_t b, int64_t e) {
-    Int8Scratch& scratch = ThreadScratch();
-    if (smooth != nullptr && scratch.tmp.size() < static_cast<size_t>(k)) scratch.tmp.resize(static_cast<size_t>(k));
     for (int64_t t = b; t < e; ++t) {
       int8_t* tile = q + t * (k_stored / 4) * tile_rows * quad_bytes;
       for (int64_t r = t * tile_rows; r < std::min(m, (t + 1) * tile_rows); ++r) {
-        QuantizeRow(x + r * lda, k, k_stored, smooth, vnni, scratch.tmp.data(), tile + quad_bytes * (r - t * tile_rows),
+        QuantizeRow(x + r * lda, k, k_stored, inv_smooth, vnni, tile + quad_bytes * (r - t * tile_rows),
                     quad_bytes * tile_rows, row_scale + r);
       }
     }
@@ -754,13 +740,10 @@ bool Int8LinearOnednn(const float* x, int64_t lda, int64_t m, const PackedWeight
   if (scratch.acc.size() < static_cast<size_t>(m * w.n)) scratch.acc.resize(static_cast<size_t>(m * w.n));
   int8_t* q = scratch.q.data();
   float* rs = scratch.row_scale.data();
-  const float* smooth = w.smooth_data();
+  const float* inv_smooth = w.inv_smooth_data();
   ParallelFor(m, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(w.k, 1)), [&](int64_t r_begin, int64_t r_end) {
-    Int8Scratch& local = ThreadScratch();
-    if (smooth != nullptr && local.tmp.size() < static_cast<size_t>(w.k)) local.tmp.resize(static_cast<size_t>(w.k));
     for (int64_t r = r_begin; r < r_end; ++r) {
-      QuantizeRow(x + r * lda, w.k, w.k, smooth, /*vnni=*/false, local.tmp.data(), q + r * w.k, /*quad_stride=*/0,
-                  rs + r);
+      QuantizeRow(x + r * lda, w.k, w.k, inv_smooth, /*vnni=*/false, q + r * w.k, /*quad_stride=*/0, rs + r);
     }
   });
   if (!OnednnInt8Matmul(q, m, *ow, scratch.acc.data()).ok()) return false;
@@ -780,15 +763,13 @@ void Int8LinearAmx(const float* x, int64_t lda, int64_t m, const PackedWeight& w
   if (scratch.row_scale.size() < static_cast<size_t>(m)) scratch.row_scale.resize(static_cast<size_t>(m));
   int8_t* q = scratch.q.data();
   float* rs = scratch.row_scale.data();
-  const float* smooth = w.smooth_data();
+  const float* inv_smooth = w.inv_smooth_data();
   ParallelFor(m_pad, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(w.k, 1)), [&](int64_t r_begin, int64_t r_end) {
-    Int8Scratch& local = ThreadScratch();
-    if (smooth != nullptr && local.tmp.size() < static_cast<size_t>(w.k)) local.tmp.resize(static_cast<size_t>(w.k));
     for (int64_t r = r_begin; r < r_end; ++r) {
       int8_t* qr = q + r * ldq;
       int64_t written = 0;
       if (r < m) {
-        QuantizeRowMajor512(x + r * lda, w.k, smooth, local.tmp.data(), qr, rs + r);
+        QuantizeRowMajor512(x + r * lda, w.k, inv_smooth, qr, rs + r);
         written = w.k;
       }
       std::memset(qr + written, 0, static_cast<size_t>(ldq - written));
@@ -828,7 +809,7 @@ bool Int8LinearOther(const float* x, int64_t lda, int64_t m, const PackedWeight&
   const size_t q_need = static_cast<size_t>(tiles * tile_rows * w.k_stored * kActivationBytesPerK);
   if (scratch.q.size() < q_need) scratch.q.resize(q_need);
   if (scratch.row_scale.size() < static_cast<size_t>(m)) scratch.row_scale.resize(static_cast<size_t>(m));
-  QuantizeActivations(x, lda, m, w.k, w.k_stored, w.smooth_data(), tile_rows, scratch.q.data(),
+  QuantizeActivations(x, lda, m, w.k, w.k_stored, w.inv_smooth_data(), tile_rows, scratch.q.data(),
                       scratch.row_scale.data(), kernel);
   const int8_t* aq = scratch.q.data();
   const float* rs = scratch.row_scale.data();

@@ -1,4 +1,4 @@
-// W8A8 linear: y[M, N] = dequant(quant(x / smooth) · Wq^T) (+ bias) over a PackedWeight in
+// W8A8 linear: y[M, N] = dequant(quant(x * (1 / smooth)) · Wq^T) (+ bias) over a PackedWeight in
 // PanelLayout::kQuads: AVX2 (vpmaddubsw), or VNNI (vpdpbusd) where the CPU has AVX-512 VNNI.
 #pragma once
 
@@ -48,14 +48,15 @@ bool Int8OnednnEnabled();
 bool SetInt8OnednnEnabled(bool enabled);
 
 // Quantizes rows [0, m) of x to int8 with a per-row dynamic scale, in the tile layout the
-// W8A8 kernels read. Each row: x' = x / smooth (smooth null: x' = x), amax = max |x'|,
+// W8A8 kernels read. Each row: x' = x * inv_smooth (f32 products; null: x' = x; a weight's
+// inv_smooth is SmoothReciprocals of its SmoothQuant factors), amax = max |x'|,
 // q = round_half_even(x' * (127 / amax)) in f32 (|q| <= 127), row_scale = amax / 127 (q = 0
 // and scale 0 for an all-zero row). Tiles hold `tile_rows` rows; with B =
 // ActivationQuadBytes(kernel), k-quad j of row r of tile t is the B bytes at
 // t*k_stored*tile_rows*B/4 + (j*tile_rows + r)*B: for the AVX2 kernel q[4j..4j+3] then |q|
 // (two 32-bit broadcasts feed vpsignb and vpmaddubsw), for the VNNI kernel q[4j..4j+3] + 128
 // as u8 (one broadcast feeds vpdpbusd). The K padding is q = 0.
-void QuantizeActivations(const float* x, int64_t lda, int64_t m, int64_t k, int64_t k_stored, const float* smooth,
+void QuantizeActivations(const float* x, int64_t lda, int64_t m, int64_t k, int64_t k_stored, const float* inv_smooth,
                          int tile_rows, int8_t* q, float* row_scale, Int8Kernel kernel = ActiveInt8Kernel());
 
 // y = (acc * row_scale[m] * col_scale[n]) + bias[n], acc the exact int32 dot product of the

@@ -119,6 +119,24 @@ DType TargetDType(WeightFormat format, DType source) {
 
 }  // namespace
 
+Tensor SmoothReciprocals(const Tensor& smooth) {
+  Tensor inv = Tensor::Empty({smooth.numel()}, DType::kF32);
+  const float* s = smooth.data<float>();
+  float* r = inv.data<float>();
+  for (int64_t i = 0; i < smooth.numel(); ++i) r[i] = 1.0f / s[i];
+  return inv;
+}
+
+std::string CheckSmoothFactors(const Tensor& smooth) {
+  const float* s = smooth.data<float>();
+  for (int64_t i = 0; i < smooth.numel(); ++i) {
+    if (!(s[i] > 0.0f) || !std::isfinite(s[i]) || !std::isfinite(1.0f / s[i])) {
+      return "smooth factor " + std::to_string(i) + " is not positive and finite with a finite reciprocal";
+    }
+  }
+  return "";
+}
+
 void AdviseHugePages(void* p, size_t bytes) {
   // Weights and KV caches are streamed in full every step; 2 MiB pages cut the TLB misses
   // (each a two-level walk under virtualization) that otherwise cost ~10% of bandwidth.
@@ -167,12 +185,9 @@ Result<std::shared_ptr<PackedWeight>> PackWeight(const Tensor& weight, WeightFor
                                smooth.DebugString());
       }
       packed->smooth = smooth.ToF32();
+      if (const std::string bad = CheckSmoothFactors(packed->smooth); !bad.empty()) return InvalidArgument(bad);
       smooth_ptr = packed->smooth.data<float>();
-      for (int64_t i = 0; i < k; ++i) {
-        if (!(smooth_ptr[i] > 0.0f) || !std::isfinite(smooth_ptr[i])) {
-          return InvalidArgument("smooth factor " + std::to_string(i) + " is not positive and finite");
-        }
-      }
+      packed->inv_smooth = SmoothReciprocals(packed->smooth);
     }
   }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "core/status.h"
 #include "core/tensor.h"
@@ -57,7 +58,9 @@ struct PackedWeight {
   int64_t num_panels = 0;
   Tensor panels;  // [num_panels, k_stored * kPanelCols], 64-byte aligned
   Tensor scales;  // int8 formats: f32 [num_panels * kPanelCols], 0 for the padding columns
-  Tensor smooth;  // W8A8: f32 [k] SmoothQuant factors (activations are divided by them), or undefined
+  Tensor smooth;  // W8A8: f32 [k] SmoothQuant factors (the engine file's blob), or undefined
+  // SmoothReciprocals(smooth), what the activations are multiplied by; set wherever smooth is.
+  Tensor inv_smooth;
   // The weight data PrepareLinear packed this from, only to notice a pack paired with
   // another weight; null when loaded from an engine file. Never dereferenced.
   const void* source = nullptr;
@@ -69,8 +72,16 @@ struct PackedWeight {
   size_t panel_bytes() const { return static_cast<size_t>(k_stored) * kPanelCols * elem_size(); }
   const void* panel(int64_t p) const { return static_cast<const char*>(panels.raw()) + p * panel_bytes(); }
   const float* scale_data() const { return scales.defined() ? scales.data<float>() : nullptr; }
-  const float* smooth_data() const { return smooth.defined() ? smooth.data<float>() : nullptr; }
+  const float* inv_smooth_data() const { return inv_smooth.defined() ? inv_smooth.data<float>() : nullptr; }
 };
+
+// 1.0f / smooth[i] in f32 for each factor (f32 [k]): a W8A8 layer's activation is x * these,
+// on the CPU and on the GPU alike, so both quantize the same values. A multiply where the
+// factors were first divided by: the quantizers' division was most of their cost, and the
+// product differs from the quotient by at most one rounding.
+Tensor SmoothReciprocals(const Tensor& smooth);
+// Empty when every factor is positive and finite with a finite reciprocal, else what is wrong.
+std::string CheckSmoothFactors(const Tensor& smooth);
 
 // K limit of the int8 W8A8 kernels: K * 127 * 127 must fit the int32 accumulators.
 inline constexpr int64_t kMaxInt8K = (int64_t{1} << 31) / (127 * 127);

@@ -179,12 +179,10 @@ Result<PackedLinear> Deserialize(const SerializedLinear& s) {
   }
   if (has_smooth) {
     FERRY_ASSIGN_OR_RETURN(packed->smooth, AdoptBlob(s.blobs[b++], "smooth", {k}, DType::kF32));
-    const float* sm = packed->smooth.data<float>();
-    for (int64_t i = 0; i < k; ++i) {
-      if (!(sm[i] > 0.0f) || !std::isfinite(sm[i])) {
-        return DataLoss("linear blob 'smooth': element " + std::to_string(i) + " is not positive and finite");
-      }
+    if (const std::string bad = CheckSmoothFactors(packed->smooth); !bad.empty()) {
+      return DataLoss("linear blob 'smooth': " + bad);
     }
+    packed->inv_smooth = SmoothReciprocals(packed->smooth);
   }
   PackedLinear w;
   if (has_bias) {

@@ -42,14 +42,14 @@ Status AddRmsNorm(void* residual, const void* delta, const float* gamma, float e
 
 // The norm in front of a W8A8 or fp8 GEMM and that GEMM's activation quantization, in one
 // pass: residual += delta (delta null: residual is only read), y = RmsNorm(the f32 sum), and
-// y quantized per row as QuantizeRowsInt8 (x' = y / smooth) or QuantizeRowsFp8 (smooth null)
+// y quantized per row as QuantizeRowsInt8 (x' = y * inv_smooth) or QuantizeRowsFp8 (inv_smooth null)
 // do, from the f32 y rather than y rounded to `act`. q [rows, cols] of q_dtype (kI8 or
 // kF8E4M3), row_scales [rows]. Only for rows that RmsNormQuantizeFits (held in registers:
 // up to 16,384 bf16 columns, 16-byte aligned); FailedPrecondition otherwise.
-bool RmsNormQuantizeFits(const void* residual, const void* delta, const float* gamma, const float* smooth,
+bool RmsNormQuantizeFits(const void* residual, const void* delta, const float* gamma, const float* inv_smooth,
                          int64_t cols, DType act);
 Status RmsNormQuantize(void* residual, const void* delta, const float* gamma, float eps, int64_t rows, int64_t cols,
-                       const float* smooth, void* q, DType q_dtype, float* row_scales, DType act,
+                       const float* inv_smooth, void* q, DType q_dtype, float* row_scales, DType act,
                        cudaStream_t stream);
 
 // out = LayerNorm(x (+ delta when delta is not null)) * gamma + beta over each row, with the
@@ -57,14 +57,14 @@ Status RmsNormQuantize(void* residual, const void* delta, const float* gamma, fl
 Status LayerNorm(const void* x, const void* delta, const float* gamma, const float* beta, float eps, int64_t rows,
                  int64_t cols, void* out, DType act, cudaStream_t stream);
 // LayerNorm as above into out, and out's rows (as stored) quantized per row in the same pass as
-// QuantizeRowsInt8 (x' = out / smooth) or QuantizeRowsFp8 (smooth null) would quantize them:
+// QuantizeRowsInt8 (x' = out * inv_smooth) or QuantizeRowsFp8 (inv_smooth null) would quantize them:
 // the same bytes as LayerNorm then the quantization. q [rows, cols] of q_dtype (kI8 or
 // kF8E4M3), row_scales [rows]. Only for rows that LayerNormQuantizeFits (held in registers: up
 // to 16,384 bf16 columns, 16-byte aligned); FailedPrecondition otherwise.
 bool LayerNormQuantizeFits(const void* x, const void* delta, const void* out, const float* gamma, const float* beta,
-                           const float* smooth, int64_t cols, DType act);
+                           const float* inv_smooth, int64_t cols, DType act);
 Status LayerNormQuantize(const void* x, const void* delta, const float* gamma, const float* beta, float eps,
-                         int64_t rows, int64_t cols, void* out, const float* smooth, void* q, DType q_dtype,
+                         int64_t rows, int64_t cols, void* out, const float* inv_smooth, void* q, DType q_dtype,
                          float* row_scales, DType act, cudaStream_t stream);
 
 // Rotary embedding in place on q [tokens, num_heads*head_dim] and k [tokens,
@@ -157,11 +157,12 @@ enum class QuantPrologue : uint8_t {
   kGeluTanhMul,  // the same with the tanh GELU (GeluTanhMul's math)
 };
 
-// Per-row symmetric int8 quantization, bit-identical to the CPU W8A8 path: x' = x / smooth
-// (smooth null: x' = x), amax = max |x'|, q = round_half_even(x' * (127 / amax)) clamped to
+// Per-row symmetric int8 quantization, bit-identical to the CPU W8A8 path: x' = x * inv_smooth
+// (f32 products; inv_smooth null: x' = x; a linear's is SmoothReciprocals of its SmoothQuant
+// factors, as on the CPU), amax = max |x'|, q = round_half_even(x' * (127 / amax)) clamped to
 // [-127, 127], row_scales[r] = amax / 127 (an all-zero row: q = 0, scale 0). q [rows, cols].
-// With a prologue, x' = prologue(x) / smooth (the gated ones read rows of 2 * cols).
-Status QuantizeRowsInt8(const void* x, int64_t rows, int64_t cols, const float* smooth, int8_t* q, float* row_scales,
+// With a prologue, x' = prologue(x) * inv_smooth (the gated ones read rows of 2 * cols).
+Status QuantizeRowsInt8(const void* x, int64_t rows, int64_t cols, const float* inv_smooth, int8_t* q, float* row_scales,
                         DType act, cudaStream_t stream, QuantPrologue prologue = QuantPrologue::kNone);
 
 // Per-row fp8 quantization: amax = max |x|, q = e4m3(x * (448 / amax)) (nearest even,

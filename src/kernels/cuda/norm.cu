@@ -194,13 +194,13 @@ __device__ __forceinline__ void LoadSum(const T* x, const T* delta, int64_t j, f
 }
 
 // residual += delta (delta null: residual is only read); y = RMSNorm(the f32 sum) * gamma
-// (/ smooth), then y quantized per row as QuantizeRowsInt8 / QuantizeRowsFp8 do, from the
+// (* inv_smooth), then y quantized per row as QuantizeRowsInt8 / QuantizeRowsFp8 do, from the
 // f32 y (never rounded to T): the norm and the next GEMM's activation quantization in one
 // pass. Rows are held in registers (kIters > 0) between the three steps.
 template <typename T, typename Q, int V, int kIters>
 __global__ void __launch_bounds__(kMaxThreads)
     RmsNormQuantizeKernel(T* residual, const T* delta, const float* gamma, float eps, int64_t rows, int64_t cols,
-                          const float* smooth, Q* q, float* row_scales) {
+                          const float* inv_smooth, Q* q, float* row_scales) {
   AwaitPriorGrids();
   static_assert(kIters > 0, "rows are held in registers");
   constexpr float kMax = kQuantMax<Q>;
@@ -232,11 +232,11 @@ __global__ void __launch_bounds__(kMaxThreads)
         LoadParams<V>(gamma, j, g);
 #pragma unroll
         for (int k = 0; k < V; ++k) v[it][k] = v[it][k] * scale * g[k];
-        if (smooth != nullptr) {
+        if (inv_smooth != nullptr) {
           float sm[V];
-          LoadParams<V>(smooth, j, sm);
+          LoadParams<V>(inv_smooth, j, sm);
 #pragma unroll
-          for (int k = 0; k < V; ++k) v[it][k] = v[it][k] / sm[k];
+          for (int k = 0; k < V; ++k) v[it][k] = v[it][k] * sm[k];
         }
 #pragma unroll
         for (int k = 0; k < V; ++k) amax = fmaxf(amax, fabsf(v[it][k]));
@@ -257,12 +257,12 @@ __global__ void __launch_bounds__(kMaxThreads)
 // LayerNorm of x (+ delta). As on the CPU: the mean sums x - x[0] (exact to f32 rounding
 // even on a large offset) and the variance sums centred squares (no E[x^2] - E[x]^2).
 // Q (int8 or e4m3; void: none, the plain LayerNorm): the row as stored in out, widened again,
-// is also quantized per row as QuantizeRowsInt8 / QuantizeRowsFp8 quantize out (over smooth
+// is also quantized per row as QuantizeRowsInt8 / QuantizeRowsFp8 quantize out (times inv_smooth
 // when given): the next linear's activation quantization in the norm's pass, the same bytes as
 // the two passes. Q needs kIters > 0 (the row held in registers).
 template <typename T, int V, int kIters, typename Q = void>
 __global__ void __launch_bounds__(kMaxThreads) LayerNormKernel(const T* x, const T* delta, const float* gamma, const float* beta, float eps,
-                                int64_t rows, int64_t cols, T* out, const float* smooth, Q* q, float* row_scales) {
+                                int64_t rows, int64_t cols, T* out, const float* inv_smooth, Q* q, float* row_scales) {
   static_assert(std::is_void_v<Q> || kIters > 0, "the quantizing form holds the row in registers");
   AwaitPriorGrids();
   __shared__ float scratch[32];
@@ -316,11 +316,11 @@ __global__ void __launch_bounds__(kMaxThreads) LayerNormKernel(const T* x, const
           const int64_t j = threadIdx.x + static_cast<int64_t>(it) * blockDim.x;
           if (j < nvec) {
             float sm[V];
-            if (smooth != nullptr) LoadParams<V>(smooth, j, sm);
+            if (inv_smooth != nullptr) LoadParams<V>(inv_smooth, j, sm);
 #pragma unroll
             for (int k = 0; k < V; ++k) {
               float a = ToF32(FromF32<T>(v[it][k]));  // the value out holds
-              if (smooth != nullptr) a = a / sm[k];
+              if (inv_smooth != nullptr) a = a * sm[k];
               v[it][k] = a;
               amax = fmaxf(amax, fabsf(a));
             }
@@ -441,11 +441,11 @@ bool QuantizingNormFits(int64_t cols, bool aligned) {
   return cols > 0 && plan.vectorized && plan.iters > 0;
 }
 
-Status CheckQuantizedOutput(const char* what, DType q_dtype, const float* smooth) {
+Status CheckQuantizedOutput(const char* what, DType q_dtype, const float* inv_smooth) {
   if (q_dtype != DType::kI8 && q_dtype != DType::kF8E4M3) {
     return InvalidArgument(std::string(what) + ": quantizes to int8 or fp8 e4m3, not " + std::string(DTypeName(q_dtype)));
   }
-  if (q_dtype == DType::kF8E4M3 && smooth != nullptr) return InvalidArgument(std::string(what) + ": fp8 takes no smooth");
+  if (q_dtype == DType::kF8E4M3 && inv_smooth != nullptr) return InvalidArgument(std::string(what) + ": fp8 takes no smoothing");
   return Status::Ok();
 }
 
@@ -528,27 +528,27 @@ Status AddRmsNorm(void* residual, const void* delta, const float* gamma, float e
   });
 }
 
-bool RmsNormQuantizeFits(const void* residual, const void* delta, const float* gamma, const float* smooth,
+bool RmsNormQuantizeFits(const void* residual, const void* delta, const float* gamma, const float* inv_smooth,
                          int64_t cols, DType act) {
   bool fits = false;
   (void)DispatchAct(act, "RmsNormQuantize", [&](auto tag) -> Status {
     fits = QuantizingNormFits<decltype(tag)>(cols, Aligned(residual, 16) && (delta == nullptr || Aligned(delta, 16)) &&
-                                                       Aligned(gamma, 16) && (smooth == nullptr || Aligned(smooth, 16)));
+                                                       Aligned(gamma, 16) && (inv_smooth == nullptr || Aligned(inv_smooth, 16)));
     return Status::Ok();
   });
   return fits;
 }
 
 Status RmsNormQuantize(void* residual, const void* delta, const float* gamma, float eps, int64_t rows, int64_t cols,
-                       const float* smooth, void* q, DType q_dtype, float* row_scales, DType act,
+                       const float* inv_smooth, void* q, DType q_dtype, float* row_scales, DType act,
                        cudaStream_t stream) {
   FERRY_RETURN_IF_ERROR(CheckRowArgs("RmsNormQuantize", rows, cols));
   if (rows == 0) return Status::Ok();
   if (residual == nullptr || gamma == nullptr || q == nullptr || row_scales == nullptr) {
     return InvalidArgument("RmsNormQuantize: null pointer");
   }
-  FERRY_RETURN_IF_ERROR(CheckQuantizedOutput("RmsNormQuantize", q_dtype, smooth));
-  if (!RmsNormQuantizeFits(residual, delta, gamma, smooth, cols, act)) {
+  FERRY_RETURN_IF_ERROR(CheckQuantizedOutput("RmsNormQuantize", q_dtype, inv_smooth));
+  if (!RmsNormQuantizeFits(residual, delta, gamma, inv_smooth, cols, act)) {
     return FailedPrecondition("RmsNormQuantize: rows of " + std::to_string(cols) +
                               " columns do not fit in registers (or are not 16-byte aligned); use RmsNorm or "
                               "AddRmsNorm, then the quantization");
@@ -560,7 +560,7 @@ Status RmsNormQuantize(void* residual, const void* delta, const float* gamma, fl
     const auto launch = [&](auto qtag, auto iters) {
       using Q = decltype(qtag);
       LaunchKernel(RmsNormQuantizeKernel<T, Q, V, decltype(iters)::value>, RowBlocks(rows), plan.threads, 0, stream,
-                   static_cast<T*>(residual), static_cast<const T*>(delta), gamma, eps, rows, cols, smooth,
+                   static_cast<T*>(residual), static_cast<const T*>(delta), gamma, eps, rows, cols, inv_smooth,
                    static_cast<Q*>(q), row_scales);
     };
     LaunchQuantizing(q_dtype, plan.iters, launch);
@@ -593,27 +593,27 @@ Status LayerNorm(const void* x, const void* delta, const float* gamma, const flo
 }
 
 bool LayerNormQuantizeFits(const void* x, const void* delta, const void* out, const float* gamma, const float* beta,
-                           const float* smooth, int64_t cols, DType act) {
+                           const float* inv_smooth, int64_t cols, DType act) {
   bool fits = false;
   (void)DispatchAct(act, "LayerNormQuantize", [&](auto tag) -> Status {
     fits = QuantizingNormFits<decltype(tag)>(
         cols, Aligned(x, 16) && (delta == nullptr || Aligned(delta, 16)) && Aligned(out, 16) && Aligned(gamma, 16) &&
-                  Aligned(beta, 16) && (smooth == nullptr || Aligned(smooth, 16)));
+                  Aligned(beta, 16) && (inv_smooth == nullptr || Aligned(inv_smooth, 16)));
     return Status::Ok();
   });
   return fits;
 }
 
 Status LayerNormQuantize(const void* x, const void* delta, const float* gamma, const float* beta, float eps,
-                         int64_t rows, int64_t cols, void* out, const float* smooth, void* q, DType q_dtype,
+                         int64_t rows, int64_t cols, void* out, const float* inv_smooth, void* q, DType q_dtype,
                          float* row_scales, DType act, cudaStream_t stream) {
   FERRY_RETURN_IF_ERROR(CheckRowArgs("LayerNormQuantize", rows, cols));
   if (rows == 0) return Status::Ok();
   if (x == nullptr || gamma == nullptr || beta == nullptr || out == nullptr || q == nullptr || row_scales == nullptr) {
     return InvalidArgument("LayerNormQuantize: null pointer");
   }
-  FERRY_RETURN_IF_ERROR(CheckQuantizedOutput("LayerNormQuantize", q_dtype, smooth));
-  if (!LayerNormQuantizeFits(x, delta, out, gamma, beta, smooth, cols, act)) {
+  FERRY_RETURN_IF_ERROR(CheckQuantizedOutput("LayerNormQuantize", q_dtype, inv_smooth));
+  if (!LayerNormQuantizeFits(x, delta, out, gamma, beta, inv_smooth, cols, act)) {
     return FailedPrecondition("LayerNormQuantize: rows of " + std::to_string(cols) +
                               " columns do not fit in registers (or are not 16-byte aligned); use LayerNorm, then "
                               "the quantization");
@@ -626,7 +626,7 @@ Status LayerNormQuantize(const void* x, const void* delta, const float* gamma, c
       using Q = decltype(qtag);
       LaunchKernel(LayerNormKernel<T, V, decltype(iters)::value, Q>, RowBlocks(rows), plan.threads, 0, stream,
                    static_cast<const T*>(x), static_cast<const T*>(delta), gamma, beta, eps, rows, cols,
-                   static_cast<T*>(out), smooth, static_cast<Q*>(q), row_scales);
+                   static_cast<T*>(out), inv_smooth, static_cast<Q*>(q), row_scales);
     };
     LaunchQuantizing(q_dtype, plan.iters, launch);
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();

@@ -39,10 +39,10 @@ __device__ __forceinline__ RawVec<T, V, kPro> LoadRaw(const T* row, int64_t cols
   return r;
 }
 
-// x' = prologue(x) (kInt8: divided by smooth when given) for vector j of a row; for the gated
+// x' = prologue(x) (kInt8: times inv_smooth when given) for vector j of a row; for the gated
 // prologues x' = act(gate) * up.
 template <typename T, int V, QuantPrologue kPro>
-__device__ __forceinline__ void Scaled(const RawVec<T, V, kPro>& raw, const float* smooth, int64_t j, float (&a)[V]) {
+__device__ __forceinline__ void Scaled(const RawVec<T, V, kPro>& raw, const float* inv_smooth, int64_t j, float (&a)[V]) {
   Widen(raw.x, a);
   if constexpr (kPro == QuantPrologue::kGeluErf) {
 #pragma unroll
@@ -54,24 +54,24 @@ __device__ __forceinline__ void Scaled(const RawVec<T, V, kPro>& raw, const floa
 #pragma unroll
     for (int k = 0; k < V; ++k) a[k] = GatedActivation<kAct>(a[k]) * u[k];
   }
-  if (smooth != nullptr) {
+  if (inv_smooth != nullptr) {
     float s[V];
-    LoadF32<float, V>(smooth + j * V, s);
+    LoadF32<float, V>(inv_smooth + j * V, s);
 #pragma unroll
-    for (int k = 0; k < V; ++k) a[k] = a[k] / s[k];
+    for (int k = 0; k < V; ++k) a[k] = a[k] * s[k];
   }
 }
 
 template <typename T, int V, QuantPrologue kPro>
-__device__ __forceinline__ void LoadScaled(const T* row, int64_t cols, const float* smooth, int64_t j, float (&a)[V]) {
-  Scaled<T, V, kPro>(LoadRaw<T, V, kPro>(row, cols, j), smooth, j, a);
+__device__ __forceinline__ void LoadScaled(const T* row, int64_t cols, const float* inv_smooth, int64_t j, float (&a)[V]) {
+  Scaled<T, V, kPro>(LoadRaw<T, V, kPro>(row, cols, j), inv_smooth, j, a);
 }
 
 // kHeld > 0: each thread keeps its (at most kHeld) vectors of the row in registers between
 // the max and the write, so the row is read, and the prologue computed, once. kHeld = 0:
 // rows too wide for that are read twice (the second time from L1/L2).
 template <typename T, typename Q, int V, QuantPrologue kPro, int kHeld>
-__device__ __forceinline__ void QuantizeRows(const T* x, int64_t rows, int64_t cols, const float* smooth, Q* q,
+__device__ __forceinline__ void QuantizeRows(const T* x, int64_t rows, int64_t cols, const float* inv_smooth, Q* q,
                                              float* scales) {
   AwaitPriorGrids();
   constexpr float kMax = kQuantMax<Q>;
@@ -92,7 +92,7 @@ __device__ __forceinline__ void QuantizeRows(const T* x, int64_t rows, int64_t c
         for (int h = 0; h < kHeld; ++h) {
           const int64_t j = threadIdx.x + static_cast<int64_t>(h) * blockDim.x;
           if (j < nvec) {
-            LoadScaled<T, V, kPro>(row, cols, smooth, j, held[h]);
+            LoadScaled<T, V, kPro>(row, cols, inv_smooth, j, held[h]);
 #pragma unroll
             for (int k = 0; k < V; ++k) amax = fmaxf(amax, fabsf(held[h][k]));
           }
@@ -109,7 +109,7 @@ __device__ __forceinline__ void QuantizeRows(const T* x, int64_t rows, int64_t c
         for (int h = 0; h < kHeld; ++h) {
           const int64_t j = threadIdx.x + static_cast<int64_t>(h) * blockDim.x;
           if (j < nvec) {
-            Scaled<T, V, kPro>(raw[h], smooth, j, held[h]);
+            Scaled<T, V, kPro>(raw[h], inv_smooth, j, held[h]);
 #pragma unroll
             for (int k = 0; k < V; ++k) amax = fmaxf(amax, fabsf(held[h][k]));
           }
@@ -126,7 +126,7 @@ __device__ __forceinline__ void QuantizeRows(const T* x, int64_t rows, int64_t c
     } else {
       for (int64_t j = threadIdx.x; j < nvec; j += blockDim.x) {
         float a[V];
-        LoadScaled<T, V, kPro>(row, cols, smooth, j, a);
+        LoadScaled<T, V, kPro>(row, cols, inv_smooth, j, a);
 #pragma unroll
         for (int k = 0; k < V; ++k) amax = fmaxf(amax, fabsf(a[k]));
       }
@@ -134,7 +134,7 @@ __device__ __forceinline__ void QuantizeRows(const T* x, int64_t rows, int64_t c
       const float inv = amax > 0.0f ? kMax / amax : 0.0f;
       for (int64_t j = threadIdx.x; j < nvec; j += blockDim.x) {
         float a[V];
-        LoadScaled<T, V, kPro>(row, cols, smooth, j, a);
+        LoadScaled<T, V, kPro>(row, cols, inv_smooth, j, a);
         StoreQuantized<Q, V>(qrow + j * V, a, inv);
       }
     }
@@ -143,8 +143,8 @@ __device__ __forceinline__ void QuantizeRows(const T* x, int64_t rows, int64_t c
 }
 
 template <typename T, typename Q, int V, QuantPrologue kPro, int kHeld>
-__global__ void QuantizeRowsKernel(const T* x, int64_t rows, int64_t cols, const float* smooth, Q* q, float* scales) {
-  QuantizeRows<T, Q, V, kPro, kHeld>(x, rows, cols, smooth, q, scales);
+__global__ void QuantizeRowsKernel(const T* x, int64_t rows, int64_t cols, const float* inv_smooth, Q* q, float* scales) {
+  QuantizeRows<T, Q, V, kPro, kHeld>(x, rows, cols, inv_smooth, q, scales);
 }
 
 // The same with two blocks of kMaxThreads per multiprocessor (at most 64 registers a thread).
@@ -155,8 +155,8 @@ __global__ void QuantizeRowsKernel(const T* x, int64_t rows, int64_t cols, const
 // uncapped kernel as before (the capped one was not measured there).
 template <typename T, typename Q, int V, QuantPrologue kPro, int kHeld>
 __global__ void __launch_bounds__(kMaxThreads, 2)
-    QuantizeRowsTwoPerSmKernel(const T* x, int64_t rows, int64_t cols, const float* smooth, Q* q, float* scales) {
-  QuantizeRows<T, Q, V, kPro, kHeld>(x, rows, cols, smooth, q, scales);
+    QuantizeRowsTwoPerSmKernel(const T* x, int64_t rows, int64_t cols, const float* inv_smooth, Q* q, float* scales) {
+  QuantizeRows<T, Q, V, kPro, kHeld>(x, rows, cols, inv_smooth, q, scales);
 }
 
 // Rows of at most 32 * kPerLane vectors (bert-base's and bert-large's hidden rows of 768 and 1,024
@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
 constexpr int kWarpRowsPerBlock = 8;
 template <typename T, typename Q, int V, QuantPrologue kPro, int kPerLane>
 __global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
-    QuantizeWarpRowsKernel(const T* x, int64_t rows, int64_t cols, const float* smooth, Q* q, float* scales) {
+    QuantizeWarpRowsKernel(const T* x, int64_t rows, int64_t cols, const float* inv_smooth, Q* q, float* scales) {
   static_assert(kPro == QuantPrologue::kNone || kPro == QuantPrologue::kGeluErf, "one input row per output row");
   AwaitPriorGrids();
   constexpr float kMax = kQuantMax<Q>;
@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
   for (int h = 0; h < kPerLane; ++h) {
     const int64_t j = lane + 32 * h;
     if (j < nvec) {
-      Scaled<T, V, kPro>(raw[h], smooth, j, held[h]);
+      Scaled<T, V, kPro>(raw[h], inv_smooth, j, held[h]);
 #pragma unroll
       for (int k = 0; k < V; ++k) amax = fmaxf(amax, fabsf(held[h][k]));
     }
@@ -217,7 +217,7 @@ bool WarpRowsEnabled() {
 }
 
 template <typename T, typename Q, int V, QuantPrologue kPro>
-void LaunchRowsWith(const T* x, int64_t rows, int64_t cols, const float* smooth, Q* q, float* row_scales,
+void LaunchRowsWith(const T* x, int64_t rows, int64_t cols, const float* inv_smooth, Q* q, float* row_scales,
                     cudaStream_t stream) {
   const int blocks = static_cast<int>(rows < (1 << 20) ? rows : (1 << 20));
   const int64_t nvec = cols / V;
@@ -233,7 +233,7 @@ void LaunchRowsWith(const T* x, int64_t rows, int64_t cols, const float* smooth,
       const int warp_blocks = static_cast<int>(CeilDiv(rows, kWarpRowsPerBlock));
       if (rows <= int64_t{kWarpRowsPerBlock} * ((int64_t{1} << 31) - 1)) {
         const auto launch = [&](auto kernel) {
-          LaunchKernel(kernel, warp_blocks, 32 * kWarpRowsPerBlock, 0, stream, x, rows, cols, smooth, q, row_scales);
+          LaunchKernel(kernel, warp_blocks, 32 * kWarpRowsPerBlock, 0, stream, x, rows, cols, inv_smooth, q, row_scales);
         };
         if (nvec <= 32) return launch(QuantizeWarpRowsKernel<T, Q, V, kPro, 1>);
         if (nvec <= 64) return launch(QuantizeWarpRowsKernel<T, Q, V, kPro, 2>);
@@ -248,35 +248,35 @@ void LaunchRowsWith(const T* x, int64_t rows, int64_t cols, const float* smooth,
   const int64_t per_thread = (nvec + threads - 1) / threads;
   if constexpr (V > 1) {
     if (per_thread <= 1) {
-      LaunchKernel(QuantizeRowsKernel<T, Q, V, kPro, 1>, blocks, threads, 0, stream, x, rows, cols, smooth, q,
+      LaunchKernel(QuantizeRowsKernel<T, Q, V, kPro, 1>, blocks, threads, 0, stream, x, rows, cols, inv_smooth, q,
                    row_scales);
       return;
     }
     if (per_thread <= 2) {
-      LaunchKernel(QuantizeRowsKernel<T, Q, V, kPro, 2>, blocks, threads, 0, stream, x, rows, cols, smooth, q,
+      LaunchKernel(QuantizeRowsKernel<T, Q, V, kPro, 2>, blocks, threads, 0, stream, x, rows, cols, inv_smooth, q,
                    row_scales);
       return;
     }
     if (per_thread <= 4) {
       if (rows > DeviceSms()) {
-        LaunchKernel(QuantizeRowsTwoPerSmKernel<T, Q, V, kPro, 4>, blocks, threads, 0, stream, x, rows, cols, smooth, q,
+        LaunchKernel(QuantizeRowsTwoPerSmKernel<T, Q, V, kPro, 4>, blocks, threads, 0, stream, x, rows, cols, inv_smooth, q,
                      row_scales);
       } else {
-        LaunchKernel(QuantizeRowsKernel<T, Q, V, kPro, 4>, blocks, threads, 0, stream, x, rows, cols, smooth, q,
+        LaunchKernel(QuantizeRowsKernel<T, Q, V, kPro, 4>, blocks, threads, 0, stream, x, rows, cols, inv_smooth, q,
                      row_scales);
       }
       return;
     }
   }
-  LaunchKernel(QuantizeRowsKernel<T, Q, V, kPro, 0>, blocks, threads, 0, stream, x, rows, cols, smooth, q,
+  LaunchKernel(QuantizeRowsKernel<T, Q, V, kPro, 0>, blocks, threads, 0, stream, x, rows, cols, inv_smooth, q,
                row_scales);
 }
 
 template <typename T, typename Q, int V>
-void LaunchRows(const T* x, int64_t rows, int64_t cols, const float* smooth, Q* q, float* row_scales,
+void LaunchRows(const T* x, int64_t rows, int64_t cols, const float* inv_smooth, Q* q, float* row_scales,
                 QuantPrologue prologue, cudaStream_t stream) {
   const auto launch = [&](auto pro) {
-    LaunchRowsWith<T, Q, V, decltype(pro)::value>(x, rows, cols, smooth, q, row_scales, stream);
+    LaunchRowsWith<T, Q, V, decltype(pro)::value>(x, rows, cols, inv_smooth, q, row_scales, stream);
   };
   using P = QuantPrologue;
   switch (prologue) {
@@ -288,7 +288,7 @@ void LaunchRows(const T* x, int64_t rows, int64_t cols, const float* smooth, Q* 
 }
 
 template <typename Q>
-Status LaunchQuantize(const char* what, const void* x, int64_t rows, int64_t cols, const float* smooth, Q* q,
+Status LaunchQuantize(const char* what, const void* x, int64_t rows, int64_t cols, const float* inv_smooth, Q* q,
                       float* row_scales, DType act, QuantPrologue prologue, cudaStream_t stream) {
   if (rows < 0 || cols <= 0) return InvalidArgument(std::string(what) + ": need rows >= 0 and cols > 0");
   if (rows == 0) return Status::Ok();
@@ -298,11 +298,11 @@ Status LaunchQuantize(const char* what, const void* x, int64_t rows, int64_t col
     constexpr int V = kVec16<T>;
     const T* xt = static_cast<const T*>(x);
     const bool vec = cols % V == 0 && Aligned(x, 16) && Aligned(q, V * sizeof(Q)) &&
-                     (smooth == nullptr || Aligned(smooth, V * sizeof(float)));
+                     (inv_smooth == nullptr || Aligned(inv_smooth, V * sizeof(float)));
     if (vec) {
-      LaunchRows<T, Q, V>(xt, rows, cols, smooth, q, row_scales, prologue, stream);
+      LaunchRows<T, Q, V>(xt, rows, cols, inv_smooth, q, row_scales, prologue, stream);
     } else {
-      LaunchRows<T, Q, 1>(xt, rows, cols, smooth, q, row_scales, prologue, stream);
+      LaunchRows<T, Q, 1>(xt, rows, cols, inv_smooth, q, row_scales, prologue, stream);
     }
     FERRY_CUDA_RETURN_IF_LAUNCH_FAILED();
     return Status::Ok();
@@ -311,9 +311,9 @@ Status LaunchQuantize(const char* what, const void* x, int64_t rows, int64_t col
 
 }  // namespace
 
-Status QuantizeRowsInt8(const void* x, int64_t rows, int64_t cols, const float* smooth, int8_t* q, float* row_scales,
+Status QuantizeRowsInt8(const void* x, int64_t rows, int64_t cols, const float* inv_smooth, int8_t* q, float* row_scales,
                         DType act, cudaStream_t stream, QuantPrologue prologue) {
-  return LaunchQuantize<int8_t>("QuantizeRowsInt8", x, rows, cols, smooth, q, row_scales, act, prologue, stream);
+  return LaunchQuantize<int8_t>("QuantizeRowsInt8", x, rows, cols, inv_smooth, q, row_scales, act, prologue, stream);
 }
 
 Status QuantizeRowsFp8(const void* x, int64_t rows, int64_t cols, void* q, float* row_scales, DType act,
