@@ -187,8 +187,9 @@ bool FusesNormLinear(const Tensor& residual, const Tensor* delta, const float* g
     return false;
   }
   const auto* lin = static_cast<const CudaLinear*>(w.packed.get());
-  const float* smooth = lin->kind == cuda::GemmKind::kInt8 && lin->smooth.defined() ? lin->smooth.data<float>() : nullptr;
-  return cuda::RmsNormQuantizeFits(residual.raw(), delta != nullptr ? delta->raw() : nullptr, gamma, smooth,
+  const float* inv_smooth =
+      lin->kind == cuda::GemmKind::kInt8 && lin->inv_smooth.defined() ? lin->inv_smooth.data<float>() : nullptr;
+  return cuda::RmsNormQuantizeFits(residual.raw(), delta != nullptr ? delta->raw() : nullptr, gamma, inv_smooth,
                                    residual.dim(1), residual.dtype());
 }
 
@@ -206,8 +207,9 @@ bool FusesLayerNormLinear(const Tensor& x, const Tensor* delta, const float* gam
     return false;
   }
   const auto* lin = static_cast<const CudaLinear*>(w.packed.get());
-  const float* smooth = lin->kind == cuda::GemmKind::kInt8 && lin->smooth.defined() ? lin->smooth.data<float>() : nullptr;
-  return cuda::LayerNormQuantizeFits(x.raw(), delta != nullptr ? delta->raw() : nullptr, out.raw(), gamma, beta, smooth,
+  const float* inv_smooth =
+      lin->kind == cuda::GemmKind::kInt8 && lin->inv_smooth.defined() ? lin->inv_smooth.data<float>() : nullptr;
+  return cuda::LayerNormQuantizeFits(x.raw(), delta != nullptr ? delta->raw() : nullptr, out.raw(), gamma, beta, inv_smooth,
                                      x.dim(1), x.dtype());
 }
 
