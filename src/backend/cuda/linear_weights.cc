@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/logging.h"
+#include "kernels/cpu/packed_weight.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace ferry::backend {
@@ -155,13 +156,10 @@ Result<bool> PrepareInt4(CudaContext& ctx, WeightLoader& loader, DType activatio
   return true;
 }
 
-// 1 / each of a host f32 vector's values, on the device.
-// 1.0f / each factor in f32: kernels::cpu::SmoothReciprocals' values, which the CPU quantizer
-// multiplies by, so that a W8A8 input is quantized to the same bytes on both.
+// The SmoothQuant factors' reciprocals on the device: the values the CPU quantizer multiplies
+// by (kernels::cpu::SmoothReciprocals), so that a W8A8 input is quantized to the same bytes on both.
 Result<Tensor> UploadReciprocal(WeightLoader& loader, const Tensor& host) {
-  Tensor inv = Tensor::Empty(host.shape(), DType::kF32);
-  for (int64_t i = 0; i < host.numel(); ++i) inv.data<float>()[i] = 1.0f / host.data<float>()[i];
-  return loader.Upload(inv, DType::kF32);
+  return loader.Upload(kernels::cpu::SmoothReciprocals(host), DType::kF32);
 }
 
 }  // namespace
