@@ -77,8 +77,8 @@ struct PackedWeight {
 
 // 1.0f / smooth[i] in f32 for each factor (f32 [k]): a W8A8 layer's activation is x * these,
 // on the CPU and on the GPU alike, so both quantize the same values. A multiply where the
-// factors were first divided by: the quantizers' division was most of their cost, and the
-// product differs from the quotient by at most one rounding.
+// factors were once divided by (a division is several instructions on a GPU); the product
+// differs from the quotient by an ulp or two of the smoothed value.
 Tensor SmoothReciprocals(const Tensor& smooth);
 // Empty when every factor is positive and finite with a finite reciprocal, else what is wrong.
 std::string CheckSmoothFactors(const Tensor& smooth);
