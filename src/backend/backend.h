@@ -196,6 +196,14 @@ class Backend {
     (void)w;
     return false;
   }
+  // Whether this backend rounds w's input to bf16 for its prefill GEMMs by request (the CPU
+  // with bf16 activations asked for and a bf16 weight: EngineOptions::cpu_activations). The
+  // encoders then let that layer's attention multiply in bf16 too
+  // (AttentionParams::bf16_products), as they do for W8A8 layers.
+  virtual bool RoundsInputToBf16(const LinearWeight& w) const {
+    (void)w;
+    return false;
+  }
   virtual Status LayerNormLinear(const Tensor& x, const Tensor& delta, const Tensor& gamma, const Tensor& beta,
                                  float eps, Tensor& out, const LinearWeight& w, Tensor& y);
   // Engine builds: times this prepared weight's kernel choices on the device for each

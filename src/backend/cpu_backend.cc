@@ -118,6 +118,12 @@ Status CpuBackend::GeluFeedForward(const Tensor& x, const LinearWeight& w_in, Te
   return LinearWith(mid, w_out, y, false);
 }
 
+bool CpuBackend::RoundsInputToBf16(const LinearWeight& w) const {
+  if (!options_.linear.bf16_activations) return false;
+  const cpu::PackedWeight* pw = cpu::AsPackedWeight(w.packed);
+  return pw != nullptr ? pw->dtype == DType::kBF16 : w.format == WeightFormat::kBF16;
+}
+
 Status CpuBackend::LinearWith(const Tensor& x, const LinearWeight& w, Tensor& y, bool gelu) {
   const cpu::PackedWeight* pw = cpu::AsPackedWeight(w.packed);
   // A pack remembers the tensor it was made from; if the weight still has data and it is

@@ -34,8 +34,10 @@ struct AttentionParams {
   // (Gemma 2); 0: none.
   float softcap = 0.0f;
   // Dense bidirectional attention without window or soft-capping may multiply in bf16 (bf16
-  // q, k, probabilities and v; f32 sums and softmax) where the CPU has AMX. Encoders set it
-  // for W8A8 weights, whose activations are already int8; everything else keeps f32 products.
+  // q, k, probabilities and v; f32 sums and softmax) where the CPU has AMX or AVX512-BF16.
+  // Encoders set it for W8A8 weights, whose activations are already int8, and where the
+  // backend was asked for bf16 activations (Backend::RoundsInputToBf16); everything else keeps
+  // f32 products.
   // The GPU's attention runs in the activation dtype either way.
   bool bf16_products = false;
 };

@@ -253,8 +253,9 @@ Status EncoderModel::Forward(const EncoderBatch& batch, EncoderOutput& out) {
     const int li = static_cast<int>(l);
     if (!qkv_ready) FERRY_RETURN_IF_ERROR(RunLinear(li, "qkv", x, L.qkv, qkv));
     qkv_ready = false;
-    // W8A8 layers' activations are int8 already: their attention may multiply in bf16.
-    ap.bf16_products = L.qkv.format == backend::WeightFormat::kInt8W8A8;
+    // W8A8 layers' activations are int8 already, and a backend asked for bf16 activations rounds
+    // the qkv input to bf16: their attention may multiply in bf16.
+    ap.bf16_products = L.qkv.format == backend::WeightFormat::kInt8W8A8 || be.RoundsInputToBf16(L.qkv);
     FERRY_RETURN_IF_ERROR(be.DenseAttentionQkv(qkv, in.attention, ap, attn));
     FERRY_RETURN_IF_ERROR(RunLinear(li, "attn_out", attn, L.attn_out, tmp));
     if (fuses(L.inter)) {

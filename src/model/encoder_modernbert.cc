@@ -246,8 +246,9 @@ Status EncoderModel::ForwardModernBert(const EncoderBatch& batch, EncoderOutput&
     FERRY_RETURN_IF_ERROR(be.CopyColumns(qkv, 2 * H, v));
     FERRY_RETURN_IF_ERROR(be.Rope(q, k, c.num_heads, c.num_heads, in.positions, ropes_[l]));
     ap.window = c.layer_windows[l];
-    // As in BERT: W8A8 layers' attention may multiply in bf16 (global layers; local ones keep f32).
-    ap.bf16_products = L.qkv.format == backend::WeightFormat::kInt8W8A8;
+    // As in BERT: W8A8 layers' attention, and bf16 activations', may multiply in bf16 (global
+    // layers; local ones keep f32).
+    ap.bf16_products = L.qkv.format == backend::WeightFormat::kInt8W8A8 || be.RoundsInputToBf16(L.qkv);
     FERRY_RETURN_IF_ERROR(be.DenseAttention(q, k, v, in.attention, ap, attn));
     FERRY_RETURN_IF_ERROR(RunLinear(li, "attn_out", attn, L.attn_out, h));
     FERRY_RETURN_IF_ERROR(be.Add(x, h));

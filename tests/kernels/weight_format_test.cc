@@ -8,9 +8,11 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu_backend.h"
 #include "core/thread_pool.h"
 #include "kernel_test_util.h"
 #include "kernels/cpu/amx_gemm.h"
@@ -463,6 +465,26 @@ TEST(WeightFormatTest, Bf16ActivationsRouteMatchesTheF32KernelsOnRoundedX) {
   kernels::cpu::SetAmxEnabled(saved_amx);
 }
 
+// Backend::RoundsInputToBf16: only where bf16 activations were asked for, and only for bf16
+// weights (the encoders then let attention multiply in bf16 too).
+TEST(WeightFormatTest, RoundsInputToBf16OnlyForBf16WeightsWhenAsked) {
+  std::mt19937 rng(20);
+  for (const bool asked : {false, true}) {
+    backend::CpuBackendOptions options;
+    options.linear.bf16_activations = asked;
+    auto be = backend::MakeCpuBackend(options);
+    for (const WeightFormat format : {WeightFormat::kBF16, WeightFormat::kF32, WeightFormat::kInt8W8A8}) {
+      const std::string what = std::string(backend::WeightFormatName(format)) + (asked ? " asked" : "");
+      LinearWeight w;
+      w.weight = RandomTensor({32, 64}, rng);
+      w.format = format;
+      EXPECT_EQ(be->RoundsInputToBf16(w), asked && format == WeightFormat::kBF16) << what << ", not prepared";
+      ASSERT_TRUE(be->PrepareLinear(w).ok()) << what;
+      EXPECT_EQ(be->RoundsInputToBf16(w), asked && format == WeightFormat::kBF16) << what;
+    }
+  }
+}
+
 // W8A8 prefill on ferry's own AMX route (tdpbssd on the quad panels) gives the kernels' bytes:
 // exact int32 sums and the same epilogue, whether stored or streamed. Odd K (a last K step
 // shorter than the tiles' 64), K over several chunks, partial and unpaired last panels, row
@@ -542,20 +564,24 @@ TEST(WeightFormatTest, NamesRoundTrip) {
 
 // BERT's feed-forward with the GELU applied as the first GEMM stores its output gives the
 // bytes of Linear, Gelu and Linear one after another: every CPU weight format, decode and
-// prefill row counts, the AMX routes on and off.
+// prefill row counts, the AMX routes on and off, and bf16 activations (bf16 weights' GEMMs on
+// vdpbf16ps, GELU in that kernel's stores) asked for or not.
 TEST(WeightFormatTest, GeluFeedForwardGivesTheSeparatePassesBytes) {
   std::mt19937 rng(19);
-  auto be = backend::MakeCpuBackend();
   const bool saved_amx = kernels::cpu::AmxEnabled();
-  for (const bool amx : {false, true}) {
+  using Routes = std::pair<bool, bool>;  // AMX, bf16 activations
+  for (const auto& [amx, bf16_activations] : {Routes{false, false}, Routes{false, true}, Routes{true, false}}) {
     if (amx && !kernels::cpu::AmxSupported()) continue;
     ASSERT_TRUE(kernels::cpu::SetAmxEnabled(amx));
+    backend::CpuBackendOptions options;
+    options.linear.bf16_activations = bf16_activations;
+    auto be = backend::MakeCpuBackend(options);
     for (const WeightFormat format :
          {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kInt8, WeightFormat::kInt8W8A8}) {
       for (const int64_t m : {3, 70, 300}) {
         const int64_t hidden = 96, inter = 200;
         const std::string what = std::string(backend::WeightFormatName(format)) + " m=" + std::to_string(m) +
-                                 (amx ? " amx" : "");
+                                 (amx ? " amx" : "") + (bf16_activations ? " bf16 activations" : "");
         LinearWeight w_in, w_out;
         w_in.weight = RandomTensor({inter, hidden}, rng);
         w_in.bias = RandomTensor({inter}, rng);

@@ -4,15 +4,19 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "core/precision.h"
 #include "engine/engine.h"
 #include "engine/encoder_runner.h"
 #include "engine/engine_builder.h"
 #include "io/safetensors.h"
+#include "kernels/cpu/amx_gemm.h"
+#include "kernels/cpu/gemv.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -119,6 +123,47 @@ TEST_F(BertTinyTest, PaddedBatchMatches) {
   auto logits = engine::Classify(*engine_, inputs);
   ASSERT_TRUE(logits.ok()) << logits.status().ToString();
   EXPECT_LE(MaxDiff(logits->data<float>(), ref_logits.data(), ref_logits.size()), 1e-3 * MaxAbs(ref_logits));
+}
+
+// A bf16 engine of bert-tiny loaded with bf16 CPU activations (EngineOptions::cpu_activations):
+// its GEMMs past the decode rows round x to bf16 on vdpbf16ps where the CPU has AVX512-BF16,
+// and its attention may multiply in bf16 (Backend::RoundsInputToBf16; bert-tiny's 16-wide
+// heads keep f32). The padded batch's logits stay within the bf16 engine's bound of the
+// float64 reference, and differ from the f32-activation ones where the route ran.
+TEST_F(BertTinyTest, Bf16EngineWithBf16ActivationsStaysNearTheReference) {
+  const std::string path = ::testing::TempDir() + "/bert-bf16-" + std::to_string(::getpid()) + ".ferry";
+  engine::BuildOptions bo;
+  bo.tune = false;
+  bo.precision = *ParsePrecision("bf16");
+  ASSERT_TRUE(engine::BuildEngine(dir_, path, bo).ok());
+  auto f32 = engine::Engine::Load(path);
+  engine::EngineOptions eo;
+  eo.cpu_activations = DType::kBF16;
+  auto bf16 = engine::Engine::Load(path, eo);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(f32.ok() && bf16.ok());
+  const Tensor ids = ref_->Get("batch.input_ids").value();
+  const std::vector<int32_t> all_ids = ToIds(ids);
+  const std::vector<int32_t> keep = ToIds(ref_->Get("batch.attention_mask").value());
+  const int64_t rows = ids.dim(0), cols = ids.dim(1);
+  std::vector<engine::EncodedInput> inputs(rows);
+  int64_t tokens = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      if (keep[r * cols + c] != 0) inputs[r].ids.push_back(all_ids[r * cols + c]);
+    }
+    inputs[r].type_ids.assign(inputs[r].ids.size(), 0);
+    tokens += static_cast<int64_t>(inputs[r].ids.size());
+  }
+  const std::vector<float> ref_logits = ToFloats(ref_->Get("batch.logits").value());
+  auto got = engine::Classify(**bf16, inputs);
+  auto f32_got = engine::Classify(**f32, inputs);
+  ASSERT_TRUE(got.ok() && f32_got.ok());
+  const size_t n = ref_logits.size();
+  EXPECT_LE(MaxDiff(got->data<float>(), ref_logits.data(), n), 4e-2 * MaxAbs(ref_logits));
+  if (kernels::cpu::Bf16DotSupported() && !kernels::cpu::AmxEnabled() && tokens > kernels::cpu::kGemvMaxRows) {
+    EXPECT_NE(0, std::memcmp(got->raw(), f32_got->raw(), n * sizeof(float))) << "the vdpbf16ps route did not run";
+  }
 }
 
 // Max and last-token pooling against the reference hidden states.

@@ -7,6 +7,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/amx_gemm.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace ferry::kernels::cpu {
 namespace {
@@ -33,40 +34,77 @@ constexpr int64_t kRowBlock = 768;
 // of W); otherwise they split the rows.
 constexpr int64_t kMinPanelsPerThread = 4;
 
+// Row j of the result is column j of the input (16 x 16 u32 in registers). The zero-masked
+// forms with every lane: GCC 12's unmasked ones start from an undefined register and warn
+// (-Wmaybe-uninitialized); they are the same instructions.
+FERRY_BF16_GEMM_TARGET inline void Transpose16(__m512i (&r)[16]) {
+  constexpr __mmask16 kAll = 0xffff;
+  __m512i t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_maskz_unpacklo_epi32(kAll, r[i], r[i + 1]);
+    t[i + 1] = _mm512_maskz_unpackhi_epi32(kAll, r[i], r[i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_maskz_unpacklo_epi64(0xff, t[i], t[i + 2]);
+    r[i + 1] = _mm512_maskz_unpackhi_epi64(0xff, t[i], t[i + 2]);
+    r[i + 2] = _mm512_maskz_unpacklo_epi64(0xff, t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_maskz_unpackhi_epi64(0xff, t[i + 1], t[i + 3]);
+  }
+#pragma GCC unroll 2
+  for (int h = 0; h < 16; h += 8) {
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      t[h + i] = _mm512_maskz_shuffle_i32x4(kAll, r[h + i], r[h + 4 + i], 0x88);
+      t[h + 4 + i] = _mm512_maskz_shuffle_i32x4(kAll, r[h + i], r[h + 4 + i], 0xdd);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_maskz_shuffle_i32x4(kAll, t[i], t[8 + i], 0x88);
+    r[8 + i] = _mm512_maskz_shuffle_i32x4(kAll, t[i], t[8 + i], 0xdd);
+  }
+}
+
 // Rows [0, rows) x k [k0, k0 + kc) of x as bf16 pairs in 12-row tiles: the pair (2j, 2j+1) of
 // tile row r at tile * kp * 12 + j * 12 + r (kp = kc rounded up to pairs; an odd kc's last pair
-// holds a zero). Rows past `rows` in the last tile are zeros.
+// holds a zero). Rows past `rows` in the last tile are zeros. A tile's rows go 32 values (16
+// pairs) at a time: converted (vcvtne2ps2bf16 rounds to nearest even), transposed in registers
+// and stored a pair's 12 rows at a time (one value a store, as this once did, took a tenth of
+// a bert-base bf16 pass).
 FERRY_BF16_GEMM_TARGET void PackPairs(const float* x, int64_t lda, int64_t rows, int64_t k0, int64_t kc,
                                       uint32_t* out) {
   const int64_t kp = (kc + 1) / 2;
-  thread_local std::vector<uint32_t> row_pairs;
-  if (row_pairs.size() < static_cast<size_t>(kp + 16)) row_pairs.resize(static_cast<size_t>(kp + 16));
+  constexpr __mmask16 kTileLanes = static_cast<__mmask16>((1u << kTileRows) - 1);
   const int64_t tiles = (rows + kTileRows - 1) / kTileRows;
   for (int64_t t = 0; t < tiles; ++t) {
     uint32_t* tile = out + t * kp * kTileRows;
-    for (int r = 0; r < kTileRows; ++r) {
-      const int64_t row = t * kTileRows + r;
-      if (row >= rows) {
-        for (int64_t j = 0; j < kp; ++j) tile[j * kTileRows + r] = 0;
-        continue;
+    const float* src = x + t * kTileRows * lda + k0;
+    const int live = static_cast<int>(std::min<int64_t>(kTileRows, rows - t * kTileRows));
+    for (int64_t c = 0; c < kc; c += 32) {
+      const int rest = static_cast<int>(std::min<int64_t>(32, kc - c));
+      const __mmask16 m_lo = static_cast<__mmask16>(rest >= 16 ? 0xffff : (1u << rest) - 1);
+      const __mmask16 m_hi = static_cast<__mmask16>(rest >= 32 ? 0xffff : rest <= 16 ? 0 : (1u << (rest - 16)) - 1);
+      __m512i v[16];
+#pragma GCC unroll 16
+      for (int r = 0; r < 16; ++r) {
+        if (r < live) {
+          const float* row = src + r * lda + c;
+          const __m512 lo = _mm512_maskz_loadu_ps(m_lo, row);
+          const __m512 hi = _mm512_maskz_loadu_ps(m_hi, row + 16);
+          v[r] = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+        } else {
+          v[r] = _mm512_setzero_si512();
+        }
       }
-      const float* src = x + row * lda + k0;
-      // 32 values -> 16 pairs a step (vcvtne2ps2bf16 rounds to nearest even).
-      int64_t c = 0;
-      for (; c + 32 <= kc; c += 32) {
-        const __m512 lo = _mm512_loadu_ps(src + c);
-        const __m512 hi = _mm512_loadu_ps(src + c + 16);
-        _mm512_storeu_si512(row_pairs.data() + c / 2, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+      Transpose16(v);
+      uint32_t* dst = tile + (c / 2) * kTileRows;
+      const int pairs = (rest + 1) / 2;
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; ++j) {
+        if (j < pairs) _mm512_mask_storeu_epi32(dst + j * kTileRows, kTileLanes, v[j]);
       }
-      if (c < kc) {
-        const int rest = static_cast<int>(kc - c);
-        const __mmask16 m_lo = static_cast<__mmask16>(rest >= 16 ? 0xffff : (1u << rest) - 1);
-        const __mmask16 m_hi = static_cast<__mmask16>(rest <= 16 ? 0 : (1u << (rest - 16)) - 1);
-        const __m512 lo = _mm512_maskz_loadu_ps(m_lo, src + c);
-        const __m512 hi = _mm512_maskz_loadu_ps(m_hi, src + c + 16);
-        _mm512_storeu_si512(row_pairs.data() + c / 2, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-      }
-      for (int64_t j = 0; j < kp; ++j) tile[j * kTileRows + r] = row_pairs[static_cast<size_t>(j)];
     }
   }
 }
@@ -93,10 +131,12 @@ FERRY_BF16_GEMM_TARGET void PairPanel(const uint16_t* panel, int64_t k0, int64_t
 
 // C[0:MR, 0:16 (NP = 1) or 16 + ncols_last (NP = 2)] (+)= A · [B0 B1]: a packed 12-row A tile
 // (pairs, 12 a k pair) and NP re-laid panels (NP * 32 bf16 a k pair). Bias on the first K
-// chunk; the last panel's columns masked to ncols_last.
+// chunk; the last panel's columns masked to ncols_last. `gelu` (the last chunk's): GELU on
+// what is stored, Gelu of vec_math.h, the operations of the separate pass (GeluRows), so its
+// bytes.
 template <int MR, int NP>
 FERRY_BF16_GEMM_TARGET void Tile(int64_t kp, const uint32_t* a, const uint16_t* b, float* c, int64_t ldc,
-                                 int ncols_last, bool accumulate, const float* bias) {
+                                 int ncols_last, bool accumulate, const float* bias, bool gelu) {
   __m512 acc[MR][NP];
 #pragma GCC unroll 12
   for (int r = 0; r < MR; ++r) {
@@ -125,33 +165,34 @@ FERRY_BF16_GEMM_TARGET void Tile(int64_t kp, const uint32_t* a, const uint16_t* 
     for (int r = 0; r < MR; ++r) {
       float* cr = c + r * ldc + s * kPanelCols;
       const __m512 prev = accumulate ? _mm512_maskz_loadu_ps(cols, cr) : bias_v;
-      _mm512_mask_storeu_ps(cr, cols, _mm512_add_ps(acc[r][s], prev));
+      const __m512 v = _mm512_add_ps(acc[r][s], prev);
+      _mm512_mask_storeu_ps(cr, cols, gelu ? Gelu(v) : v);
     }
   }
 }
 
 template <int NP>
 void TileRows(int rows, int64_t kp, const uint32_t* a, const uint16_t* b, float* c, int64_t ldc, int ncols_last,
-              bool accumulate, const float* bias) {
+              bool accumulate, const float* bias, bool gelu) {
   switch (rows) {
-    case 1: return Tile<1, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
-    case 2: return Tile<2, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
-    case 3: return Tile<3, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
-    case 4: return Tile<4, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
-    case 5: return Tile<5, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
-    case 6: return Tile<6, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
-    case 7: return Tile<7, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
-    case 8: return Tile<8, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
-    case 9: return Tile<9, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
-    case 10: return Tile<10, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
-    case 11: return Tile<11, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
-    default: return Tile<12, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias);
+    case 1: return Tile<1, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
+    case 2: return Tile<2, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
+    case 3: return Tile<3, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
+    case 4: return Tile<4, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
+    case 5: return Tile<5, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
+    case 6: return Tile<6, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
+    case 7: return Tile<7, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
+    case 8: return Tile<8, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
+    case 9: return Tile<9, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
+    case 10: return Tile<10, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
+    case 11: return Tile<11, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
+    default: return Tile<12, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
   }
 }
 
 // Rows [r_begin, r_end) x panels [p_begin, p_end) of the product.
 void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int64_t p_begin, int64_t p_end,
-               const PackedWeight& w, const float* bias, float* y, int64_t ldy) {
+               const PackedWeight& w, const float* bias, float* y, int64_t ldy, bool gelu) {
   const int64_t k = w.k;
   const int64_t chunks = (k + kKChunk - 1) / kKChunk;
   // Chunks of equal size, each even but the last (a pair never straddles two chunks).
@@ -168,6 +209,7 @@ void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int6
     const int64_t kc = std::min(kc_max, k - k0);
     const int64_t kp = (kc + 1) / 2;
     const bool accumulate = k0 > 0;
+    const bool gelu_now = gelu && k0 + kc >= k;  // GELU on the last chunk's stores
     for (int64_t i0 = r_begin; i0 < r_end; i0 += kRowBlock) {
       const int64_t mc = std::min(kRowBlock, r_end - i0);
       PackPairs(x + i0 * lda, lda, mc, k0, kc, a_pack.data());
@@ -186,9 +228,9 @@ void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int6
           const uint32_t* a = a_pack.data() + (r / kTileRows) * kp * kTileRows;
           float* c = y + (i0 + r) * ldy + p * kPanelCols;
           if (np == 2) {
-            TileRows<2>(rows, kp, a, b_pairs.data(), c, ldy, ncols_last, accumulate, panel_bias);
+            TileRows<2>(rows, kp, a, b_pairs.data(), c, ldy, ncols_last, accumulate, panel_bias, gelu_now);
           } else {
-            TileRows<1>(rows, kp, a, b_pairs.data(), c, ldy, ncols_last, accumulate, panel_bias);
+            TileRows<1>(rows, kp, a, b_pairs.data(), c, ldy, ncols_last, accumulate, panel_bias, gelu_now);
           }
         }
       }
@@ -203,17 +245,17 @@ bool Bf16DotGemmApplies(const PackedWeight& w) {
 }
 
 void GemmBf16Dot(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
-                 int64_t ldy) {
+                 int64_t ldy, bool gelu) {
   const int64_t threads = ComputeThreads();
   if (w.num_panels >= kMinPanelsPerThread * threads) {
     // Ranges of whole panel pairs.
     const int64_t pairs = (w.num_panels + 1) / 2;
     ParallelFor(pairs, 1, [&](int64_t q_begin, int64_t q_end) {
-      GemmRange(x, lda, 0, m, 2 * q_begin, std::min(w.num_panels, 2 * q_end), w, bias, y, ldy);
+      GemmRange(x, lda, 0, m, 2 * q_begin, std::min(w.num_panels, 2 * q_end), w, bias, y, ldy, gelu);
     });
   } else {
     ParallelFor(m, kTileRows, [&](int64_t r_begin, int64_t r_end) {
-      GemmRange(x, lda, r_begin, r_end, 0, w.num_panels, w, bias, y, ldy);
+      GemmRange(x, lda, r_begin, r_end, 0, w.num_panels, w, bias, y, ldy, gelu);
     });
   }
 }

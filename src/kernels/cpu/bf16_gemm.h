@@ -16,7 +16,9 @@ namespace ferry::kernels::cpu {
 bool Bf16DotGemmApplies(const PackedWeight& w);
 
 // Requires Bf16DotGemmApplies(w). x [m, K] f32 rows lda apart; y [m, N] rows ldy apart.
+// gelu: y = GELU(x · W^T + bias), applied as each finished tile is stored (the bytes of a
+// separate GeluRows pass).
 void GemmBf16Dot(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
-                 int64_t ldy);
+                 int64_t ldy, bool gelu = false);
 
 }  // namespace ferry::kernels::cpu

@@ -56,7 +56,8 @@ Status Linear(const Tensor& x, const PackedWeight& w, const Tensor& bias, Tensor
   if (xm.rows <= config.gemv_max_rows) {
     GemvPacked(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld);
   } else if (config.bf16_activations && Bf16DotGemmApplies(w)) {
-    GemmBf16Dot(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld);
+    GemmBf16Dot(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld, config.gelu);
+    gelu_done = true;
   } else {
     gelu_done = GemmPacked(xm.data, xm.ld, xm.rows, w, bias_ptr, ym.data, ym.ld, config.gelu);
   }

@@ -15,8 +15,8 @@ namespace ferry::kernels::cpu {
 struct LinearConfig {
   // Row counts up to this use the one-pass GEMV; larger ones the blocked GEMM.
   int64_t gemv_max_rows = kGemvMaxRows;
-  // y = GELU(x · W^T + bias) (exact erf GELU): in the epilogue of the AMX routes, otherwise
-  // a pass over y; the same bytes either way.
+  // y = GELU(x · W^T + bias) (exact erf GELU): in the epilogue of the AMX, f32 AVX-512 and
+  // vdpbf16ps routes, otherwise a pass over y; the same bytes either way.
   bool gelu = false;
   // bf16 weights past gemv_max_rows: round x to bf16 and multiply on vdpbf16ps (bf16_gemm.h)
   // where the CPU has AVX512-BF16 and AMX does not run the product; otherwise ignored. The
