@@ -16,7 +16,9 @@
 # 4. ROUNDS rounds (default 2), each running every engine and ONNX Runtime one after another
 #    (interleaved, so drift hits all alike) at each SHAPES batch x length (default "32x128
 #    1x128"), THREADS threads (default 2), REPEATS timed runs each (default 5; medians with the
-#    range). Sequences per second.
+#    range). Sequences per second. BF16_ACTIVATIONS=1 (the default) also runs the bf16 engine
+#    with bf16 activations (`--cpu-activations bf16`: its GEMMs and attention on vdpbf16ps or
+#    AMX where the CPU has them), compared with ONNX Runtime's fp32 graph like the other rows.
 #
 # Needs: python3-onnx (Debian) for step 2, node, and onnxruntime-node installed with npm into
 # ORT_DIR (default OUT_DIR/npm; the script runs `npm install onnxruntime-node@ORT_VERSION`
@@ -34,6 +36,7 @@ repeats=${REPEATS:-5}
 ort_version=${ORT_VERSION:-1.30.0}
 ort_dir=${ORT_DIR:-$out/npm}
 baseline=${FERRY_BASELINE:-}
+bf16_x=${BF16_ACTIVATIONS:-1}
 mkdir -p "$out"
 log() { echo "[$(date +%T)] $*" >&2; }
 
@@ -103,16 +106,21 @@ for round in $(seq 1 "$rounds"); do
       r=$(node "$here/ort_encoder_run.mjs" "$out/bert-$p.onnx" bench "$b" "$s" "$threads" "$repeats")
       echo "{\"round\": $round, \"shape\": \"$shape\", \"runner\": \"onnxruntime $p\", \"result\": $r}" >> "$results"
     done
+    # name:binary:model[:extra flags]
     models=("checkpoint:$ferry:$ckpt")
     for p in $precisions; do models+=("$p:$ferry:$out/bert-$p.ferry"); done
+    [[ $bf16_x == 1 ]] && models+=("bf16, bf16 activations:$ferry:$out/bert-bf16.ferry:--cpu-activations bf16")
     if [[ -n $baseline ]]; then
       for p in $precisions; do models+=("$p-baseline:$baseline:$out/bert-$p-baseline.ferry"); done
+      [[ $bf16_x == 1 ]] &&
+        models+=("bf16-baseline, bf16 activations:$baseline:$out/bert-bf16-baseline.ferry:--cpu-activations bf16")
     fi
     for m in "${models[@]}"; do
-      IFS=: read -r name bin model <<<"$m"
+      IFS=: read -r name bin model flags <<<"$m"
       log "round $round $shape ferry $name"
+      # shellcheck disable=SC2086  # flags: words
       r=$("$bin" bench model --model "$model" --threads "$threads" --encoder-batch "$b" --encoder-seq-len "$s" \
-            --repeats "$repeats" --json | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)[0]))')
+            --repeats "$repeats" $flags --json | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)[0]))')
       echo "{\"round\": $round, \"shape\": \"$shape\", \"runner\": \"ferry $name\", \"result\": $r}" >> "$results"
     done
   done
