@@ -17,6 +17,7 @@
 #include "kernels/cpu/kv_write.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/tensor_checks.h"
+#include "kernels/cpu/tile_rows.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace ferry::kernels::cpu {
@@ -246,18 +247,9 @@ __attribute__((target("avx512f"))) void AttentionTile512(int64_t kc, const float
 template <int V>
 void AttentionTileRows512(int rows, int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb, int64_t bstep,
                           float* c, int64_t ldc, bool accumulate) {
-  switch (rows) {
-    case 3: return AttentionTile512<3, V>(kc, a, lda, b, ldb, bstep, c, ldc, accumulate);
-    case 4: return AttentionTile512<4, V>(kc, a, lda, b, ldb, bstep, c, ldc, accumulate);
-    case 5: return AttentionTile512<5, V>(kc, a, lda, b, ldb, bstep, c, ldc, accumulate);
-    case 6: return AttentionTile512<6, V>(kc, a, lda, b, ldb, bstep, c, ldc, accumulate);
-    case 7: return AttentionTile512<7, V>(kc, a, lda, b, ldb, bstep, c, ldc, accumulate);
-    case 8: return AttentionTile512<8, V>(kc, a, lda, b, ldb, bstep, c, ldc, accumulate);
-    case 9: return AttentionTile512<9, V>(kc, a, lda, b, ldb, bstep, c, ldc, accumulate);
-    case 10: return AttentionTile512<10, V>(kc, a, lda, b, ldb, bstep, c, ldc, accumulate);
-    case 11: return AttentionTile512<11, V>(kc, a, lda, b, ldb, bstep, c, ldc, accumulate);
-    default: return AttentionTile512<12, V>(kc, a, lda, b, ldb, bstep, c, ldc, accumulate);
-  }
+  WithTileRows<3, 12>(rows, [&](auto mr) {
+    AttentionTile512<decltype(mr)::value, V>(kc, a, lda, b, ldb, bstep, c, ldc, accumulate);
+  });
 }
 
 // C[0:rows, 0:16 panels] (+)= A · B for B in `panels` (1 or 2) blocks of 16 columns `bstep`

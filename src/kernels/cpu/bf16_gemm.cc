@@ -7,6 +7,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/amx_gemm.h"
+#include "kernels/cpu/tile_rows.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace ferry::kernels::cpu {
@@ -174,20 +175,9 @@ FERRY_BF16_GEMM_TARGET void Tile(int64_t kp, const uint32_t* a, const uint16_t* 
 template <int NP>
 void TileRows(int rows, int64_t kp, const uint32_t* a, const uint16_t* b, float* c, int64_t ldc, int ncols_last,
               bool accumulate, const float* bias, bool gelu) {
-  switch (rows) {
-    case 1: return Tile<1, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
-    case 2: return Tile<2, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
-    case 3: return Tile<3, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
-    case 4: return Tile<4, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
-    case 5: return Tile<5, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
-    case 6: return Tile<6, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
-    case 7: return Tile<7, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
-    case 8: return Tile<8, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
-    case 9: return Tile<9, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
-    case 10: return Tile<10, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
-    case 11: return Tile<11, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
-    default: return Tile<12, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
-  }
+  WithTileRows<1, kTileRows>(rows, [&](auto mr) {
+    Tile<decltype(mr)::value, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
+  });
 }
 
 // Rows [r_begin, r_end) x panels [p_begin, p_end) of the product.
