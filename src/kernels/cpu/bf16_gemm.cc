@@ -32,7 +32,10 @@ constexpr int64_t kKChunk = 2048;
 constexpr int64_t kRowBlock = 768;
 
 // Threads split the panels when each gets at least this many (each then reads only its share
-// of W); otherwise they split the rows.
+// of W) and the rows fill fewer than a row block a thread; otherwise they split the rows. Past
+// a row block a thread, every row block reads all of W again either way, and split panels
+// would have each thread pack every row of x (bert-base's 4,096-row linears: the packing was
+// 6 % of a pass, twice over).
 constexpr int64_t kMinPanelsPerThread = 4;
 
 // Row j of the result is column j of the input (16 x 16 u32 in registers). The zero-masked
@@ -237,7 +240,7 @@ bool Bf16DotGemmApplies(const PackedWeight& w) {
 void GemmBf16Dot(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
                  int64_t ldy, bool gelu) {
   const int64_t threads = ComputeThreads();
-  if (w.num_panels >= kMinPanelsPerThread * threads) {
+  if (w.num_panels >= kMinPanelsPerThread * threads && m < threads * kRowBlock) {
     // Ranges of whole panel pairs.
     const int64_t pairs = (w.num_panels + 1) / 2;
     ParallelFor(pairs, 1, [&](int64_t q_begin, int64_t q_end) {
