@@ -14,7 +14,9 @@ namespace ferry::kernels::cpu {
 namespace {
 
 // Threads split the weight panels when there are enough of them to keep every thread busy
-// (each reads only its share of W); otherwise they split the rows.
+// (each reads only its share of W) and the rows fill fewer than a row block a thread;
+// otherwise they split the rows. Past a row block a thread, every row block reads all of W
+// again either way, and split panels would have each thread pack every row of x.
 constexpr int64_t kMinPanelsPerThread = 4;
 
 // Kept per thread across calls: fresh buffers each call would mean page faults every time.
@@ -317,7 +319,7 @@ bool GemmImpl(const float* x, int64_t lda, int64_t m, const PackedWeight& w, con
       GemmRange<BT, GemmKernel::kAvx2>(x, lda, r_begin, r_end, p_begin, p_end, w, bias, y, ldy, false, blk);
     }
   };
-  if (w.num_panels >= kMinPanelsPerThread * threads) {
+  if (w.num_panels >= kMinPanelsPerThread * threads && m < threads * blk.row_block) {
     // The AVX-512 tile pairs panels (2j, 2j + 1) and runs a panel left without a partner on
     // the one-panel tile, whose sums are ordered differently: threads take whole pairs, so
     // the pairing, and every output's bytes, do not depend on the thread count.
