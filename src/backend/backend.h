@@ -196,10 +196,10 @@ class Backend {
     (void)w;
     return false;
   }
-  // Whether this backend rounds w's input to bf16 for its prefill GEMMs by request (the CPU
-  // with bf16 activations asked for and a bf16 weight: EngineOptions::cpu_activations). The
-  // encoders then let that layer's attention multiply in bf16 too
-  // (AttentionParams::bf16_products), as they do for W8A8 layers.
+  // Whether bf16 activations were asked of this backend for w's input (the CPU with
+  // EngineOptions::cpu_activations = bf16 and a bf16 weight; its vdpbf16ps GEMM rounds x to
+  // bf16, while AMX, where enabled, keeps its exact route). The encoders then let that layer's
+  // attention multiply in bf16 (AttentionParams::bf16_products), as they do for W8A8 layers.
   virtual bool RoundsInputToBf16(const LinearWeight& w) const {
     (void)w;
     return false;
