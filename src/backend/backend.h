@@ -197,7 +197,7 @@ class Backend {
     return false;
   }
   // Whether bf16 activations were asked of this backend for w's input (the CPU with
-  // EngineOptions::cpu_activations = bf16 and a bf16 weight; its vdpbf16ps GEMM rounds x to
+  // EngineOptions::cpu_activations = bf16 and a bf16 or int8-wo weight; its vdpbf16ps GEMM rounds x to
   // bf16, while AMX, where enabled, keeps its exact route). The encoders then let that layer's
   // attention multiply in bf16 (AttentionParams::bf16_products), as they do for W8A8 layers.
   virtual bool RoundsInputToBf16(const LinearWeight& w) const {

@@ -6,6 +6,7 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/bf16_gemm.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/kv_write.h"
 #include "kernels/cpu/norm.h"
@@ -121,7 +122,8 @@ Status CpuBackend::GeluFeedForward(const Tensor& x, const LinearWeight& w_in, Te
 bool CpuBackend::RoundsInputToBf16(const LinearWeight& w) const {
   if (!options_.linear.bf16_activations) return false;
   const cpu::PackedWeight* pw = cpu::AsPackedWeight(w.packed);
-  return pw != nullptr ? pw->dtype == DType::kBF16 : w.format == WeightFormat::kBF16;
+  if (pw != nullptr) return cpu::Bf16DotTakesWeight(*pw);
+  return w.format == WeightFormat::kBF16 || w.format == WeightFormat::kInt8;
 }
 
 Status CpuBackend::LinearWith(const Tensor& x, const LinearWeight& w, Tensor& y, bool gelu) {

@@ -55,7 +55,8 @@ class CpuBackend final : public Backend {
   Status Linear(const Tensor& x, const LinearWeight& w, Tensor& y) override;
   Status GeluFeedForward(const Tensor& x, const LinearWeight& w_in, Tensor& mid, const LinearWeight& w_out,
                          Tensor& y) override;
-  // options.linear.bf16_activations and a bf16 weight, whichever GEMM route the CPU then takes.
+  // options.linear.bf16_activations and a weight the vdpbf16ps GEMM takes (bf16 or int8-wo),
+  // whichever GEMM route the CPU then takes.
   bool RoundsInputToBf16(const LinearWeight& w) const override;
   // Times the one-pass decode kernel against the blocked GEMM for 1 to 64 rows and sets
   // w.small_m_max to the largest row count where decode is at least as fast (cpu_tuning.cc).

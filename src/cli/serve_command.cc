@@ -199,7 +199,7 @@ void RegisterServe(CLI::App& app, int& exit_code) {
   sub->add_option("--tool-call-parser", o->tool_call_parser, "auto, none, hermes, llama3_json or mistral");
   sub->add_option("--kv-cache-dtype", o->kv_cache_dtype, "GPU: auto, bf16, f16, f32 or fp8");
   sub->add_option("--cpu-activations", o->cpu_activations,
-                  "CPU: f32, or bf16 (bf16 weights' prefill GEMMs round x to bf16, on vdpbf16ps)");
+                  "CPU: f32, or bf16 (bf16 and int8-wo weights' prefill GEMMs round x to bf16, on vdpbf16ps)");
   sub->add_option("--device", o->device, "cpu, cuda or cuda:N for every model");
   sub->add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
                   "GPU: fraction of the device's memory to fill (the KV cache takes the rest)");

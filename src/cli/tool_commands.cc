@@ -269,7 +269,7 @@ void RegisterBench(CLI::App& app, int& exit_code) {
   sub->add_option("--device", o->device, "cpu, cuda or cuda:N");
   sub->add_option("--activations", o->activations, "CUDA activation dtype: bf16, f16 or f32");
   sub->add_option("--cpu-activations", o->cpu_activations,
-                  "CPU: f32, or bf16 (bf16 weights' prefill GEMMs round x to bf16, on vdpbf16ps)");
+                  "CPU: f32, or bf16 (bf16 and int8-wo weights' prefill GEMMs round x to bf16, on vdpbf16ps)");
   sub->add_option("--kv-cache-dtype", o->kv_cache, "CUDA KV cache dtype: auto (the activations'), bf16, f16, f32 or fp8");
   sub->add_option("--repeats", o->repeats, "Timed runs of each measurement (median reported, with the range)");
   sub->add_option("--encoder-batch", o->encoder_batch, "Encoders: sequences per batch");

@@ -27,9 +27,10 @@ struct EngineOptions {
   DeviceSpec device = DeviceSpec::Cpu();  // or a GPU
   DType cuda_activations = DType::kBF16;  // CUDA: activation dtype (bf16, f16, f32); engine files set their own
   std::optional<DType> cuda_kv_cache = std::nullopt;  // CUDA: KV-cache dtype (bf16, f16, f32, f8e4m3); unset: the activations'
-  // CPU: what the prefill GEMMs of bf16 weights take x as. f32 keeps its 24 bits; bf16 rounds
-  // it to bf16 and multiplies on AVX512-BF16's vdpbf16ps (about twice the f32 FMA rate), where
-  // the CPU has it (kernels/cpu/bf16_gemm.h). Other weights, decode and attention stay f32.
+  // CPU: what the prefill GEMMs of bf16 and int8-wo weights take x as. f32 keeps its 24 bits;
+  // bf16 rounds it to bf16 and multiplies on AVX512-BF16's vdpbf16ps (about twice the f32 FMA
+  // rate), where the CPU has it (kernels/cpu/bf16_gemm.h). Other weights, decode and decoders'
+  // attention stay f32 (encoders' attention follows the layer: Backend::RoundsInputToBf16).
   DType cpu_activations = DType::kF32;
 };
 

@@ -7,6 +7,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/cuda_backend.h"
 #include "engine/engine.h"
@@ -132,40 +135,44 @@ TEST(EngineFileTest, EveryPrecisionWithinTolerance) {
   }
 }
 
-// A bf16 engine loaded with bf16 CPU activations (EngineOptions::cpu_activations): its
-// prefill GEMMs round x to bf16 on vdpbf16ps where the CPU has AVX512-BF16, so the logits
-// move a little from the f32-activation ones and stay within the bf16 engine's bound of the
-// float64 reference; elsewhere they are the same bytes. Other dtypes are refused.
+// bf16 and int8-wo engines loaded with bf16 CPU activations (EngineOptions::cpu_activations):
+// their prefill GEMMs round x to bf16 on vdpbf16ps where the CPU has AVX512-BF16 (the int8
+// values are exact in bf16), so the logits move a little from the f32-activation ones and stay
+// within the engine's bound of the float64 reference plus the bf16 engine's; elsewhere they are
+// the same bytes. Other dtypes are refused.
 TEST(EngineFileTest, Bf16CpuActivationsStayWithinTheBf16Bound) {
   TempDir tmp;
   const std::string model = "llama3-tiny";
   // 64 tokens: a prefill past the decode kernel's rows.
   const std::vector<int32_t> ids = ReferenceIds(model, 6);
   const std::vector<float> ref = ReferenceLogits(model, 6);
-  const std::string path = tmp.File(model + "-bf16.ferry");
-  engine::BuildOptions bo = Untuned();
-  bo.precision = *ParsePrecision("bf16");
-  ASSERT_TRUE(engine::BuildEngine(testing::FixturePath("models/" + model), path, bo).ok());
-  auto f32 = engine::Engine::Load(path);
-  ASSERT_TRUE(f32.ok()) << f32.status().ToString();
-  engine::EngineOptions eo;
-  eo.cpu_activations = DType::kBF16;
-  auto bf16 = engine::Engine::Load(path, eo);
-  ASSERT_TRUE(bf16.ok()) << bf16.status().ToString();
-  const std::vector<float> got = LastLogits(*bf16, ids);
-  EXPECT_LE(MaxDiff(got, ref), 4e-2 * MaxAbs(ref));
-  const bool dot = kernels::cpu::Bf16DotSupported() && !kernels::cpu::AmxEnabled() &&
-                   static_cast<int64_t>(ids.size()) > kernels::cpu::kGemvMaxRows;
-  if (dot) {
-    EXPECT_NE(got, LastLogits(*f32, ids)) << "the vdpbf16ps route did not run";
-  } else {
-    EXPECT_EQ(got, LastLogits(*f32, ids));
+  for (const auto& [precision, bound] : std::vector<std::pair<std::string, double>>{{"bf16", 4e-2},
+                                                                                    {"int8-wo", 6e-2 + 4e-2}}) {
+    const std::string path = tmp.File(model + "-" + precision + ".ferry");
+    engine::BuildOptions bo = Untuned();
+    bo.precision = *ParsePrecision(precision);
+    ASSERT_TRUE(engine::BuildEngine(testing::FixturePath("models/" + model), path, bo).ok()) << precision;
+    auto f32 = engine::Engine::Load(path);
+    ASSERT_TRUE(f32.ok()) << f32.status().ToString();
+    engine::EngineOptions eo;
+    eo.cpu_activations = DType::kBF16;
+    auto bf16 = engine::Engine::Load(path, eo);
+    ASSERT_TRUE(bf16.ok()) << bf16.status().ToString();
+    const std::vector<float> got = LastLogits(*bf16, ids);
+    EXPECT_LE(MaxDiff(got, ref), bound * MaxAbs(ref)) << precision;
+    const bool dot = kernels::cpu::Bf16DotSupported() && !kernels::cpu::AmxEnabled() &&
+                     static_cast<int64_t>(ids.size()) > kernels::cpu::kGemvMaxRows;
+    if (dot) {
+      EXPECT_NE(got, LastLogits(*f32, ids)) << precision << ": the vdpbf16ps route did not run";
+    } else {
+      EXPECT_EQ(got, LastLogits(*f32, ids)) << precision;
+    }
+    eo.cpu_activations = DType::kF16;
+    auto bad = engine::Engine::Load(path, eo);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.status().message().find("CPU activation dtype must be f32 or bf16"), std::string::npos)
+        << bad.status().ToString();
   }
-  eo.cpu_activations = DType::kF16;
-  auto bad = engine::Engine::Load(path, eo);
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("CPU activation dtype must be f32 or bf16"), std::string::npos)
-      << bad.status().ToString();
 }
 
 // The architectures of tools/fixtures/architectures.py (when their fixtures are in the

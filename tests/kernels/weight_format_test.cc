@@ -423,9 +423,11 @@ TEST(WeightFormatTest, AmxRouteMatchesTheF32Kernels) {
   kernels::cpu::SetAmxEnabled(saved);
 }
 
-// bf16 activations on vdpbf16ps (LinearConfig::bf16_activations, bf16 weights): the products
-// of x rounded to bf16 (to nearest even) and the bf16 weights, exact in f32, so the route
-// matches the f32 kernels run on the rounded x up to the order of the f32 sums. Odd K (a last
+// bf16 activations on vdpbf16ps (LinearConfig::bf16_activations, bf16 and int8-wo weights): the
+// products of x rounded to bf16 (to nearest even) and the bf16 weights or the int8 values, exact
+// in f32, so the route matches the f32 kernels run on the rounded x up to the order of the f32
+// sums (and, for int8-wo, where the column scale is applied: to the sums here, to each widened
+// weight there). Odd K (a last
 // pair with a zero), K over several chunks, partial and unpaired last panels, row counts off
 // the 12-row tile and over two row blocks (on two threads either way they split), one panel
 // (rows split across threads), with and without a bias. Decode row counts, and weights of
@@ -439,7 +441,7 @@ TEST(WeightFormatTest, Bf16ActivationsRouteMatchesTheF32KernelsOnRoundedX) {
                         Case{13, 16, 32}, Case{40, 64, 511}, Case{96, 2048, 520}, Case{25, 40, 4201},
                         Case{600, 96, 100}, Case{9, 17, 3}, Case{1600, 130, 300}}) {
     for (const bool with_bias : {false, true}) {
-      for (const WeightFormat format : {WeightFormat::kBF16, WeightFormat::kF32}) {
+      for (const WeightFormat format : {WeightFormat::kBF16, WeightFormat::kInt8, WeightFormat::kF32}) {
         const auto [w, what, ok] = PrepareCase(*be, format, c, with_bias, rng);
         ASSERT_TRUE(ok) << what;
         const kernels::cpu::PackedWeight* pw = kernels::cpu::AsPackedWeight(w.packed);
@@ -451,7 +453,7 @@ TEST(WeightFormatTest, Bf16ActivationsRouteMatchesTheF32KernelsOnRoundedX) {
         bf16_config.bf16_activations = true;
         Tensor y_dot = Poisoned({c.m, c.n}), y_f32 = Poisoned({c.m, c.n});
         ASSERT_TRUE(kernels::cpu::Linear(x, *pw, w.bias, y_dot, bf16_config).ok()) << what;
-        const bool dot = format == WeightFormat::kBF16 && c.m > 8 && kernels::cpu::Bf16DotGemmApplies(*pw);
+        const bool dot = format != WeightFormat::kF32 && c.m > 8 && kernels::cpu::Bf16DotGemmApplies(*pw);
         ASSERT_TRUE(kernels::cpu::Linear(dot ? x_rounded : x, *pw, w.bias, y_f32, f32_config).ok()) << what;
         if (!dot) {
           EXPECT_EQ(0, std::memcmp(y_dot.raw(), y_f32.raw(), y_f32.nbytes())) << what << ": the f32 kernels' bytes";
@@ -465,22 +467,25 @@ TEST(WeightFormatTest, Bf16ActivationsRouteMatchesTheF32KernelsOnRoundedX) {
   kernels::cpu::SetAmxEnabled(saved_amx);
 }
 
-// Backend::RoundsInputToBf16: only where bf16 activations were asked for, and only for bf16
-// weights (the encoders then let attention multiply in bf16 too).
-TEST(WeightFormatTest, RoundsInputToBf16OnlyForBf16WeightsWhenAsked) {
+// Backend::RoundsInputToBf16: only where bf16 activations were asked for, and only for the
+// weights the vdpbf16ps GEMM takes, bf16 and int8-wo (the encoders then let attention multiply in
+// bf16 too).
+TEST(WeightFormatTest, RoundsInputToBf16OnlyForTheDotRoutesWeightsWhenAsked) {
   std::mt19937 rng(20);
   for (const bool asked : {false, true}) {
     backend::CpuBackendOptions options;
     options.linear.bf16_activations = asked;
     auto be = backend::MakeCpuBackend(options);
-    for (const WeightFormat format : {WeightFormat::kBF16, WeightFormat::kF32, WeightFormat::kInt8W8A8}) {
+    for (const WeightFormat format :
+         {WeightFormat::kBF16, WeightFormat::kInt8, WeightFormat::kF32, WeightFormat::kInt8W8A8}) {
       const std::string what = std::string(backend::WeightFormatName(format)) + (asked ? " asked" : "");
+      const bool rounds = asked && (format == WeightFormat::kBF16 || format == WeightFormat::kInt8);
       LinearWeight w;
       w.weight = RandomTensor({32, 64}, rng);
       w.format = format;
-      EXPECT_EQ(be->RoundsInputToBf16(w), asked && format == WeightFormat::kBF16) << what << ", not prepared";
+      EXPECT_EQ(be->RoundsInputToBf16(w), rounds) << what << ", not prepared";
       ASSERT_TRUE(be->PrepareLinear(w).ok()) << what;
-      EXPECT_EQ(be->RoundsInputToBf16(w), asked && format == WeightFormat::kBF16) << what;
+      EXPECT_EQ(be->RoundsInputToBf16(w), rounds) << what;
     }
   }
 }
@@ -564,8 +569,8 @@ TEST(WeightFormatTest, NamesRoundTrip) {
 
 // BERT's feed-forward with the GELU applied as the first GEMM stores its output gives the
 // bytes of Linear, Gelu and Linear one after another: every CPU weight format, decode and
-// prefill row counts, the AMX routes on and off, and bf16 activations (bf16 weights' GEMMs on
-// vdpbf16ps, GELU in that kernel's stores) asked for or not.
+// prefill row counts, the AMX routes on and off, and bf16 activations (bf16 and int8-wo weights'
+// GEMMs on vdpbf16ps, GELU in that kernel's stores) asked for or not.
 TEST(WeightFormatTest, GeluFeedForwardGivesTheSeparatePassesBytes) {
   std::mt19937 rng(19);
   const bool saved_amx = kernels::cpu::AmxEnabled();

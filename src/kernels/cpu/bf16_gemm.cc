@@ -133,14 +133,37 @@ FERRY_BF16_GEMM_TARGET void PairPanel(const uint16_t* panel, int64_t k0, int64_t
   }
 }
 
-// C[0:MR, 0:16 (NP = 1) or 16 + ncols_last (NP = 2)] (+)= A · [B0 B1]: a packed 12-row A tile
-// (pairs, 12 a k pair) and NP re-laid panels (NP * 32 bf16 a k pair). Bias on the first K
-// chunk; the last panel's columns masked to ncols_last. `gelu` (the last chunk's): GELU on
-// what is stored, Gelu of vec_math.h, the operations of the separate pass (GeluRows), so its
-// bytes.
+// 16 int8 weights as f32 (exact).
+FERRY_BF16_GEMM_TARGET inline __m512 Int8Row(const int8_t* p) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm512_maskz_cvtepi32_ps(0xffff, _mm512_maskz_cvtepi8_epi32(0xffff, q));
+}
+
+// PairPanel for an int8-wo panel: the quantized values as bf16, which holds every integer of
+// [-127, 127] exactly (the column scales are applied to the sums, in the tile's stores).
+FERRY_BF16_GEMM_TARGET void PairPanel(const int8_t* panel, int64_t k0, int64_t kc, uint16_t* out, int64_t stride) {
+  alignas(64) static const uint16_t kIdx[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i idx = _mm512_load_si512(kIdx);
+  const int8_t* src = panel + k0 * kPanelCols;
+  for (int64_t j = 0; 2 * j < kc; ++j) {
+    const __m512 even = Int8Row(src + 2 * j * kPanelCols);
+    const __m512 odd = 2 * j + 1 < kc ? Int8Row(src + (2 * j + 1) * kPanelCols) : _mm512_setzero_ps();
+    // Row k in the low 16 lanes, row k + 1 in the high 16, as two bf16 rows loaded together.
+    const __m512i two_rows = (__m512i)_mm512_cvtne2ps_pbh(odd, even);
+    _mm512_storeu_si512(out + j * stride, _mm512_permutexvar_epi16(idx, two_rows));
+  }
+}
+
+// C[0:MR, 0:16 (NP = 1) or 16 + ncols_last (NP = 2)] (+)= A · [B0 B1] (· diag(scale)): a packed
+// 12-row A tile (pairs, 12 a k pair) and NP re-laid panels (NP * 32 bf16 a k pair). `scale`
+// (int8-wo: the panels' column scales, 16 a panel; null for bf16) multiplies each chunk's sums
+// before they are added. Bias on the first K chunk; the last panel's columns masked to
+// ncols_last. `gelu` (the last chunk's): GELU on what is stored, Gelu of vec_math.h, the
+// operations of the separate pass (GeluRows), so its bytes.
 template <int MR, int NP>
 FERRY_BF16_GEMM_TARGET void Tile(int64_t kp, const uint32_t* a, const uint16_t* b, float* c, int64_t ldc,
-                                 int ncols_last, bool accumulate, const float* bias, bool gelu) {
+                                 int ncols_last, bool accumulate, const float* bias, const float* scale, bool gelu) {
   __m512 acc[MR][NP];
 #pragma GCC unroll 12
   for (int r = 0; r < MR; ++r) {
@@ -165,6 +188,11 @@ FERRY_BF16_GEMM_TARGET void Tile(int64_t kp, const uint32_t* a, const uint16_t* 
     const __mmask16 cols = ncols >= kPanelCols ? __mmask16{0xffff} : static_cast<__mmask16>((1u << ncols) - 1);
     const __m512 bias_v =
         !accumulate && bias != nullptr ? _mm512_maskz_loadu_ps(cols, bias + s * kPanelCols) : _mm512_setzero_ps();
+    if (scale != nullptr) {
+      const __m512 sv = _mm512_loadu_ps(scale + s * kPanelCols);
+#pragma GCC unroll 12
+      for (int r = 0; r < MR; ++r) acc[r][s] = _mm512_mul_ps(acc[r][s], sv);
+    }
 #pragma GCC unroll 12
     for (int r = 0; r < MR; ++r) {
       float* cr = c + r * ldc + s * kPanelCols;
@@ -177,9 +205,9 @@ FERRY_BF16_GEMM_TARGET void Tile(int64_t kp, const uint32_t* a, const uint16_t* 
 
 template <int NP>
 void TileRows(int rows, int64_t kp, const uint32_t* a, const uint16_t* b, float* c, int64_t ldc, int ncols_last,
-              bool accumulate, const float* bias, bool gelu) {
+              bool accumulate, const float* bias, const float* scale, bool gelu) {
   WithTileRows<1, kTileRows>(rows, [&](auto mr) {
-    Tile<decltype(mr)::value, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, gelu);
+    Tile<decltype(mr)::value, NP>(kp, a, b, c, ldc, ncols_last, accumulate, bias, scale, gelu);
   });
 }
 
@@ -187,6 +215,7 @@ void TileRows(int rows, int64_t kp, const uint32_t* a, const uint16_t* b, float*
 void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int64_t p_begin, int64_t p_end,
                const PackedWeight& w, const float* bias, float* y, int64_t ldy, bool gelu) {
   const int64_t k = w.k;
+  const bool int8 = w.dtype == DType::kI8;
   const int64_t chunks = (k + kKChunk - 1) / kKChunk;
   // Chunks of equal size, each even but the last (a pair never straddles two chunks).
   const int64_t kc_max = ((k + chunks - 1) / chunks + 1) / 2 * 2;
@@ -210,20 +239,27 @@ void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int6
         const int np = p + 1 < p_end ? 2 : 1;
         // The panels' pairs interleaved a k pair at a time: [B0 pair j][B1 pair j] ...
         for (int s = 0; s < np; ++s) {
-          PairPanel(static_cast<const uint16_t*>(w.panel(p + s)), k0, kc, b_pairs.data() + s * 2 * kPanelCols,
-                    np * 2 * kPanelCols);
+          uint16_t* out = b_pairs.data() + s * 2 * kPanelCols;
+          if (int8) {
+            PairPanel(static_cast<const int8_t*>(w.panel(p + s)), k0, kc, out, np * 2 * kPanelCols);
+          } else {
+            PairPanel(static_cast<const uint16_t*>(w.panel(p + s)), k0, kc, out, np * 2 * kPanelCols);
+          }
         }
         const int64_t last = p + np - 1;
         const int ncols_last = static_cast<int>(std::min<int64_t>(kPanelCols, w.n - last * kPanelCols));
         const float* panel_bias = bias != nullptr ? bias + p * kPanelCols : nullptr;
+        const float* panel_scale = int8 ? w.scale_data() + p * kPanelCols : nullptr;
         for (int64_t r = 0; r < mc; r += kTileRows) {
           const int rows = static_cast<int>(std::min<int64_t>(kTileRows, mc - r));
           const uint32_t* a = a_pack.data() + (r / kTileRows) * kp * kTileRows;
           float* c = y + (i0 + r) * ldy + p * kPanelCols;
           if (np == 2) {
-            TileRows<2>(rows, kp, a, b_pairs.data(), c, ldy, ncols_last, accumulate, panel_bias, gelu_now);
+            TileRows<2>(rows, kp, a, b_pairs.data(), c, ldy, ncols_last, accumulate, panel_bias, panel_scale,
+                        gelu_now);
           } else {
-            TileRows<1>(rows, kp, a, b_pairs.data(), c, ldy, ncols_last, accumulate, panel_bias, gelu_now);
+            TileRows<1>(rows, kp, a, b_pairs.data(), c, ldy, ncols_last, accumulate, panel_bias, panel_scale,
+                        gelu_now);
           }
         }
       }
@@ -233,9 +269,12 @@ void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int6
 
 }  // namespace
 
-bool Bf16DotGemmApplies(const PackedWeight& w) {
-  return Bf16DotSupported() && w.dtype == DType::kBF16 && w.layout == PanelLayout::kRows;
+bool Bf16DotTakesWeight(const PackedWeight& w) {
+  return w.layout == PanelLayout::kRows &&
+         (w.dtype == DType::kBF16 || (w.dtype == DType::kI8 && w.format == WeightFormat::kInt8));
 }
+
+bool Bf16DotGemmApplies(const PackedWeight& w) { return Bf16DotSupported() && Bf16DotTakesWeight(w); }
 
 void GemmBf16Dot(const float* x, int64_t lda, int64_t m, const PackedWeight& w, const float* bias, float* y,
                  int64_t ldy, bool gelu) {

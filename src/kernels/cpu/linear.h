@@ -18,7 +18,7 @@ struct LinearConfig {
   // y = GELU(x · W^T + bias) (exact erf GELU): in the epilogue of the AMX, f32 AVX-512 and
   // vdpbf16ps routes, otherwise a pass over y; the same bytes either way.
   bool gelu = false;
-  // bf16 weights past gemv_max_rows: round x to bf16 and multiply on vdpbf16ps (bf16_gemm.h)
+  // bf16 and int8-wo weights past gemv_max_rows: round x to bf16 and multiply on vdpbf16ps (bf16_gemm.h)
   // where the CPU has AVX512-BF16 and AMX does not run the product; otherwise ignored. The
   // decode GEMV keeps f32 x either way (it is bound by reading the weights).
   bool bf16_activations = false;
