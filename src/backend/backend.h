@@ -19,6 +19,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "io/engine_fingerprint.h"
+#include "io/int8_blocks.h"
 #include "kernels/attention_params.h"
 #include "kernels/int4_groups.h"
 #include "kernels/serialized_linear.h"
@@ -46,6 +47,13 @@ struct LinearWeight {
   // kInt4 only: the 4-bit groups to use as they are (a GPTQ / AWQ checkpoint's grid, `weight`
   // then undefined); unset, the backend quantizes `weight`. Dropped by PrepareLinear.
   std::shared_ptr<const kernels::Int4Groups> int4;
+  // kInt8 only: int8 values with one scale per block of inputs (a GGUF Q8_0 matrix) to run as
+  // they are, `weight` then undefined; only for a backend whose TakesInt8Blocks() is true.
+  // Dropped by PrepareLinear.
+  std::shared_ptr<const io::Int8Blocks> int8_blocks;
+  // Set by PrepareLinear / DeserializeLinear from int8 blocks: their inputs per scale (the
+  // prepared weight streams an f16 scale per block beside the int8 values); 0 otherwise.
+  int64_t block_size = 0;
   int64_t out = 0;  // set by PrepareLinear / DeserializeLinear
   int64_t in = 0;
   // Largest row count that runs the backend's small-M (decode) kernel; 0: its default,
@@ -141,6 +149,9 @@ class Backend {
 
   // Called once per weight at load: converts/quantizes to w.format and packs.
   virtual Status PrepareLinear(LinearWeight& w) = 0;
+  // Whether PrepareLinear takes LinearWeight::int8_blocks (block-scaled int8 run as it is).
+  // The CPU does; elsewhere the loader hands over the blocks' f32 matrix instead.
+  virtual bool TakesInt8Blocks() const { return false; }
   // The same for a weight given as row blocks [n_i, in] of one dtype (the parts of a fused
   // QKV or gate/up layout, straight from the checkpoint's mapping), w.weight undefined. The
   // default concatenates them on the host into w.weight and calls PrepareLinear; a GPU

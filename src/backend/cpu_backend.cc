@@ -78,7 +78,18 @@ Result<Tensor> CpuBackend::Allocate(const Shape& shape, DType dtype) {
 
 Status CpuBackend::PrepareLinear(LinearWeight& w) {
   if (w.format == WeightFormat::kInt4) FERRY_RETURN_IF_ERROR(ExpandInt4(w));
-  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<cpu::PackedWeight> packed, cpu::PackWeight(w.weight, w.format, w.smooth));
+  std::shared_ptr<cpu::PackedWeight> packed;
+  if (w.int8_blocks != nullptr) {
+    if (w.format != WeightFormat::kInt8) {
+      return InvalidArgument("PrepareLinear: int8 blocks are an int8-wo weight, not " +
+                             std::string(WeightFormatName(w.format)));
+    }
+    FERRY_ASSIGN_OR_RETURN(packed,
+                           cpu::PackInt8Blocks(w.int8_blocks->q, w.int8_blocks->scales, w.int8_blocks->block_size));
+    w.int8_blocks.reset();
+  } else {
+    FERRY_ASSIGN_OR_RETURN(packed, cpu::PackWeight(w.weight, w.format, w.smooth));
+  }
   if (w.bias.defined()) {
     if (w.bias.numel() != packed->n || !w.bias.device().is_cpu()) {
       return InvalidArgument("PrepareLinear: bias " + w.bias.DebugString() + " does not have " +
@@ -89,6 +100,7 @@ Status CpuBackend::PrepareLinear(LinearWeight& w) {
   }
   w.out = packed->n;
   w.in = packed->k;
+  w.block_size = packed->block_size;
   w.packed = std::move(packed);
   return Status::Ok();
 }
@@ -107,6 +119,7 @@ Result<LinearWeight> CpuBackend::DeserializeLinear(const SerializedLinear& s) {
   w.smooth = p.packed->smooth;
   w.out = p.packed->n;
   w.in = p.packed->k;
+  w.block_size = p.packed->block_size;
   w.packed = std::move(p.packed);
   return w;
 }
@@ -123,7 +136,7 @@ bool CpuBackend::RoundsInputToBf16(const LinearWeight& w) const {
   if (!options_.linear.bf16_activations) return false;
   const cpu::PackedWeight* pw = cpu::AsPackedWeight(w.packed);
   if (pw != nullptr) return cpu::Bf16DotTakesWeight(*pw);
-  return w.format == WeightFormat::kBF16 || w.format == WeightFormat::kInt8;
+  return w.format == WeightFormat::kBF16 || (w.format == WeightFormat::kInt8 && w.int8_blocks == nullptr);
 }
 
 Status CpuBackend::LinearWith(const Tensor& x, const LinearWeight& w, Tensor& y, bool gelu) {

@@ -47,6 +47,7 @@ class CpuBackend final : public Backend {
   // GEMV/GEMM kernels (kernels/cpu/packed_weight.h); a bf16/f16 bias becomes f32. w.weight
   // is not read again and may be dropped.
   Status PrepareLinear(LinearWeight& w) override;
+  bool TakesInt8Blocks() const override { return true; }
   // The layout JSON and blobs are described in kernels/cpu/packed_weight_io.h.
   Result<SerializedLinear> SerializeLinear(const LinearWeight& w) override;
   Result<LinearWeight> DeserializeLinear(const SerializedLinear& s) override;
@@ -102,8 +103,8 @@ class CpuBackend final : public Backend {
  private:
   // Linear, with the GELU applied to y when `gelu`.
   Status LinearWith(const Tensor& x, const LinearWeight& w, Tensor& y, bool gelu);
-  // (format, out, in): weights of one shape and format share their tuned crossover.
-  using TuneKey = std::tuple<int, int64_t, int64_t>;
+  // (format, block size, out, in): weights of one shape and format share their tuned crossover.
+  using TuneKey = std::tuple<int, int64_t, int64_t, int64_t>;
 
   CpuBackendOptions options_;
   std::shared_ptr<BlockPool> pool_;

@@ -43,7 +43,7 @@ Result<std::string> CpuBackend::TuneLinear(LinearWeight& w) {
   if (kernels::cpu::AsPackedWeight(w.packed) == nullptr) {
     return FailedPrecondition("TuneLinear: the weight has not been prepared by the CPU backend");
   }
-  const TuneKey key{static_cast<int>(w.format), w.out_features(), w.in_features()};
+  const TuneKey key{static_cast<int>(w.format), w.block_size, w.out_features(), w.in_features()};
   {
     std::lock_guard<std::mutex> lock(tune_mu_);
     const auto it = tuned_.find(key);
@@ -52,7 +52,7 @@ Result<std::string> CpuBackend::TuneLinear(LinearWeight& w) {
       return std::string();
     }
   }
-  const int64_t n = std::get<1>(key), k = std::get<2>(key);
+  const int64_t n = std::get<2>(key), k = std::get<3>(key);
   nlohmann::json row = {{"format", WeightFormatName(w.format)}, {"n", n}, {"k", k}};
   // The largest bucket where the small-M kernel is at least as fast.
   int best = -1;

@@ -128,6 +128,17 @@ Result<std::shared_ptr<Engine>> Engine::Load(const std::string& spec, const Engi
                             return t;
                           },
                           weights.has};
+  if (weights.int8_blocks) {
+    src.int8_blocks = [weights, &stats, &progress,
+                       &counted](const std::string& name) -> Result<std::optional<io::Int8Blocks>> {
+      Result<std::optional<io::Int8Blocks>> b = weights.int8_blocks(name);
+      if (b.ok() && b->has_value() && counted.insert(name).second) {
+        stats.weight_bytes += static_cast<uint64_t>((*b)->stored_bytes);
+        if (progress) progress->Add(static_cast<uint64_t>((*b)->stored_bytes));
+      }
+      return b;
+    };
+  }
   if (!e->config_.quantization.method.empty()) {
     src = model::DequantizingSource(std::move(src), e->config_.quantization, model::DequantizedDType(e->config_));
   }

@@ -324,6 +324,15 @@ Result<BuildReport> BuildEngine(const std::string& model_spec, const std::string
                             return t;
                           },
                           weights.has};
+  if (weights.int8_blocks) {
+    src.int8_blocks = [weights, progress, &counted](const std::string& n) -> Result<std::optional<io::Int8Blocks>> {
+      Result<std::optional<io::Int8Blocks>> b = weights.int8_blocks(n);
+      if (b.ok() && b->has_value() && progress && counted.insert(n).second) {
+        progress->Add(static_cast<uint64_t>((*b)->stored_bytes));
+      }
+      return b;
+    };
+  }
   if (!config.quantization.method.empty()) {
     src = model::DequantizingSource(std::move(src), config.quantization, model::DequantizedDType(config));
   }

@@ -413,4 +413,29 @@ Result<Tensor> GgufFile::Get(const std::string& name) const {
                        ", which ferry does not read (supported: F32, F16, BF16, Q8_0)");
 }
 
+Result<std::optional<Int8Blocks>> GgufFile::GetInt8Blocks(const std::string& name) const {
+  const GgufTensorInfo* t = FindTensor(name);
+  if (t == nullptr) return NotFound("tensor '" + name + "' not found in GGUF '" + name_ + "'");
+  if (static_cast<GgmlType>(t->type) != GgmlType::kQ8_0 || t->ne.size() != 2) return std::optional<Int8Blocks>();
+  if (t->nbytes == 0) FERRY_RETURN_IF_ERROR(TensorBytes(*t).status().WithContext("GGUF '" + name_ + "'"));
+  const int64_t rows = static_cast<int64_t>(t->ne[1]);
+  const int64_t cols = static_cast<int64_t>(t->ne[0]);  // whole blocks (TensorBytes checked)
+  const int64_t blocks_per_row = cols / static_cast<int64_t>(kQ8Block);
+  Int8Blocks b;
+  b.block_size = static_cast<int64_t>(kQ8Block);
+  b.stored_bytes = static_cast<int64_t>(t->nbytes);
+  b.q = Tensor::Empty({rows, cols}, DType::kI8);
+  b.scales = Tensor::Empty({rows, blocks_per_row}, DType::kF16);
+  const uint8_t* data = reinterpret_cast<const uint8_t*>(bytes_.data()) + data_offset_ + t->offset;
+  int8_t* q = b.q.data<int8_t>();
+  auto* scales = static_cast<uint8_t*>(b.scales.raw());
+  const uint64_t blocks = t->nbytes / kQ8BlockBytes;
+  for (uint64_t i = 0; i < blocks; ++i) {
+    const uint8_t* block = data + i * kQ8BlockBytes;
+    std::memcpy(scales + 2 * i, block, 2);
+    std::memcpy(q + i * kQ8Block, block + 2, kQ8Block);
+  }
+  return std::optional<Int8Blocks>(std::move(b));
+}
+
 }  // namespace ferry::io

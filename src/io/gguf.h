@@ -20,6 +20,7 @@
 #include "core/mapped_file.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "io/int8_blocks.h"
 
 namespace ferry::io {
 
@@ -101,6 +102,9 @@ class GgufFile {
   // Shape outermost-first (ferry's order: a ne = {in, out} matrix is [out, in]); F32/F16/BF16
   // are views of the file, Q8_0 is dequantized (see the file comment), others Unimplemented.
   Result<Tensor> Get(const std::string& name) const;
+  // A 2-D Q8_0 tensor as its blocks (q and the f16 scales, shapes outermost-first, copied out
+  // of the file); nullopt for a tensor of another type or rank.
+  Result<std::optional<Int8Blocks>> GetInt8Blocks(const std::string& name) const;
 
  private:
   GgufFile() = default;

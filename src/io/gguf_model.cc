@@ -231,4 +231,17 @@ Result<Tensor> GgufModel::Get(const std::string& hf_name) const {
   return UnpermuteRows(*t, m->permute_heads, hf_name);
 }
 
+Result<std::optional<Int8Blocks>> GgufModel::GetInt8Blocks(const std::string& hf_name) const {
+  const std::optional<Mapped> m = Map(hf_name);
+  if (!m) return NotFound("tensor '" + hf_name + "' has no GGUF counterpart in '" + file_->name() + "'");
+  Result<std::optional<Int8Blocks>> b = file_->GetInt8Blocks(m->gguf_name);
+  if (!b.ok()) return b.status().WithContext("reading '" + hf_name + "'");
+  if (m->permute_heads == 0 || !b->has_value()) return b;
+  Int8Blocks& blocks = **b;
+  // A row's blocks move with it: the same row order for q and for the scales.
+  FERRY_ASSIGN_OR_RETURN(blocks.q, UnpermuteRows(blocks.q, m->permute_heads, hf_name));
+  FERRY_ASSIGN_OR_RETURN(blocks.scales, UnpermuteRows(blocks.scales, m->permute_heads, hf_name));
+  return b;
+}
+
 }  // namespace ferry::io

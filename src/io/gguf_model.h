@@ -33,6 +33,9 @@ class GgufModel {
 
   // A tensor by its Hugging Face name (q/k rows restored to Hugging Face's order).
   Result<Tensor> Get(const std::string& hf_name) const;
+  // A Q8_0 matrix as its int8 blocks (rows restored as Get restores them); nullopt for a
+  // tensor stored in another type.
+  Result<std::optional<Int8Blocks>> GetInt8Blocks(const std::string& hf_name) const;
   bool Has(const std::string& hf_name) const;
 
  private:

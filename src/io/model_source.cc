@@ -32,7 +32,7 @@ class DirectorySource : public ModelSource {
   Result<TensorReader> Weights() const override {
     FERRY_ASSIGN_OR_RETURN(std::shared_ptr<Checkpoint> ckpt, Checkpoint::Open(path()));
     return TensorReader{[ckpt](const std::string& n) { return ckpt->Get(n); },
-                        [ckpt](const std::string& n) { return ckpt->Has(n); }, ckpt};
+                        [ckpt](const std::string& n) { return ckpt->Has(n); }, ckpt, nullptr};
   }
 
   bool HasTokenizer() const override {
@@ -74,7 +74,8 @@ class GgufSource : public ModelSource {
   Result<TensorReader> Weights() const override {
     std::shared_ptr<GgufModel> m = model_;
     return TensorReader{[m](const std::string& n) { return m->Get(n); },
-                        [m](const std::string& n) { return m->Has(n); }, m};
+                        [m](const std::string& n) { return m->Has(n); }, m,
+                        [m](const std::string& n) { return m->GetInt8Blocks(n); }};
   }
 
   bool HasTokenizer() const override {

@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "io/int8_blocks.h"
 #include "io/model_config.h"
 
 namespace ferry::io {
@@ -20,6 +21,9 @@ struct TensorReader {
   std::function<Result<Tensor>(const std::string& name)> get;
   std::function<bool(const std::string& name)> has;
   std::shared_ptr<const void> keepalive;
+  // A matrix the file stores as int8 blocks (GGUF Q8_0), as those blocks; nullopt for one
+  // stored otherwise. Empty for sources that have none (checkpoint directories).
+  std::function<Result<std::optional<Int8Blocks>>(const std::string& name)> int8_blocks;
 };
 
 // Thread-safe after Open (read-only).

@@ -55,9 +55,14 @@ Result<Tensor> DecoderModel::LoadNorm(const WeightSource& w, const std::string& 
 void DecoderModel::Finish() {
   size_t bytes = 0;
   auto linear_bytes = [](const backend::LinearWeight& w) {
-    // Bytes the kernels stream per step: one byte per int8 weight, half for int4, else the packed dtype.
+    // Bytes the kernels stream per step: one byte per int8 weight (and an f16 scale a block for
+    // int8 blocks), half for int4, else the packed dtype.
     switch (w.format) {
       case backend::WeightFormat::kInt8:
+        if (w.block_size > 0) {
+          return static_cast<size_t>(w.out_features() * w.in_features() * (w.block_size + 2) / w.block_size);
+        }
+        return static_cast<size_t>(w.out_features() * w.in_features());
       case backend::WeightFormat::kInt8W8A8:
       case backend::WeightFormat::kFp8: return static_cast<size_t>(w.out_features() * w.in_features());
       case backend::WeightFormat::kF32: return static_cast<size_t>(w.out_features() * w.in_features() * 4);

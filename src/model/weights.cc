@@ -221,7 +221,35 @@ Result<backend::LinearWeight> LoadLinear(const WeightSource& src, backend::Backe
       if (all.ok()) w.int4 = std::make_shared<const kernels::Int4Groups>(std::move(all).value());
     }
   }
-  for (size_t i = 0; i < weight_names.size() && w.int4 == nullptr; ++i) {
+  if (w.format == backend::WeightFormat::kNative && src.int8_blocks && be.TakesInt8Blocks()) {
+    std::vector<Tensor> qs, scales;
+    int64_t block_size = 0;
+    for (size_t i = 0; i < weight_names.size(); ++i) {
+      FERRY_ASSIGN_OR_RETURN(std::optional<io::Int8Blocks> b, src.int8_blocks(weight_names[i]));
+      if (!b.has_value() || (block_size != 0 && b->block_size != block_size)) break;  // loaded as floats
+      if (b->out() != outs[i] || b->in() != in) {
+        return InvalidArgument("tensor '" + weight_names[i] + "': expected shape " + ShapeToString({outs[i], in}) +
+                               ", got " + ShapeToString(b->q.shape()));
+      }
+      block_size = b->block_size;
+      qs.push_back(std::move(b->q));
+      scales.push_back(std::move(b->scales));
+    }
+    if (qs.size() == weight_names.size()) {
+      auto blocks = std::make_shared<io::Int8Blocks>();
+      blocks->block_size = block_size;
+      if (qs.size() == 1) {
+        blocks->q = std::move(qs[0]);
+        blocks->scales = std::move(scales[0]);
+      } else {
+        FERRY_ASSIGN_OR_RETURN(blocks->q, ConcatRows(qs));
+        FERRY_ASSIGN_OR_RETURN(blocks->scales, ConcatRows(scales));
+      }
+      w.int8_blocks = std::move(blocks);
+      w.format = backend::WeightFormat::kInt8;
+    }
+  }
+  for (size_t i = 0; i < weight_names.size() && w.int4 == nullptr && w.int8_blocks == nullptr; ++i) {
     FERRY_ASSIGN_OR_RETURN(Tensor t, GetWeight(src, weight_names[i], {outs[i], in}));
     parts.push_back(t);
   }
@@ -239,7 +267,7 @@ Result<backend::LinearWeight> LoadLinear(const WeightSource& src, backend::Backe
   }
   // The backend fuses the parts where the weight ends up (the host, or straight into the
   // device's rows on a GPU).
-  if (w.int4 != nullptr) {
+  if (w.int4 != nullptr || w.int8_blocks != nullptr) {
     FERRY_RETURN_IF_ERROR(be.PrepareLinear(w).WithContext("preparing '" + key + "'"));
   } else {
     FERRY_RETURN_IF_ERROR(be.PrepareLinearParts(parts, w).WithContext("preparing '" + key + "'"));

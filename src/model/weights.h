@@ -24,10 +24,14 @@ using TensorExists = std::function<bool(const std::string& name)>;
 // exact 4-bit form, nullopt otherwise (unquantized, 8 bits, act-order).
 using Int4Lookup = std::function<Result<std::optional<kernels::Int4Groups>>(const std::string& name)>;
 
+// A file's linear weight as int8 blocks (GGUF Q8_0) when it is stored so, nullopt otherwise.
+using Int8BlockLookup = std::function<Result<std::optional<io::Int8Blocks>>(const std::string& name)>;
+
 struct WeightSource {
   TensorLookup get;
   TensorExists has;
   Int4Lookup int4 = nullptr;  // may be empty: no weight has groups
+  Int8BlockLookup int8_blocks = nullptr;  // may be empty: no weight has int8 blocks
   // A pre-quantized checkpoint: whether it holds the named weight quantized (e4m3, packed
   // integers). Empty: nothing is.
   TensorExists quantized = nullptr;
@@ -105,7 +109,10 @@ Tensor ConcatVectors(const std::vector<Tensor>& parts);
 // parts) in options.linear_format, with the key's smoothing factors, and prepares it. For
 // kInt4, blocks whose source holds 4-bit groups (GPTQ / AWQ) go to the backend as those
 // groups, unchanged, when every block has them; anything else is quantized by the backend,
-// unless options.keep_unquantized_layers keeps a layer the checkpoint holds in floats so.
+// unless options.keep_unquantized_layers keeps a layer the checkpoint holds in floats so. For
+// kNative, on a backend that takes int8 blocks, blocks whose source stores them as int8 blocks
+// of one block size (a GGUF Q8_0 file loaded as it is) become a kInt8 weight with those
+// blocks' scales: the file's numbers, at about a byte a weight instead of f32's four.
 Result<backend::LinearWeight> LoadLinear(const WeightSource& src, backend::Backend& be, const LoadOptions& options,
                                          const std::string& key, const std::vector<std::string>& weight_names,
                                          const std::vector<std::string>& bias_names,

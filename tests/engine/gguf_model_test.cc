@@ -259,6 +259,63 @@ TEST(GgufModelTest, QKRowsAreRestoredToHuggingFaceOrder) {
   EXPECT_FALSE((*m)->Has("model.layers.x.mlp.up_proj.weight"));
 }
 
+TEST(GgufModelTest, Q8_0BlocksKeepTheRowOrderGetGives) {
+  testing::TempDir tmp;
+  const std::string gguf = tmp.File("m.gguf");
+  const std::string dir = testing::FixturePath("models/llama-tiny");
+  ASSERT_TRUE(testing::WriteLlamaGguf(dir, gguf, {.type = GgufBuilder::kTQ8_0}).ok());
+  auto m = io::GgufModel::Open(gguf);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  for (const char* name : {"model.layers.1.self_attn.q_proj.weight", "model.layers.1.self_attn.k_proj.weight",
+                           "model.layers.0.mlp.down_proj.weight", "lm_head.weight"}) {
+    auto blocks = (*m)->GetInt8Blocks(name);
+    auto dense = (*m)->Get(name);
+    ASSERT_TRUE(blocks.ok() && dense.ok()) << name << ": " << blocks.status().ToString();
+    ASSERT_TRUE(blocks->has_value()) << name;
+    const io::Int8Blocks& b = **blocks;
+    ASSERT_EQ(b.q.shape(), dense->shape()) << name;
+    const int64_t k = b.in(), per_row = k / b.block_size;
+    int64_t differ = 0;
+    for (int64_t i = 0; i < b.q.numel(); ++i) {
+      const auto* scales = static_cast<const uint16_t*>(b.scales.raw());
+      const float scale = F16ToF32(scales[i / k * per_row + i % k / b.block_size]);
+      const float v = static_cast<float>(b.q.data<int8_t>()[i]) * scale;
+      differ += v != dense->data<float>()[i];
+    }
+    EXPECT_EQ(differ, 0) << name;
+  }
+  auto norm = (*m)->GetInt8Blocks("model.norm.weight");  // F32 in the file
+  ASSERT_TRUE(norm.ok());
+  EXPECT_FALSE(norm->has_value());
+}
+
+// A Q8_0 file on the CPU runs its blocks as they are: about a byte a weight read, and the very
+// logits of the f32 weights they stand for (an fp32 engine built from the same file).
+TEST(GgufModelTest, Q8_0RunsItsBlocksWithTheF32WeightsLogits) {
+  testing::TempDir tmp;
+  const std::string gguf = tmp.File("m.gguf");
+  const std::string dir = testing::FixturePath("models/llama-tiny");
+  ASSERT_TRUE(testing::WriteLlamaGguf(dir, gguf, {.type = GgufBuilder::kTQ8_0}).ok());
+  const std::string f32 = tmp.File("m-f32.ferry");
+  engine::BuildOptions o;
+  o.tune = false;
+  o.precision = Precision::kFp32;
+  auto report = engine::BuildEngine(gguf, f32, o);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  auto from_gguf = MustLoad(gguf);
+  auto built = MustLoad(f32);
+  ASSERT_TRUE(from_gguf && built);
+  const std::vector<Prompt> prompts = FixturePrompts("llama-tiny");
+  EXPECT_EQ(MaxLogitDiff(LastLogits(from_gguf, prompts), LastLogits(built, prompts)), 0.0);
+  // The linears were read as their blocks (34 bytes a 32 weights, as stored), not widened; the
+  // embedding table (a table, not a linear) and the norms as f32.
+  const io::ModelConfig& c = from_gguf->config();
+  const int64_t h = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  const int64_t linear = c.num_layers * (h * (q + 2 * kv) + q * h + 3 * h * c.intermediate_size) + c.vocab_size * h;
+  const int64_t floats = c.vocab_size * h + (2 * c.num_layers + 1) * h;
+  EXPECT_EQ(from_gguf->load_stats().weight_bytes, static_cast<uint64_t>(linear / 32 * 34 + 4 * floats));
+}
+
 TEST(GgufModelTest, BuildFromGgufEmbedsTheSynthesizedFiles) {
   testing::TempDir tmp;
   const std::string dir = testing::FixturePath("models/llama-tiny");

@@ -142,6 +142,53 @@ TEST(GgufReaderTest, DequantizesQ8_0) {
   EXPECT_NE(r.status().message().find("multiple of 32"), std::string::npos) << r.status().ToString();
 }
 
+TEST(GgufReaderTest, Q8_0MatricesComeAsTheirBlocks) {
+  // Three rows of 64 (two blocks each): block (r, b) holds values j - 16 - b, scale 0.25 * (r + 2b + 1).
+  std::string data;
+  for (int r = 0; r < 3; ++r) {
+    for (int blk = 0; blk < 2; ++blk) {
+      GgufBuilder::Put<uint16_t>(&data, F32ToF16(0.25f * static_cast<float>(r + 2 * blk + 1)));
+      for (int j = 0; j < 32; ++j) data.push_back(static_cast<char>(static_cast<int8_t>(j - 16 - blk)));
+    }
+  }
+  GgufBuilder b;
+  b.Tensor("q", {64, 3}, GgufBuilder::kTQ8_0, data);
+  b.Tensor("v", {64}, GgufBuilder::kTQ8_0, data.substr(0, 68));
+  b.Tensor("f", {2, 2}, GgufBuilder::kTF32, std::string(16, '\0'));
+  auto f = ParseBytes(b.Build());
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  auto blocks = (*f)->GetInt8Blocks("q");
+  ASSERT_TRUE(blocks.ok()) << blocks.status().ToString();
+  ASSERT_TRUE(blocks->has_value());
+  const io::Int8Blocks& q = **blocks;
+  EXPECT_EQ(q.block_size, 32);
+  EXPECT_EQ(q.q.shape(), (Shape{3, 64}));
+  EXPECT_EQ(q.q.dtype(), DType::kI8);
+  EXPECT_EQ(q.scales.shape(), (Shape{3, 2}));
+  EXPECT_EQ(q.scales.dtype(), DType::kF16);
+  const auto* scales = static_cast<const uint16_t*>(q.scales.raw());
+  EXPECT_EQ(q.stored_bytes, 3 * 2 * 34);
+  // q times its block's scale is what Get dequantizes to, value for value.
+  auto dense = (*f)->Get("q");
+  ASSERT_TRUE(dense.ok());
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 64; ++c) {
+      EXPECT_EQ(q.q.data<int8_t>()[r * 64 + c], c % 32 - 16 - c / 32);
+      EXPECT_EQ(static_cast<float>(q.q.data<int8_t>()[r * 64 + c]) * F16ToF32(scales[r * 2 + c / 32]),
+                dense->data<float>()[r * 64 + c]);
+    }
+    EXPECT_EQ(F16ToF32(scales[r * 2 + 1]), 0.25f * static_cast<float>(r + 3));
+  }
+  // Vectors and other types have no blocks; absent tensors are NotFound.
+  auto v = (*f)->GetInt8Blocks("v");
+  ASSERT_TRUE(v.ok());
+  EXPECT_FALSE(v->has_value());
+  auto fl = (*f)->GetInt8Blocks("f");
+  ASSERT_TRUE(fl.ok());
+  EXPECT_FALSE(fl->has_value());
+  EXPECT_EQ((*f)->GetInt8Blocks("absent").status().code(), StatusCode::kNotFound);
+}
+
 TEST(GgufReaderTest, OtherTensorTypesAreUnimplementedByName) {
   GgufBuilder b;
   b.Tensor("blk.0.ffn_down.weight", {256, 1}, GgufBuilder::kTQ4_K, std::string(144, '\0'));

@@ -270,8 +270,9 @@ void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int6
 }  // namespace
 
 bool Bf16DotTakesWeight(const PackedWeight& w) {
+  // int8 with block scales is not: q times its scale is not exact in bf16.
   return w.layout == PanelLayout::kRows &&
-         (w.dtype == DType::kBF16 || (w.dtype == DType::kI8 && w.format == WeightFormat::kInt8));
+         (w.dtype == DType::kBF16 || (w.dtype == DType::kI8 && w.format == WeightFormat::kInt8 && w.block_size == 0));
 }
 
 bool Bf16DotGemmApplies(const PackedWeight& w) { return Bf16DotSupported() && Bf16DotTakesWeight(w); }

@@ -14,7 +14,8 @@
 namespace ferry::kernels::cpu {
 
 // w is a weight this route multiplies exactly: kRows bf16, or int8-wo (its quantized values are
-// integers of [-127, 127], exact in bf16; the per-column scales multiply the f32 sums).
+// integers of [-127, 127], exact in bf16; the per-column scales multiply the f32 sums). Not
+// int8 with block scales (PackedWeight::block_size): those run the f32 kernels.
 bool Bf16DotTakesWeight(const PackedWeight& w);
 // The CPU has AVX512-BF16 (with AVX512-BW/VL) and Bf16DotTakesWeight(w).
 bool Bf16DotGemmApplies(const PackedWeight& w);

@@ -271,7 +271,11 @@ void GemmRange(const float* x, int64_t lda, int64_t r_begin, int64_t r_end, int6
           (void)dst;
           return src;
         } else if constexpr (std::is_same_v<BT, int8_t>) {
-          WidenPanel(src, kc, w.scale_data() + p * kPanelCols, dst);
+          if (w.block_size > 0) {
+            WidenInt8Blocks(static_cast<const int8_t*>(w.panel(p)), k0, kc, w.block_scale_data(p), w.block_size, dst);
+          } else {
+            WidenPanel(src, kc, w.scale_data() + p * kPanelCols, dst);
+          }
           return dst;
         } else {
           WidenPanel(src, kc * kPanelCols, dst);

@@ -22,6 +22,29 @@ inline void PrefetchLines(const char* p) {
   for (size_t off = 0; off < kBytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
 }
 
+// Rows [k0, k0 + kc) of an int8 panel with block scales (PackedWeight::block_size) -> f32
+// rows of 16 at dst: q times its block's (f16) scale in f32, exactly the f32 weight the blocks
+// stand for.
+inline void WidenInt8Blocks(const int8_t* panel, int64_t k0, int64_t kc, const uint16_t* block_scales, int64_t block,
+                            float* dst) {
+  const F16* scales = reinterpret_cast<const F16*>(block_scales);
+  int64_t b = k0 / block;
+  int64_t left = block - k0 % block;  // inputs of block b still to come
+  __m256 s0 = Load8(scales + b * kPanelCols), s1 = Load8(scales + b * kPanelCols + 8);
+  for (int64_t kk = 0; kk < kc; ++kk) {
+    if (left == 0) {
+      ++b;
+      left = block;
+      s0 = Load8(scales + b * kPanelCols);
+      s1 = Load8(scales + b * kPanelCols + 8);
+    }
+    const int8_t* q = panel + (k0 + kk) * kPanelCols;
+    _mm256_storeu_ps(dst + kk * kPanelCols, _mm256_mul_ps(Load8(q), s0));
+    _mm256_storeu_ps(dst + kk * kPanelCols + 8, _mm256_mul_ps(Load8(q + 8), s1));
+    --left;
+  }
+}
+
 // C[0:MR, 0:ncols] (+)= A[0:MR, 0:kc] · B[0:kc, 0:16], where B's rows are 16 contiguous
 // values `ldb` elements apart (a packed micro-panel has ldb = 16; attention passes V rows),
 // f32 or widened in-register from bf16/f16/int8. With `accumulate` the

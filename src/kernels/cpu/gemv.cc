@@ -1,6 +1,7 @@
 #include "kernels/cpu/gemv.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -68,7 +69,8 @@ constexpr int kGemv512Rows = 8;
 constexpr int kGemv512Streams = 2;
 
 // Where one AVX-512 GEMV tile writes: per stream (panel), its weights, output, columns and
-// the panel's bias and scale (either may be null).
+// the panel's bias and scale (either may be null), and for int8 blocks the panel's block
+// scales ([k / block, kPanelCols], from the panel's first input).
 template <typename BT>
 struct GemvPanelRef {
   const BT* b;
@@ -76,7 +78,21 @@ struct GemvPanelRef {
   int ncols;
   const float* bias;
   const float* scale;
+  const uint16_t* block_scales = nullptr;  // f16
 };
+
+// The inputs of a tile's K range [k0, k0 + kc) of int8 blocks: kBlocks tiles widen each
+// weight times its block's scale (the f32 weight itself), one run of U-unrolled steps per block.
+struct GemvBlocks {
+  int64_t k0 = 0;
+  int64_t size = 0;  // inputs per scale (PackedWeight::block_size); a multiple of 8
+};
+
+// The f16 block scales of a panel's input k (from the tile's first input blocks.k0), widened.
+__attribute__((target("avx512f"), always_inline)) inline __m512 BlockScales(const uint16_t* block_scales,
+                                                                           const GemvBlocks& blocks, int64_t k) {
+  return Load16(reinterpret_cast<const F16*>(block_scales + (blocks.k0 + k) / blocks.size * kPanelCols));
+}
 
 // The AVX-512 GEMV tile: for each of NS panels, y[0:MR, 0:ncols] (+)= x[0:MR, k range] ·
 // panel rows, x row-major (stride lda). Each panel row is widened once into one register (16
@@ -84,9 +100,10 @@ struct GemvPanelRef {
 // the AVX2 tile spends two (at 8 rows the AVX2 tile runs 6 + 2 rows and widens every weight
 // twice), each broadcast of x serves every panel, and the few-row tiles keep U independent
 // chains a row against the FMA latency.
-template <int MR, int NS, typename BT>
+template <int MR, int NS, typename BT, bool kBlocks = false>
 __attribute__((target("avx512f"))) void Gemv512(int64_t kc, const float* x, int64_t lda,
-                                                const GemvPanelRef<BT>* panels, int64_t ldy, bool accumulate) {
+                                                const GemvPanelRef<BT>* panels, int64_t ldy, bool accumulate,
+                                                GemvBlocks blocks = {}) {
   constexpr int kChains = MR == 1 ? 8 : (MR == 2 ? 4 : (MR <= 4 ? 2 : 1));
   constexpr int U = kChains / NS > 0 ? kChains / NS : 1;
   __m512 acc[NS][U][MR];
@@ -102,29 +119,44 @@ __attribute__((target("avx512f"))) void Gemv512(int64_t kc, const float* x, int6
 #pragma GCC unroll 4
   for (int s = 0; s < NS; ++s) b[s] = panels[s].b;
   int64_t k = 0;
-  for (; k + U <= kc; k += U) {
+  while (k + U <= kc) {
+    // One run: the whole range, or (kBlocks) the rest of k's block, its scales loaded once.
+    int64_t run_end = kc;
+    __m512 sv[NS];
+    if constexpr (kBlocks) {
+      run_end = std::min(kc, ((blocks.k0 + k) / blocks.size + 1) * blocks.size - blocks.k0);
 #pragma GCC unroll 4
-    for (int s = 0; s < NS; ++s) {
-      PrefetchLines<U * kPanelCols * sizeof(BT)>(reinterpret_cast<const char*>(b[s] + k * kPanelCols) +
-                                                 kGemv512PrefetchBytes);
+      for (int s = 0; s < NS; ++s) sv[s] = BlockScales(panels[s].block_scales, blocks, k);
     }
-#pragma GCC unroll 8
-    for (int u = 0; u < U; ++u) {
-      __m512 wv[NS];
+    for (; k + U <= run_end; k += U) {
 #pragma GCC unroll 4
-      for (int s = 0; s < NS; ++s) wv[s] = Load16(b[s] + (k + u) * kPanelCols);
+      for (int s = 0; s < NS; ++s) {
+        PrefetchLines<U * kPanelCols * sizeof(BT)>(reinterpret_cast<const char*>(b[s] + k * kPanelCols) +
+                                                   kGemv512PrefetchBytes);
+      }
 #pragma GCC unroll 8
-      for (int m = 0; m < MR; ++m) {
-        const __m512 xv = _mm512_set1_ps(x[m * lda + k + u]);
+      for (int u = 0; u < U; ++u) {
+        __m512 wv[NS];
 #pragma GCC unroll 4
-        for (int s = 0; s < NS; ++s) acc[s][u][m] = _mm512_fmadd_ps(xv, wv[s], acc[s][u][m]);
+        for (int s = 0; s < NS; ++s) {
+          wv[s] = Load16(b[s] + (k + u) * kPanelCols);
+          if constexpr (kBlocks) wv[s] = _mm512_mul_ps(wv[s], sv[s]);
+        }
+#pragma GCC unroll 8
+        for (int m = 0; m < MR; ++m) {
+          const __m512 xv = _mm512_set1_ps(x[m * lda + k + u]);
+#pragma GCC unroll 4
+          for (int s = 0; s < NS; ++s) acc[s][u][m] = _mm512_fmadd_ps(xv, wv[s], acc[s][u][m]);
+        }
       }
     }
+    if (k < run_end) break;  // a run that is not whole U steps: the rest one input at a time
   }
   for (; k < kc; ++k) {
 #pragma GCC unroll 4
     for (int s = 0; s < NS; ++s) {
-      const __m512 wv = Load16(b[s] + k * kPanelCols);
+      __m512 wv = Load16(b[s] + k * kPanelCols);
+      if constexpr (kBlocks) wv = _mm512_mul_ps(wv, BlockScales(panels[s].block_scales, blocks, k));
 #pragma GCC unroll 8
       for (int m = 0; m < MR; ++m) acc[s][0][m] = _mm512_fmadd_ps(_mm512_set1_ps(x[m * lda + k]), wv, acc[s][0][m]);
     }
@@ -150,19 +182,31 @@ __attribute__((target("avx512f"))) void Gemv512(int64_t kc, const float* x, int6
   }
 }
 
-template <int NS, typename BT>
+template <int NS, typename BT, bool kBlocks = false>
 void Gemv512Rows(int rows, int64_t kc, const float* x, int64_t lda, const GemvPanelRef<BT>* panels, int64_t ldy,
-                 bool accumulate) {
+                 bool accumulate, GemvBlocks blocks = {}) {
   switch (rows) {
-    case 1: return Gemv512<1, NS, BT>(kc, x, lda, panels, ldy, accumulate);
-    case 2: return Gemv512<2, NS, BT>(kc, x, lda, panels, ldy, accumulate);
-    case 3: return Gemv512<3, NS, BT>(kc, x, lda, panels, ldy, accumulate);
-    case 4: return Gemv512<4, NS, BT>(kc, x, lda, panels, ldy, accumulate);
-    case 5: return Gemv512<5, NS, BT>(kc, x, lda, panels, ldy, accumulate);
-    case 6: return Gemv512<6, NS, BT>(kc, x, lda, panels, ldy, accumulate);
-    case 7: return Gemv512<7, NS, BT>(kc, x, lda, panels, ldy, accumulate);
-    default: return Gemv512<8, NS, BT>(kc, x, lda, panels, ldy, accumulate);
+    case 1: return Gemv512<1, NS, BT, kBlocks>(kc, x, lda, panels, ldy, accumulate, blocks);
+    case 2: return Gemv512<2, NS, BT, kBlocks>(kc, x, lda, panels, ldy, accumulate, blocks);
+    case 3: return Gemv512<3, NS, BT, kBlocks>(kc, x, lda, panels, ldy, accumulate, blocks);
+    case 4: return Gemv512<4, NS, BT, kBlocks>(kc, x, lda, panels, ldy, accumulate, blocks);
+    case 5: return Gemv512<5, NS, BT, kBlocks>(kc, x, lda, panels, ldy, accumulate, blocks);
+    case 6: return Gemv512<6, NS, BT, kBlocks>(kc, x, lda, panels, ldy, accumulate, blocks);
+    case 7: return Gemv512<7, NS, BT, kBlocks>(kc, x, lda, panels, ldy, accumulate, blocks);
+    default: return Gemv512<8, NS, BT, kBlocks>(kc, x, lda, panels, ldy, accumulate, blocks);
   }
+}
+
+// The tile for NS panels, with block scales when the weight has them (int8 only).
+template <int NS, typename BT>
+void Gemv512Tile(const PackedWeight& w, int rows, int64_t k0, int64_t kc, const float* x, int64_t lda,
+                 const GemvPanelRef<BT>* panels, int64_t ldy, bool accumulate) {
+  if constexpr (std::is_same_v<BT, int8_t>) {
+    if (w.block_size > 0) {
+      return Gemv512Rows<NS, BT, true>(rows, kc, x, lda, panels, ldy, accumulate, GemvBlocks{k0, w.block_size});
+    }
+  }
+  Gemv512Rows<NS, BT>(rows, kc, x, lda, panels, ldy, accumulate);
 }
 
 template <typename BT>
@@ -206,13 +250,14 @@ void GemvImpl(const float* x, int64_t lda, int64_t m, const PackedWeight& w, con
               refs[s] = {static_cast<const BT*>(w.panel(p)) + k0 * kPanelCols, y + r0 * ldy + p * kPanelCols,
                          static_cast<int>(std::min<int64_t>(kPanelCols, n - p * kPanelCols)),
                          bias != nullptr ? bias + p * kPanelCols : nullptr,
-                         scales != nullptr ? scales + p * kPanelCols : nullptr};
+                         scales != nullptr ? scales + p * kPanelCols : nullptr,
+                         w.block_size > 0 ? w.block_scale_data(p) : nullptr};
             }
             const float* xt = x + r0 * lda + k0;
             if (ns == kGemv512Streams) {
-              Gemv512Rows<kGemv512Streams, BT>(rows, kn, xt, lda, refs, ldy, k0 > 0);
+              Gemv512Tile<kGemv512Streams, BT>(w, rows, k0, kn, xt, lda, refs, ldy, k0 > 0);
             } else {
-              for (int s = 0; s < ns; ++s) Gemv512Rows<1, BT>(rows, kn, xt, lda, refs + s, ldy, k0 > 0);
+              for (int s = 0; s < ns; ++s) Gemv512Tile<1, BT>(w, rows, k0, kn, xt, lda, refs + s, ldy, k0 > 0);
             }
           }
         }
@@ -221,27 +266,40 @@ void GemvImpl(const float* x, int64_t lda, int64_t m, const PackedWeight& w, con
     return;
   }
   ParallelForDecodePanels(w.num_panels, grain, [&](int64_t p_begin, int64_t p_end) {
+    // int8 blocks: each panel widened whole to f32 (q times its block's scale, the f32 weight
+    // itself) and run as an f32 panel, so the bytes are the f32 weight's.
+    thread_local std::vector<float> widened;
     for (int64_t p = p_begin; p < p_end; ++p) {
-      const BT* panel = static_cast<const BT*>(w.panel(p));
       const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, n - p * kPanelCols));
       const float* panel_bias = bias != nullptr ? bias + p * kPanelCols : nullptr;
-      const float* panel_scale = scales != nullptr ? scales + p * kPanelCols : nullptr;
-      for (int64_t k0 = 0; k0 < k; k0 += kc) {
-        const int64_t kn = std::min(kc, k - k0);
-        const BT* b = panel + k0 * kPanelCols;
-        for (int64_t r0 = 0; r0 < m; r0 += tile_rows) {
-          const int rows = static_cast<int>(std::min<int64_t>(tile_rows, m - r0));
-          float* yt = y + r0 * ldy + p * kPanelCols;
-          if (!pack) {
-            MicroKernel<1, BT, false, kPrefetchBytes<BT>>(kn, xp + k0, lda, b, kPanelCols, yt, ldy, ncols, k0 > 0,
-                                                          panel_bias, panel_scale);
-          } else {
-            MicroKernelRows<BT, true, kPrefetchBytes<BT>>(rows, kn, xp + r0 * k + k0 * kMaxTileRows, 0, b,
-                                                          kPanelCols, yt, ldy, ncols, k0 > 0, panel_bias,
-                                                          panel_scale);
+      const auto run = [&]<typename PT>(const PT* panel, const float* panel_scale) {
+        for (int64_t k0 = 0; k0 < k; k0 += kc) {
+          const int64_t kn = std::min(kc, k - k0);
+          const PT* b = panel + k0 * kPanelCols;
+          for (int64_t r0 = 0; r0 < m; r0 += tile_rows) {
+            const int rows = static_cast<int>(std::min<int64_t>(tile_rows, m - r0));
+            float* yt = y + r0 * ldy + p * kPanelCols;
+            if (!pack) {
+              MicroKernel<1, PT, false, kPrefetchBytes<PT>>(kn, xp + k0, lda, b, kPanelCols, yt, ldy, ncols, k0 > 0,
+                                                            panel_bias, panel_scale);
+            } else {
+              MicroKernelRows<PT, true, kPrefetchBytes<PT>>(rows, kn, xp + r0 * k + k0 * kMaxTileRows, 0, b,
+                                                            kPanelCols, yt, ldy, ncols, k0 > 0, panel_bias,
+                                                            panel_scale);
+            }
           }
         }
+      };
+      const BT* panel = static_cast<const BT*>(w.panel(p));
+      if constexpr (std::is_same_v<BT, int8_t>) {
+        if (w.block_size > 0) {
+          if (widened.size() < static_cast<size_t>(k * kPanelCols)) widened.resize(static_cast<size_t>(k * kPanelCols));
+          WidenInt8Blocks(panel, 0, k, w.block_scale_data(p), w.block_size, widened.data());
+          run(static_cast<const float*>(widened.data()), nullptr);
+          continue;
+        }
       }
+      run(panel, scales != nullptr ? scales + p * kPanelCols : nullptr);
     }
   });
 }

@@ -234,6 +234,58 @@ Result<std::shared_ptr<PackedWeight>> PackWeight(const Tensor& weight, WeightFor
   return packed;
 }
 
+Result<std::shared_ptr<PackedWeight>> PackInt8Blocks(const Tensor& q, const Tensor& scales, int64_t block_size) {
+  if (q.rank() != 2 || q.dtype() != DType::kI8 || !q.is_contiguous() || !q.device().is_cpu()) {
+    return InvalidArgument("int8 blocks: q must be contiguous host i8 [out, in], got " + q.DebugString());
+  }
+  const int64_t n = q.dim(0), k = q.dim(1);
+  if (block_size <= 0 || block_size % kInt8BlockMultiple != 0 || k % block_size != 0) {
+    return InvalidArgument("int8 blocks: block size " + std::to_string(block_size) +
+                           " must be a positive multiple of " + std::to_string(kInt8BlockMultiple) + " dividing the " +
+                           std::to_string(k) + " inputs");
+  }
+  const int64_t blocks = k / block_size;
+  if (scales.rank() != 2 || scales.dtype() != DType::kF16 || !scales.is_contiguous() || !scales.device().is_cpu() ||
+      scales.dim(0) != n || scales.dim(1) != blocks) {
+    return InvalidArgument("int8 blocks: scales must be contiguous host f16 [" + std::to_string(n) + ", " +
+                           std::to_string(blocks) + "], got " + scales.DebugString());
+  }
+  const auto* sc = static_cast<const uint16_t*>(scales.raw());
+  for (int64_t i = 0; i < scales.numel(); ++i) {
+    if (!std::isfinite(F16ToF32(sc[i]))) {
+      return InvalidArgument("int8 blocks: scale " + std::to_string(i) + " is not finite");
+    }
+  }
+  auto packed = std::make_shared<PackedWeight>();
+  packed->format = WeightFormat::kInt8;
+  packed->dtype = DType::kI8;
+  packed->layout = PanelLayout::kRows;
+  packed->n = n;
+  packed->k = k;
+  packed->k_stored = k;
+  packed->num_panels = (n + kPanelCols - 1) / kPanelCols;
+  packed->block_size = block_size;
+  const std::string what = "a " + q.DebugString() + " weight as int8 blocks";
+  FERRY_ASSIGN_OR_RETURN(packed->panels, AllocateTensor({packed->num_panels, k * kPanelCols}, DType::kI8, what));
+  AdviseHugePages(packed->panels.raw(), packed->panels.nbytes());
+  FERRY_ASSIGN_OR_RETURN(packed->block_scales,
+                         AllocateTensor({packed->num_panels, blocks, kPanelCols}, DType::kF16, what));
+  PackedWeight& pw = *packed;
+  ParallelFor(pw.num_panels, 1, [&](int64_t b, int64_t e) {
+    PackPanels(q.data<int8_t>(), n, k, pw.panels.data<int8_t>(), b, e);
+    for (int64_t p = b; p < e; ++p) {
+      uint16_t* dst = static_cast<uint16_t*>(pw.block_scales.raw()) + p * blocks * kPanelCols;
+      const int64_t rows = std::min<int64_t>(kPanelCols, n - p * kPanelCols);
+      for (int64_t g = 0; g < blocks; ++g) {
+        for (int64_t c = 0; c < kPanelCols; ++c) {
+          dst[g * kPanelCols + c] = c < rows ? sc[(p * kPanelCols + c) * blocks + g] : uint16_t{0};
+        }
+      }
+    }
+  });
+  return packed;
+}
+
 const PackedWeight* AsPackedWeight(const std::shared_ptr<void>& packed) {
   if (!packed) return nullptr;
   const auto* p = static_cast<const PackedWeight*>(packed.get());

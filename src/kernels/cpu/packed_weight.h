@@ -58,6 +58,14 @@ struct PackedWeight {
   int64_t num_panels = 0;
   Tensor panels;  // [num_panels, k_stored * kPanelCols], 64-byte aligned
   Tensor scales;  // int8 formats: f32 [num_panels * kPanelCols], 0 for the padding columns
+  // int8-wo with one scale per block of inputs (a GGUF Q8_0 weight run as it is, PackInt8Blocks):
+  // inputs per scale, a multiple of kInt8BlockMultiple dividing k; 0 for per-column `scales`.
+  // Then `scales` is undefined and block_scales is f16 [num_panels, k / block_size, kPanelCols]
+  // (0 for the padding columns): the kernels widen q * its block's scale in f32, which is
+  // exactly the f32 weight the blocks stand for, and run the f32 arithmetic on it (the same
+  // bytes as that f32 matrix packed as kF32 gives).
+  int64_t block_size = 0;
+  Tensor block_scales;
   Tensor smooth;  // W8A8: f32 [k] SmoothQuant factors (the engine file's blob), or undefined
   // SmoothReciprocals(smooth), what the activations are multiplied by; set wherever smooth is.
   Tensor inv_smooth;
@@ -72,6 +80,10 @@ struct PackedWeight {
   size_t panel_bytes() const { return static_cast<size_t>(k_stored) * kPanelCols * elem_size(); }
   const void* panel(int64_t p) const { return static_cast<const char*>(panels.raw()) + p * panel_bytes(); }
   const float* scale_data() const { return scales.defined() ? scales.data<float>() : nullptr; }
+  // Panel p's block scales ([k / block_size, kPanelCols]); block_size > 0 only.
+  const uint16_t* block_scale_data(int64_t p) const {
+    return static_cast<const uint16_t*>(block_scales.raw()) + p * (k / block_size) * kPanelCols;
+  }
   const float* inv_smooth_data() const { return inv_smooth.defined() ? inv_smooth.data<float>() : nullptr; }
 };
 
@@ -99,6 +111,15 @@ void AdviseHugePages(void* p, size_t bytes);
 Result<std::shared_ptr<PackedWeight>> PackWeight(const Tensor& weight,
                                                  WeightFormat format = WeightFormat::kNative,
                                                  const Tensor& smooth = Tensor());
+
+// Block sizes of int8 blocks are multiples of this (the GEMV's unrolled runs stay within a block).
+inline constexpr int64_t kInt8BlockMultiple = 8;
+
+// Packs int8 values q (i8 [N, K]) with one scale per block of `block_size` inputs of a row
+// (scales: f16 [N, K / block_size], finite) as a kInt8 weight with block scales (see
+// PackedWeight::block_size). InvalidArgument unless block_size is a positive multiple of
+// kInt8BlockMultiple dividing K and the shapes agree. Multi-threaded.
+Result<std::shared_ptr<PackedWeight>> PackInt8Blocks(const Tensor& q, const Tensor& scales, int64_t block_size);
 
 // The PackedWeight behind `packed`, or null if it holds something else.
 const PackedWeight* AsPackedWeight(const std::shared_ptr<void>& packed);

@@ -137,7 +137,17 @@ Result<PackedLinear> Deserialize(const SerializedLinear& s) {
     if (!name.is_string()) return InvalidArgument("linear layout: 'blobs' holds a non-string");
     names.push_back(name.get<std::string>());
   }
-  // The only lists a valid layout can have: panels, [scales], [smooth], [bias].
+  // int8-wo with block scales: the inputs per scale (absent: per-column scales).
+  int64_t block_size = 0;
+  if (j.contains("block_size")) {
+    FERRY_ASSIGN_OR_RETURN(block_size, GetInt(j, "block_size"));
+    if (format != WeightFormat::kInt8 || block_size <= 0 || block_size % kInt8BlockMultiple != 0 ||
+        k % block_size != 0) {
+      return InvalidArgument("linear layout: block_size " + std::to_string(block_size) + " does not fit format " +
+                             format_name + " with k " + std::to_string(k));
+    }
+  }
+  // The only lists a valid layout can have: panels, [scales | block_scales], [smooth], [bias].
   size_t next = 0;
   auto take = [&](const char* name) {
     if (next < names.size() && names[next] == name) {
@@ -147,10 +157,12 @@ Result<PackedLinear> Deserialize(const SerializedLinear& s) {
     return false;
   };
   if (!take("panels")) return InvalidArgument("linear layout: the first blob must be 'panels'");
-  const bool has_scales = take("scales");
+  const bool has_scales = block_size == 0 && take("scales");
+  const bool has_block_scales = block_size > 0 && take("block_scales");
   const bool has_smooth = take("smooth");
   const bool has_bias = take("bias");
-  if (next != names.size() || has_scales != IsInt8(format) || (has_smooth && format != WeightFormat::kInt8W8A8)) {
+  if (next != names.size() || (has_scales || has_block_scales) != IsInt8(format) ||
+      (has_smooth && format != WeightFormat::kInt8W8A8)) {
     return InvalidArgument("linear layout: blob list does not fit format " + format_name);
   }
   if (s.blobs.size() != names.size()) {
@@ -174,6 +186,17 @@ Result<PackedLinear> Deserialize(const SerializedLinear& s) {
     for (int64_t i = 0; i < packed->scales.numel(); ++i) {
       if (!(sc[i] >= 0.0f) || !std::isfinite(sc[i])) {
         return DataLoss("linear blob 'scales': element " + std::to_string(i) + " is not a finite scale");
+      }
+    }
+  }
+  if (has_block_scales) {
+    packed->block_size = block_size;
+    FERRY_ASSIGN_OR_RETURN(packed->block_scales, AdoptBlob(s.blobs[b++], "block_scales",
+                                                           {num_panels, k / block_size, kPanelCols}, DType::kF16));
+    const auto* sc = static_cast<const uint16_t*>(packed->block_scales.raw());
+    for (int64_t i = 0; i < packed->block_scales.numel(); ++i) {
+      if (!std::isfinite(F16ToF32(sc[i]))) {
+        return DataLoss("linear blob 'block_scales': element " + std::to_string(i) + " is not finite");
       }
     }
   }
@@ -202,6 +225,10 @@ Result<SerializedLinear> SerializePackedWeight(const PackedWeight& w, const Tens
     names.push_back("scales");
     s.blobs.push_back(w.scales);
   }
+  if (w.block_size > 0) {
+    names.push_back("block_scales");
+    s.blobs.push_back(w.block_scales);
+  }
   if (w.smooth.defined()) {
     names.push_back("smooth");
     s.blobs.push_back(w.smooth);
@@ -217,7 +244,7 @@ Result<SerializedLinear> SerializePackedWeight(const PackedWeight& w, const Tens
       FERRY_ASSIGN_OR_RETURN(s.blobs.back(), s.blobs.back().Reshape({w.n}));
     }
   }
-  const json layout = {
+  json layout = {
       {"backend", "cpu"},
       {"layout", "panels"},
       {"version", kPackedLayoutVersion},
@@ -232,6 +259,7 @@ Result<SerializedLinear> SerializePackedWeight(const PackedWeight& w, const Tens
       {"blob_alignment", kBlobAlignment},
       {"blobs", names},
   };
+  if (w.block_size > 0) layout["block_size"] = w.block_size;
   s.layout_json = layout.dump();
   return s;
 }
