@@ -3,9 +3,9 @@
 # with random weights (bench/make_bench_gguf.py, llama.cpp's own gguf-py writer) as F16 and as
 # Q8_0. llama.cpp: `llama-bench -p 512 -n 32` (prefill of 512 tokens; 32 tokens generated from
 # an empty cache). ferry: `ferry bench model --prompt-len 512 --batch 1 --decode-steps 32
-# --decode-context 16` on the GGUF file itself and, for Q8_0 (which ferry dequantizes to f32
-# at load), on engines built from it: ENGINES (default "int8-wo int8"), int8-wo the weight-only
-# match for Q8_0, int8 the W8A8 engine (integer activations, as llama.cpp's Q8_0 dot products
+# --decode-context 16` on the GGUF file itself (a Q8_0 file as its int8 blocks) and, for Q8_0,
+# on engines built from it: ENGINES (default "int8-wo int8"), int8-wo the per-channel
+# weight-only engine, int8 the W8A8 engine (integer activations, as llama.cpp's Q8_0 dot products
 # use). TYPES (default "f16 q8_0") picks the files: f32 and bf16 too, each run by both tools as
 # it is (ferry keeps f32 and bf16 weights as they are); with BF16_ACTIVATIONS=1 ferry also runs
 # the bf16 file with --cpu-activations bf16 (its prefill GEMMs on vdpbf16ps with x rounded to

@@ -18,6 +18,7 @@
 #include "core/dtype.h"
 #include "io/int8_blocks.h"
 #include "kernel_test_util.h"
+#include "layout_edit.h"
 #include "kernels/cpu/bf16_gemm.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/linear.h"
@@ -205,13 +206,7 @@ TEST(Int8BlocksTest, SerializesAndRefusesCorruptLayouts) {
   EXPECT_TRUE(SameBits(y0, y1));
 
   auto edited = [&](const std::string& key, const nlohmann::json& value) {
-    nlohmann::json j = layout;
-    if (value.is_null()) {
-      j.erase(key);
-    } else {
-      j[key] = value;
-    }
-    return SerializedLinear{j.dump(), s->blobs};
+    return testing::EditedLayout(layout, key, value, s->blobs);
   };
   const std::vector<std::pair<std::string, SerializedLinear>> bad = {
       {"block_size 12", edited("block_size", 12)},

@@ -18,6 +18,7 @@
 #include "backend/backend.h"
 #include "core/mapped_file.h"
 #include "kernel_test_util.h"
+#include "layout_edit.h"
 #include "kernels/cpu/packed_weight.h"
 
 namespace ferry {
@@ -197,13 +198,7 @@ TEST(DeserializeTest, RejectsCorruptLayouts) {
   const nlohmann::json layout = nlohmann::json::parse(good->layout_json);
 
   auto edited = [&](const std::string& key, const nlohmann::json& value) {
-    nlohmann::json j = layout;
-    if (value.is_null()) {
-      j.erase(key);
-    } else {
-      j[key] = value;
-    }
-    return SerializedLinear{j.dump(), good->blobs};
+    return testing::EditedLayout(layout, key, value, good->blobs);
   };
   const std::vector<std::pair<std::string, SerializedLinear>> bad = {
       {"not json", {"{\"version\": 1,", good->blobs}},
